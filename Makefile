@@ -1,0 +1,66 @@
+# The interface of the project: read this file to know how to run, test,
+# benchmark and regenerate. Every target works on a fresh Debian machine
+# with Go 1.26.
+
+GO        ?= go
+TOOL      := $(GO) tool -modfile=tools/go.mod
+BIN       := bin
+SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
+PKGS      := ./...
+
+.PHONY: all build run test test-unit lint generate generate-check bench redis-server clean
+
+all: build
+
+## build: compile every service binary, the suite and the agtp CLI into bin/
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) $(wildcard ./frontdoor/cmd/agtp)
+
+## run: start the whole suite in one process on embedded defaults
+run:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/agtpsuite ./services/cmd/agtpsuite
+	exec $(BIN)/agtpsuite
+
+## test: unit, integration and e2e tests against a real redis-server
+test: redis-server
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
+	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-short: the tests without the race detector (quicker while editing)
+test-short: redis-server
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
+	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
+
+## redis-server: install Debian's redis-server when it is missing
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "installing redis-server (Debian package)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
+
+## lint: gofmt, go vet, staticcheck and buf lint
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.\(gw\.\)\?go$$')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(TOOL) staticcheck $(PKGS)
+	$(TOOL) buf lint
+
+## generate: regenerate the protobuf, gRPC and gateway code (offline, with buf)
+generate:
+	$(TOOL) buf generate
+
+## generate-check: fail when the committed generated code differs from the protos
+generate-check: generate
+	@git diff --exit-code -- proto || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files: run make generate and commit"; exit 1; }
+
+## bench: Go benchmarks of the hot paths and the suite load benchmark
+bench: redis-server
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./frontdoor/... ./catalogsvc/... ./policysvc/... ./auditsvc/... ./identitysvc/... ./services/...
+
+clean:
+	rm -rf $(BIN)

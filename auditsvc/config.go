@@ -1,0 +1,29 @@
+package auditsvc
+
+import (
+	"flag"
+
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// Config is the auditsvc configuration.
+type Config struct {
+	kit.Common
+}
+
+// DefaultConfig returns the defaults used by make run.
+func DefaultConfig() Config {
+	c := Config{Common: kit.DefaultCommon("auditsvc", "127.0.0.1:7105", "127.0.0.1:8105")}
+	c.RedisRequired = true
+	return c
+}
+
+// BindFlags registers the flags of auditsvc.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	c.Common.BindFlags(fs)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	return c.Common.Validate()
+}

@@ -1,0 +1,29 @@
+package identitysvc
+
+import (
+	"flag"
+
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// Config is the identitysvc configuration.
+type Config struct {
+	kit.Common
+}
+
+// DefaultConfig returns the defaults used by make run.
+func DefaultConfig() Config {
+	c := Config{Common: kit.DefaultCommon("identitysvc", "127.0.0.1:7104", "127.0.0.1:8104")}
+	c.RedisRequired = true
+	return c
+}
+
+// BindFlags registers the flags of identitysvc.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	c.Common.BindFlags(fs)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	return c.Common.Validate()
+}

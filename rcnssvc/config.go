@@ -1,0 +1,29 @@
+package rcnssvc
+
+import (
+	"flag"
+
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// Config is the rcnssvc configuration.
+type Config struct {
+	kit.Common
+}
+
+// DefaultConfig returns the defaults used by make run.
+func DefaultConfig() Config {
+	c := Config{Common: kit.DefaultCommon("rcnssvc", "127.0.0.1:7103", "127.0.0.1:8103")}
+	c.RedisRequired = true
+	return c
+}
+
+// BindFlags registers the flags of rcnssvc.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	c.Common.BindFlags(fs)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	return c.Common.Validate()
+}

@@ -1,0 +1,207 @@
+// Package devpki creates the development PKI of the suite: a suite CA,
+// one certificate per service (server and client use, the service name as
+// a DNS SAN), the AGTP server certificate and the Ed25519 signing key.
+//
+// It is for `make run` and tests; production deployments pass their own
+// files. Ensure is idempotent: existing files are kept, so restarts reuse
+// the same identities.
+package devpki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Layout names the files in a state directory.
+type Layout struct {
+	Dir string
+}
+
+// CA is the suite CA certificate.
+func (l Layout) CA() string { return filepath.Join(l.Dir, "ca.pem") }
+
+// CAKey is the suite CA's private key.
+func (l Layout) CAKey() string { return filepath.Join(l.Dir, "ca-key.pem") }
+
+// Cert is the certificate of a named service (or "agtp-server", "admin").
+func (l Layout) Cert(name string) string { return filepath.Join(l.Dir, name+".pem") }
+
+// Key is the private key of a named service.
+func (l Layout) Key(name string) string { return filepath.Join(l.Dir, name+"-key.pem") }
+
+// SigningKey is the suite's Ed25519 signing key (PKCS#8 PEM).
+func (l Layout) SigningKey() string { return filepath.Join(l.Dir, "signing-ed25519.pem") }
+
+// ServiceNames are the suite's services, each with a certificate.
+var ServiceNames = []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"}
+
+// AGTPServer is the name of the front door's public certificate.
+const AGTPServer = "agtp-server"
+
+// Admin is the name of the operator's client certificate.
+const Admin = "admin"
+
+// Ensure creates whatever is missing in dir: the CA, a certificate per
+// name, the AGTP server certificate, an admin client certificate and the
+// signing key.
+func Ensure(dir string, names ...string) (Layout, error) {
+	l := Layout{Dir: dir}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return l, fmt.Errorf("create state dir: %w", err)
+	}
+	caCert, caKey, err := ensureCA(l)
+	if err != nil {
+		return l, err
+	}
+	all := append(append([]string{}, names...), AGTPServer, Admin)
+	for _, n := range all {
+		if exists(l.Cert(n)) && exists(l.Key(n)) {
+			continue
+		}
+		if err := issue(l, n, caCert, caKey); err != nil {
+			return l, err
+		}
+	}
+	if !exists(l.SigningKey()) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return l, fmt.Errorf("generate signing key: %w", err)
+		}
+		if err := writeKey(l.SigningKey(), priv); err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+// LoadSigningKey reads an Ed25519 private key from a PKCS#8 PEM file.
+func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("signing key %s is not PEM", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse signing key: %w", err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("signing key %s is %T, not Ed25519", path, k)
+	}
+	return priv, nil
+}
+
+func ensureCA(l Layout) (*x509.Certificate, crypto.Signer, error) {
+	if exists(l.CA()) && exists(l.CAKey()) {
+		pair, err := tls.LoadX509KeyPair(l.CA(), l.CAKey())
+		if err != nil {
+			return nil, nil, fmt.Errorf("load suite CA: %w", err)
+		}
+		cert, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse suite CA: %w", err)
+		}
+		return cert, pair.PrivateKey.(crypto.Signer), nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "AGTP suite development CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(5, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create CA: %w", err)
+	}
+	if err := writeKey(l.CAKey(), key); err != nil {
+		return nil, nil, err
+	}
+	if err := writePEM(l.CA(), "CERTIFICATE", der, 0o644); err != nil {
+		return nil, nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert, key, nil
+}
+
+func issue(l Layout, name string, ca *x509.Certificate, caKey crypto.Signer) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate key for %s: %w", name, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"AGTP suite"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().AddDate(1, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{name, "localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		return fmt.Errorf("issue certificate for %s: %w", name, err)
+	}
+	if err := writeKey(l.Key(name), key); err != nil {
+		return err
+	}
+	return writePEM(l.Cert(name), "CERTIFICATE", der, 0o644)
+}
+
+func writeKey(path string, key any) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("marshal key: %w", err)
+	}
+	return writePEM(path, "PRIVATE KEY", der, 0o600)
+}
+
+// writePEM writes through a temporary file and a rename, so a reader never
+// sees half a file.
+func writePEM(path, typ string, der []byte, mode fs.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	return n
+}

@@ -1,0 +1,72 @@
+package kit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Base is what every service is built on: logger, mTLS material,
+// telemetry, the Redis client (when configured) and the gRPC server.
+type Base struct {
+	Log       *slog.Logger
+	MTLS      *MTLS
+	Telemetry *Telemetry
+	Redis     redis.UniversalClient
+	Server    *Server
+}
+
+// NewBase provisions the shared parts of a service from a validated
+// configuration. On error nothing is left open.
+func NewBase(ctx context.Context, cfg Common) (_ *Base, err error) {
+	b := &Base{Log: cfg.Logger(os.Stderr)}
+	defer func() {
+		if err != nil {
+			b.Close(context.Background())
+		}
+	}()
+	if b.MTLS, err = LoadMTLS(cfg.CAFile, cfg.CertFile, cfg.KeyFile); err != nil {
+		return nil, err
+	}
+	if b.Telemetry, err = NewTelemetry(ctx, cfg.Name, cfg.Telemetry); err != nil {
+		return nil, err
+	}
+	if cfg.RedisURL != "" {
+		if b.Redis, err = NewRedis(ctx, cfg.RedisURL, b.Telemetry.TracerProvider); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+	}
+	if b.Server, err = NewServer(cfg, Deps{Logger: b.Log, MTLS: b.MTLS, Telemetry: b.Telemetry}); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close releases what NewBase opened. It is safe after a partial NewBase.
+func (b *Base) Close(ctx context.Context) error {
+	var errs []error
+	if b.Redis != nil {
+		errs = append(errs, b.Redis.Close())
+	}
+	if b.Telemetry != nil {
+		errs = append(errs, b.Telemetry.Shutdown(ctx))
+	}
+	if b.Server != nil {
+		b.Server.closeListeners()
+	}
+	return errors.Join(errs...)
+}
+
+// Run serves until ctx is done, with the service's extra tasks, then
+// releases everything.
+func (b *Base) Run(ctx context.Context, extra ...Task) error {
+	err := b.Server.Run(ctx, extra...)
+	if cerr := b.Close(context.Background()); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

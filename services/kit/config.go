@@ -1,0 +1,179 @@
+// Package kit is the shared service kit: every internal service and the
+// front door are built from it, so they start, serve, trace, report health
+// and shut down the same way.
+//
+// A service is a Config (typed, with defaults and Validate), a constructor
+// New(cfg) and Run(ctx). Run starts the service's tasks under RunTasks and,
+// on cancellation, drains: health NOT_SERVING, stop accepting, GracefulStop
+// with a deadline, then Stop.
+package kit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Common is the configuration every service shares.
+type Common struct {
+	// Name is the service name used for logs, traces and certificates.
+	Name string
+	// GRPCAddr is the mTLS gRPC listen address.
+	GRPCAddr string
+	// HTTPAddr is the mTLS REST gateway listen address; empty disables it.
+	HTTPAddr string
+	// CAFile, CertFile and KeyFile are the suite CA bundle and this
+	// service's certificate and key (used both as server and as client).
+	CAFile   string
+	CertFile string
+	KeyFile  string
+	// RedisURL is redis://, rediss:// or redis+cluster:// (see NewRedis).
+	RedisURL string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+	// ShutdownTimeout bounds the graceful drain.
+	ShutdownTimeout time.Duration
+	// Peers maps service names to their gRPC addresses, for services that
+	// call others.
+	Peers map[string]string
+	// Telemetry says where traces and metrics go.
+	Telemetry TelemetryConfig
+	// RedisRequired makes Validate insist on RedisURL.
+	RedisRequired bool
+}
+
+// DefaultCommon returns defaults for the named service listening on the
+// given gRPC and gateway addresses.
+func DefaultCommon(name, grpcAddr, httpAddr string) Common {
+	return Common{
+		Name:            name,
+		GRPCAddr:        grpcAddr,
+		HTTPAddr:        httpAddr,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem in the configuration at once.
+func (c Common) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("name is empty"))
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("grpc address is empty"))
+	}
+	if c.CAFile == "" || c.CertFile == "" || c.KeyFile == "" {
+		errs = append(errs, ErrNoTLS)
+	}
+	if c.RedisRequired && c.RedisURL == "" {
+		errs = append(errs, errors.New("redis url is empty (set REDIS_URL)"))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log format %q is not text or json", c.LogFormat))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("shutdown timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Peer returns the address of a named peer service.
+func (c Common) Peer(name string) (string, error) {
+	addr := c.Peers[name]
+	if addr == "" {
+		return "", fmt.Errorf("no address configured for peer %s", name)
+	}
+	return addr, nil
+}
+
+// BindFlags registers the common flags on fs, with c's values as defaults.
+// Flags and environment are read only in the command layer.
+func (c *Common) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (env GRPC_ADDR)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "REST gateway listen address, empty to disable (env HTTP_ADDR)")
+	fs.StringVar(&c.CAFile, "ca", c.CAFile, "suite CA bundle, PEM (env AGTP_CA_FILE)")
+	fs.StringVar(&c.CertFile, "cert", c.CertFile, "service certificate, PEM (env AGTP_CERT_FILE)")
+	fs.StringVar(&c.KeyFile, "key", c.KeyFile, "service private key, PEM (env AGTP_KEY_FILE)")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis://, rediss:// or redis+cluster:// (env REDIS_URL)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env LOG_FORMAT)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline")
+	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
+		return c.addPeers(v)
+	})
+}
+
+// ApplyEnv overrides values from the environment; lookup is os.LookupEnv in
+// a main package and a map in tests.
+func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
+	set := func(dst *string, key string) {
+		if v, ok := lookup(key); ok && v != "" {
+			*dst = v
+		}
+	}
+	set(&c.GRPCAddr, "GRPC_ADDR")
+	set(&c.HTTPAddr, "HTTP_ADDR")
+	set(&c.CAFile, "AGTP_CA_FILE")
+	set(&c.CertFile, "AGTP_CERT_FILE")
+	set(&c.KeyFile, "AGTP_KEY_FILE")
+	set(&c.RedisURL, "REDIS_URL")
+	set(&c.LogLevel, "LOG_LEVEL")
+	set(&c.LogFormat, "LOG_FORMAT")
+	if v, ok := lookup("OTEL_EXPORTER_OTLP_ENDPOINT"); ok && v != "" {
+		c.Telemetry.OTLPExport = true
+	}
+	if v, ok := lookup("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); ok && v != "" {
+		c.Telemetry.OTLPExport = true
+	}
+	if v, ok := lookup("AGTP_PEERS"); ok && v != "" {
+		for _, p := range strings.Split(v, ",") {
+			if err := c.addPeers(strings.TrimSpace(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Common) addPeers(v string) error {
+	name, addr, ok := strings.Cut(v, "=")
+	if !ok || name == "" || addr == "" {
+		return fmt.Errorf("peer %q is not name=host:port", v)
+	}
+	if c.Peers == nil {
+		c.Peers = map[string]string{}
+	}
+	c.Peers[name] = addr
+	return nil
+}
+
+// Logger builds the service's slog logger.
+func (c Common) Logger(out interface{ Write([]byte) (int, error) }) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if c.LogFormat == "json" {
+		h = slog.NewJSONHandler(out, opts)
+	} else {
+		h = slog.NewTextHandler(out, opts)
+	}
+	return slog.New(h).With("service", c.Name)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: %w", s, err)
+	}
+	return l, nil
+}

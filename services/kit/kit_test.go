@@ -1,0 +1,191 @@
+package kit_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+// startServer runs a kit server for the named service on loopback and
+// returns it with its span recorder.
+func startServer(t *testing.T, name string) (*kit.Base, *tracetest.SpanRecorder) {
+	t.Helper()
+	pki := testkit.PKI(t)
+	rec := tracetest.NewSpanRecorder()
+	cfg := kit.DefaultCommon(name, "127.0.0.1:0", "127.0.0.1:0")
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert(name), pki.Key(name)
+	cfg.Telemetry.SpanProcessors = []trace.SpanProcessor{rec}
+	cfg.LogLevel = "error"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := kit.NewBase(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Server.Register("test.Service", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return b, rec
+}
+
+func checkHealth(ctx context.Context, conn *grpc.ClientConn, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetStatus(), nil
+}
+
+func TestHealthServingOverMutualTLS(t *testing.T) {
+	b, _ := startServer(t, "catalogsvc")
+	client, _ := startServer(t, "policysvc")
+	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	testkit.WaitFor(t, 5*time.Second, "SERVING", func() bool {
+		st, err := checkHealth(ctx, conn, "test.Service")
+		return err == nil && st == healthpb.HealthCheckResponse_SERVING
+	})
+}
+
+// foreignCertificate is a certificate from a CA that is not the suite's.
+func foreignCertificate(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "catalogsvc"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"catalogsvc"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func TestCallerWithoutSuiteCertificateIsRefused(t *testing.T) {
+	b, _ := startServer(t, "catalogsvc")
+	pool := b.MTLS.Pool()
+	cases := []struct {
+		name  string
+		certs []tls.Certificate
+	}{
+		{"no client certificate", nil},
+		{"certificate from another CA", []tls.Certificate{foreignCertificate(t)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: "catalogsvc", Certificates: tc.certs})
+			conn, err := grpc.NewClient(b.Server.GRPCAddr(), grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, err := checkHealth(ctx, conn, ""); err == nil {
+				t.Fatal("health check succeeded without a suite client certificate")
+			}
+		})
+	}
+}
+
+func TestTLS12IsRefused(t *testing.T) {
+	b, _ := startServer(t, "catalogsvc")
+	pki := testkit.PKI(t)
+	cert, err := tls.LoadX509KeyPair(pki.Cert("policysvc"), pki.Key("policysvc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", b.Server.GRPCAddr(), &tls.Config{
+		MaxVersion: tls.VersionTLS12, RootCAs: b.MTLS.Pool(), ServerName: "catalogsvc", Certificates: []tls.Certificate{cert},
+	})
+	if err == nil {
+		conn.Close()
+		t.Fatal("TLS 1.2 handshake succeeded")
+	}
+}
+
+func TestTraceContinuesAcrossServices(t *testing.T) {
+	callee, calleeSpans := startServer(t, "auditsvc")
+	caller, callerSpans := startServer(t, "identitysvc")
+	conn, err := kit.DialService(callee.Server.GRPCAddr(), "auditsvc", caller.MTLS, caller.Telemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, span := caller.Telemetry.TracerProvider.Tracer("test").Start(context.Background(), "outer")
+	if _, err := checkHealth(ctx, conn, ""); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+
+	var clientSpanID, traceID string
+	for _, s := range callerSpans.Ended() {
+		if s.Name() == "grpc.health.v1.Health/Check" {
+			clientSpanID, traceID = s.SpanContext().SpanID().String(), s.SpanContext().TraceID().String()
+		}
+	}
+	if clientSpanID == "" {
+		t.Fatal("caller recorded no client span")
+	}
+	testkit.WaitFor(t, 5*time.Second, "callee server span", func() bool {
+		for _, s := range calleeSpans.Ended() {
+			if s.Name() == "grpc.health.v1.Health/Check" && s.Parent().SpanID().String() == clientSpanID && s.SpanContext().TraceID().String() == traceID {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	cfg := kit.Common{LogLevel: "loud", LogFormat: "xml", RedisRequired: true}
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("empty configuration validated")
+	}
+	for _, want := range []string{"name is empty", "grpc address is empty", "mTLS is required", "redis url is empty", "log level", "log format", "shutdown timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %q, missing %q", err, want)
+		}
+	}
+}
+

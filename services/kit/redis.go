@@ -1,0 +1,46 @@
+package kit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// NewRedis connects to Redis. A redis:// or rediss:// URL is one node; a
+// redis+cluster:// (or rediss+cluster://) URL is a Redis Cluster, with more
+// seed nodes given as addr= query parameters. Commands are traced.
+func NewRedis(ctx context.Context, url string, tp trace.TracerProvider) (redis.UniversalClient, error) {
+	var client redis.UniversalClient
+	switch {
+	case strings.HasPrefix(url, "redis+cluster://"), strings.HasPrefix(url, "rediss+cluster://"):
+		opts, err := redis.ParseClusterURL(strings.Replace(url, "+cluster", "", 1))
+		if err != nil {
+			return nil, fmt.Errorf("parse redis cluster url: %w", err)
+		}
+		client = redis.NewClusterClient(opts)
+	default:
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis url: %w", err)
+		}
+		client = redis.NewClient(opts)
+	}
+	if tp != nil {
+		if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("trace redis: %w", err)
+		}
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := client.Ping(pingCtx).Err(); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("ping redis: %w", err)
+	}
+	return client, nil
+}

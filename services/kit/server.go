@@ -1,0 +1,246 @@
+package kit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// GatewayRegistrar registers one service's REST routes on the gateway mux,
+// proxying to conn (the service's own gRPC server).
+type GatewayRegistrar func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
+
+// Server is a service's gRPC server and REST gateway, with mTLS, health,
+// reflection, tracing and the drain sequence. Listeners are opened by
+// NewServer, so their addresses are known before Run.
+type Server struct {
+	cfg    Common
+	log    *slog.Logger
+	mtls   *MTLS
+	tel    *Telemetry
+	grpc   *grpc.Server
+	health *health.Server
+
+	grpcLis net.Listener
+	httpLis net.Listener
+	gateway []GatewayRegistrar
+	names   []string
+}
+
+// Deps are what NewServer needs besides the configuration.
+type Deps struct {
+	Logger    *slog.Logger
+	MTLS      *MTLS
+	Telemetry *Telemetry
+}
+
+// NewServer validates nothing beyond what it needs (the service's Config
+// has been validated) and opens the listeners.
+func NewServer(cfg Common, deps Deps) (*Server, error) {
+	if deps.MTLS == nil {
+		return nil, ErrNoTLS
+	}
+	s := &Server{cfg: cfg, log: deps.Logger, mtls: deps.MTLS, tel: deps.Telemetry}
+	s.health = health.NewServer()
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig())),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(deps.Telemetry.TracerProvider),
+			otelgrpc.WithMeterProvider(deps.Telemetry.MeterProvider),
+		)),
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log)),
+		grpc.ChainStreamInterceptor(recoverStream(s.log), logStream(s.log)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(8<<20),
+	)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	// Until Run marks it ready, the service reports NOT_SERVING.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen grpc on %s: %w", cfg.GRPCAddr, err)
+	}
+	if cfg.HTTPAddr != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			_ = s.grpcLis.Close()
+			return nil, fmt.Errorf("listen gateway on %s: %w", cfg.HTTPAddr, err)
+		}
+	}
+	return s, nil
+}
+
+// GRPC is the server to register service implementations on.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound gateway address, or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Register adds a service's health name and its gateway routes.
+func (s *Server) Register(healthName string, gw GatewayRegistrar) {
+	s.names = append(s.names, healthName)
+	s.health.SetServingStatus(healthName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if gw != nil {
+		s.gateway = append(s.gateway, gw)
+	}
+}
+
+// Dial connects to a peer service over mTLS. The peer's certificate must
+// name the peer (the suite's certificates carry the service name as a DNS
+// SAN).
+func (s *Server) Dial(peer string) (*grpc.ClientConn, error) {
+	addr, err := s.cfg.Peer(peer)
+	if err != nil {
+		return nil, err
+	}
+	return DialService(addr, peer, s.mtls, s.tel)
+}
+
+// DialService connects to a service at addr whose certificate names
+// serverName, presenting this process's certificate.
+func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName))),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tel.TracerProvider),
+			otelgrpc.WithMeterProvider(tel.MeterProvider),
+		)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s at %s: %w", serverName, addr, err)
+	}
+	return conn, nil
+}
+
+// Run serves until ctx is done, running the extra tasks alongside, then
+// drains: health NOT_SERVING, the gateway stops accepting and finishes,
+// GracefulStop with the configured deadline, then Stop.
+func (s *Server) Run(ctx context.Context, extra ...Task) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var httpSrv *http.Server
+	var gwConn *grpc.ClientConn
+	if s.httpLis != nil {
+		mux := runtime.NewServeMux()
+		var err error
+		gwConn, err = DialService(s.GRPCAddr(), s.cfg.Name, s.mtls, s.tel)
+		if err != nil {
+			return err
+		}
+		defer gwConn.Close()
+		for _, reg := range s.gateway {
+			if err := reg(ctx, mux, gwConn); err != nil {
+				return fmt.Errorf("register gateway routes: %w", err)
+			}
+		}
+		tlsCfg := s.mtls.ServerConfig()
+		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		httpSrv = &http.Server{
+			Handler:           mux,
+			TLSConfig:         tlsCfg,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		}
+	}
+
+	tasks := []Task{
+		func(ctx context.Context) error {
+			errc := make(chan error, 1)
+			go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("grpc serve: %w", err)
+			case <-ctx.Done():
+			}
+			s.drain()
+			return nil
+		},
+	}
+	if httpSrv != nil {
+		tasks = append(tasks, func(ctx context.Context) error {
+			errc := make(chan error, 1)
+			go func() { errc <- httpSrv.Serve(tls.NewListener(s.httpLis, httpSrv.TLSConfig)) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("gateway serve: %w", err)
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			defer cancel()
+			if err := httpSrv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("gateway shutdown: %w", err)
+			}
+			return nil
+		})
+	}
+	tasks = append(tasks, extra...)
+	tasks = append(tasks, func(ctx context.Context) error {
+		s.setServing(healthpb.HealthCheckResponse_SERVING)
+		s.log.Info("serving", "grpc", s.GRPCAddr(), "gateway", s.HTTPAddr())
+		<-ctx.Done()
+		return nil
+	})
+	err := RunTasks(ctx, tasks...)
+	s.log.Info("stopped")
+	return err
+}
+
+func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
+	s.health.SetServingStatus("", st)
+	for _, n := range s.names {
+		s.health.SetServingStatus(n, st)
+	}
+}
+
+// drain runs the shutdown sequence of the gRPC server.
+func (s *Server) drain() {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.log.Warn("graceful stop deadline passed; stopping")
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// closeListeners releases the listeners of a server that never ran.
+func (s *Server) closeListeners() {
+	_ = s.grpcLis.Close()
+	if s.httpLis != nil {
+		_ = s.httpLis.Close()
+	}
+}

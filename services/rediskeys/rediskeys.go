@@ -1,0 +1,103 @@
+// Package rediskeys names every Redis key the suite writes, in one place.
+//
+// Keys of one agent share the hash tag {<agent_id>} so that a Lua script
+// touching an agent's chain head, stream and idempotency slots runs on one
+// Redis Cluster slot. Keys that are not per agent use their own tag.
+package rediskeys
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Prefix starts every key of the suite.
+const Prefix = "agtp:"
+
+// ServerChain is the chain that anonymous traffic is appended to.
+const ServerChain = "server"
+
+// tag returns the hash-tagged agent part, using the server chain for
+// anonymous callers.
+func tag(agentID string) string {
+	if agentID == "" {
+		agentID = ServerChain
+	}
+	return Prefix + "{" + agentID + "}"
+}
+
+// ChainHead holds an agent's newest Audit-ID and chain length (a hash:
+// fields "head" and "length").
+func ChainHead(agentID string) string { return tag(agentID) + ":chain:head" }
+
+// ChainStream is the Redis stream of an agent's records, oldest first.
+func ChainStream(agentID string) string { return tag(agentID) + ":chain:records" }
+
+// LifecycleStream is the Redis stream of an agent's lifecycle events.
+func LifecycleStream(agentID string) string { return tag(agentID) + ":lifecycle" }
+
+// AuditIndex maps one Audit-ID to where its record is stored.
+func AuditIndex(auditID string) string { return Prefix + "auditidx:{" + auditID + "}" }
+
+// IdempotencySlot is the (Agent-ID, Idempotency-Key) slot: a hash with the
+// fields of the Slot* constants. The key is hashed so that any client-chosen
+// Idempotency-Key makes a bounded, safe key.
+func IdempotencySlot(agentID, idempotencyKey string) string {
+	sum := sha256.Sum256([]byte(idempotencyKey))
+	return tag(agentID) + ":idem:" + hex.EncodeToString(sum[:])
+}
+
+// Fields of an idempotency slot hash.
+const (
+	// SlotState is "pending" while the first request runs, "done" after.
+	SlotState = "state"
+	// SlotToken proves which request holds the claim.
+	SlotToken = "token"
+	// SlotFingerprint is the request fingerprint (SHA-256 of method, path
+	// and JCS body) the key was first used with.
+	SlotFingerprint = "fingerprint"
+	// SlotResponse is the stored response, without per-response identifiers.
+	SlotResponse = "response"
+)
+
+// Slot states.
+const (
+	SlotPending = "pending"
+	SlotDone    = "done"
+)
+
+// RateLimit is a rate-limit bucket for one limit scope and subject.
+func RateLimit(scope, subject string) string {
+	return Prefix + "rl:{" + scope + ":" + subject + "}"
+}
+
+// Agent is an agent's registry record.
+func Agent(agentID string) string { return tag(agentID) + ":agent" }
+
+// AgentName maps an agent label to its canonical ID.
+func AgentName(name string) string { return Prefix + "agentname:{" + name + "}" }
+
+// AgentIndex is the set of all registered Agent-IDs.
+const AgentIndex = Prefix + "agents"
+
+// AgentEvents is the pub/sub channel of registry changes.
+const AgentEvents = Prefix + "events:agents"
+
+// Contract is a synthesized contract by synthesis ID.
+func Contract(synthesisID string) string { return Prefix + "contract:{" + synthesisID + "}" }
+
+// AgentContracts is the set of an agent's contract IDs.
+func AgentContracts(agentID string) string { return tag(agentID) + ":contracts" }
+
+// RCNSAttempt is a failed synthesis attempt.
+func RCNSAttempt(attemptID string) string { return Prefix + "rcnsattempt:{" + attemptID + "}" }
+
+// Endpoints holds operator and persistent endpoints registered at run time.
+const Endpoints = Prefix + "catalog:endpoints"
+
+// CatalogEvents is the pub/sub channel of catalog changes.
+const CatalogEvents = Prefix + "events:catalog"
+
+// AgentRateLimit is a rate-limit bucket kept under the agent's hash tag, so
+// that one Lua script can spend it together with the agent's idempotency
+// slot (a per-agent tier or a per-agent endpoint limit, told apart by name).
+func AgentRateLimit(agentID, name string) string { return tag(agentID) + ":rl:" + name }

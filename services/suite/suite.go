@@ -1,0 +1,208 @@
+// Package suite runs the whole AGTP suite in one process, built from the
+// same constructors the separate binaries use (no second code path). It is
+// what `make run` starts: on first run it creates the development PKI and
+// signing key in a state directory, and when no Redis URL is given it
+// embeds an in-process Redis so nothing needs to be installed.
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/agtpsuite/agtp/auditsvc"
+	"github.com/agtpsuite/agtp/catalogsvc"
+	"github.com/agtpsuite/agtp/identitysvc"
+	"github.com/agtpsuite/agtp/policysvc"
+	"github.com/agtpsuite/agtp/rcnssvc"
+	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// Config is the suite's configuration.
+type Config struct {
+	// StateDir holds the development PKI and keys (created on first run).
+	StateDir string
+	// RedisURL is used by every service; empty embeds an in-process Redis.
+	RedisURL string
+	// LogLevel and LogFormat apply to every service.
+	LogLevel  string
+	LogFormat string
+	// Out receives the start-up banner.
+	Out io.Writer
+	// Telemetry applies to every service.
+	Telemetry kit.TelemetryConfig
+}
+
+// Validate reports configuration problems.
+func (c Config) Validate() error {
+	if c.StateDir == "" {
+		return errors.New("state directory is empty")
+	}
+	return nil
+}
+
+// member is one service of the suite.
+type member struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// Suite is the running suite.
+type Suite struct {
+	cfg     Config
+	members []member
+	mini    *miniredis.Miniredis
+	layout  devpki.Layout
+	Addrs   map[string]string
+}
+
+// New creates the PKI if needed, starts the embedded Redis when no URL is
+// configured, and provisions every service.
+func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Suite{cfg: cfg, Addrs: map[string]string{}}
+	defer func() {
+		if err != nil && s.mini != nil {
+			s.mini.Close()
+		}
+	}()
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if s.layout, err = devpki.Ensure(stateDir, devpki.ServiceNames...); err != nil {
+		return nil, fmt.Errorf("development PKI: %w", err)
+	}
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		if s.mini, err = miniredis.Run(); err != nil {
+			return nil, fmt.Errorf("embedded redis: %w", err)
+		}
+		redisURL = "redis://" + s.mini.Addr()
+	}
+	common := func(c *kit.Common) {
+		c.CAFile = s.layout.CA()
+		c.CertFile = s.layout.Cert(c.Name)
+		c.KeyFile = s.layout.Key(c.Name)
+		c.RedisURL = redisURL
+		if cfg.LogLevel != "" {
+			c.LogLevel = cfg.LogLevel
+		}
+		if cfg.LogFormat != "" {
+			c.LogFormat = cfg.LogFormat
+		}
+		c.Telemetry = cfg.Telemetry
+		c.Peers = map[string]string{}
+	}
+
+	audit := auditsvc.DefaultConfig()
+	common(&audit.Common)
+	catalog := catalogsvc.DefaultConfig()
+	common(&catalog.Common)
+	identity := identitysvc.DefaultConfig()
+	common(&identity.Common)
+	policy := policysvc.DefaultConfig()
+	common(&policy.Common)
+	rcns := rcnssvc.DefaultConfig()
+	common(&rcns.Common)
+	peers := map[string]string{
+		"auditsvc":    audit.GRPCAddr,
+		"catalogsvc":  catalog.GRPCAddr,
+		"identitysvc": identity.GRPCAddr,
+		"policysvc":   policy.GRPCAddr,
+		"rcnssvc":     rcns.GRPCAddr,
+	}
+	for _, c := range []*kit.Common{&audit.Common, &catalog.Common, &identity.Common, &policy.Common, &rcns.Common} {
+		for k, v := range peers {
+			c.Peers[k] = v
+		}
+	}
+
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for _, c := range closers {
+				c()
+			}
+		}
+	}()
+	add := func(name string, svc interface {
+		Run(context.Context) error
+		Close() error
+		GRPCAddr() string
+	}) {
+		s.members = append(s.members, member{name: name, run: svc.Run})
+		s.Addrs[name] = svc.GRPCAddr()
+		closers = append(closers, func() { _ = svc.Close() })
+	}
+	a, err := auditsvc.New(ctx, audit)
+	if err != nil {
+		return nil, err
+	}
+	add("auditsvc", a)
+	c, err := catalogsvc.New(ctx, catalog)
+	if err != nil {
+		return nil, err
+	}
+	add("catalogsvc", c)
+	i, err := identitysvc.New(ctx, identity)
+	if err != nil {
+		return nil, err
+	}
+	add("identitysvc", i)
+	p, err := policysvc.New(ctx, policy)
+	if err != nil {
+		return nil, err
+	}
+	add("policysvc", p)
+	r, err := rcnssvc.New(ctx, rcns)
+	if err != nil {
+		return nil, err
+	}
+	add("rcnssvc", r)
+	return s, nil
+}
+
+// StateDir is the absolute state directory.
+func (s *Suite) StateDir() string { return s.layout.Dir }
+
+// Run runs every service until ctx is done; the first failure stops all.
+func (s *Suite) Run(ctx context.Context) error {
+	defer func() {
+		if s.mini != nil {
+			s.mini.Close()
+		}
+	}()
+	tasks := make([]kit.Task, 0, len(s.members))
+	for _, m := range s.members {
+		tasks = append(tasks, func(ctx context.Context) error {
+			if err := m.run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			return nil
+		})
+	}
+	s.banner()
+	return kit.RunTasks(ctx, tasks...)
+}
+
+func (s *Suite) banner() {
+	if s.cfg.Out == nil {
+		return
+	}
+	redis := s.cfg.RedisURL
+	if s.mini != nil {
+		redis = "embedded (in-process; set REDIS_URL to use a real server)"
+	}
+	fmt.Fprintf(s.cfg.Out, "AGTP suite running\n  state dir: %s\n  redis:     %s\n", s.layout.Dir, redis)
+	for _, m := range s.members {
+		fmt.Fprintf(s.cfg.Out, "  %-12s gRPC %s\n", m.name, s.Addrs[m.name])
+	}
+}
