@@ -3,12 +3,19 @@ package policysvc
 import (
 	"flag"
 
+	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // Config is the policysvc configuration.
 type Config struct {
 	kit.Common
+	// OptionsFile is a JSON document of policy options (docs/policy.md):
+	// rate-limit tiers, idempotency, OAuth, trust tiers, budget, zone and
+	// merchant settings. Empty uses the defaults.
+	OptionsFile string
+	// Options are used when no file is given (the suite sets them in code).
+	Options server.Options
 }
 
 // DefaultConfig returns the defaults used by make run.
@@ -21,9 +28,19 @@ func DefaultConfig() Config {
 // BindFlags registers the flags of policysvc.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Common.BindFlags(fs)
+	fs.StringVar(&c.OptionsFile, "options", c.OptionsFile, "policy options, JSON (env AGTP_POLICY_FILE)")
+}
+
+// ApplyEnv reads the environment.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	if v, ok := lookup("AGTP_POLICY_FILE"); ok && v != "" {
+		c.OptionsFile = v
+	}
+	return c.Common.ApplyEnv(lookup)
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
+	// The options are validated, with their defaults applied, by New.
 	return c.Common.Validate()
 }

@@ -1,11 +1,15 @@
-// Package policysvc is the policysvc service: its configuration, constructor and
-// run loop. The domain logic lives in internal packages.
+// Package policysvc is the policy service: authority scopes, rate limits,
+// idempotency and external credentials, decided in one Authorize call.
 package policysvc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -15,6 +19,7 @@ const HealthName = "agtp.policy.v1.PolicyService"
 // Service is a running policysvc.
 type Service struct {
 	base *kit.Base
+	srv  *server.Server
 }
 
 // New provisions policysvc from a configuration; nothing listens on failure.
@@ -22,16 +27,33 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("policysvc config: %w", err)
 	}
+	opts := cfg.Options
+	if cfg.OptionsFile != "" {
+		b, err := os.ReadFile(cfg.OptionsFile)
+		if err != nil {
+			return nil, fmt.Errorf("policysvc options: %w", err)
+		}
+		opts = server.Options{}
+		if err := json.Unmarshal(b, &opts); err != nil {
+			return nil, fmt.Errorf("policysvc options %s: %w", cfg.OptionsFile, err)
+		}
+	}
 	base, err := kit.NewBase(ctx, cfg.Common)
 	if err != nil {
 		return nil, err
 	}
-	base.Server.Register(HealthName, nil)
-	return &Service{base: base}, nil
+	srv, err := server.New(base.Redis, base.Log, opts)
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("policysvc: %w", err)
+	}
+	policyv1.RegisterPolicyServiceServer(base.Server.GRPC(), srv)
+	base.Server.Register(HealthName, policyv1.RegisterPolicyServiceHandler)
+	return &Service{base: base, srv: srv}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
-func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx) }
+func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx, s.srv.Run) }
 
 // GRPCAddr is the bound gRPC address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }

@@ -89,27 +89,6 @@ func Ensure(dir string, names ...string) (Layout, error) {
 	return l, nil
 }
 
-// LoadSigningKey reads an Ed25519 private key from a PKCS#8 PEM file.
-func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read signing key: %w", err)
-	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return nil, fmt.Errorf("signing key %s is not PEM", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse signing key: %w", err)
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("signing key %s is %T, not Ed25519", path, k)
-	}
-	return priv, nil
-}
-
 func ensureCA(l Layout) (*x509.Certificate, crypto.Signer, error) {
 	if exists(l.CA()) && exists(l.CAKey()) {
 		pair, err := tls.LoadX509KeyPair(l.CA(), l.CAKey())

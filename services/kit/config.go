@@ -30,6 +30,9 @@ type Common struct {
 	CAFile   string
 	CertFile string
 	KeyFile  string
+	// SigningKeyFile is the suite's Ed25519 signing key (PKCS#8 PEM), for
+	// services that sign (manifest, identity documents, audit records).
+	SigningKeyFile string
 	// RedisURL is redis://, rediss:// or redis+cluster:// (see NewRedis).
 	RedisURL string
 	// LogLevel is debug, info, warn or error.
@@ -104,6 +107,7 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CAFile, "ca", c.CAFile, "suite CA bundle, PEM (env AGTP_CA_FILE)")
 	fs.StringVar(&c.CertFile, "cert", c.CertFile, "service certificate, PEM (env AGTP_CERT_FILE)")
 	fs.StringVar(&c.KeyFile, "key", c.KeyFile, "service private key, PEM (env AGTP_KEY_FILE)")
+	fs.StringVar(&c.SigningKeyFile, "signing-key", c.SigningKeyFile, "Ed25519 signing key, PKCS#8 PEM (env AGTP_SIGNING_KEY_FILE)")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis://, rediss:// or redis+cluster:// (env REDIS_URL)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env LOG_FORMAT)")
@@ -127,6 +131,7 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.CertFile, "AGTP_CERT_FILE")
 	set(&c.KeyFile, "AGTP_KEY_FILE")
 	set(&c.RedisURL, "REDIS_URL")
+	set(&c.SigningKeyFile, "AGTP_SIGNING_KEY_FILE")
 	set(&c.LogLevel, "LOG_LEVEL")
 	set(&c.LogFormat, "LOG_FORMAT")
 	if v, ok := lookup("OTEL_EXPORTER_OTLP_ENDPOINT"); ok && v != "" {

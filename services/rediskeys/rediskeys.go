@@ -101,3 +101,52 @@ const CatalogEvents = Prefix + "events:catalog"
 // that one Lua script can spend it together with the agent's idempotency
 // slot (a per-agent tier or a per-agent endpoint limit, told apart by name).
 func AgentRateLimit(agentID, name string) string { return tag(agentID) + ":rl:" + name }
+
+// AgentLifecycleLock serialises lifecycle transitions of one agent across
+// identitysvc replicas, so that the signed event and the state change
+// happen in one order (a string holding the holder's token, with a TTL).
+func AgentLifecycleLock(agentID string) string { return tag(agentID) + ":lifecycle:lock" }
+
+// SessionBinding binds a Session-ID to the Agent-ID and TLS client key
+// fingerprint it was first seen with (a hash with fields "agent_id" and
+// "client_key", with a TTL). The key is hashed so that any client-chosen
+// Session-ID makes a bounded, safe key.
+func SessionBinding(sessionID string) string {
+	sum := sha256.Sum256([]byte(sessionID))
+	return Prefix + "session:{" + hex.EncodeToString(sum[:]) + "}"
+}
+
+// Fields of a ChainHead hash (and of every signed-stream head).
+const (
+	// HeadAuditID is the newest Audit-ID of the chain.
+	HeadAuditID = "head"
+	// HeadLength is the number of records in the chain.
+	HeadLength = "length"
+)
+
+// LifecycleHead is the head of an agent's lifecycle stream (a hash with
+// HeadAuditID and HeadLength): lifecycle events are hash-linked too.
+func LifecycleHead(agentID string) string { return tag(agentID) + ":lifecycle:head" }
+
+// SignedStream is a named per-agent stream of signed records other than
+// Attribution-Records and lifecycle events (e.g. "confirm" for CONFIRM
+// attestations, "rcns-attempt" for RCNS attempt records). name is a
+// lowercase token without ':'.
+func SignedStream(agentID, name string) string { return tag(agentID) + ":signed:" + name }
+
+// SignedStreamHead is the head hash of SignedStream(agentID, name).
+func SignedStreamHead(agentID, name string) string { return tag(agentID) + ":signed:" + name + ":head" }
+
+// AnonymousRateLimit is a rate-limit bucket of anonymous callers from one
+// client address; like AgentRateLimit, the buckets of one address share a
+// hash tag so one script spends them together.
+func AnonymousRateLimit(clientIP, name string) string {
+	return Prefix + "rl:{anon:" + clientIP + "}:" + name
+}
+
+// CatalogVersion is the catalog service's manifest version counter: a hash
+// with fields "counter" (never decreases, never reused), "hash" (content
+// hash of the configuration the counter was bumped for), "updated" and
+// "issued" (RFC 3339), so every replica with the same configuration
+// publishes the same AGTP-API-Version, document_version and timestamps.
+const CatalogVersion = Prefix + "catalog:version"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc"
 	"github.com/agtpsuite/agtp/catalogsvc"
+	"github.com/agtpsuite/agtp/frontdoor"
 	"github.com/agtpsuite/agtp/identitysvc"
 	"github.com/agtpsuite/agtp/policysvc"
 	"github.com/agtpsuite/agtp/rcnssvc"
@@ -59,6 +60,8 @@ type Suite struct {
 	mini    *miniredis.Miniredis
 	layout  devpki.Layout
 	Addrs   map[string]string
+
+	agtpAddr, httpsAddr string
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -92,6 +95,7 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		c.CertFile = s.layout.Cert(c.Name)
 		c.KeyFile = s.layout.Key(c.Name)
 		c.RedisURL = redisURL
+		c.SigningKeyFile = s.layout.SigningKey()
 		if cfg.LogLevel != "" {
 			c.LogLevel = cfg.LogLevel
 		}
@@ -106,12 +110,17 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	common(&audit.Common)
 	catalog := catalogsvc.DefaultConfig()
 	common(&catalog.Common)
+	catalog.Options.DemoEndpoints = true
 	identity := identitysvc.DefaultConfig()
 	common(&identity.Common)
 	policy := policysvc.DefaultConfig()
 	common(&policy.Common)
 	rcns := rcnssvc.DefaultConfig()
 	common(&rcns.Common)
+	front := frontdoor.DefaultConfig()
+	common(&front.Common)
+	front.ServerCertFile = s.layout.Cert(devpki.AGTPServer)
+	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
 	peers := map[string]string{
 		"auditsvc":    audit.GRPCAddr,
 		"catalogsvc":  catalog.GRPCAddr,
@@ -119,7 +128,7 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		"policysvc":   policy.GRPCAddr,
 		"rcnssvc":     rcns.GRPCAddr,
 	}
-	for _, c := range []*kit.Common{&audit.Common, &catalog.Common, &identity.Common, &policy.Common, &rcns.Common} {
+	for _, c := range []*kit.Common{&audit.Common, &catalog.Common, &identity.Common, &policy.Common, &rcns.Common, &front.Common} {
 		for k, v := range peers {
 			c.Peers[k] = v
 		}
@@ -167,6 +176,13 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		return nil, err
 	}
 	add("rcnssvc", r)
+	f, err := frontdoor.New(ctx, front)
+	if err != nil {
+		return nil, err
+	}
+	add("frontdoor", f)
+	s.agtpAddr = f.AGTPAddr()
+	s.httpsAddr = f.HTTPSAddr()
 	return s, nil
 }
 
@@ -205,4 +221,11 @@ func (s *Suite) banner() {
 	for _, m := range s.members {
 		fmt.Fprintf(s.cfg.Out, "  %-12s gRPC %s\n", m.name, s.Addrs[m.name])
 	}
+	fmt.Fprintf(s.cfg.Out, `
+AGTP on %[1]s (TLS/TCP and QUIC), HTTPS on https://%[2]s
+
+Try:
+  go run ./frontdoor/cmd/agtp --cacert %[3]s -v DISCOVER agtp://%[1]s/
+  curl --cacert %[3]s https://%[2]s/.well-known/agtp
+`, s.agtpAddr, s.httpsAddr, s.layout.CA())
 }

@@ -167,7 +167,11 @@ type SignAndAppendResponse struct {
 	AuditId         string `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	PreviousAuditId string `protobuf:"bytes,3,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
 	// The 1-based position of the record in its chain.
-	Sequence      uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// False when idempotent_outcome was given but the slot's token no longer
+	// held the claim (expired or taken over): the record is appended, the
+	// outcome is not stored.
+	OutcomeStored bool `protobuf:"varint,5,opt,name=outcome_stored,json=outcomeStored,proto3" json:"outcome_stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +232,13 @@ func (x *SignAndAppendResponse) GetSequence() uint64 {
 		return x.Sequence
 	}
 	return 0
+}
+
+func (x *SignAndAppendResponse) GetOutcomeStored() bool {
+	if x != nil {
+		return x.OutcomeStored
+	}
+	return false
 }
 
 // AppendLifecycleEventRequest carries one lifecycle event.
@@ -293,11 +304,14 @@ func (x *AppendLifecycleEventRequest) GetClaimsJson() []byte {
 
 // AppendLifecycleEventResponse returns the signed event.
 type AppendLifecycleEventResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jws           string                 `protobuf:"bytes,1,opt,name=jws,proto3" json:"jws,omitempty"`
-	AuditId       string                 `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Jws     string                 `protobuf:"bytes,1,opt,name=jws,proto3" json:"jws,omitempty"`
+	AuditId string                 `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	// Lifecycle events are hash-linked per agent like Attribution-Records.
+	PreviousAuditId string `protobuf:"bytes,3,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
+	Sequence        uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AppendLifecycleEventResponse) Reset() {
@@ -344,15 +358,32 @@ func (x *AppendLifecycleEventResponse) GetAuditId() string {
 	return ""
 }
 
+func (x *AppendLifecycleEventResponse) GetPreviousAuditId() string {
+	if x != nil {
+		return x.PreviousAuditId
+	}
+	return ""
+}
+
+func (x *AppendLifecycleEventResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // Record is one stored Attribution-Record.
 type Record struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AuditId       string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
-	Jws           string                 `protobuf:"bytes,2,opt,name=jws,proto3" json:"jws,omitempty"`
-	PayloadJson   []byte                 `protobuf:"bytes,3,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
-	ChainAgentId  string                 `protobuf:"bytes,4,opt,name=chain_agent_id,json=chainAgentId,proto3" json:"chain_agent_id,omitempty"`
-	Sequence      uint64                 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	StoredAt      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AuditId      string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	Jws          string                 `protobuf:"bytes,2,opt,name=jws,proto3" json:"jws,omitempty"`
+	PayloadJson  []byte                 `protobuf:"bytes,3,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	ChainAgentId string                 `protobuf:"bytes,4,opt,name=chain_agent_id,json=chainAgentId,proto3" json:"chain_agent_id,omitempty"`
+	Sequence     uint64                 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StoredAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	// The stream the record belongs to: "attribution", "lifecycle" or a
+	// signed-record stream name.
+	Stream        string `protobuf:"bytes,7,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +458,13 @@ func (x *Record) GetStoredAt() *timestamppb.Timestamp {
 		return x.StoredAt
 	}
 	return nil
+}
+
+func (x *Record) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
 }
 
 // GetRecordRequest names a record.
@@ -622,10 +660,12 @@ type LifecycleEvent struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AuditId string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	// "jws" or "cose".
-	Format        string `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
-	Envelope      string `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
-	EventType     string `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	PayloadJson   []byte `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	Format        string                 `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
+	Envelope      string                 `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	EventType     string                 `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	PayloadJson   []byte                 `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	Sequence      uint64                 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StoredAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,11 +735,27 @@ func (x *LifecycleEvent) GetPayloadJson() []byte {
 	return nil
 }
 
+func (x *LifecycleEvent) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *LifecycleEvent) GetStoredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StoredAt
+	}
+	return nil
+}
+
 // ListLifecycleEventsRequest names a stream.
 type ListLifecycleEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Limit   int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// next_page_token of the previous page; empty for the newest events.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,10 +804,19 @@ func (x *ListLifecycleEventsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListLifecycleEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListLifecycleEventsResponse lists events, newest first.
 type ListLifecycleEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*LifecycleEvent      `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*LifecycleEvent      `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Set when older events remain.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,10 +858,19 @@ func (x *ListLifecycleEventsResponse) GetEvents() []*LifecycleEvent {
 	return nil
 }
 
+func (x *ListLifecycleEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // VerifyChainRequest names a chain.
 type VerifyChainRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// "attribution" (default), "lifecycle" or a signed-record stream name.
+	Stream        string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -834,6 +908,13 @@ func (*VerifyChainRequest) Descriptor() ([]byte, []int) {
 func (x *VerifyChainRequest) GetAgentId() string {
 	if x != nil {
 		return x.AgentId
+	}
+	return ""
+}
+
+func (x *VerifyChainRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
 	}
 	return ""
 }
@@ -990,6 +1071,139 @@ func (x *GetSigningKeysResponse) GetJwksJson() []byte {
 	return nil
 }
 
+// AppendSignedRecordRequest carries one record for a named stream.
+type AppendSignedRecordRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent whose stream it is; empty for the server's own.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Lowercase token: "confirm", "rcns-attempt", ...
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The payload members (a JSON object) except previous_audit_id.
+	ClaimsJson    []byte `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendSignedRecordRequest) Reset() {
+	*x = AppendSignedRecordRequest{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendSignedRecordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendSignedRecordRequest) ProtoMessage() {}
+
+func (x *AppendSignedRecordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendSignedRecordRequest.ProtoReflect.Descriptor instead.
+func (*AppendSignedRecordRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AppendSignedRecordRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordRequest) GetClaimsJson() []byte {
+	if x != nil {
+		return x.ClaimsJson
+	}
+	return nil
+}
+
+// AppendSignedRecordResponse returns the signed record.
+type AppendSignedRecordResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Jws             string                 `protobuf:"bytes,1,opt,name=jws,proto3" json:"jws,omitempty"`
+	AuditId         string                 `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	PreviousAuditId string                 `protobuf:"bytes,3,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
+	Sequence        uint64                 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AppendSignedRecordResponse) Reset() {
+	*x = AppendSignedRecordResponse{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendSignedRecordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendSignedRecordResponse) ProtoMessage() {}
+
+func (x *AppendSignedRecordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendSignedRecordResponse.ProtoReflect.Descriptor instead.
+func (*AppendSignedRecordResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AppendSignedRecordResponse) GetJws() string {
+	if x != nil {
+		return x.Jws
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordResponse) GetAuditId() string {
+	if x != nil {
+		return x.AuditId
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordResponse) GetPreviousAuditId() string {
+	if x != nil {
+		return x.PreviousAuditId
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordResponse) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 var File_agtp_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_agtp_audit_v1_audit_proto_rawDesc = "" +
@@ -1005,28 +1219,32 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x0echain_agent_id\x18\x01 \x01(\tR\fchainAgentId\x12\x1f\n" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
 	"claimsJson\x12O\n" +
-	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\"\xa9\x01\n" +
+	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\"\xd0\x01\n" +
 	"\x15SignAndAppendResponse\x12-\n" +
 	"\x12attribution_record\x18\x01 \x01(\tR\x11attributionRecord\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
-	"\bsequence\x18\x04 \x01(\x04R\bsequence\"x\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12%\n" +
+	"\x0eoutcome_stored\x18\x05 \x01(\bR\routcomeStored\"x\n" +
 	"\x1bAppendLifecycleEventRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x02 \x01(\tR\teventType\x12\x1f\n" +
 	"\vclaims_json\x18\x03 \x01(\fR\n" +
-	"claimsJson\"K\n" +
+	"claimsJson\"\x93\x01\n" +
 	"\x1cAppendLifecycleEventResponse\x12\x10\n" +
 	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
-	"\baudit_id\x18\x02 \x01(\tR\aauditId\"\xd3\x01\n" +
+	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
+	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\"\xeb\x01\n" +
 	"\x06Record\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x10\n" +
 	"\x03jws\x18\x02 \x01(\tR\x03jws\x12!\n" +
 	"\fpayload_json\x18\x03 \x01(\fR\vpayloadJson\x12$\n" +
 	"\x0echain_agent_id\x18\x04 \x01(\tR\fchainAgentId\x12\x1a\n" +
 	"\bsequence\x18\x05 \x01(\x04R\bsequence\x127\n" +
-	"\tstored_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"-\n" +
+	"\tstored_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\x12\x16\n" +
+	"\x06stream\x18\a \x01(\tR\x06stream\"-\n" +
 	"\x10GetRecordRequest\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\"B\n" +
 	"\x11GetRecordResponse\x12-\n" +
@@ -1035,21 +1253,27 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\"I\n" +
 	"\x14GetChainHeadResponse\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\x04R\x06length\"\xa1\x01\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\"\xf6\x01\n" +
 	"\x0eLifecycleEvent\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1a\n" +
 	"\benvelope\x18\x03 \x01(\tR\benvelope\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x04 \x01(\tR\teventType\x12!\n" +
-	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\"M\n" +
+	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
+	"\bsequence\x18\x06 \x01(\x04R\bsequence\x127\n" +
+	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"l\n" +
 	"\x1aListLifecycleEventsRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"T\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"|\n" +
 	"\x1bListLifecycleEventsResponse\x125\n" +
-	"\x06events\x18\x01 \x03(\v2\x1d.agtp.audit.v1.LifecycleEventR\x06events\"/\n" +
+	"\x06events\x18\x01 \x03(\v2\x1d.agtp.audit.v1.LifecycleEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x12VerifyChainRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\"\x92\x01\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"\x92\x01\n" +
 	"\x13VerifyChainResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x123\n" +
@@ -1057,7 +1281,17 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\aproblem\x18\x04 \x01(\tR\aproblem\"\x17\n" +
 	"\x15GetSigningKeysRequest\"5\n" +
 	"\x16GetSigningKeysResponse\x12\x1b\n" +
-	"\tjwks_json\x18\x01 \x01(\fR\bjwksJson2\xa7\x05\n" +
+	"\tjwks_json\x18\x01 \x01(\fR\bjwksJson\"o\n" +
+	"\x19AppendSignedRecordRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1f\n" +
+	"\vclaims_json\x18\x03 \x01(\fR\n" +
+	"claimsJson\"\x91\x01\n" +
+	"\x1aAppendSignedRecordResponse\x12\x10\n" +
+	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
+	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
+	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence2\x92\x06\n" +
 	"\fAuditService\x12Z\n" +
 	"\rSignAndAppend\x12#.agtp.audit.v1.SignAndAppendRequest\x1a$.agtp.audit.v1.SignAndAppendResponse\x12o\n" +
 	"\x14AppendLifecycleEvent\x12*.agtp.audit.v1.AppendLifecycleEventRequest\x1a+.agtp.audit.v1.AppendLifecycleEventResponse\x12N\n" +
@@ -1065,7 +1299,8 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\fGetChainHead\x12\".agtp.audit.v1.GetChainHeadRequest\x1a#.agtp.audit.v1.GetChainHeadResponse\x12l\n" +
 	"\x13ListLifecycleEvents\x12).agtp.audit.v1.ListLifecycleEventsRequest\x1a*.agtp.audit.v1.ListLifecycleEventsResponse\x12T\n" +
 	"\vVerifyChain\x12!.agtp.audit.v1.VerifyChainRequest\x1a\".agtp.audit.v1.VerifyChainResponse\x12]\n" +
-	"\x0eGetSigningKeys\x12$.agtp.audit.v1.GetSigningKeysRequest\x1a%.agtp.audit.v1.GetSigningKeysResponseB7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
+	"\x0eGetSigningKeys\x12$.agtp.audit.v1.GetSigningKeysRequest\x1a%.agtp.audit.v1.GetSigningKeysResponse\x12i\n" +
+	"\x12AppendSignedRecord\x12(.agtp.audit.v1.AppendSignedRecordRequest\x1a).agtp.audit.v1.AppendSignedRecordResponseB7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
 
 var (
 	file_agtp_audit_v1_audit_proto_rawDescOnce sync.Once
@@ -1079,7 +1314,7 @@ func file_agtp_audit_v1_audit_proto_rawDescGZIP() []byte {
 	return file_agtp_audit_v1_audit_proto_rawDescData
 }
 
-var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*IdempotentOutcome)(nil),            // 0: agtp.audit.v1.IdempotentOutcome
 	(*SignAndAppendRequest)(nil),         // 1: agtp.audit.v1.SignAndAppendRequest
@@ -1098,32 +1333,37 @@ var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*VerifyChainResponse)(nil),          // 14: agtp.audit.v1.VerifyChainResponse
 	(*GetSigningKeysRequest)(nil),        // 15: agtp.audit.v1.GetSigningKeysRequest
 	(*GetSigningKeysResponse)(nil),       // 16: agtp.audit.v1.GetSigningKeysResponse
-	(*timestamppb.Timestamp)(nil),        // 17: google.protobuf.Timestamp
+	(*AppendSignedRecordRequest)(nil),    // 17: agtp.audit.v1.AppendSignedRecordRequest
+	(*AppendSignedRecordResponse)(nil),   // 18: agtp.audit.v1.AppendSignedRecordResponse
+	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
 }
 var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	0,  // 0: agtp.audit.v1.SignAndAppendRequest.idempotent_outcome:type_name -> agtp.audit.v1.IdempotentOutcome
-	17, // 1: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
+	19, // 1: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
 	5,  // 2: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
-	10, // 3: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
-	1,  // 4: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	3,  // 5: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	6,  // 6: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	8,  // 7: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	11, // 8: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	13, // 9: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	15, // 10: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	2,  // 11: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	4,  // 12: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	7,  // 13: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	9,  // 14: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	12, // 15: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	14, // 16: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	16, // 17: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	19, // 3: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
+	10, // 4: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
+	1,  // 5: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	3,  // 6: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	6,  // 7: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	8,  // 8: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	11, // 9: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	13, // 10: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	15, // 11: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	17, // 12: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	2,  // 13: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	4,  // 14: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	7,  // 15: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	9,  // 16: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	12, // 17: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	14, // 18: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	16, // 19: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	18, // 20: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	13, // [13:21] is the sub-list for method output_type
+	5,  // [5:13] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }
@@ -1137,7 +1377,7 @@ func file_agtp_audit_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_audit_v1_audit_proto_rawDesc), len(file_agtp_audit_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

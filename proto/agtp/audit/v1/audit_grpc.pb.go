@@ -26,6 +26,7 @@ const (
 	AuditService_ListLifecycleEvents_FullMethodName  = "/agtp.audit.v1.AuditService/ListLifecycleEvents"
 	AuditService_VerifyChain_FullMethodName          = "/agtp.audit.v1.AuditService/VerifyChain"
 	AuditService_GetSigningKeys_FullMethodName       = "/agtp.audit.v1.AuditService/GetSigningKeys"
+	AuditService_AppendSignedRecord_FullMethodName   = "/agtp.audit.v1.AuditService/AppendSignedRecord"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -50,6 +51,10 @@ type AuditServiceClient interface {
 	VerifyChain(ctx context.Context, in *VerifyChainRequest, opts ...grpc.CallOption) (*VerifyChainResponse, error)
 	// GetSigningKeys returns the public signing keys as a JWKS.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
+	// AppendSignedRecord signs a record into a named per-agent stream other
+	// than the attribution chain and the lifecycle stream (CONFIRM
+	// attestations "confirm", RCNS attempt records "rcns-attempt").
+	AppendSignedRecord(ctx context.Context, in *AppendSignedRecordRequest, opts ...grpc.CallOption) (*AppendSignedRecordResponse, error)
 }
 
 type auditServiceClient struct {
@@ -130,6 +135,16 @@ func (c *auditServiceClient) GetSigningKeys(ctx context.Context, in *GetSigningK
 	return out, nil
 }
 
+func (c *auditServiceClient) AppendSignedRecord(ctx context.Context, in *AppendSignedRecordRequest, opts ...grpc.CallOption) (*AppendSignedRecordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendSignedRecordResponse)
+	err := c.cc.Invoke(ctx, AuditService_AppendSignedRecord_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -152,6 +167,10 @@ type AuditServiceServer interface {
 	VerifyChain(context.Context, *VerifyChainRequest) (*VerifyChainResponse, error)
 	// GetSigningKeys returns the public signing keys as a JWKS.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
+	// AppendSignedRecord signs a record into a named per-agent stream other
+	// than the attribution chain and the lifecycle stream (CONFIRM
+	// attestations "confirm", RCNS attempt records "rcns-attempt").
+	AppendSignedRecord(context.Context, *AppendSignedRecordRequest) (*AppendSignedRecordResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -182,6 +201,9 @@ func (UnimplementedAuditServiceServer) VerifyChain(context.Context, *VerifyChain
 }
 func (UnimplementedAuditServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
+}
+func (UnimplementedAuditServiceServer) AppendSignedRecord(context.Context, *AppendSignedRecordRequest) (*AppendSignedRecordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendSignedRecord not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -330,6 +352,24 @@ func _AuditService_GetSigningKeys_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_AppendSignedRecord_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendSignedRecordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuditServiceServer).AppendSignedRecord(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuditService_AppendSignedRecord_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuditServiceServer).AppendSignedRecord(ctx, req.(*AppendSignedRecordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +404,10 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSigningKeys",
 			Handler:    _AuditService_GetSigningKeys_Handler,
+		},
+		{
+			MethodName: "AppendSignedRecord",
+			Handler:    _AuditService_AppendSignedRecord_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

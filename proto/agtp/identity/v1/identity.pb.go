@@ -436,13 +436,24 @@ func (x *RegisterGenesisResponse) GetAgent() *AgentRecord {
 	return nil
 }
 
-// ResolveAgentRequest names an agent by canonical ID or by label.
+// ResolveAgentRequest names an agent by canonical ID, by label or by an
+// agtp:// URI of Form 1, 1a, 3 or 4. When more than one is given they must
+// all resolve to the same canonical ID (the canonical ID wins; an alias
+// naming another agent is 401 alias-mismatch, core §6.1.12).
 type ResolveAgentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uri     string                 `protobuf:"bytes,3,opt,name=uri,proto3" json:"uri,omitempty"`
+	// When set, the Session-ID is bound to the resolved Agent-ID and
+	// client_key_fingerprint on first sight and checked on later calls
+	// (core §10.4.5; a mismatch is 401 session-binding-mismatch).
+	SessionId string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// SHA-256 of the raw Ed25519 key of the caller's verified TLS client
+	// certificate, lowercase hex; empty when none.
+	ClientKeyFingerprint string `protobuf:"bytes,5,opt,name=client_key_fingerprint,json=clientKeyFingerprint,proto3" json:"client_key_fingerprint,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ResolveAgentRequest) Reset() {
@@ -485,6 +496,27 @@ func (x *ResolveAgentRequest) GetAgentId() string {
 func (x *ResolveAgentRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *ResolveAgentRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ResolveAgentRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResolveAgentRequest) GetClientKeyFingerprint() string {
+	if x != nil {
+		return x.ClientKeyFingerprint
 	}
 	return ""
 }
@@ -1112,6 +1144,96 @@ func (x *WatchAgentsResponse) GetResync() bool {
 	return false
 }
 
+// GetNamespaceDocumentRequest asks for the namespace document.
+type GetNamespaceDocumentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNamespaceDocumentRequest) Reset() {
+	*x = GetNamespaceDocumentRequest{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNamespaceDocumentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNamespaceDocumentRequest) ProtoMessage() {}
+
+func (x *GetNamespaceDocumentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNamespaceDocumentRequest.ProtoReflect.Descriptor instead.
+func (*GetNamespaceDocumentRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{15}
+}
+
+// GetNamespaceDocumentResponse carries the signed namespace document.
+type GetNamespaceDocumentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContentType   string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	DocumentJson  []byte                 `protobuf:"bytes,2,opt,name=document_json,json=documentJson,proto3" json:"document_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNamespaceDocumentResponse) Reset() {
+	*x = GetNamespaceDocumentResponse{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNamespaceDocumentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNamespaceDocumentResponse) ProtoMessage() {}
+
+func (x *GetNamespaceDocumentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNamespaceDocumentResponse.ProtoReflect.Descriptor instead.
+func (*GetNamespaceDocumentResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetNamespaceDocumentResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *GetNamespaceDocumentResponse) GetDocumentJson() []byte {
+	if x != nil {
+		return x.DocumentJson
+	}
+	return nil
+}
+
 var File_agtp_identity_v1_identity_proto protoreflect.FileDescriptor
 
 const file_agtp_identity_v1_identity_proto_rawDesc = "" +
@@ -1146,10 +1268,14 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bactivate\x18\x03 \x01(\bR\bactivate\"N\n" +
 	"\x17RegisterGenesisResponse\x123\n" +
-	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"D\n" +
+	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"\xab\x01\n" +
 	"\x13ResolveAgentRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"K\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\x124\n" +
+	"\x16client_key_fingerprint\x18\x05 \x01(\tR\x14clientKeyFingerprint\"K\n" +
 	"\x14ResolveAgentResponse\x123\n" +
 	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"O\n" +
 	"\x1aGetIdentityDocumentRequest\x12\x19\n" +
@@ -1190,7 +1316,11 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x13WatchAgentsResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x123\n" +
 	"\x05agent\x18\x02 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\x12\x16\n" +
-	"\x06resync\x18\x03 \x01(\bR\x06resync*\x97\x01\n" +
+	"\x06resync\x18\x03 \x01(\bR\x06resync\"\x1d\n" +
+	"\x1bGetNamespaceDocumentRequest\"f\n" +
+	"\x1cGetNamespaceDocumentResponse\x12!\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
+	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson*\x97\x01\n" +
 	"\vAgentStatus\x12\x1c\n" +
 	"\x18AGENT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13AGENT_STATUS_ACTIVE\x10\x01\x12\x1a\n" +
@@ -1203,7 +1333,7 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1fLIFECYCLE_TRANSITION_DEACTIVATE\x10\x02\x12\"\n" +
 	"\x1eLIFECYCLE_TRANSITION_REINSTATE\x10\x03\x12\x1f\n" +
 	"\x1bLIFECYCLE_TRANSITION_REVOKE\x10\x04\x12\"\n" +
-	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\xd0\x05\n" +
+	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\xc7\x06\n" +
 	"\x0fIdentityService\x12f\n" +
 	"\x0fRegisterGenesis\x12(.agtp.identity.v1.RegisterGenesisRequest\x1a).agtp.identity.v1.RegisterGenesisResponse\x12]\n" +
 	"\fResolveAgent\x12%.agtp.identity.v1.ResolveAgentRequest\x1a&.agtp.identity.v1.ResolveAgentResponse\x12r\n" +
@@ -1213,7 +1343,8 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12#.agtp.identity.v1.ListAgentsRequest\x1a$.agtp.identity.v1.ListAgentsResponse\x12r\n" +
 	"\x13TransitionLifecycle\x12,.agtp.identity.v1.TransitionLifecycleRequest\x1a-.agtp.identity.v1.TransitionLifecycleResponse\x12\\\n" +
-	"\vWatchAgents\x12$.agtp.identity.v1.WatchAgentsRequest\x1a%.agtp.identity.v1.WatchAgentsResponse0\x01B=Z;github.com/agtpsuite/agtp/proto/agtp/identity/v1;identityv1b\x06proto3"
+	"\vWatchAgents\x12$.agtp.identity.v1.WatchAgentsRequest\x1a%.agtp.identity.v1.WatchAgentsResponse0\x01\x12u\n" +
+	"\x14GetNamespaceDocument\x12-.agtp.identity.v1.GetNamespaceDocumentRequest\x1a..agtp.identity.v1.GetNamespaceDocumentResponseB=Z;github.com/agtpsuite/agtp/proto/agtp/identity/v1;identityv1b\x06proto3"
 
 var (
 	file_agtp_identity_v1_identity_proto_rawDescOnce sync.Once
@@ -1228,37 +1359,39 @@ func file_agtp_identity_v1_identity_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_identity_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_agtp_identity_v1_identity_proto_goTypes = []any{
-	(AgentStatus)(0),                    // 0: agtp.identity.v1.AgentStatus
-	(LifecycleTransition)(0),            // 1: agtp.identity.v1.LifecycleTransition
-	(*AgentRecord)(nil),                 // 2: agtp.identity.v1.AgentRecord
-	(*RegisterGenesisRequest)(nil),      // 3: agtp.identity.v1.RegisterGenesisRequest
-	(*RegisterGenesisResponse)(nil),     // 4: agtp.identity.v1.RegisterGenesisResponse
-	(*ResolveAgentRequest)(nil),         // 5: agtp.identity.v1.ResolveAgentRequest
-	(*ResolveAgentResponse)(nil),        // 6: agtp.identity.v1.ResolveAgentResponse
-	(*GetIdentityDocumentRequest)(nil),  // 7: agtp.identity.v1.GetIdentityDocumentRequest
-	(*GetIdentityDocumentResponse)(nil), // 8: agtp.identity.v1.GetIdentityDocumentResponse
-	(*GetGenesisRequest)(nil),           // 9: agtp.identity.v1.GetGenesisRequest
-	(*GetGenesisResponse)(nil),          // 10: agtp.identity.v1.GetGenesisResponse
-	(*ListAgentsRequest)(nil),           // 11: agtp.identity.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),          // 12: agtp.identity.v1.ListAgentsResponse
-	(*TransitionLifecycleRequest)(nil),  // 13: agtp.identity.v1.TransitionLifecycleRequest
-	(*TransitionLifecycleResponse)(nil), // 14: agtp.identity.v1.TransitionLifecycleResponse
-	(*WatchAgentsRequest)(nil),          // 15: agtp.identity.v1.WatchAgentsRequest
-	(*WatchAgentsResponse)(nil),         // 16: agtp.identity.v1.WatchAgentsResponse
-	(*timestamppb.Timestamp)(nil),       // 17: google.protobuf.Timestamp
+	(AgentStatus)(0),                     // 0: agtp.identity.v1.AgentStatus
+	(LifecycleTransition)(0),             // 1: agtp.identity.v1.LifecycleTransition
+	(*AgentRecord)(nil),                  // 2: agtp.identity.v1.AgentRecord
+	(*RegisterGenesisRequest)(nil),       // 3: agtp.identity.v1.RegisterGenesisRequest
+	(*RegisterGenesisResponse)(nil),      // 4: agtp.identity.v1.RegisterGenesisResponse
+	(*ResolveAgentRequest)(nil),          // 5: agtp.identity.v1.ResolveAgentRequest
+	(*ResolveAgentResponse)(nil),         // 6: agtp.identity.v1.ResolveAgentResponse
+	(*GetIdentityDocumentRequest)(nil),   // 7: agtp.identity.v1.GetIdentityDocumentRequest
+	(*GetIdentityDocumentResponse)(nil),  // 8: agtp.identity.v1.GetIdentityDocumentResponse
+	(*GetGenesisRequest)(nil),            // 9: agtp.identity.v1.GetGenesisRequest
+	(*GetGenesisResponse)(nil),           // 10: agtp.identity.v1.GetGenesisResponse
+	(*ListAgentsRequest)(nil),            // 11: agtp.identity.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),           // 12: agtp.identity.v1.ListAgentsResponse
+	(*TransitionLifecycleRequest)(nil),   // 13: agtp.identity.v1.TransitionLifecycleRequest
+	(*TransitionLifecycleResponse)(nil),  // 14: agtp.identity.v1.TransitionLifecycleResponse
+	(*WatchAgentsRequest)(nil),           // 15: agtp.identity.v1.WatchAgentsRequest
+	(*WatchAgentsResponse)(nil),          // 16: agtp.identity.v1.WatchAgentsResponse
+	(*GetNamespaceDocumentRequest)(nil),  // 17: agtp.identity.v1.GetNamespaceDocumentRequest
+	(*GetNamespaceDocumentResponse)(nil), // 18: agtp.identity.v1.GetNamespaceDocumentResponse
+	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
 }
 var file_agtp_identity_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: agtp.identity.v1.AgentRecord.status:type_name -> agtp.identity.v1.AgentStatus
-	17, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
-	17, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
+	19, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agtp.identity.v1.RegisterGenesisResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 5: agtp.identity.v1.ResolveAgentResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 6: agtp.identity.v1.ListAgentsResponse.agents:type_name -> agtp.identity.v1.AgentRecord
 	1,  // 7: agtp.identity.v1.TransitionLifecycleRequest.transition:type_name -> agtp.identity.v1.LifecycleTransition
-	17, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
+	19, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 9: agtp.identity.v1.TransitionLifecycleResponse.status:type_name -> agtp.identity.v1.AgentStatus
 	0,  // 10: agtp.identity.v1.TransitionLifecycleResponse.previous_status:type_name -> agtp.identity.v1.AgentStatus
 	2,  // 11: agtp.identity.v1.TransitionLifecycleResponse.agent:type_name -> agtp.identity.v1.AgentRecord
@@ -1270,15 +1403,17 @@ var file_agtp_identity_v1_identity_proto_depIdxs = []int32{
 	11, // 17: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
 	13, // 18: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
 	15, // 19: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
-	4,  // 20: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
-	6,  // 21: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
-	8,  // 22: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
-	10, // 23: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
-	12, // 24: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
-	14, // 25: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
-	16, // 26: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
+	17, // 20: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
+	4,  // 21: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
+	6,  // 22: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
+	8,  // 23: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
+	10, // 24: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
+	12, // 25: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
+	14, // 26: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
+	16, // 27: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
+	18, // 28: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1295,7 +1430,7 @@ func file_agtp_identity_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_identity_v1_identity_proto_rawDesc), len(file_agtp_identity_v1_identity_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IdentityService_RegisterGenesis_FullMethodName     = "/agtp.identity.v1.IdentityService/RegisterGenesis"
-	IdentityService_ResolveAgent_FullMethodName        = "/agtp.identity.v1.IdentityService/ResolveAgent"
-	IdentityService_GetIdentityDocument_FullMethodName = "/agtp.identity.v1.IdentityService/GetIdentityDocument"
-	IdentityService_GetGenesis_FullMethodName          = "/agtp.identity.v1.IdentityService/GetGenesis"
-	IdentityService_ListAgents_FullMethodName          = "/agtp.identity.v1.IdentityService/ListAgents"
-	IdentityService_TransitionLifecycle_FullMethodName = "/agtp.identity.v1.IdentityService/TransitionLifecycle"
-	IdentityService_WatchAgents_FullMethodName         = "/agtp.identity.v1.IdentityService/WatchAgents"
+	IdentityService_RegisterGenesis_FullMethodName      = "/agtp.identity.v1.IdentityService/RegisterGenesis"
+	IdentityService_ResolveAgent_FullMethodName         = "/agtp.identity.v1.IdentityService/ResolveAgent"
+	IdentityService_GetIdentityDocument_FullMethodName  = "/agtp.identity.v1.IdentityService/GetIdentityDocument"
+	IdentityService_GetGenesis_FullMethodName           = "/agtp.identity.v1.IdentityService/GetGenesis"
+	IdentityService_ListAgents_FullMethodName           = "/agtp.identity.v1.IdentityService/ListAgents"
+	IdentityService_TransitionLifecycle_FullMethodName  = "/agtp.identity.v1.IdentityService/TransitionLifecycle"
+	IdentityService_WatchAgents_FullMethodName          = "/agtp.identity.v1.IdentityService/WatchAgents"
+	IdentityService_GetNamespaceDocument_FullMethodName = "/agtp.identity.v1.IdentityService/GetNamespaceDocument"
 )
 
 // IdentityServiceClient is the client API for IdentityService service.
@@ -51,6 +52,10 @@ type IdentityServiceClient interface {
 	TransitionLifecycle(ctx context.Context, in *TransitionLifecycleRequest, opts ...grpc.CallOption) (*TransitionLifecycleResponse, error)
 	// WatchAgents streams every registry change, so caches drop stale records.
 	WatchAgents(ctx context.Context, in *WatchAgentsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAgentsResponse], error)
+	// GetNamespaceDocument returns the signed Agent Namespace Document of
+	// core §6.2 (the /agents root): active agents only, regenerated after
+	// every registry change.
+	GetNamespaceDocument(ctx context.Context, in *GetNamespaceDocumentRequest, opts ...grpc.CallOption) (*GetNamespaceDocumentResponse, error)
 }
 
 type identityServiceClient struct {
@@ -140,6 +145,16 @@ func (c *identityServiceClient) WatchAgents(ctx context.Context, in *WatchAgents
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IdentityService_WatchAgentsClient = grpc.ServerStreamingClient[WatchAgentsResponse]
 
+func (c *identityServiceClient) GetNamespaceDocument(ctx context.Context, in *GetNamespaceDocumentRequest, opts ...grpc.CallOption) (*GetNamespaceDocumentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNamespaceDocumentResponse)
+	err := c.cc.Invoke(ctx, IdentityService_GetNamespaceDocument_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdentityServiceServer is the server API for IdentityService service.
 // All implementations must embed UnimplementedIdentityServiceServer
 // for forward compatibility.
@@ -163,6 +178,10 @@ type IdentityServiceServer interface {
 	TransitionLifecycle(context.Context, *TransitionLifecycleRequest) (*TransitionLifecycleResponse, error)
 	// WatchAgents streams every registry change, so caches drop stale records.
 	WatchAgents(*WatchAgentsRequest, grpc.ServerStreamingServer[WatchAgentsResponse]) error
+	// GetNamespaceDocument returns the signed Agent Namespace Document of
+	// core §6.2 (the /agents root): active agents only, regenerated after
+	// every registry change.
+	GetNamespaceDocument(context.Context, *GetNamespaceDocumentRequest) (*GetNamespaceDocumentResponse, error)
 	mustEmbedUnimplementedIdentityServiceServer()
 }
 
@@ -193,6 +212,9 @@ func (UnimplementedIdentityServiceServer) TransitionLifecycle(context.Context, *
 }
 func (UnimplementedIdentityServiceServer) WatchAgents(*WatchAgentsRequest, grpc.ServerStreamingServer[WatchAgentsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAgents not implemented")
+}
+func (UnimplementedIdentityServiceServer) GetNamespaceDocument(context.Context, *GetNamespaceDocumentRequest) (*GetNamespaceDocumentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNamespaceDocument not implemented")
 }
 func (UnimplementedIdentityServiceServer) mustEmbedUnimplementedIdentityServiceServer() {}
 func (UnimplementedIdentityServiceServer) testEmbeddedByValue()                         {}
@@ -334,6 +356,24 @@ func _IdentityService_WatchAgents_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IdentityService_WatchAgentsServer = grpc.ServerStreamingServer[WatchAgentsResponse]
 
+func _IdentityService_GetNamespaceDocument_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNamespaceDocumentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityServiceServer).GetNamespaceDocument(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityService_GetNamespaceDocument_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityServiceServer).GetNamespaceDocument(ctx, req.(*GetNamespaceDocumentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdentityService_ServiceDesc is the grpc.ServiceDesc for IdentityService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +404,10 @@ var IdentityService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransitionLifecycle",
 			Handler:    _IdentityService_TransitionLifecycle_Handler,
+		},
+		{
+			MethodName: "GetNamespaceDocument",
+			Handler:    _IdentityService_GetNamespaceDocument_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,527 @@
+// Package chain keeps auditsvc's signed streams in Redis: every agent's
+// Attribution-Record hash chain, its lifecycle stream, and any other named
+// stream of signed records, each appended to atomically across any number
+// of auditsvc replicas.
+//
+// An append signs the record against the chain head this process believes
+// is current and hands it to one Lua script that appends it only if the
+// head has not moved (appendLua). The head is cached per chain in process,
+// so an append costs one round trip; a stale cache costs one re-sign, as the
+// script returns the current head on conflict. A chain never forks (the
+// script refuses a record signed against anything but the head) and never
+// has a gap (the record, the head and the idempotent outcome change in the
+// same script).
+package chain
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Errors an append or read can return.
+var (
+	// ErrUnavailable: Redis could not be reached or answered with an
+	// error; the record may or may not have been appended.
+	ErrUnavailable = errors.New("audit store unavailable")
+	// ErrContended: the head kept moving for MaxAttempts attempts.
+	ErrContended = errors.New("chain head contended")
+	// ErrInvalid: the caller passed a bad chain, stream or payload.
+	ErrInvalid = errors.New("invalid append")
+)
+
+// Options tune a Store. Zero values take the defaults.
+type Options struct {
+	// MaxAttempts bounds compare-and-append attempts per record
+	// (default 32). Only concurrent writers on other replicas cause
+	// retries; in-process writers of one chain are serialized.
+	MaxAttempts int
+	// CacheChains bounds how many chain heads are cached in process
+	// (default 100000). An evicted head is read again on next use.
+	CacheChains int
+	// MaxBatch bounds the appends sent in one pipeline (default 128).
+	MaxBatch int
+	// Pipelines bounds the pipelines in flight at once (default 4); more
+	// concurrent appends queue and go out together in the next pipeline.
+	Pipelines int
+	// OnAppend, if set, receives every appended record after the append
+	// succeeded (the archive sink's feed). It must not block.
+	OnAppend func(attribution.Entry)
+	// Now is the clock for stored_at (default time.Now).
+	Now func() time.Time
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	if o.MaxAttempts < 0 || o.CacheChains < 0 || o.MaxBatch < 0 || o.Pipelines < 0 {
+		return errors.New("chain: negative option")
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 32
+	}
+	if o.CacheChains == 0 {
+		o.CacheChains = 100000
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 128
+	}
+	if o.Pipelines == 0 {
+		o.Pipelines = 4
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Store appends to and reads signed streams.
+type Store struct {
+	rdb    redis.UniversalClient
+	log    *slog.Logger
+	opts   Options
+	signer atomic.Pointer[attribution.Signer]
+	heads  headCache
+	batch  batcher
+	// writerID names this store in chain leases (see appendLua).
+	writerID string
+
+	conflicts    atomic.Uint64
+	indexErrors  atomic.Uint64
+	outcomeMiss  atomic.Uint64
+	unknownOutcm atomic.Uint64
+}
+
+// New returns a store. signer signs every record (attribution.NewSigner(nil)
+// for alg none).
+func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger, opts Options) (*Store, error) {
+	if rdb == nil || signer == nil {
+		return nil, errors.New("chain: nil redis client or signer")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{rdb: rdb, log: log, opts: opts.withDefaults(), writerID: rand.Text()}
+	s.signer.Store(signer)
+	s.heads.init(s.opts.CacheChains)
+	s.batch = batcher{rdb: rdb, maxBatch: s.opts.MaxBatch, maxFlushers: s.opts.Pipelines}
+	return s, nil
+}
+
+// SetSigner swaps the signing key (rotation). Records signed before the
+// swap keep verifying as long as the old public key stays in the key set.
+func (s *Store) SetSigner(sg *attribution.Signer) {
+	if sg != nil {
+		s.signer.Store(sg)
+	}
+}
+
+// Signer returns the current signer.
+func (s *Store) Signer() *attribution.Signer { return s.signer.Load() }
+
+// Stats are counters for metrics.
+type Stats struct {
+	Conflicts, IndexErrors, OutcomeTokenMismatches, UnknownOutcomes uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{s.conflicts.Load(), s.indexErrors.Load(), s.outcomeMiss.Load(), s.unknownOutcm.Load()}
+}
+
+// ChainName maps an Agent-ID to its chain name: "" (anonymous) is the
+// server's own chain.
+func ChainName(agentID string) string {
+	if agentID == "" {
+		return rediskeys.ServerChain
+	}
+	return agentID
+}
+
+// MaxChainID bounds an Agent-ID used as a chain name.
+const MaxChainID = 256
+
+// ValidChainID reports whether id can name a chain: printable, no hash-tag
+// braces or whitespace, bounded. Canonical Agent-IDs are 64 hex characters.
+func ValidChainID(id string) bool {
+	if id == "" || len(id) > MaxChainID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidStreamName reports whether name can name a signed stream.
+func ValidStreamName(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// keys returns the head and stream keys of (stream, chain).
+func keys(stream, chain string) (head, records string) {
+	switch stream {
+	case attribution.StreamAttribution:
+		return rediskeys.ChainHead(chain), rediskeys.ChainStream(chain)
+	case attribution.StreamLifecycle:
+		return rediskeys.LifecycleHead(chain), rediskeys.LifecycleStream(chain)
+	}
+	return rediskeys.SignedStreamHead(chain, stream), rediskeys.SignedStream(chain, stream)
+}
+
+// leaseMillis is how long a starving writer holds a chain (appendLua).
+const leaseMillis = 50
+
+// IdempotentOutcome is stored in its slot in the same script as the record.
+type IdempotentOutcome struct {
+	// Slot is the slot key (rediskeys.IdempotencySlot of the chain's
+	// agent); Token proves the caller's claim.
+	Slot     string
+	Token    string
+	TTL      time.Duration
+	Response []byte
+}
+
+// Appended describes an appended record.
+type Appended struct {
+	JWS             string
+	AuditID         string
+	PreviousAuditID string
+	Sequence        uint64
+	StoredAt        time.Time
+	// OutcomeStored is false when an outcome was given but its slot's
+	// token no longer matched (the claim expired or was taken over):
+	// the record is appended anyway, the outcome is not stored.
+	OutcomeStored bool
+}
+
+// Append signs p as the next record of (stream, chain) and appends it.
+// chain is a chain name (ChainName). p's PreviousAuditID must be empty;
+// it and AuditRecordVersion are set here. On ErrUnavailable the outcome is
+// unknown: the record may exist. It never exists twice or out of order.
+func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome) (Appended, error) {
+	if !ValidStreamName(stream) || !ValidChainID(chain) {
+		return Appended{}, fmt.Errorf("%w: stream %q chain %q", ErrInvalid, stream, chain)
+	}
+	if p.PreviousAuditID != "" {
+		return Appended{}, fmt.Errorf("%w: previous_audit_id is set by the store", ErrInvalid)
+	}
+	if outcome != nil {
+		if outcome.TTL <= 0 || outcome.Token == "" {
+			return Appended{}, fmt.Errorf("%w: idempotent outcome without token or TTL", ErrInvalid)
+		}
+		if !strings.HasPrefix(outcome.Slot, slotPrefix(chain)) {
+			return Appended{}, fmt.Errorf("%w: idempotency slot is not one of this chain's agent", ErrInvalid)
+		}
+	}
+	p.AuditRecordVersion = attribution.RecordVersion
+	headKey, streamKey := keys(stream, chain)
+	st := s.heads.get(stream + "\x00" + chain)
+	st.mu.Lock()
+	res, err := s.appendLocked(ctx, st, stream, chain, headKey, streamKey, p, outcome)
+	st.mu.Unlock()
+	if err == nil && s.opts.OnAppend != nil {
+		s.opts.OnAppend(attribution.Entry{Format: "jws", Stream: stream, Chain: chain, Sequence: res.Sequence,
+			AuditID: res.AuditID, JWS: res.JWS, StoredAt: res.StoredAt})
+	}
+	return res, err
+}
+
+// slotPrefix is the key prefix of every idempotency slot of chain's agent.
+func slotPrefix(chain string) string {
+	k := rediskeys.IdempotencySlot(chain, "")
+	return k[:len(k)-64]
+}
+
+func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, headKey, streamKey string,
+	p attribution.Payload, outcome *IdempotentOutcome) (Appended, error) {
+	if !st.valid {
+		if err := s.loadHead(ctx, st, headKey); err != nil {
+			return Appended{}, err
+		}
+	}
+	keysArg := []string{headKey, streamKey}
+	var tok, ttl string
+	var resp []byte
+	if outcome != nil {
+		keysArg = append(keysArg, outcome.Slot)
+		tok, ttl, resp = outcome.Token, strconv.FormatInt(outcome.TTL.Milliseconds(), 10), outcome.Response
+	}
+	signer := s.signer.Load()
+	var garbage string // index key of a record that lost the race
+	for attempt := 1; ; attempt++ {
+		p.PreviousAuditID = st.head
+		jws, id, err := signer.SignPayload(&p)
+		if err != nil {
+			return Appended{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		now := s.opts.Now()
+		seq := st.length + 1
+		claim := "0"
+		if attempt > 1 {
+			claim = "1"
+		}
+		// The index entry is written in the same round trip, ahead of the
+		// script, so an acknowledged record always has one (single node;
+		// see docs/audit.md for Cluster). An entry for a record that then
+		// loses the race points at a sequence holding another record, and
+		// Get refuses it because the hash does not match.
+		op := &appendOp{
+			ctx: ctx, garbage: garbage,
+			indexKey: rediskeys.AuditIndex(id), indexVal: indexValue(stream, seq, chain),
+			keys: keysArg,
+			args: []any{st.head, strconv.FormatUint(st.length, 10), id, jws, now.UnixMilli(), tok, ttl, resp,
+				s.writerID, claim, leaseMillis},
+		}
+		s.batch.do(op)
+		if !op.sent {
+			if garbage != "" {
+				s.rdb.Del(context.WithoutCancel(ctx), garbage)
+			}
+			return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, op.evalErr)
+		}
+		if op.evalErr != nil {
+			// The script may have run before the connection failed:
+			// forget the head and let the caller answer 503.
+			st.valid = false
+			s.unknownOutcm.Add(1)
+			return Appended{}, fmt.Errorf("%w: append: %v", ErrUnavailable, op.evalErr)
+		}
+		garbage = ""
+		if op.indexErr != nil {
+			s.indexErrors.Add(1)
+			s.log.ErrorContext(ctx, "audit index write failed; record is in its chain, rebuild the index", "audit_id", id, "chain", chain, "stream", stream, "err", op.indexErr)
+		}
+		ok, a, b, perr := parseScriptReply(op.evalVal)
+		if perr != nil {
+			st.valid = false
+			return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, perr)
+		}
+		if ok {
+			if a != strconv.FormatUint(seq, 10) {
+				st.valid = false
+				return Appended{}, fmt.Errorf("%w: script appended sequence %s, expected %d", ErrUnavailable, a, seq)
+			}
+			prev := st.head
+			st.head, st.length = id, seq
+			stored := b == "1"
+			if outcome != nil && !stored {
+				s.outcomeMiss.Add(1)
+				s.log.WarnContext(ctx, "idempotency token no longer holds the slot; outcome not stored", "chain", chain, "audit_id", id)
+			}
+			return Appended{JWS: jws, AuditID: id, PreviousAuditID: prev, Sequence: seq, StoredAt: now, OutcomeStored: stored}, nil
+		}
+		n, perr := strconv.ParseUint(b, 10, 64)
+		if perr != nil || !attribution.IsAuditID(a) {
+			st.valid = false
+			return Appended{}, fmt.Errorf("%w: bad head in conflict reply %q %q", ErrUnavailable, a, b)
+		}
+		if n >= seq {
+			// A client library that re-sent the script after a network
+			// error makes our own record look like a conflict. Re-signing
+			// would attest the response twice, so look first.
+			if done, err := s.appliedEarlier(ctx, stream, chain, seq, id, a); err != nil {
+				st.valid = false
+				return Appended{}, err
+			} else if done {
+				prev := st.head
+				st.head, st.length = a, n
+				stored := s.outcomeStored(ctx, outcome)
+				return Appended{JWS: jws, AuditID: id, PreviousAuditID: prev, Sequence: seq, StoredAt: now, OutcomeStored: stored}, nil
+			}
+		}
+		// The head moved (another replica appended): adopt it and re-sign.
+		s.conflicts.Add(1)
+		st.head, st.length, st.valid = a, n, true
+		garbage = rediskeys.AuditIndex(id)
+		if attempt >= s.opts.MaxAttempts {
+			s.rdb.Del(context.WithoutCancel(ctx), garbage)
+			return Appended{}, fmt.Errorf("%w: %d attempts on %s/%s", ErrContended, attempt, stream, chain)
+		}
+		if attempt > 2 {
+			// Two replicas hammering one chain: let one of them through.
+			t := time.NewTimer(time.Duration(mrand.Int64N(int64(attempt) * int64(100*time.Microsecond))))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				s.rdb.Del(context.WithoutCancel(ctx), garbage)
+				return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// appliedEarlier reports whether record id already sits at seq.
+func (s *Store) appliedEarlier(ctx context.Context, stream, chain string, seq uint64, id, head string) (bool, error) {
+	if head == id {
+		return true, nil
+	}
+	es, err := s.Range(ctx, stream, chain, seq, 1)
+	if err != nil {
+		return false, err
+	}
+	return len(es) == 1 && es[0].Sequence == seq && es[0].AuditID == id, nil
+}
+
+// outcomeStored reads back whether an outcome is in its slot.
+func (s *Store) outcomeStored(ctx context.Context, o *IdempotentOutcome) bool {
+	if o == nil {
+		return false
+	}
+	v, err := s.rdb.HMGet(ctx, o.Slot, rediskeys.SlotToken, rediskeys.SlotState).Result()
+	if err != nil {
+		return false
+	}
+	tok, _ := v[0].(string)
+	state, _ := v[1].(string)
+	return tok == o.Token && state == rediskeys.SlotDone
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// parseScriptReply reads {ok, a, b} from appendLua.
+func parseScriptReply(v any) (ok bool, a, b string, err error) {
+	arr, isArr := v.([]any)
+	if !isArr || len(arr) != 3 {
+		return false, "", "", fmt.Errorf("unexpected script reply %v", v)
+	}
+	flag, _ := arr[0].(int64)
+	str := func(x any) string {
+		switch x := x.(type) {
+		case string:
+			return x
+		case int64:
+			return strconv.FormatInt(x, 10)
+		}
+		return fmt.Sprint(x)
+	}
+	return flag == 1, str(arr[1]), str(arr[2]), nil
+}
+
+// loadHead reads a chain's head into st. A chain without a head hash gets
+// its head from the stream (the script does the same), so the first append
+// after a lost head hash does not need a retry.
+func (s *Store) loadHead(ctx context.Context, st *headState, headKey string) error {
+	vals, err := s.rdb.HMGet(ctx, headKey, rediskeys.HeadAuditID, rediskeys.HeadLength).Result()
+	if err != nil {
+		return fmt.Errorf("%w: read head: %v", ErrUnavailable, err)
+	}
+	head, _ := vals[0].(string)
+	ln, _ := vals[1].(string)
+	if head == "" || ln == "" {
+		// Unknown or lost head: start from the zero head; if the stream
+		// has records the script answers with its real tail.
+		st.head, st.length, st.valid = attribution.ZeroAuditID, 0, true
+		return nil
+	}
+	n, err := strconv.ParseUint(ln, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: head length %q", ErrUnavailable, ln)
+	}
+	st.head, st.length, st.valid = head, n, true
+	return nil
+}
+
+func indexValue(stream string, seq uint64, chain string) string {
+	return stream + " " + strconv.FormatUint(seq, 10) + " " + chain
+}
+
+func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool) {
+	parts := strings.SplitN(v, " ", 3)
+	if len(parts) != 3 {
+		return "", 0, "", false
+	}
+	n, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil || n == 0 {
+		return "", 0, "", false
+	}
+	return parts[0], n, parts[2], true
+}
+
+// headState is one chain's cached head. Its mutex serializes this
+// process's appends to the chain; other replicas are held off by the
+// script's compare step.
+type headState struct {
+	mu     sync.Mutex
+	valid  bool
+	head   string
+	length uint64
+}
+
+const cacheShards = 64
+
+type headCache struct {
+	seed   maphash.Seed
+	limit  int
+	shards [cacheShards]struct {
+		mu sync.Mutex
+		m  map[string]*headState
+	}
+}
+
+func (c *headCache) init(total int) {
+	c.seed = maphash.MakeSeed()
+	c.limit = max(1, total/cacheShards)
+	for i := range c.shards {
+		c.shards[i].m = map[string]*headState{}
+	}
+}
+
+func (c *headCache) get(key string) *headState {
+	sh := &c.shards[maphash.String(c.seed, key)%cacheShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st, ok := sh.m[key]; ok {
+		return st
+	}
+	if len(sh.m) >= c.limit {
+		// Evict an idle entry. Evicting one in use is safe too: two
+		// headStates for one chain are just two writers, and the script
+		// keeps them from forking it.
+		for k, st := range sh.m {
+			if st.mu.TryLock() {
+				st.mu.Unlock()
+				delete(sh.m, k)
+				break
+			}
+		}
+	}
+	st := &headState{}
+	sh.m[key] = st
+	return st
+}

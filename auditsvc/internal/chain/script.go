@@ -1,0 +1,95 @@
+package chain
+
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// appendLua is the compare-and-append step. Everything a record changes
+// happens here, in one script, on keys of one hash slot:
+//
+//	KEYS[1] head hash   KEYS[2] record stream   KEYS[3] idempotency slot (optional)
+//	ARGV[1] head the record was signed against  ARGV[2] chain length it assumed
+//	ARGV[3] new Audit-ID  ARGV[4] JWS  ARGV[5] stored-at (Unix ms)
+//	ARGV[6] slot token  ARGV[7] slot TTL (ms)  ARGV[8] stored response
+//
+// It returns {1, sequence, outcome_stored} after an append, or
+// {0, current_head, current_length} when the head moved, so the caller can
+// re-sign without another round trip.
+//
+//	ARGV[9] writer ID  ARGV[10] "1" to claim the lease on conflict
+//	ARGV[11] lease length (ms)
+//
+// The lease keeps a replica from starving: a writer whose cached head is
+// fresh (it just appended) wins every race against a writer that must
+// re-sign after a conflict. A writer that lost twice in a row claims a
+// short lease in the head hash; while it holds it, only it may append, and
+// its next append (after one re-sign) releases it. The lease is a fairness
+// device only: the compare step alone keeps the chain from forking, and an
+// abandoned lease expires after ARGV[11] ms (Redis clock).
+//
+// The stream is the source of truth and the head hash a cache of its tail:
+// if the head hash is missing (never written, or deleted by an operator),
+// the head is read from the stream's last entry, so a lost head can never
+// restart a chain at ZeroAuditID (a fork). Stream entry IDs are
+// "<sequence>-0", so XADD itself refuses any sequence that does not grow.
+const appendLua = `
+local cur = redis.call('HMGET', KEYS[1], '@HEAD@', '@LEN@', 'lease', 'lease_until')
+local head, len = cur[1], cur[2]
+if not head or not len then
+  head, len = '@ZERO@', '0'
+  local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+  if #last > 0 then
+    local id, f = last[1][1], last[1][2]
+    len = string.match(id, '^(%d+)-')
+    for i = 1, #f, 2 do
+      if f[i] == 'audit_id' then head = f[i + 1] end
+    end
+  end
+end
+local now
+local function millis()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+local leased = cur[3] and cur[3] ~= ARGV[9] and tonumber(cur[4] or '0') > millis()
+if leased or head ~= ARGV[1] or len ~= ARGV[2] then
+  if ARGV[10] == '1' and not leased then
+    redis.call('HSET', KEYS[1], 'lease', ARGV[9], 'lease_until', millis() + tonumber(ARGV[11]))
+  end
+  return {0, head, len}
+end
+local seq = string.format('%d', tonumber(len) + 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'audit_id', ARGV[3], 'jws', ARGV[4], 'stored_at', ARGV[5])
+redis.call('HSET', KEYS[1], '@HEAD@', ARGV[3], '@LEN@', seq)
+if cur[3] then
+  redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+end
+local stored = 0
+if KEYS[3] then
+  local tok = redis.call('HGET', KEYS[3], '@TOKEN@')
+  if tok and tok == ARGV[6] then
+    redis.call('HSET', KEYS[3], '@STATE@', '@DONE@', '@RESPONSE@', ARGV[8])
+    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+    stored = 1
+  end
+end
+return {1, seq, stored}
+`
+
+var appendScript = redis.NewScript(strings.NewReplacer(
+	"@HEAD@", rediskeys.HeadAuditID,
+	"@LEN@", rediskeys.HeadLength,
+	"@ZERO@", attribution.ZeroAuditID,
+	"@TOKEN@", rediskeys.SlotToken,
+	"@STATE@", rediskeys.SlotState,
+	"@DONE@", rediskeys.SlotDone,
+	"@RESPONSE@", rediskeys.SlotResponse,
+).Replace(appendLua))

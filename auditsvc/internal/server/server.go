@@ -1,0 +1,525 @@
+// Package server implements auditv1.AuditServiceServer: it signs
+// Attribution-Records, lifecycle events and other signed records into their
+// per-agent streams (internal/chain) and answers the reads behind INSPECT.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
+	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Options configure the server. Zero values take the defaults.
+type Options struct {
+	// ServerID is written as server_id when a caller's claims omit it.
+	ServerID string
+	// Keys sign new records (the active key) and verify stored ones (all
+	// keys). Nil, or no active key, signs with alg none: development only.
+	Keys *attribution.KeySet
+	// MaxClaimsBytes bounds claims_json (default 64 KiB).
+	MaxClaimsBytes int
+	// MaxOutcomeBytes bounds an idempotent outcome's stored response
+	// (default 2 MiB).
+	MaxOutcomeBytes int
+	// MaxOutcomeTTL bounds an idempotent outcome's TTL (default 7 days).
+	MaxOutcomeTTL time.Duration
+	// LifecycleDefaultLimit and LifecycleMaxLimit are the page sizes of
+	// ListLifecycleEvents (defaults 50 and 500; larger limits are capped).
+	LifecycleDefaultLimit int
+	LifecycleMaxLimit     int
+	// VerifyPageSize is how many records VerifyChain reads per round trip
+	// (default 1000).
+	VerifyPageSize int
+	// Chain tunes the chain store.
+	Chain chain.Options
+	// Archive turns on the JSONL archive sink when Archive.Dir is set.
+	Archive archive.Options
+}
+
+// Validate reports every problem at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.MaxClaimsBytes < 0 || o.MaxOutcomeBytes < 0 || o.MaxOutcomeTTL < 0 || o.LifecycleDefaultLimit < 0 ||
+		o.LifecycleMaxLimit < 0 || o.VerifyPageSize < 0 {
+		errs = append(errs, errors.New("server: negative option"))
+	}
+	if o.LifecycleDefaultLimit > 0 && o.LifecycleMaxLimit > 0 && o.LifecycleDefaultLimit > o.LifecycleMaxLimit {
+		errs = append(errs, errors.New("server: LifecycleDefaultLimit exceeds LifecycleMaxLimit"))
+	}
+	if err := o.Chain.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Chain.OnAppend != nil {
+		errs = append(errs, errors.New("server: Chain.OnAppend is set by the server (use Archive)"))
+	}
+	if err := o.Archive.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxClaimsBytes == 0 {
+		o.MaxClaimsBytes = 64 << 10
+	}
+	if o.MaxOutcomeBytes == 0 {
+		o.MaxOutcomeBytes = 2 << 20
+	}
+	if o.MaxOutcomeTTL == 0 {
+		o.MaxOutcomeTTL = 7 * 24 * time.Hour
+	}
+	if o.LifecycleDefaultLimit == 0 {
+		o.LifecycleDefaultLimit = 50
+	}
+	if o.LifecycleMaxLimit == 0 {
+		o.LifecycleMaxLimit = 500
+	}
+	if o.VerifyPageSize == 0 {
+		o.VerifyPageSize = 1000
+	}
+	return o
+}
+
+// Server implements auditv1.AuditServiceServer.
+type Server struct {
+	auditv1.UnimplementedAuditServiceServer
+
+	opts  Options
+	log   *slog.Logger
+	store *chain.Store
+	sink  *archive.Sink
+	keys  atomic.Pointer[attribution.KeySet]
+	now   func() time.Time
+}
+
+var _ auditv1.AuditServiceServer = (*Server)(nil)
+
+// New builds the server. rdb holds the chains (see docs/audit.md for the
+// persistence settings it needs).
+func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, error) {
+	if rdb == nil {
+		return nil, errors.New("server: nil redis client")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, log: log, now: time.Now}
+	ks := opts.Keys
+	if ks == nil {
+		ks, _ = attribution.NewKeySet(nil)
+	}
+	if ks.ActiveKID() == "" {
+		log.Warn("no Attribution-Record signing key configured: records are signed with alg none and are not authoritative (core §10.4.9)")
+	}
+	s.keys.Store(ks)
+	copts := opts.Chain
+	if opts.Archive.Enabled() {
+		sink, err := archive.New(opts.Archive, log)
+		if err != nil {
+			return nil, err
+		}
+		s.sink = sink
+		copts.OnAppend = sink.Offer
+	}
+	store, err := chain.New(rdb, ks.Signer(), log, copts)
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	return s, nil
+}
+
+// Run checks the Redis persistence settings (logging what could lose
+// records) and runs background work (the archive sink) until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	for _, w := range s.store.DurabilityWarnings(ctx) {
+		s.log.WarnContext(ctx, "audit store durability: "+w)
+	}
+	if s.sink == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.sink.Run(ctx)
+}
+
+// SetKeys rotates keys at run time: new records are signed with the new
+// active key; stored records verify against every key in ks, so ks must
+// keep the earlier public keys.
+func (s *Server) SetKeys(ks *attribution.KeySet) {
+	if ks == nil {
+		return
+	}
+	s.keys.Store(ks)
+	s.store.SetSigner(ks.Signer())
+}
+
+// Store exposes the chain store to recovery tools (index rebuild, scans).
+func (s *Server) Store() *chain.Store { return s.store }
+
+// JWKSHandler serves the public signing keys (RFC 7517) over HTTP(S), for
+// relying parties that verify Attribution-Records.
+func (s *Server) JWKSHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := s.keys.Load().JWKS()
+		if err != nil {
+			http.Error(w, "internal error", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		_, _ = w.Write(body)
+	})
+}
+
+// storeErr maps a chain store error to a status error.
+func storeErr(ctx context.Context, err error, notFoundReason, notFoundText string) error {
+	if cerr := grpcerr.FromContext(ctx.Err()); cerr != nil {
+		return cerr
+	}
+	switch {
+	case errors.Is(err, chain.ErrNotFound):
+		return grpcerr.NotFound(notFoundReason, notFoundText)
+	case errors.Is(err, chain.ErrInvalid):
+		return grpcerr.InvalidArgument("audit-record-invalid", err.Error())
+	case errors.Is(err, chain.ErrContended), errors.Is(err, chain.ErrUnavailable):
+		// The front door fails closed on this for state-changing methods.
+		return grpcerr.Unavailable("audit-unavailable", "the audit store could not record the response")
+	}
+	return grpcerr.Internal(err)
+}
+
+// chainOf maps a request's Agent-ID to a chain name; the server chain is
+// named by "" or by its own name.
+func chainOf(agentID string) (string, error) {
+	c := chain.ChainName(agentID)
+	if !chain.ValidChainID(c) {
+		return "", grpcerr.InvalidArgument("agent-id-invalid", "agent_id is not a valid Agent-ID")
+	}
+	return c, nil
+}
+
+// requireAgent is chainOf for reads, where the agent must be named.
+func requireAgent(agentID string) (string, error) {
+	if agentID == "" {
+		return "", grpcerr.InvalidArgument("agent-id-required", "agent_id is required")
+	}
+	return chainOf(agentID)
+}
+
+// claims decodes and checks the caller's payload members and fills the
+// members the service owns.
+func (s *Server) claims(raw []byte) (attribution.Payload, error) {
+	var p attribution.Payload
+	if len(raw) > s.opts.MaxClaimsBytes {
+		return p, grpcerr.InvalidArgument("audit-claims-too-large", fmt.Sprintf("claims_json exceeds %d bytes", s.opts.MaxClaimsBytes))
+	}
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return p, grpcerr.InvalidArgument("audit-claims-invalid", "claims_json is not a JSON object with valid members: "+err.Error())
+	}
+	if p.PreviousAuditID != "" {
+		return p, grpcerr.InvalidArgument("audit-previous-id-set", "previous_audit_id is set by the audit service")
+	}
+	if p.AuditRecordVersion != "" && p.AuditRecordVersion != attribution.RecordVersion {
+		return p, grpcerr.InvalidArgument("audit-record-version-unsupported", "audit_record_version must be \"1\"")
+	}
+	for _, h := range []struct{ name, v string }{{"request_hash", p.RequestHash}, {"result_hash", p.ResultHash}} {
+		if h.v != "" && !attribution.IsAuditID(h.v) {
+			return p, grpcerr.InvalidArgument("audit-claims-invalid", h.name+" must be 64 lowercase hex characters")
+		}
+	}
+	if p.Timestamp == "" {
+		p.Timestamp = s.now().UTC().Format(time.RFC3339Nano)
+	} else if _, err := time.Parse(time.RFC3339Nano, p.Timestamp); err != nil {
+		return p, grpcerr.InvalidArgument("audit-claims-invalid", "timestamp must be RFC 3339")
+	}
+	if p.ServerID == "" {
+		p.ServerID = s.opts.ServerID
+	}
+	for k := range p.Extra {
+		if attribution.IsSecretMember(k) {
+			// Core §8.6: no credential goes into a signed, replayable record.
+			delete(p.Extra, k)
+			s.log.Warn("credential-like member removed from an audit record", "member", k)
+		}
+	}
+	return p, nil
+}
+
+// SignAndAppend signs an Attribution-Record and appends it to its chain,
+// storing the idempotent outcome in the same atomic step.
+func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
+	c, err := chainOf(req.GetChainAgentId())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.claims(req.GetClaimsJson())
+	if err != nil {
+		return nil, err
+	}
+	if p.Status < 100 || p.Status > 999 {
+		return nil, grpcerr.InvalidArgument("audit-claims-invalid", "status must be a three-digit AGTP status code")
+	}
+	if c != rediskeys.ServerChain {
+		// An agent's chain holds only its own records. Unauthenticated
+		// traffic goes to the server chain, whatever Agent-ID it claimed.
+		if p.AgentID == "" {
+			p.AgentID = c
+		} else if p.AgentID != c {
+			return nil, grpcerr.InvalidArgument("audit-chain-agent-mismatch", "agent_id differs from chain_agent_id")
+		}
+	}
+	var outcome *chain.IdempotentOutcome
+	if o := req.GetIdempotentOutcome(); o != nil {
+		ttl := time.Duration(o.GetTtlSeconds()) * time.Second
+		switch {
+		case o.GetSlot() == "" || o.GetToken() == "":
+			return nil, grpcerr.InvalidArgument("idempotent-outcome-invalid", "idempotent_outcome needs slot and token")
+		case o.GetTtlSeconds() <= 0 || ttl > s.opts.MaxOutcomeTTL:
+			return nil, grpcerr.InvalidArgument("idempotent-outcome-invalid", fmt.Sprintf("ttl_seconds must be in 1..%d", int64(s.opts.MaxOutcomeTTL/time.Second)))
+		case len(o.GetResponse()) > s.opts.MaxOutcomeBytes:
+			return nil, grpcerr.InvalidArgument("idempotent-outcome-too-large", fmt.Sprintf("response exceeds %d bytes", s.opts.MaxOutcomeBytes))
+		}
+		outcome = &chain.IdempotentOutcome{Slot: o.GetSlot(), Token: o.GetToken(), TTL: ttl, Response: o.GetResponse()}
+	}
+	a, err := s.store.Append(ctx, attribution.StreamAttribution, c, p, outcome)
+	if err != nil {
+		return nil, s.appendErr(ctx, err, c)
+	}
+	return &auditv1.SignAndAppendResponse{AttributionRecord: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
+		Sequence: a.Sequence, OutcomeStored: a.OutcomeStored}, nil
+}
+
+func (s *Server) appendErr(ctx context.Context, err error, c string) error {
+	if !errors.Is(err, chain.ErrInvalid) {
+		s.log.ErrorContext(ctx, "audit append failed", "chain", c, "err", err)
+	}
+	return storeErr(ctx, err, "audit-record-not-found", "no such record")
+}
+
+// AppendLifecycleEvent signs a lifecycle event into the agent's lifecycle
+// stream (hash-linked like the attribution chain).
+func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLifecycleEventRequest) (*auditv1.AppendLifecycleEventResponse, error) {
+	c, err := requireAgent(req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	et := req.GetEventType()
+	if !validEventType(et) {
+		return nil, grpcerr.InvalidArgument("event-type-invalid", "event_type must be a lowercase token of at most 64 characters")
+	}
+	p, err := s.claims(req.GetClaimsJson())
+	if err != nil {
+		return nil, err
+	}
+	if p.EventType != "" && p.EventType != et {
+		return nil, grpcerr.InvalidArgument("event-type-invalid", "claims event_type differs from event_type")
+	}
+	if p.AgentID != "" && p.AgentID != c {
+		return nil, grpcerr.InvalidArgument("audit-chain-agent-mismatch", "claims agent_id differs from agent_id")
+	}
+	p.EventType, p.AgentID = et, c
+	a, err := s.store.Append(ctx, attribution.StreamLifecycle, c, p, nil)
+	if err != nil {
+		return nil, s.appendErr(ctx, err, c)
+	}
+	return &auditv1.AppendLifecycleEventResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID, Sequence: a.Sequence}, nil
+}
+
+// AppendSignedRecord signs a record into a named per-agent stream.
+func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSignedRecordRequest) (*auditv1.AppendSignedRecordResponse, error) {
+	c, err := chainOf(req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetStream()
+	if !chain.ValidStreamName(name) || name == attribution.StreamAttribution || name == attribution.StreamLifecycle {
+		return nil, grpcerr.InvalidArgument("stream-invalid", "stream must be a lowercase token naming a signed-record stream (not attribution or lifecycle)")
+	}
+	p, err := s.claims(req.GetClaimsJson())
+	if err != nil {
+		return nil, err
+	}
+	if c != rediskeys.ServerChain && p.AgentID == "" {
+		p.AgentID = c
+	}
+	a, err := s.store.Append(ctx, name, c, p, nil)
+	if err != nil {
+		return nil, s.appendErr(ctx, err, c)
+	}
+	return &auditv1.AppendSignedRecordResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID, Sequence: a.Sequence}, nil
+}
+
+func validEventType(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// externalChain is the chain_agent_id callers see: "" for the server chain.
+func externalChain(c string) string {
+	if c == rediskeys.ServerChain {
+		return ""
+	}
+	return c
+}
+
+// GetRecord returns a stored record by Audit-ID (INSPECT target=audit).
+func (s *Server) GetRecord(ctx context.Context, req *auditv1.GetRecordRequest) (*auditv1.GetRecordResponse, error) {
+	id := req.GetAuditId()
+	if !attribution.IsAuditID(id) {
+		return nil, grpcerr.InvalidArgument("audit-id-invalid", "audit_id must be 64 lowercase hex characters")
+	}
+	e, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, storeErr(ctx, err, "audit-record-not-found", "no audit record has this Audit-ID")
+	}
+	rec, err := attribution.Parse(e.JWS)
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("stored record %s does not parse: %w", id, err))
+	}
+	return &auditv1.GetRecordResponse{Record: &auditv1.Record{
+		AuditId: e.AuditID, Jws: e.JWS, PayloadJson: rec.RawPayload, ChainAgentId: externalChain(e.Chain),
+		Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt), Stream: e.Stream,
+	}}, nil
+}
+
+// GetChainHead returns an agent's newest Audit-ID (INSPECT target=chain_head).
+func (s *Server) GetChainHead(ctx context.Context, req *auditv1.GetChainHeadRequest) (*auditv1.GetChainHeadResponse, error) {
+	c, err := requireAgent(req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	head, n, err := s.store.Head(ctx, attribution.StreamAttribution, c)
+	if err != nil {
+		return nil, storeErr(ctx, err, "chain-not-found", "no audit chain for this agent")
+	}
+	return &auditv1.GetChainHeadResponse{AuditId: head, Length: n}, nil
+}
+
+// ListLifecycleEvents returns an agent's lifecycle stream newest first, a
+// page at a time (INSPECT target=lifecycle).
+func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifecycleEventsRequest) (*auditv1.ListLifecycleEventsResponse, error) {
+	c, err := requireAgent(req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	switch {
+	case limit < 0:
+		return nil, grpcerr.InvalidArgument("limit-invalid", "limit must not be negative")
+	case limit == 0:
+		limit = s.opts.LifecycleDefaultLimit
+	case limit > s.opts.LifecycleMaxLimit:
+		limit = s.opts.LifecycleMaxLimit
+	}
+	var before uint64
+	if t := req.GetPageToken(); t != "" {
+		n, err := strconv.ParseUint(t, 10, 64)
+		if err != nil || n == 0 {
+			return nil, grpcerr.InvalidArgument("page-token-invalid", "page_token is not one this service issued")
+		}
+		before = n
+	}
+	es, err := s.store.RangeNewest(ctx, attribution.StreamLifecycle, c, before, int64(limit))
+	if err != nil {
+		return nil, storeErr(ctx, err, "lifecycle-not-found", "no lifecycle stream for this agent")
+	}
+	out := &auditv1.ListLifecycleEventsResponse{Events: make([]*auditv1.LifecycleEvent, 0, len(es))}
+	for _, e := range es {
+		rec, err := attribution.Parse(e.JWS)
+		if err != nil {
+			return nil, grpcerr.Internal(fmt.Errorf("stored lifecycle event %s does not parse: %w", e.AuditID, err))
+		}
+		out.Events = append(out.Events, &auditv1.LifecycleEvent{
+			AuditId: e.AuditID, Format: "jws", Envelope: e.JWS, EventType: rec.Payload.EventType,
+			PayloadJson: rec.RawPayload, Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt),
+		})
+	}
+	if len(es) == limit && es[len(es)-1].Sequence > 1 {
+		out.NextPageToken = strconv.FormatUint(es[len(es)-1].Sequence, 10)
+	}
+	return out, nil
+}
+
+// VerifyChain checks a stored chain: every sequence, Audit-ID, link and
+// signature, and the head. alg none records pass only while the server
+// itself has no signing key.
+func (s *Server) VerifyChain(ctx context.Context, req *auditv1.VerifyChainRequest) (*auditv1.VerifyChainResponse, error) {
+	c, err := requireAgent(req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	stream := req.GetStream()
+	if stream == "" {
+		stream = attribution.StreamAttribution
+	}
+	if !chain.ValidStreamName(stream) {
+		return nil, grpcerr.InvalidArgument("stream-invalid", "stream must be a lowercase token")
+	}
+	ks := s.keys.Load()
+	opts := attribution.ChainOptions{VerifyOptions: attribution.VerifyOptions{Keys: ks}}
+	if ks.ActiveKID() == "" {
+		opts.Algorithms = []string{attribution.AlgEdDSA, attribution.AlgNone}
+	}
+	if c != rediskeys.ServerChain && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
+		opts.AgentID = c
+	}
+	v, err := s.store.Verify(ctx, stream, c, opts, int64(s.opts.VerifyPageSize))
+	if err != nil {
+		return nil, storeErr(ctx, err, "chain-not-found", "no such chain")
+	}
+	resp := &auditv1.VerifyChainResponse{Valid: v.Valid, Length: v.Length}
+	if b := v.Break; b != nil {
+		resp.FirstInvalidAuditId = b.AuditID
+		resp.Problem = b.Problem
+		if b.Err != nil {
+			resp.Problem += ": " + b.Err.Error()
+		}
+		s.log.ErrorContext(ctx, "audit chain verification failed", "stream", stream, "chain", c, "index", b.Index, "problem", resp.Problem)
+	}
+	return resp, nil
+}
+
+// GetSigningKeys returns the JWKS of every current and earlier signing key.
+func (s *Server) GetSigningKeys(context.Context, *auditv1.GetSigningKeysRequest) (*auditv1.GetSigningKeysResponse, error) {
+	b, err := s.keys.Load().JWKS()
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	return &auditv1.GetSigningKeysResponse{JwksJson: b}, nil
+}

@@ -1,0 +1,155 @@
+// Package store keeps the catalog service's shared state in Redis: the
+// endpoints registered through the admin API (a hash at
+// rediskeys.Endpoints, one field per "METHOD /path"), the change channel
+// (rediskeys.CatalogEvents) and the manifest version counter
+// (rediskeys.CatalogVersion).
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// MaxEndpoints bounds the runtime endpoints one catalog holds.
+const MaxEndpoints = 10000
+
+// Redis is the Redis-backed store.
+type Redis struct {
+	rdb redis.UniversalClient
+}
+
+// NewRedis wraps a client.
+func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+
+// Endpoints returns every runtime entry, tombstones included.
+func (s *Redis) Endpoints(ctx context.Context) ([]registry.Runtime, error) {
+	m, err := s.rdb.HGetAll(ctx, rediskeys.Endpoints).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: read endpoints: %w", err)
+	}
+	if len(m) > MaxEndpoints {
+		return nil, fmt.Errorf("store: %d runtime endpoints, more than %d", len(m), MaxEndpoints)
+	}
+	out := make([]registry.Runtime, 0, len(m))
+	for k, v := range m {
+		var r registry.Runtime
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("store: endpoint %q: %w", k, err)
+		}
+		r.Key = k
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Count returns the number of runtime entries.
+func (s *Redis) Count(ctx context.Context) (int64, error) {
+	return s.rdb.HLen(ctx, rediskeys.Endpoints).Result()
+}
+
+// Put stores an entry (a definition or a tombstone) and tells the other
+// replicas.
+func (s *Redis) Put(ctx context.Context, r registry.Runtime) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, rediskeys.Endpoints, r.Key, b).Err(); err != nil {
+		return fmt.Errorf("store: write endpoint: %w", err)
+	}
+	return s.publish(ctx, r.Key)
+}
+
+// Remove forgets an entry and tells the other replicas.
+func (s *Redis) Remove(ctx context.Context, key string) error {
+	if err := s.rdb.HDel(ctx, rediskeys.Endpoints, key).Err(); err != nil {
+		return fmt.Errorf("store: delete endpoint: %w", err)
+	}
+	return s.publish(ctx, key)
+}
+
+func (s *Redis) publish(ctx context.Context, key string) error {
+	if err := s.rdb.Publish(ctx, rediskeys.CatalogEvents, key).Err(); err != nil {
+		return fmt.Errorf("store: publish: %w", err)
+	}
+	return nil
+}
+
+// Subscribe returns the change channel's subscription.
+func (s *Redis) Subscribe(ctx context.Context) *redis.PubSub {
+	return s.rdb.Subscribe(ctx, rediskeys.CatalogEvents)
+}
+
+// versionScript bumps the counter only when the content hash changed, so
+// replicas that build the same configuration get the same version and
+// timestamps, and the counter never decreases or repeats.
+var versionScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], 'hash')
+if cur ~= ARGV[1] then
+  redis.call('HINCRBY', KEYS[1], 'counter', 1)
+  redis.call('HSET', KEYS[1], 'hash', ARGV[1], 'updated', ARGV[2])
+  redis.call('HSETNX', KEYS[1], 'issued', ARGV[2])
+end
+return redis.call('HMGET', KEYS[1], 'counter', 'updated', 'issued')
+`)
+
+// Version returns the version of a configuration's content hash.
+func (s *Redis) Version(ctx context.Context, hash string, now time.Time) (registry.Version, error) {
+	res, err := versionScript.Run(ctx, s.rdb, []string{rediskeys.CatalogVersion}, hash, now.UTC().Format(time.RFC3339Nano)).Slice()
+	if err != nil {
+		return registry.Version{}, fmt.Errorf("store: version: %w", err)
+	}
+	if len(res) != 3 {
+		return registry.Version{}, errors.New("store: version: bad reply")
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	n, err := strconv.ParseUint(str(res[0]), 10, 64)
+	if err != nil {
+		return registry.Version{}, fmt.Errorf("store: version counter: %w", err)
+	}
+	up, err1 := time.Parse(time.RFC3339Nano, str(res[1]))
+	is, err2 := time.Parse(time.RFC3339Nano, str(res[2]))
+	if err := errors.Join(err1, err2); err != nil {
+		return registry.Version{}, fmt.Errorf("store: version times: %w", err)
+	}
+	return registry.Version{Counter: n, Updated: up, Issued: is}, nil
+}
+
+// Memory is the version counter of a catalog service without Redis. It is
+// seeded from the clock so that a restart does not reuse a version, which
+// is as far as a process without shared storage can go.
+type Memory struct {
+	mu      sync.Mutex
+	counter uint64
+	hash    string
+	updated time.Time
+	issued  time.Time
+}
+
+// NewMemory starts a counter at the current Unix time.
+func NewMemory(now time.Time) *Memory { return &Memory{counter: uint64(now.Unix())} }
+
+// Version bumps the counter when the hash changed.
+func (m *Memory) Version(_ context.Context, hash string, now time.Time) (registry.Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hash != hash {
+		m.counter++
+		m.hash = hash
+		m.updated = now
+		if m.issued.IsZero() {
+			m.issued = now
+		}
+	}
+	return registry.Version{Counter: m.counter, Updated: m.updated, Issued: m.issued}, nil
+}

@@ -1,0 +1,77 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+// TestVersionCounter: the counter moves only when the content changes,
+// never decreases, and two replicas asking for one hash agree
+// (digest-companions §5 item 18).
+func TestVersionCounter(t *testing.T) {
+	rs := testkit.StartRedis(t)
+	a, b := NewRedis(rs.Client(t)), NewRedis(rs.Client(t))
+	ctx := testkit.Context(t)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	v1, err := a.Version(ctx, "h1", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1b, err := b.Version(ctx, "h1", t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1 != v1b {
+		t.Fatalf("replicas disagree: %+v %+v", v1, v1b)
+	}
+	v2, _ := b.Version(ctx, "h2", t0.Add(time.Hour))
+	v3, _ := a.Version(ctx, "h1", t0.Add(2*time.Hour))
+	if !(v2.Counter > v1.Counter && v3.Counter > v2.Counter) {
+		t.Fatalf("counter not strictly increasing across changes: %d %d %d", v1.Counter, v2.Counter, v3.Counter)
+	}
+	if !v3.Issued.Equal(t0) || !v3.Updated.Equal(t0.Add(2*time.Hour)) {
+		t.Fatalf("times %+v", v3)
+	}
+
+	m := NewMemory(t0)
+	m1, _ := m.Version(ctx, "x", t0)
+	m2, _ := m.Version(ctx, "x", t0.Add(time.Second))
+	m3, _ := m.Version(ctx, "y", t0.Add(time.Second))
+	if m1 != m2 || m3.Counter != m1.Counter+1 || m1.Counter <= uint64(t0.Unix()) {
+		t.Fatalf("memory counter %+v %+v %+v", m1, m2, m3)
+	}
+}
+
+func TestEndpointsRoundTrip(t *testing.T) {
+	rs := testkit.StartRedis(t)
+	s := NewRedis(rs.Client(t))
+	ctx := testkit.Context(t)
+	ps := s.Subscribe(ctx)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // subscription confirmation
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, registry.Runtime{Key: "QUERY /x", Definition: []byte(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	msg := <-ps.Channel()
+	if msg.Payload != "QUERY /x" {
+		t.Fatalf("event %q", msg.Payload)
+	}
+	if err := s.Put(ctx, registry.Runtime{Key: "CANCEL /y", Deleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := s.Endpoints(ctx)
+	if err != nil || len(rt) != 2 {
+		t.Fatalf("%v %v", rt, err)
+	}
+	if err := s.Remove(ctx, "QUERY /x"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Count(ctx); n != 1 {
+		t.Fatalf("count %d", n)
+	}
+}

@@ -1,0 +1,259 @@
+// Package e2e runs the suite the way it is deployed: every service as its
+// own process, talking mTLS gRPC on loopback, with a real redis-server.
+// The harness here is shared by the conformance tests and the load
+// benchmark.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+// BinDirEnv names a directory holding prebuilt service binaries (make test
+// sets it); without it the harness builds them once per test binary.
+const BinDirEnv = "AGTP_BIN_DIR"
+
+// Proc is one service process.
+type Proc struct {
+	Name     string
+	GRPCAddr string
+	HTTPAddr string
+	// AGTPAddr and HTTPSAddr are the front door's public listeners.
+	AGTPAddr  string
+	HTTPSAddr string
+	Env      []string
+	cmd      *exec.Cmd
+	logs     *syncBuffer
+	exited   chan struct{}
+}
+
+// Logs is what the process wrote so far.
+func (p *Proc) Logs() string { return p.logs.String() }
+
+// Cluster is a running suite of processes.
+type Cluster struct {
+	Redis *testkit.Redis
+	PKI   devpki.Layout
+	Procs map[string]*Proc
+	// Admin is the operator's mTLS material, for calls into the services.
+	Admin *kit.MTLS
+	tel   *kit.Telemetry
+	bin   string
+}
+
+// Options tune a cluster.
+type Options struct {
+	// Env is added to every process's environment.
+	Env []string
+	// Services limits which services start; nil starts all six.
+	Services []string
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+func binaries(tb testing.TB) string {
+	tb.Helper()
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		return dir
+	}
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "agtp-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		args := []string{"build", "-o", buildDir + string(os.PathSeparator)}
+		for _, s := range devpki.ServiceNames {
+			args = append(args, "github.com/agtpsuite/agtp/"+s+"/cmd/"+s)
+		}
+		out, err := exec.Command("go", args...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+// Start launches the suite's processes against a fresh redis-server and
+// waits until every one reports SERVING over mTLS.
+func Start(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	c := &Cluster{Redis: testkit.StartRedis(tb), PKI: testkit.PKI(tb), Procs: map[string]*Proc{}, bin: binaries(tb)}
+	var err error
+	if c.Admin, err = kit.LoadMTLS(c.PKI.CA(), c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin)); err != nil {
+		tb.Fatal(err)
+	}
+	if c.tel, err = kit.NewTelemetry(context.Background(), "e2e", kit.TelemetryConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	names := opts.Services
+	if names == nil {
+		names = devpki.ServiceNames
+	}
+	var peers []string
+	for _, n := range names {
+		p := &Proc{Name: n, GRPCAddr: addr(tb), HTTPAddr: addr(tb)}
+		c.Procs[n] = p
+		peers = append(peers, n+"="+p.GRPCAddr)
+	}
+	for _, n := range names {
+		p := c.Procs[n]
+		p.Env = append(os.Environ(),
+			"GRPC_ADDR="+p.GRPCAddr,
+			"HTTP_ADDR="+p.HTTPAddr,
+			"AGTP_CA_FILE="+c.PKI.CA(),
+			"AGTP_CERT_FILE="+c.PKI.Cert(n),
+			"AGTP_KEY_FILE="+c.PKI.Key(n),
+			"AGTP_SIGNING_KEY_FILE="+c.PKI.SigningKey(),
+			"REDIS_URL="+c.Redis.URL(),
+			"AGTP_PEERS="+strings.Join(peers, ","),
+			"LOG_LEVEL=info",
+		)
+		if n == "frontdoor" {
+			p.AGTPAddr, p.HTTPSAddr = addr(tb), addr(tb)
+			p.Env = append(p.Env,
+				"AGTP_ADDR="+p.AGTPAddr,
+				"HTTPS_ADDR="+p.HTTPSAddr,
+				"HTTP_ADDR=",
+				"AGTP_SERVER_CERT_FILE="+c.PKI.Cert(devpki.AGTPServer),
+				"AGTP_SERVER_KEY_FILE="+c.PKI.Key(devpki.AGTPServer),
+			)
+		}
+		if n == "catalogsvc" {
+			p.Env = append(p.Env, "AGTP_DEMO=true")
+		}
+		p.Env = append(p.Env, opts.Env...)
+		c.start(tb, p)
+	}
+	for _, n := range names {
+		c.WaitServing(tb, n, 20*time.Second)
+	}
+	return c
+}
+
+func addr(tb testing.TB) string {
+	return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(tb))
+}
+
+func (c *Cluster) start(tb testing.TB, p *Proc) {
+	tb.Helper()
+	p.logs = &syncBuffer{}
+	p.cmd = exec.Command(filepath.Join(c.bin, p.Name))
+	p.cmd.Env = p.Env
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", p.Name, err)
+	}
+	p.exited = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	tb.Cleanup(func() {
+		c.Stop(p.Name, syscall.SIGKILL)
+		if tb.Failed() {
+			tb.Logf("--- %s logs ---\n%s", p.Name, p.Logs())
+		}
+	})
+}
+
+// Restart starts a stopped process again with the same configuration.
+func (c *Cluster) Restart(tb testing.TB, name string) {
+	tb.Helper()
+	c.start(tb, c.Procs[name])
+	c.WaitServing(tb, name, 20*time.Second)
+}
+
+// Stop signals a process and waits for it to exit; it returns the exit
+// code (-1 when killed by a signal).
+func (c *Cluster) Stop(name string, sig syscall.Signal) int {
+	p := c.Procs[name]
+	if p.cmd == nil || p.cmd.Process == nil {
+		return -1
+	}
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(sig)
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Dial connects to a service with the operator's certificate.
+func (c *Cluster) Dial(tb testing.TB, name string) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := kit.DialService(c.Procs[name].GRPCAddr, name, c.Admin, c.tel)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// WaitServing waits until the service's health reports SERVING.
+func (c *Cluster) WaitServing(tb testing.TB, name string, timeout time.Duration) {
+	tb.Helper()
+	conn := c.Dial(tb, name)
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.Procs[name].exited:
+			tb.Fatalf("%s exited during start-up:\n%s", name, c.Procs[name].Logs())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	tb.Fatalf("%s not SERVING after %v (last error: %v)\n%s", name, timeout, last, c.Procs[name].Logs())
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

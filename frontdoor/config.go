@@ -1,0 +1,145 @@
+package frontdoor
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// Config is the front door's configuration.
+type Config struct {
+	kit.Common
+	// AGTPAddr is where AGTP is served: TLS over TCP and, when QUIC is on,
+	// QUIC over UDP on the same port.
+	AGTPAddr string
+	// QUIC turns on the QUIC listener.
+	QUIC bool
+	// HTTPSAddr serves /.well-known/agtp, the JWKS, health and the
+	// authenticated REST gateway; empty disables it.
+	HTTPSAddr string
+	// ServerCertFile and ServerKeyFile are the AGTP server certificate,
+	// re-read when they change.
+	ServerCertFile string
+	ServerKeyFile  string
+	// ClientCAFile verifies optional client certificates (AGTP-CERT,
+	// lifecycle genesis_issuer, INSPECT ACLs); empty means the suite CA.
+	ClientCAFile string
+	// ServerID is stamped on every response.
+	ServerID string
+	// OwnerID is the principal accountable for this server.
+	OwnerID string
+	// Domain is the organisation domain published in /.well-known/agtp.
+	Domain string
+	// Limits bound what a peer can send.
+	Limits agtp.Limits
+	// IdleTimeout closes idle connections; HeaderTimeout bounds the time
+	// to receive a request's header section.
+	IdleTimeout   time.Duration
+	HeaderTimeout time.Duration
+	// MaxConnections and MaxInFlight bound concurrency.
+	MaxConnections int
+	MaxInFlight    int
+	// RequestTimeout bounds the pipeline of one request.
+	RequestTimeout time.Duration
+	// InspectACL is public, agent_only or operator_only.
+	InspectACL string
+	// OperatorFingerprints are client-key fingerprints with operator rights.
+	OperatorFingerprints []string
+	// Demo registers the demo domain's handlers.
+	Demo bool
+}
+
+// DefaultConfig returns the defaults used by make run.
+func DefaultConfig() Config {
+	return Config{
+		Common:         kit.DefaultCommon("frontdoor", "127.0.0.1:7100", ""),
+		AGTPAddr:       "127.0.0.1:4480",
+		QUIC:           true,
+		HTTPSAddr:      "127.0.0.1:4443",
+		ServerID:       "agtp.localhost",
+		OwnerID:        "operator@localhost",
+		Domain:         "localhost",
+		Limits:         agtp.DefaultLimits(),
+		IdleTimeout:    agtp.DefaultIdleTimeout,
+		HeaderTimeout:  10 * time.Second,
+		MaxConnections: 20000,
+		MaxInFlight:    4096,
+		RequestTimeout: 15 * time.Second,
+		InspectACL:     "public",
+		Demo:           true,
+	}
+}
+
+// BindFlags registers the front door's flags.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	c.Common.BindFlags(fs)
+	fs.StringVar(&c.AGTPAddr, "agtp-addr", c.AGTPAddr, "AGTP listen address, TCP and UDP (env AGTP_ADDR)")
+	fs.BoolVar(&c.QUIC, "quic", c.QUIC, "serve AGTP over QUIC too")
+	fs.StringVar(&c.HTTPSAddr, "https-addr", c.HTTPSAddr, "HTTPS listen address for .well-known, JWKS, health and REST (env HTTPS_ADDR)")
+	fs.StringVar(&c.ServerCertFile, "server-cert", c.ServerCertFile, "AGTP server certificate, PEM (env AGTP_SERVER_CERT_FILE)")
+	fs.StringVar(&c.ServerKeyFile, "server-key", c.ServerKeyFile, "AGTP server key, PEM (env AGTP_SERVER_KEY_FILE)")
+	fs.StringVar(&c.ClientCAFile, "client-ca", c.ClientCAFile, "CA for optional AGTP client certificates (default: the suite CA)")
+	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
+	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server")
+	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers")
+}
+
+// ApplyEnv reads the front door's environment.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	if err := c.Common.ApplyEnv(lookup); err != nil {
+		return err
+	}
+	for key, dst := range map[string]*string{
+		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
+		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
+	} {
+		if v, ok := lookup(key); ok && v != "" {
+			*dst = v
+		}
+	}
+	if v, ok := lookup("AGTP_OPERATOR_FINGERPRINTS"); ok && v != "" {
+		c.OperatorFingerprints = strings.Split(v, ",")
+	}
+	return nil
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if c.AGTPAddr == "" {
+		errs = append(errs, errors.New("agtp address is empty"))
+	}
+	if c.ServerCertFile == "" || c.ServerKeyFile == "" {
+		errs = append(errs, errors.New("the AGTP server certificate and key are required (AGTP_SERVER_CERT_FILE, AGTP_SERVER_KEY_FILE)"))
+	}
+	if c.ServerID == "" {
+		errs = append(errs, errors.New("server id is empty"))
+	}
+	switch c.InspectACL {
+	case "public", "agent_only", "operator_only":
+	default:
+		errs = append(errs, fmt.Errorf("inspect acl %q is not public, agent_only or operator_only", c.InspectACL))
+	}
+	for _, p := range []string{"catalogsvc", "identitysvc", "policysvc", "auditsvc"} {
+		if _, err := c.Peer(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.IdleTimeout <= 0 || c.HeaderTimeout <= 0 || c.RequestTimeout <= 0 {
+		errs = append(errs, errors.New("timeouts must be positive"))
+	}
+	if c.MaxConnections <= 0 || c.MaxInFlight <= 0 {
+		errs = append(errs, errors.New("connection and in-flight limits must be positive"))
+	}
+	return errors.Join(errs...)
+}

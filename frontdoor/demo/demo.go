@@ -1,0 +1,197 @@
+// Package demo is the handlers of the demo domain that `make run` loads
+// (the endpoint definitions are in catalogsvc/demo): a small order desk,
+// a document summarizer and a report runner. It doubles as an example of
+// writing registered_function handlers with package handler.
+//
+// State is kept in memory in the front door process, which is enough for
+// a demo; real handlers keep their state in their own systems.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode"
+
+	"github.com/agtpsuite/agtp/frontdoor/handler"
+)
+
+// Line is one order line.
+type Line struct {
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+}
+
+// Order is an order of the demo desk.
+type Order struct {
+	OrderID     string `json:"order_id"`
+	Status      string `json:"status"`
+	CustomerRef string `json:"customer_ref,omitempty"`
+	Lines       []Line `json:"lines"`
+	CreatedBy   string `json:"created_by,omitempty"`
+}
+
+// stock is what the demo desk can sell; other SKUs are out_of_stock.
+var stock = map[string]int{"widget": 1000, "gadget": 250, "gizmo": 10}
+
+type desk struct {
+	mu     sync.Mutex
+	orders map[string]*Order
+	seq    atomic.Uint64
+}
+
+// Register binds the demo functions on reg.
+func Register(reg *handler.Registry) {
+	d := &desk{orders: map[string]*Order{}}
+	d.orders["ord-1001"] = &Order{OrderID: "ord-1001", Status: "shipped", Lines: []Line{{SKU: "widget", Quantity: 3}}}
+	d.orders["ord-1002"] = &Order{OrderID: "ord-1002", Status: "open", Lines: []Line{{SKU: "gadget", Quantity: 1}}}
+	reg.Register("demo.orders.create", handler.Typed(d.create))
+	reg.Register("demo.orders.get", handler.Typed(d.get))
+	reg.Register("demo.orders.list", handler.Typed(d.list))
+	reg.Register("demo.orders.cancel", handler.Typed(d.cancel))
+	reg.Register("demo.documents.summarize", handler.Typed(summarize))
+	reg.Register("demo.reports.run", handler.Typed(runReport))
+}
+
+type createInput struct {
+	CustomerRef string `json:"customer_ref"`
+	Lines       []Line `json:"lines"`
+}
+
+func (d *desk) create(_ context.Context, call *handler.Call, in createInput) (*Order, error) {
+	for _, l := range in.Lines {
+		if l.Quantity > stock[l.SKU] {
+			return nil, handler.Errorf("out_of_stock", "only %d of %q in stock", stock[l.SKU], l.SKU)
+		}
+	}
+	o := &Order{
+		OrderID:     fmt.Sprintf("ord-%d", 2000+d.seq.Add(1)),
+		Status:      "open",
+		CustomerRef: in.CustomerRef,
+		Lines:       in.Lines,
+		CreatedBy:   call.Caller.AgentID,
+	}
+	d.mu.Lock()
+	d.orders[o.OrderID] = o
+	d.mu.Unlock()
+	return o, nil
+}
+
+type orderRef struct {
+	OrderID string `json:"order_id"`
+	Reason  string `json:"reason"`
+}
+
+func (d *desk) get(_ context.Context, _ *handler.Call, in orderRef) (*Order, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.orders[in.OrderID]
+	if !ok {
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	}
+	c := *o
+	return &c, nil
+}
+
+type listInput struct {
+	Status string `json:"status"`
+	Limit  int    `json:"limit"`
+}
+
+func (d *desk) list(_ context.Context, _ *handler.Call, in listInput) (map[string][]Order, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []Order{}
+	for _, o := range d.orders {
+		if in.Status == "" || o.Status == in.Status {
+			out = append(out, *o)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OrderID < out[j].OrderID })
+	if in.Limit > 0 && len(out) > in.Limit {
+		out = out[:in.Limit]
+	}
+	return map[string][]Order{"orders": out}, nil
+}
+
+func (d *desk) cancel(_ context.Context, _ *handler.Call, in orderRef) (*Order, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.orders[in.OrderID]
+	switch {
+	case !ok:
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	case o.Status == "shipped":
+		return nil, handler.Errorf("order_already_shipped", "order %s has shipped and can no longer be cancelled", in.OrderID)
+	}
+	o.Status = "cancelled"
+	c := *o
+	return &c, nil
+}
+
+type summarizeInput struct {
+	Text         string `json:"text"`
+	MaxSentences int    `json:"max_sentences"`
+}
+
+type summary struct {
+	Summary   string `json:"summary"`
+	Sentences int    `json:"sentences"`
+}
+
+// summarize keeps the leading sentences: a stand-in for a model call that
+// is deterministic, so replays and tests can compare results.
+func summarize(_ context.Context, _ *handler.Call, in summarizeInput) (summary, error) {
+	limit := in.MaxSentences
+	if limit <= 0 {
+		limit = 2
+	}
+	var sentences []string
+	start := 0
+	for i, r := range in.Text {
+		if r == '.' || r == '!' || r == '?' {
+			if s := strings.TrimSpace(in.Text[start : i+1]); s != "" {
+				sentences = append(sentences, s)
+			}
+			start = i + 1
+		}
+	}
+	if rest := strings.TrimFunc(in.Text[start:], unicode.IsSpace); rest != "" {
+		sentences = append(sentences, rest)
+	}
+	if len(sentences) > limit {
+		sentences = sentences[:limit]
+	}
+	return summary{Summary: strings.Join(sentences, " "), Sentences: len(sentences)}, nil
+}
+
+type reportInput struct {
+	ReportID string `json:"report_id"`
+	Period   string `json:"period"`
+}
+
+type report struct {
+	ReportID string           `json:"report_id"`
+	Period   string           `json:"period"`
+	Rows     []map[string]any `json:"rows"`
+}
+
+var reports = map[string][]map[string]any{
+	"sales-by-sku": {{"sku": "widget", "units": 120}, {"sku": "gadget", "units": 42}, {"sku": "gizmo", "units": 7}},
+	"open-orders":  {{"status": "open", "count": 1}},
+}
+
+func runReport(_ context.Context, _ *handler.Call, in reportInput) (report, error) {
+	rows, ok := reports[in.ReportID]
+	if !ok {
+		return report{}, &handler.Error{Name: "report_not_found", Message: "no report " + in.ReportID}
+	}
+	period := in.Period
+	if period == "" {
+		period = "week"
+	}
+	return report{ReportID: in.ReportID, Period: period, Rows: rows}, nil
+}

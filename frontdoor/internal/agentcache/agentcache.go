@@ -1,0 +1,151 @@
+// Package agentcache keeps the front door's cache of agent records. Entries
+// are dropped when identitysvc's WatchAgents reports a change, so a revoked
+// or suspended agent is refused within moments, and a lookup that misses
+// costs one ResolveAgent call.
+package agentcache
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+)
+
+// Cache maps Agent-IDs to records. A nil record is a cached "not
+// registered"; negative entries expire after NegativeTTL so a freshly
+// registered agent is found without waiting for a watch event.
+type Cache struct {
+	client      identityv1.IdentityServiceClient
+	log         *slog.Logger
+	NegativeTTL time.Duration
+	// MaxEntries bounds memory; the cache is cleared when it is reached,
+	// which only costs re-lookups.
+	MaxEntries int
+
+	mu      sync.RWMutex
+	entries map[string]entry
+	group   singleflight.Group
+	// watching is true while the watch stream is connected; without it,
+	// entries cannot be trusted to be fresh and are kept only briefly.
+	watching bool
+}
+
+type entry struct {
+	rec     *identityv1.AgentRecord
+	expires time.Time
+}
+
+// New returns an empty cache.
+func New(client identityv1.IdentityServiceClient, log *slog.Logger) *Cache {
+	return &Cache{client: client, log: log, NegativeTTL: 2 * time.Second, MaxEntries: 100_000, entries: map[string]entry{}}
+}
+
+// Lookup returns the record of agentID, or nil when it is not registered.
+func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRecord, error) {
+	now := time.Now()
+	c.mu.RLock()
+	e, ok := c.entries[agentID]
+	c.mu.RUnlock()
+	if ok && (e.expires.IsZero() || now.Before(e.expires)) {
+		return e.rec, nil
+	}
+	v, err, _ := c.group.Do(agentID, func() (any, error) {
+		resp, err := c.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: agentID})
+		if status.Code(err) == codes.NotFound {
+			c.put(agentID, nil, time.Now().Add(c.NegativeTTL))
+			return (*identityv1.AgentRecord)(nil), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.put(agentID, resp.GetAgent(), c.positiveExpiry())
+		return resp.GetAgent(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*identityv1.AgentRecord), nil
+}
+
+func (c *Cache) positiveExpiry() time.Time {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.watching {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Second)
+}
+
+func (c *Cache) put(id string, rec *identityv1.AgentRecord, expires time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.MaxEntries {
+		c.entries = map[string]entry{}
+	}
+	c.entries[id] = entry{rec: rec, expires: expires}
+}
+
+// Drop forgets one agent.
+func (c *Cache) Drop(id string) {
+	c.mu.Lock()
+	delete(c.entries, id)
+	c.mu.Unlock()
+	c.group.Forget(id)
+}
+
+func (c *Cache) reset(watching bool) {
+	c.mu.Lock()
+	c.entries = map[string]entry{}
+	c.watching = watching
+	c.mu.Unlock()
+}
+
+// Watch follows identitysvc's WatchAgents until ctx is done. Every event
+// replaces or drops the agent's entry; a resync or a broken stream clears
+// the whole cache.
+func (c *Cache) Watch(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		stream, err := c.client.WatchAgents(ctx, &identityv1.WatchAgentsRequest{})
+		if err == nil {
+			c.reset(true)
+			for {
+				ev, rerr := stream.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				backoff = 100 * time.Millisecond
+				switch {
+				case ev.GetResync():
+					c.reset(true)
+				case ev.GetAgent() != nil:
+					c.put(ev.GetAgentId(), ev.GetAgent(), time.Time{})
+					c.group.Forget(ev.GetAgentId())
+				default:
+					c.Drop(ev.GetAgentId())
+				}
+			}
+		}
+		c.reset(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !errors.Is(err, context.Canceled) {
+			c.log.Warn("agent watch interrupted; cache cleared, reconnecting", "error", err, "backoff", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

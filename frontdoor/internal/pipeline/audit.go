@@ -1,0 +1,76 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+)
+
+// appendAudit has auditsvc sign the response's Attribution-Record and
+// append it to the caller's chain (the server's chain for anonymous
+// traffic), storing the idempotent outcome in the same atomic step.
+func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, err error) {
+	payload := attribution.Payload{
+		ServerID:           p.opts.ServerID,
+		Timestamp:          time.Now().UTC().Format(time.RFC3339Nano),
+		RequestHash:        requestHash(x.req),
+		Status:             resp.Status,
+		Method:             x.req.Method,
+		AgentID:            x.agentID,
+		OwnerID:            x.caller.GetOwnerId(),
+		SessionID:          x.req.Header.Get(agtp.HeaderSessionID),
+		TaskID:             x.req.Header.Get(agtp.HeaderTaskID),
+		RequestID:          x.req.Header.Get(agtp.HeaderRequestID),
+		ResponseID:         responseID,
+		ResultHash:         sha256Hex(resp.Body),
+		AuditRecordVersion: "1",
+		SynthesisID:        x.synthesisID,
+		ContractHash:       x.contractHash,
+		NegotiationOrigin:  x.negotiationOrigin,
+	}
+	if x.matched && x.decision.RequestedMethod != x.decision.Method {
+		payload.Method = x.decision.Method
+		payload.RequestedMethod = x.decision.RequestedMethod
+	}
+	if x.authz != nil {
+		payload.ActingPrincipalID = x.authz.GetActingPrincipalId()
+	}
+	claims, err := json.Marshal(payload)
+	if err != nil {
+		return "", "", fmt.Errorf("encode attribution payload: %w", err)
+	}
+	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, ClaimsJson: claims}
+	if stored != nil && x.claim != nil {
+		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
+			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,
+		}
+	}
+	// The record must be stored even when the client's deadline has
+	// passed: the work it attributes has happened.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
+	defer cancel()
+	out, err := p.Audit.SignAndAppend(ctx, in)
+	if err != nil {
+		return "", "", fmt.Errorf("sign and append: %w", err)
+	}
+	return out.GetAttributionRecord(), out.GetAuditId(), nil
+}
+
+// releaseClaim gives up an idempotency claim whose request produced no
+// cacheable outcome, so a retry runs again.
+func (p *Pipeline) releaseClaim(x *exchange) {
+	if x.claim == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 2*time.Second)
+	defer cancel()
+	if _, err := p.Policy.ReleaseIdempotency(ctx, &policyv1.ReleaseIdempotencyRequest{Claim: x.claim}); err != nil {
+		p.Log.WarnContext(ctx, "idempotency claim not released; it expires with its lease", "error", err)
+	}
+}

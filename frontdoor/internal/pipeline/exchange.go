@@ -1,0 +1,242 @@
+package pipeline
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// exchange is one request's state as it moves through the pipeline.
+type exchange struct {
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+	conn  *transport.ConnInfo
+	req   *agtp.Request
+
+	state    *catalogstate.State
+	decision route.Decision
+	matched  bool
+
+	// caller is the record of the Agent-ID header's agent; nil when
+	// anonymous.
+	caller  *identityv1.AgentRecord
+	agentID string
+	// target is the agent a request addresses (DESCRIBE /agents/x), for
+	// the trust headers.
+	target *identityv1.AgentRecord
+
+	authz *policyv1.AuthorizeResponse
+	claim *policyv1.IdempotencyClaim
+	// replayed is set when the response is an idempotent replay.
+	replayed bool
+
+	// audit payload extras set by handlers.
+	synthesisID       string
+	contractHash      string
+	negotiationOrigin string
+
+	// rejection is the reason token of an error response, for metrics.
+	rejection string
+}
+
+// headerCarrier adapts an AGTP header to the propagation API, so a W3C
+// traceparent on an AGTP request continues the caller's trace.
+type headerCarrier struct{ h *agtp.Header }
+
+func (c headerCarrier) Get(key string) string { return c.h.Get(key) }
+func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(*c.h))
+	for _, f := range *c.h {
+		keys = append(keys, f.Name)
+	}
+	return keys
+}
+
+var _ propagation.TextMapCarrier = headerCarrier{}
+
+func (p *Pipeline) begin(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request) *exchange {
+	ctx = kit.Propagator.Extract(ctx, headerCarrier{&req.Header})
+	ctx, span := p.Tracer.Start(ctx, "AGTP "+req.Method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("agtp.method", req.Method),
+			attribute.String("agtp.transport", conn.Transport),
+		))
+	if sid := req.Header.Get(agtp.HeaderSessionID); sid != "" {
+		span.SetAttributes(attribute.String("agtp.session_id", sid))
+	}
+	return &exchange{ctx: ctx, span: span, start: time.Now(), conn: conn, req: req}
+}
+
+func (x *exchange) end() { x.span.End() }
+
+// fail builds an error response; extra members go into the body.
+func (x *exchange) fail(status int, reason, explanation string, extra map[string]any) *agtp.Response {
+	x.rejection = reason
+	body := agtp.ErrorBody{Status: status, Reason: reason, Explanation: explanation, TaskID: x.req.Header.Get(agtp.HeaderTaskID), Extra: extra}
+	resp, err := body.Response()
+	if err != nil {
+		return agtp.NewErrorResponse(agtp.StatusServerError, "internal", "error body could not be encoded")
+	}
+	return resp
+}
+
+// finish stamps the response, stores the idempotent outcome and the
+// Attribution-Record, and records telemetry.
+func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
+	p.stampStable(x, resp)
+
+	// The stored idempotent outcome is the response before per-response
+	// identifiers are added, so a replay differs only in those.
+	var stored []byte
+	if x.claim != nil && cacheable(resp.Status) {
+		stored = encodeStored(resp)
+	}
+
+	responseID := newResponseID()
+	resp.Header.Set(agtp.HeaderResponseID, responseID)
+	jws, auditID, err := p.appendAudit(x, resp, responseID, stored)
+	if err != nil {
+		p.releaseClaim(x)
+		p.Log.ErrorContext(x.ctx, "attribution record not stored; refusing to answer without it", "error", err, "method", x.req.Method)
+		resp = x.fail(agtp.StatusUnavailable, "audit-unavailable",
+			"the attribution record for this response could not be stored; nothing was committed on your behalf that lacks a record, retry later", nil)
+		p.stampStable(x, resp)
+		resp.Header.Set(agtp.HeaderResponseID, responseID)
+	} else {
+		if x.claim != nil && stored == nil {
+			p.releaseClaim(x)
+		}
+		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
+		resp.Header.Set(agtp.HeaderAuditID, auditID)
+	}
+
+	x.span.SetAttributes(attribute.Int("agtp.status", resp.Status))
+	if x.matched && x.decision.Endpoint != nil {
+		x.span.SetAttributes(attribute.String("agtp.path_template", x.decision.Endpoint.Proto.GetPath()))
+	}
+	if resp.Status >= 500 {
+		x.span.SetStatus(codes.Error, x.rejection)
+	}
+	p.metrics.record(x, resp.Status)
+	return resp
+}
+
+// stampStable sets the response fields that a replay reproduces.
+func (p *Pipeline) stampStable(x *exchange, resp *agtp.Response) {
+	h := &resp.Header
+	h.Set(agtp.HeaderServerID, p.opts.ServerID)
+	for _, name := range [...]string{agtp.HeaderAgentID, agtp.HeaderTaskID, agtp.HeaderRequestID} {
+		if v, ok := x.req.Header.Lookup(name); ok {
+			h.Set(name, v)
+		}
+	}
+	if p.opts.OwnerID != "" {
+		h.Set(agtp.HeaderOwnerID, p.opts.OwnerID)
+	}
+	if x.target != nil {
+		stampTrust(h, x.target)
+	}
+	if x.state != nil {
+		if x.conn.Requests == 0 {
+			h.Set(agtp.HeaderSupportedMethods, x.state.SupportedMethods)
+		}
+		if v := x.state.Snapshot.GetApiVersion(); v != "" {
+			h.Set(agtp.HeaderAPIVersion, v)
+		}
+	}
+	if x.decision.CatalogWarning != "" {
+		h.Set(agtp.HeaderCatalogWarning, x.decision.CatalogWarning)
+	}
+	if x.decision.EndpointWarning != "" {
+		h.Set(agtp.HeaderEndpointWarning, x.decision.EndpointWarning)
+	}
+	if x.synthesisID != "" && x.negotiationOrigin == "rcns-gate" {
+		h.Set(agtp.HeaderContractSynthesized, x.synthesisID)
+	}
+}
+
+// cacheable says whether an outcome is stored for idempotent replay:
+// successes and deterministic client errors (DECISIONS.md), not rate
+// limits, conflicts of the moment or server failures.
+func cacheable(status int) bool {
+	switch {
+	case status >= 500:
+		return false
+	case status == agtp.StatusRateLimited, status == agtp.StatusConflict, status == agtp.StatusUnauthorized:
+		return false
+	}
+	return true
+}
+
+// encodeStored serializes a response for the idempotency store.
+func encodeStored(resp *agtp.Response) []byte {
+	var buf bytes.Buffer
+	bw := bufio.NewWriter(&buf)
+	if err := resp.Write(bw); err != nil {
+		return nil
+	}
+	_ = bw.Flush()
+	return buf.Bytes()
+}
+
+// decodeStored parses a stored response.
+func decodeStored(b []byte) (*agtp.Response, error) {
+	return agtp.ReadResponse(bufio.NewReader(bytes.NewReader(b)), agtp.Limits{MaxBody: 64 << 20})
+}
+
+func newResponseID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// requestHash is the SHA-256 of the request as re-serialized in wire form
+// (request line, header fields in received order, body). The parser does
+// not keep the raw bytes, and a deterministic re-serialization lets anyone
+// holding the parsed request recompute the hash.
+func requestHash(req *agtp.Request) string {
+	h := sha256.New()
+	bw := bufio.NewWriterSize(h, 4096)
+	_ = req.Write(bw)
+	_ = bw.Flush()
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func stampTrust(h *agtp.Header, rec *identityv1.AgentRecord) {
+	if t := rec.GetTrustTier(); t >= 1 && t <= 3 {
+		h.Set(agtp.HeaderTrustTier, strconv.Itoa(int(t)))
+		if vp := rec.GetVerificationPath(); vp != "" {
+			h.Set(agtp.HeaderVerificationPath, vp)
+		}
+		if t == 2 && rec.GetTrustWarning() != "" {
+			h.Set(agtp.HeaderTrustWarning, rec.GetTrustWarning())
+		}
+	}
+}

@@ -1,0 +1,298 @@
+package pipeline
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+)
+
+// builtinPrefix names the registered functions of the protocol-native
+// (Tier A) endpoints, which the front door implements itself.
+const builtinPrefix = "agtp.builtin."
+
+// kindRegisteredFunction is the handler binding the front door runs
+// in-process.
+const kindRegisteredFunction = "registered_function"
+
+// run is the decision order of digest-api §7 after the wire checks the
+// transport made.
+func (p *Pipeline) run(x *exchange) *agtp.Response {
+	x.state = p.Catalog.Current()
+	if x.state == nil {
+		return x.fail(agtp.StatusUnavailable, "catalog-unavailable", "the front door has not received the method catalog yet; retry shortly", nil)
+	}
+	if _, ok := x.req.Header.Lookup(agtp.HeaderDelegationChain); ok && !p.opts.DelegationEnabled {
+		return x.fail(agtp.StatusNotImplemented, "delegation-unsupported",
+			"this server does not support Delegation-Chain (core §5.5.3); send the request without it", nil)
+	}
+
+	// Structure: 459, 460, 405, 404 or a match, from the local snapshot.
+	x.state.Table.DecideInto(&x.decision, x.req.Method, x.req.Path)
+	if x.decision.Outcome != route.Matched {
+		if x.decision.Outcome == route.NotFound && strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true") {
+			return p.rcnsGate(x)
+		}
+		return p.structuralFailure(x)
+	}
+	x.matched = true
+	ep := x.decision.Endpoint.Proto
+
+	// Identity: the caller named by Agent-ID (core §5.5.3, §6.5.1).
+	if resp := p.identify(x, ep.GetAnonymous()); resp != nil {
+		return resp
+	}
+
+	// Input: parameters from body, query and path, validated before any
+	// policy state (idempotency claims, rate-limit spend) is touched.
+	input, resp := p.input(x)
+	if resp != nil {
+		return resp
+	}
+
+	// Policy: one round trip for scopes, rate limits, idempotency and
+	// credentials.
+	if resp := p.authorize(x, input); resp != nil {
+		return resp
+	}
+	if x.replayed {
+		return p.replay(x)
+	}
+
+	return p.dispatch(x, input)
+}
+
+func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
+	d := &x.decision
+	extra := map[string]any{}
+	switch d.Outcome {
+	case route.MethodViolation:
+		extra["method"] = d.RequestedMethod
+		extra["catalog_version"] = d.CatalogVersion
+	case route.EndpointViolation:
+		extra["segment"] = d.Segment
+		extra["path"] = x.req.Path
+	case route.MethodNotAllowed:
+		extra["method"] = d.Method
+		extra["path"] = d.Path
+		extra["allowed_methods_for_path"] = d.AllowedMethods
+		extra["redirects_for_path"] = d.Redirects
+	case route.NotFound:
+		extra["path"] = d.Path
+	}
+	return x.fail(d.Status(), d.Reason, d.Explanation(), extra)
+}
+
+// identify resolves the caller. A malformed, unknown or non-active
+// Agent-ID is refused even on anonymous endpoints: a caller that names
+// itself must be who it says.
+func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
+	id, present := x.req.Header.Lookup(agtp.HeaderAgentID)
+	if !present {
+		if anonymousOK {
+			return nil
+		}
+		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+			"this endpoint is not anonymous: send Agent-ID with your canonical Agent-ID", nil)
+	}
+	if !isAgentID(id) {
+		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+			"Agent-ID must be a canonical Agent-ID: 64 lowercase hexadecimal characters", nil)
+	}
+	rec, err := p.Agents.Lookup(x.ctx, id)
+	if err != nil {
+		return p.dependencyFailure(x, "identitysvc", err)
+	}
+	d := callerpolicy.Caller(rec)
+	if !d.Allowed {
+		return x.fail(d.Status, d.Reason, d.Explanation, d.Fields())
+	}
+	x.caller, x.agentID = rec, id
+	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
+		claimed, err := agtp.ParseScopes(raw)
+		if err != nil {
+			var pe *agtp.ProtocolError
+			if errors.As(err, &pe) {
+				return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, pe.Explanation, nil)
+			}
+			return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, err.Error(), nil)
+		}
+		if d := callerpolicy.ClaimedScopes(rec, claimed); !d.Allowed {
+			return x.fail(d.Status, d.Reason, d.Explanation, nil)
+		}
+	}
+	return nil
+}
+
+func isAgentID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// authorize asks policysvc for the decision.
+func (p *Pipeline) authorize(x *exchange, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	in := &policyv1.AuthorizeRequest{
+		AgentId:                x.agentID,
+		AgentScopes:            x.caller.GetScopes(),
+		Method:                 x.decision.Method,
+		PathTemplate:           ep.GetPath(),
+		RequiredScopes:         ep.GetRequiredScopes(),
+		EndpointIdempotent:     ep.GetIsIdempotent(),
+		IdempotencyKeyRequired: ep.GetIdempotencyKeyRequired(),
+		ClientIp:               clientIP(x.conn),
+		Principal:              x.caller.GetOwner(),
+	}
+	in.AuthorityScope, in.AuthorityScopePresent = x.req.Header.Lookup(agtp.HeaderAuthorityScope)
+	if key, ok := x.req.Header.Lookup(agtp.HeaderIdempotencyKey); ok && x.agentID != "" {
+		in.IdempotencyKey = key
+		in.RequestFingerprint = fingerprint(x.decision.Method, x.req.Path, input)
+	}
+	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
+	out, err := p.Policy.Authorize(x.ctx, in)
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	x.authz = out
+	switch out.GetDecision() {
+	case policyv1.Decision_DECISION_ALLOW:
+		x.claim = out.GetClaim()
+		return nil
+	case policyv1.Decision_DECISION_REPLAY:
+		x.replayed = true
+		return nil
+	case policyv1.Decision_DECISION_DENY:
+		d := out.GetDenial()
+		extra := map[string]any{}
+		for k, v := range d.GetDetails() {
+			extra[k] = v
+		}
+		if d.GetRetryAfterSeconds() > 0 {
+			extra["retry_after_seconds"] = d.GetRetryAfterSeconds()
+		}
+		return x.fail(int(d.GetStatus()), d.GetReason(), d.GetExplanation(), extra)
+	}
+	return x.fail(agtp.StatusServerError, "internal", "policy returned no decision", nil)
+}
+
+// replay answers with the stored outcome of an earlier identical request.
+func (p *Pipeline) replay(x *exchange) *agtp.Response {
+	resp, err := decodeStored(x.authz.GetReplayResponse())
+	if err != nil {
+		p.Log.ErrorContext(x.ctx, "stored idempotent response does not parse", "error", err)
+		return x.fail(agtp.StatusServerError, "internal", "the stored response for this Idempotency-Key is unreadable", nil)
+	}
+	// Per-response identifiers are set afresh by finish.
+	for _, name := range [...]string{agtp.HeaderResponseID, agtp.HeaderAttributionRecord, agtp.HeaderAuditID, agtp.HeaderSupportedMethods} {
+		resp.Header.Del(name)
+	}
+	resp.Header.Set(agtp.HeaderIdempotentReplayed, "true")
+	return resp
+}
+
+// dispatch runs the endpoint's handler.
+func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	switch ep.GetHandlerKind() {
+	case kindRegisteredFunction, "":
+		if strings.HasPrefix(ep.GetHandlerName(), builtinPrefix) {
+			return p.builtin(x, input)
+		}
+		f, ok := p.Handlers.Lookup(ep.GetHandlerName())
+		if !ok {
+			p.Log.ErrorContext(x.ctx, "endpoint bound to an unregistered function", "handler", ep.GetHandlerName(), "method", ep.GetMethod(), "path", ep.GetPath())
+			return x.fail(agtp.StatusServerError, "handler-unbound", "this endpoint's handler is not available on this front door", nil)
+		}
+		return p.callFunction(x, f, input)
+	}
+	return x.fail(agtp.StatusNotImplemented, "handler-kind-unsupported",
+		"this front door cannot run "+ep.GetHandlerKind()+" handlers yet", nil)
+}
+
+func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	call := &handler.Call{
+		Method:       x.decision.Method,
+		Path:         x.req.Path,
+		PathTemplate: ep.GetPath(),
+		Input:        input,
+		PathParams:   pathParams(&x.decision),
+		Caller: handler.Caller{
+			AgentID:           x.agentID,
+			Owner:             x.caller.GetOwner(),
+			Scopes:            x.authz.GetEffectiveScopes(),
+			ActingPrincipalID: x.authz.GetActingPrincipalId(),
+		},
+		SessionID:   x.req.Header.Get(agtp.HeaderSessionID),
+		TaskID:      x.req.Header.Get(agtp.HeaderTaskID),
+		RequestID:   x.req.Header.Get(agtp.HeaderRequestID),
+		ContentType: x.req.Header.Get(agtp.HeaderContentType),
+	}
+	res, err := safeCall(x, f, call)
+	if err != nil {
+		var he *handler.Error
+		if errors.As(err, &he) {
+			status := he.Status
+			if status == 0 {
+				status = agtp.StatusUnprocessable
+			}
+			extra := map[string]any{"error": he.Name}
+			for k, v := range he.Details {
+				extra[k] = v
+			}
+			return x.fail(status, he.Name, he.Message, extra)
+		}
+		if x.ctx.Err() != nil {
+			return x.fail(agtp.StatusUnavailable, "handler-timeout", "the handler did not finish within the request deadline", nil)
+		}
+		p.Log.ErrorContext(x.ctx, "handler failed", "handler", ep.GetHandlerName(), "error", err)
+		return x.fail(agtp.StatusServerError, "internal", "the handler failed", nil)
+	}
+	if resp := p.validateOutput(x, res.Output); resp != nil {
+		return resp
+	}
+	status := res.Status
+	if status == 0 {
+		status = agtp.StatusOK
+	}
+	return envelope(x, status, res.Output)
+}
+
+// safeCall recovers a handler panic into an error, so one handler cannot
+// take the connection down.
+func safeCall(x *exchange, f handler.Func, call *handler.Call) (res *handler.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("handler panicked")
+		}
+	}()
+	res, err = f(x.ctx, call)
+	if err == nil && res == nil {
+		err = errors.New("handler returned no result")
+	}
+	return res, err
+}
+
+func pathParams(d *route.Decision) map[string]string {
+	ps := d.Params()
+	if len(ps) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(ps))
+	for _, p := range ps {
+		m[p.Name] = p.Value
+	}
+	return m
+}

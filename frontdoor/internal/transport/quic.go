@@ -1,0 +1,297 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
+	"github.com/quic-go/quic-go"
+)
+
+// QUIC application error codes. The drafts define none (digest-core §7);
+// these are the project's.
+const (
+	// quicCodeNoError closes a connection or ends reading a stream
+	// normally: idle timeout, drain complete, request fully read.
+	quicCodeNoError quic.ApplicationErrorCode = 0x0
+	// quicCodeShutdown closes the connections left when a drain runs
+	// out of time.
+	quicCodeShutdown quic.ApplicationErrorCode = 0x1
+	// quicStreamIncomplete resets a stream whose request never arrived
+	// complete (deadline, reset, end of stream): there is nothing to
+	// answer.
+	quicStreamIncomplete quic.StreamErrorCode = 0x1
+	// quicStreamNoError stops reading the rest of a served stream.
+	quicStreamNoError quic.StreamErrorCode = 0x0
+)
+
+var errConnLimit = errors.New("transport: connection limit reached")
+
+// quicConfig is agtpquic.Config with the server's limits.
+func (s *Server) quicConfig() *quic.Config {
+	c := agtpquic.Config()
+	c.HandshakeIdleTimeout = s.opts.HandshakeTimeout
+	c.MaxIdleTimeout = s.opts.IdleTimeout
+	// Keep-alives keep QUIC's own idle timer (which counts packets, not
+	// requests) from closing a connection while a slow handler runs; a
+	// peer that vanished still times out because its acks stop. Idle
+	// connections are closed by serve's request-level idle timeout.
+	c.KeepAlivePeriod = s.opts.IdleTimeout / 2
+	c.MaxIncomingStreams = int64(s.opts.MaxStreamsPerConn)
+	return c
+}
+
+// verifySourceAddress is quic.Transport.VerifySourceAddress: above the
+// configured rate of new connection attempts, clients must echo a Retry
+// token first, so a spoofed-source flood costs the server one stateless
+// packet per attempt instead of a handshake.
+func (s *Server) verifySourceAddress(net.Addr) bool {
+	if s.retry != nil && s.retry.allow() {
+		return false
+	}
+	s.stats.quicRetry.Add(1)
+	return true
+}
+
+// quicConnContext is quic.Transport.ConnContext: it takes a connection
+// slot (shared with TCP) or refuses the connection, and gives the slot
+// back when quic-go ends the connection's context.
+func (s *Server) quicConnContext(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+	if s.shutting.Load() {
+		return nil, ErrServerClosed
+	}
+	select {
+	case s.connSlots <- struct{}{}:
+	default:
+		s.stats.quicRefused.Add(1)
+		return nil, errConnLimit
+	}
+	context.AfterFunc(ctx, func() { <-s.connSlots })
+	return ctx, nil
+}
+
+func (s *Server) acceptQUIC(ln *quic.EarlyListener) error {
+	defer s.live.Add(-1)
+	for {
+		// Early connections: a 0-RTT request is read before the
+		// handshake completes; serveStream applies the 0-RTT rule.
+		qc, err := ln.Accept(context.Background())
+		if err != nil {
+			if s.shutting.Load() || errors.Is(err, quic.ErrServerClosed) {
+				return nil
+			}
+			return err
+		}
+		s.startQUIC(qc)
+	}
+}
+
+// quicConn is one QUIC connection: a goroutine accepting streams and one
+// goroutine per request stream.
+type quicConn struct {
+	s         *Server
+	qc        *quic.Conn
+	id        uint64
+	tls       atomic.Pointer[tls.ConnectionState] // set once the handshake is complete
+	requests  atomic.Uint64                       // streams accepted
+	active    atomic.Int64                        // streams being served
+	lastWrite atomic.Int64                        // unix nanoseconds of the last response
+	streams   sync.WaitGroup
+}
+
+func (s *Server) startQUIC(qc *quic.Conn) {
+	c := &quicConn{s: s, qc: qc, id: s.nextID.Add(1)}
+	s.mu.Lock()
+	if s.shutting.Load() {
+		s.mu.Unlock()
+		qc.CloseWithError(quicCodeNoError, "server shutting down")
+		return
+	}
+	s.quicConns[c] = struct{}{}
+	s.live.Add(1)
+	s.mu.Unlock()
+	s.stats.quicAccepted.Add(1)
+	s.stats.quicOpen.Add(1)
+	go c.serve()
+}
+
+func (c *quicConn) serve() {
+	s := c.s
+	code, reason := quicCodeNoError, "closed"
+	defer func() {
+		c.streams.Wait()
+		c.qc.CloseWithError(code, reason)
+		if !agtpquic.HandshakeComplete(c.qc) {
+			s.stats.handshakeFailed.Add(1)
+		}
+		s.mu.Lock()
+		delete(s.quicConns, c)
+		s.mu.Unlock()
+		s.stats.quicOpen.Add(-1)
+		s.log.Debug("agtp conn closed", "transport", TransportQUIC, "conn", c.id,
+			"remote", c.qc.RemoteAddr().String(), "requests", c.requests.Load(), "reason", reason)
+		s.live.Add(-1)
+	}()
+	s.log.Debug("agtp conn open", "transport", TransportQUIC, "conn", c.id, "remote", c.qc.RemoteAddr().String())
+	for {
+		// The request-level idle timeout: QUIC's own idle timer is kept
+		// alive by keep-alives, so an agent that holds a connection
+		// without using it is closed here.
+		actx, cancel := context.WithTimeout(s.stopCtx, s.opts.IdleTimeout)
+		str, err := c.qc.AcceptStream(actx)
+		cancel()
+		if err != nil {
+			switch {
+			case c.qc.Context().Err() != nil:
+				reason = "closed: " + context.Cause(c.qc.Context()).Error()
+			case s.stopCtx.Err() != nil:
+				c.drain()
+				reason = "server shutting down"
+			case c.active.Load() > 0:
+				continue
+			default:
+				s.stats.idleTimes.Add(1)
+				reason = "idle timeout"
+			}
+			return
+		}
+		c.active.Add(1)
+		c.streams.Add(1)
+		n := c.requests.Add(1) - 1
+		go c.serveStream(str, n)
+	}
+}
+
+// drain waits for the streams in flight, then lingers so their last
+// responses can be acknowledged before CONNECTION_CLOSE makes the client
+// drop whatever it has not read yet. quic-go does not expose stream
+// acknowledgement, so the linger is a few round trips.
+func (c *quicConn) drain() {
+	c.streams.Wait()
+	last := c.lastWrite.Load()
+	if last == 0 {
+		return
+	}
+	linger := min(3*c.qc.ConnectionStats().SmoothedRTT+100*time.Millisecond, 2*time.Second)
+	if wait := time.Until(time.Unix(0, last).Add(linger)); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.qc.Context().Done():
+		}
+	}
+}
+
+// tlsState returns the connection's TLS state. Before the handshake has
+// completed (0-RTT) it is recomputed per request and not cached.
+func (c *quicConn) tlsState(early bool) *tls.ConnectionState {
+	if p := c.tls.Load(); p != nil {
+		return p
+	}
+	st := c.qc.ConnectionState().TLS
+	if !early {
+		c.tls.Store(&st)
+	}
+	return &st
+}
+
+// refuseEarly is the 0-RTT rule (DECISIONS.md, "Transport"): a request
+// read before the handshake completed may be a replay, so only the
+// read-only QUERY and DISCOVER are served from it; others get 425.
+// Deciding when the request has been read is sound: a replayed flight
+// never completes the handshake.
+func refuseEarly(early bool, method string) bool {
+	return early && !agtp.AllowedIn0RTT(method)
+}
+
+// serveStream reads one request from its stream, answers it, and closes
+// the stream's write side (FIN).
+func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
+	s := c.s
+	defer func() {
+		c.active.Add(-1)
+		c.streams.Done()
+	}()
+	// The stream exists because its first bytes arrived, so the header
+	// deadline starts now.
+	str.SetReadDeadline(time.Now().Add(s.opts.HeaderTimeout))
+	br := getReader(str)
+	lim := s.lim
+	inBody := false
+	lim.BodyLimit = func(method, path string) int64 {
+		inBody = true
+		str.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		return s.bodyLimit(method, path)
+	}
+	req, err := agtp.ReadRequest(br, lim)
+	extra := br.Buffered() > 0
+	putReader(br)
+
+	early := !agtpquic.HandshakeComplete(c.qc)
+	info := &ConnInfo{Transport: TransportQUIC, RemoteAddr: c.qc.RemoteAddr(), ID: c.id,
+		Requests: n, EarlyData: early, TLS: c.tlsState(early)}
+	ctx := str.Context()
+	var resp *agtp.Response
+	var perr *agtp.ProtocolError
+	switch {
+	case err == nil && refuseEarly(early, req.Method):
+		s.stats.tooEarly.Add(1)
+		resp = s.errorResponse(ctx, info, req, agtp.TooEarly(req.Method))
+	case err == nil:
+		resp = s.serve(ctx, info, req)
+	case errors.As(err, &perr):
+		s.stats.protocolErrors.Add(1)
+		resp = s.errorResponse(ctx, info, req, perr)
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			if inBody {
+				s.stats.bodyTimeouts.Add(1)
+			} else {
+				s.stats.headerTimeouts.Add(1)
+			}
+		}
+		str.CancelRead(quicStreamIncomplete)
+		str.CancelWrite(quicStreamIncomplete)
+		return
+	}
+	s.stats.quicRequests.Add(1)
+
+	str.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+	bw := getWriter(str)
+	err = s.writeResponse(bw, resp, info, req)
+	if err == nil {
+		err = bw.Flush()
+	}
+	putWriter(bw)
+	if err != nil {
+		str.CancelRead(quicStreamIncomplete)
+		str.CancelWrite(quicStreamIncomplete)
+		return
+	}
+	str.Close()
+	c.lastWrite.Store(time.Now().UnixNano())
+	c.finishRead(str, extra)
+}
+
+// finishRead completes the stream's receive side so that its credit goes
+// back to the client: cleanly if the client's FIN is already here, with
+// STOP_SENDING otherwise (more data after the request, or no FIN yet).
+func (c *quicConn) finishRead(str *quic.Stream, extra bool) {
+	if !extra {
+		str.SetReadDeadline(time.Now()) // poll: do not wait for a FIN
+		var b [1]byte
+		if n, err := str.Read(b[:]); n == 0 && err == io.EOF {
+			return
+		}
+	}
+	str.CancelRead(quicStreamNoError)
+}

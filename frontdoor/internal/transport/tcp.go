@@ -1,0 +1,366 @@
+package transport
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+)
+
+// Connection states, for Shutdown to tell idle connections (closed at
+// once) from busy ones (closed after their response).
+const (
+	stateNew    int32 = iota // TLS handshake
+	stateIdle                // waiting for a request's first byte
+	stateActive              // reading a request, serving it, writing the response
+	stateClosed              // closed by Shutdown
+)
+
+// Lingering close: after an error response that ends the connection, the
+// server stops writing and discards what the client still sends for a
+// moment, because closing a socket with unread input makes the kernel send
+// a reset that can destroy the response before the client reads it.
+const (
+	lingerTimeout  = 500 * time.Millisecond
+	lingerMaxBytes = 256 << 10
+)
+
+// tcpConn is one TLS connection. Its goroutine owns every field but state
+// (shared with Shutdown) and raw (which Shutdown may close).
+type tcpConn struct {
+	s     *Server
+	raw   net.Conn
+	tc    *tls.Conn
+	info  ConnInfo
+	lim   agtp.Limits
+	state atomic.Int32
+
+	// br and bw are pooled and held only while a request is in progress
+	// (or pipelined requests are buffered), so an idle connection costs
+	// its TLS state and a parked goroutine, not 8 KiB of buffers.
+	br *bufio.Reader
+	bw *bufio.Writer
+	// first is the byte that ended the idle wait; it is read without a
+	// buffer and handed to br by Read.
+	first    [1]byte
+	hasFirst bool
+	inBody   bool // ReadRequest has passed the header section
+}
+
+func (s *Server) acceptTCP(ln net.Listener) error {
+	defer s.live.Add(-1)
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors and the like: wait instead of
+			// spinning, and keep serving the connections we have.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("agtp accept failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.stopCtx.Done():
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		// Backpressure at MaxConns: the accept loop waits here, holding
+		// the one connection it accepted (its handshake not started),
+		// until a connection ends. Further connections queue in the
+		// kernel's accept queue, and beyond it clients' SYNs are retried,
+		// instead of each costing an accept, a handshake and a close.
+		select {
+		case s.connSlots <- struct{}{}:
+		default:
+			s.stats.connLimitWaits.Add(1)
+			s.log.Debug("agtp connection limit reached; accept paused", "max_conns", s.opts.MaxConns)
+			select {
+			case s.connSlots <- struct{}{}:
+			case <-s.stopCtx.Done():
+				nc.Close()
+				return nil
+			}
+		}
+		s.startTCP(nc)
+	}
+}
+
+func (s *Server) startTCP(nc net.Conn) {
+	c := &tcpConn{s: s, raw: nc, tc: tls.Server(nc, s.tlsConf)}
+	c.info = ConnInfo{Transport: TransportTCP, RemoteAddr: nc.RemoteAddr(), ID: s.nextID.Add(1)}
+	c.lim = s.lim
+	c.lim.BodyLimit = c.bodyLimit
+	s.mu.Lock()
+	if s.shutting.Load() {
+		s.mu.Unlock()
+		nc.Close()
+		<-s.connSlots
+		return
+	}
+	s.tcpConns[c] = struct{}{}
+	s.live.Add(1)
+	s.mu.Unlock()
+	s.stats.tcpAccepted.Add(1)
+	s.stats.tcpOpen.Add(1)
+	go c.serve()
+}
+
+// closeIdleTCP closes connections that are between requests or still in
+// the handshake; busy ones notice the shutdown after their response.
+func (s *Server) closeIdleTCP() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.tcpConns {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) || c.state.CompareAndSwap(stateNew, stateClosed) {
+			c.raw.Close()
+		}
+	}
+}
+
+func (c *tcpConn) serve() {
+	s := c.s
+	reason := "closed"
+	defer func() {
+		c.tc.Close() // close_notify when possible, bounded by crypto/tls's 5 s write deadline
+		if c.br != nil {
+			putReader(c.br)
+			c.br = nil
+		}
+		if c.bw != nil {
+			putWriter(c.bw)
+			c.bw = nil
+		}
+		s.mu.Lock()
+		delete(s.tcpConns, c)
+		s.mu.Unlock()
+		s.stats.tcpOpen.Add(-1)
+		<-s.connSlots
+		s.log.Debug("agtp conn closed", "transport", TransportTCP, "conn", c.info.ID,
+			"remote", c.info.RemoteAddr.String(), "requests", c.info.Requests, "reason", reason)
+		s.live.Add(-1) // last: Shutdown returns when it reaches zero
+	}()
+	s.log.Debug("agtp conn open", "transport", TransportTCP, "conn", c.info.ID, "remote", c.info.RemoteAddr.String())
+
+	c.raw.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
+	if err := c.tc.Handshake(); err != nil {
+		if c.state.Load() != stateClosed {
+			s.stats.handshakeFailed.Add(1)
+		}
+		reason = "handshake: " + err.Error()
+		return
+	}
+	st := c.tc.ConnectionState()
+	c.info.TLS = &st
+	if !c.state.CompareAndSwap(stateNew, stateIdle) {
+		reason = "shutdown"
+		return
+	}
+
+	for {
+		if c.br == nil && !c.awaitRequest(&reason) {
+			return
+		}
+		c.raw.SetReadDeadline(time.Now().Add(s.opts.HeaderTimeout))
+		c.inBody = false
+		req, err := agtp.ReadRequest(c.br, c.lim)
+		var resp *agtp.Response
+		closeAfter := false
+		if err != nil {
+			var perr *agtp.ProtocolError
+			if !errors.As(err, &perr) {
+				reason = c.readFailure(err)
+				return
+			}
+			s.stats.protocolErrors.Add(1)
+			closeAfter = perr.CloseConnection
+			resp = s.errorResponse(s.baseCtx, &c.info, req, perr)
+		} else {
+			resp = s.serve(s.baseCtx, &c.info, req)
+		}
+		s.stats.tcpRequests.Add(1)
+		if c.bw == nil {
+			c.bw = getWriter(c.tc)
+		}
+		if len(resp.Body) >= c.bw.Available() {
+			// The response will not fit: Write flushes as it goes.
+			c.raw.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		}
+		if err := s.writeResponse(c.bw, resp, &c.info, req); err != nil {
+			reason = "write: " + err.Error()
+			return
+		}
+		c.info.Requests++
+		if closeAfter {
+			reason = "protocol error"
+			c.lingerClose()
+			return
+		}
+		if s.shutting.Load() {
+			reason = "shutdown"
+			c.lingerClose()
+			return
+		}
+		if c.br.Buffered() == 0 {
+			putReader(c.br)
+			c.br = nil
+		}
+		// Otherwise a pipelined request is already buffered: its
+		// response joins this one in bw, flushed when Read must wait for
+		// the network.
+	}
+}
+
+// awaitRequest flushes and releases the write buffer, then waits up to
+// IdleTimeout for the next request's first byte without holding a read
+// buffer.
+func (c *tcpConn) awaitRequest(reason *string) bool {
+	s := c.s
+	if c.bw != nil {
+		if err := c.flush(); err != nil {
+			*reason = "write: " + err.Error()
+			return false
+		}
+		putWriter(c.bw)
+		c.bw = nil
+	}
+	c.state.CompareAndSwap(stateActive, stateIdle)
+	// Shutdown sets shutting before it looks for idle connections, so
+	// either it sees this one idle, or this check sees it shutting.
+	if s.shutting.Load() {
+		*reason = "shutdown"
+		return false
+	}
+	c.raw.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
+	for {
+		n, err := c.tc.Read(c.first[:])
+		if n == 1 {
+			break
+		}
+		if err != nil {
+			var ne net.Error
+			switch {
+			case c.state.Load() == stateClosed:
+				*reason = "shutdown"
+			case errors.As(err, &ne) && ne.Timeout():
+				s.stats.idleTimes.Add(1)
+				*reason = "idle timeout"
+			case errors.Is(err, io.EOF):
+				*reason = "client closed"
+			default:
+				*reason = "read: " + err.Error()
+			}
+			return false
+		}
+	}
+	if !c.state.CompareAndSwap(stateIdle, stateActive) {
+		*reason = "shutdown"
+		return false
+	}
+	c.hasFirst = true
+	c.br = getReader(c)
+	return true
+}
+
+// Read feeds br: first the byte awaitRequest read, then the TLS stream.
+// Responses still buffered are flushed before anything that may block, so
+// a client that waits for a response before sending more never waits on
+// the server's batching.
+func (c *tcpConn) Read(p []byte) (int, error) {
+	if c.hasFirst {
+		c.hasFirst = false
+		p[0] = c.first[0]
+		return 1, nil
+	}
+	if c.bw != nil && c.bw.Buffered() > 0 {
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return c.tc.Read(p)
+}
+
+func (c *tcpConn) flush() error {
+	c.raw.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	return c.bw.Flush()
+}
+
+// bodyLimit is Limits.BodyLimit: agtp.ReadRequest calls it when the header
+// section is complete, which is where the header deadline gives way to
+// the body deadline.
+func (c *tcpConn) bodyLimit(method, path string) int64 {
+	c.inBody = true
+	c.raw.SetReadDeadline(time.Now().Add(c.s.opts.BodyTimeout))
+	return c.s.bodyLimit(method, path)
+}
+
+func (c *tcpConn) readFailure(err error) string {
+	var ne net.Error
+	switch {
+	case c.state.Load() == stateClosed:
+		return "shutdown"
+	case errors.As(err, &ne) && ne.Timeout():
+		if c.inBody {
+			c.s.stats.bodyTimeouts.Add(1)
+			return "body timeout"
+		}
+		c.s.stats.headerTimeouts.Add(1)
+		return "header timeout"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "client closed mid-request"
+	}
+	// TLS record errors (garbage after the handshake) end up here too:
+	// there is no framing left to answer in.
+	return "read: " + err.Error()
+}
+
+// lingerClose ends a connection after its last response; see lingerTimeout.
+func (c *tcpConn) lingerClose() {
+	if c.bw != nil && c.bw.Buffered() > 0 {
+		if c.flush() != nil {
+			return
+		}
+	}
+	c.raw.SetWriteDeadline(time.Now().Add(time.Second))
+	c.tc.CloseWrite() // close_notify
+	if cw, ok := c.raw.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite() // FIN
+	}
+	c.raw.SetReadDeadline(time.Now().Add(lingerTimeout))
+	io.CopyN(io.Discard, c.raw, lingerMaxBytes)
+}
+
+// writeResponse writes resp to bw without flushing. A response the
+// handler got wrong (agtp.Response.Write refuses it before writing a
+// byte) is replaced by 500, so a bad handler cannot break the framing.
+func (s *Server) writeResponse(bw *bufio.Writer, resp *agtp.Response, info *ConnInfo, req *agtp.Request) error {
+	err := resp.Write(bw)
+	if err == nil || !invalidMessage(err) {
+		return err
+	}
+	s.stats.invalidResponses.Add(1)
+	attrs := []any{"conn", info.ID, "status", resp.Status, "err", err}
+	if req != nil {
+		attrs = append(attrs, "method", req.Method, "path", req.Path)
+	}
+	s.log.Error("agtp handler returned an invalid response", attrs...)
+	return defaultErrorResponse(req, &agtp.ProtocolError{
+		Status: agtp.StatusServerError, Reason: ReasonInternalError, Explanation: "internal error",
+	}).Write(bw)
+}
+
+func invalidMessage(err error) bool {
+	return errors.Is(err, agtp.ErrInvalidStatus) || errors.Is(err, agtp.ErrInvalidHeader) ||
+		errors.Is(err, agtp.ErrMissingContentType) || errors.Is(err, agtp.ErrBodyNotAllowed)
+}

@@ -1,0 +1,266 @@
+// Package frontdoor is the AGTP front door: it terminates AGTP over TLS/TCP
+// and QUIC, runs the request pipeline against the internal services, and
+// serves the HTTPS side (/.well-known/agtp, JWKS, health, REST).
+package frontdoor
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/agtpsuite/agtp/frontdoor/demo"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
+	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	"github.com/agtpsuite/agtp/frontdoor/internal/httpsapi"
+	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
+	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// HealthName is the gRPC health service name of the front door.
+const HealthName = "agtp.frontdoor"
+
+// Service is a running front door.
+type Service struct {
+	cfg       Config
+	base      *kit.Base
+	conns     []*grpc.ClientConn
+	catalog   *catalogstate.Store
+	agents    *agentcache.Cache
+	pipeline  *pipeline.Pipeline
+	transport *transport.Server
+	catalogC  catalogv1.CatalogServiceClient
+	https     *http.Server
+	httpsLn   net.Listener
+	ready     chan struct{}
+}
+
+// Option adjusts a front door being built.
+type Option func(*options)
+
+type options struct {
+	handlers *handler.Registry
+}
+
+// WithHandlers supplies the registry of registered_function handlers, so
+// an operator can build a front door with their own functions.
+func WithHandlers(reg *handler.Registry) Option {
+	return func(o *options) { o.handlers = reg }
+}
+
+// New provisions the front door; nothing listens on failure.
+func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("frontdoor config: %w", err)
+	}
+	o := options{}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.handlers == nil {
+		o.handlers = handler.NewRegistry()
+	}
+	if cfg.Demo {
+		demo.Register(o.handlers)
+	}
+	base, err := kit.NewBase(ctx, cfg.Common)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, base: base, catalog: &catalogstate.Store{}, ready: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	dial := func(name string) (*grpc.ClientConn, error) {
+		conn, err := base.Server.Dial(name)
+		if err != nil {
+			return nil, err
+		}
+		s.conns = append(s.conns, conn)
+		return conn, nil
+	}
+	catalogConn, err := dial("catalogsvc")
+	if err != nil {
+		return nil, err
+	}
+	identityConn, err := dial("identitysvc")
+	if err != nil {
+		return nil, err
+	}
+	policyConn, err := dial("policysvc")
+	if err != nil {
+		return nil, err
+	}
+	auditConn, err := dial("auditsvc")
+	if err != nil {
+		return nil, err
+	}
+	var rcnsConn *grpc.ClientConn
+	var rcnsClient rcnsv1.RcnsServiceClient
+	if _, perr := cfg.Peer("rcnssvc"); perr == nil {
+		if rcnsConn, err = dial("rcnssvc"); err != nil {
+			return nil, err
+		}
+		rcnsClient = rcnsv1.NewRcnsServiceClient(rcnsConn)
+	}
+	s.catalogC = catalogv1.NewCatalogServiceClient(catalogConn)
+	identityClient := identityv1.NewIdentityServiceClient(identityConn)
+	s.agents = agentcache.New(identityClient, base.Log)
+
+	tracer := base.Telemetry.TracerProvider.Tracer("github.com/agtpsuite/agtp/frontdoor")
+	meter := base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/frontdoor")
+	s.pipeline, err = pipeline.New(pipeline.Options{
+		ServerID:             cfg.ServerID,
+		OwnerID:              cfg.OwnerID,
+		RequestTimeout:       cfg.RequestTimeout,
+		InspectACL:           cfg.InspectACL,
+		OperatorFingerprints: cfg.OperatorFingerprints,
+	}, pipeline.Deps{
+		Catalog:  s.catalog,
+		Agents:   s.agents,
+		Policy:   policyv1.NewPolicyServiceClient(policyConn),
+		Audit:    auditv1.NewAuditServiceClient(auditConn),
+		Identity: identityClient,
+		RCNS:     rcnsClient,
+		Handlers: o.handlers,
+		Log:      base.Log,
+		Tracer:   tracer,
+		Meter:    meter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	clientCA := cfg.ClientCAFile
+	if clientCA == "" {
+		clientCA = cfg.CAFile
+	}
+	s.transport, err = transport.New(transport.Options{
+		Addr:          cfg.AGTPAddr,
+		CertFile:      cfg.ServerCertFile,
+		KeyFile:       cfg.ServerKeyFile,
+		ClientCAFile:  clientCA,
+		DisableQUIC:   !cfg.QUIC,
+		Limits:        cfg.Limits,
+		HeaderTimeout: cfg.HeaderTimeout,
+		IdleTimeout:   cfg.IdleTimeout,
+		MaxConns:      cfg.MaxConnections,
+		MaxInFlight:   cfg.MaxInFlight,
+		DrainTimeout:  cfg.ShutdownTimeout,
+		Logger:        base.Log,
+	}, s.pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.transport.Listen(); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPSAddr != "" {
+		h, err := httpsapi.Handler(ctx, httpsapi.Options{
+			Domain: cfg.Domain, AGTPHost: s.AGTPAddr(), Ready: s.Ready, Log: base.Log,
+			Catalog: catalogConn, Identity: identityConn, Policy: policyConn, Audit: auditConn, RCNS: rcnsConn,
+		})
+		if err != nil {
+			return nil, err
+		}
+		tlsCfg := base.MTLS.ServerConfig()
+		// The HTTPS side serves the public; the REST routes check the
+		// client certificate themselves.
+		tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
+		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		if s.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
+			return nil, fmt.Errorf("listen https on %s: %w", cfg.HTTPSAddr, err)
+		}
+		s.https = &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	}
+	base.Server.Register(HealthName, nil)
+	return s, nil
+}
+
+// Ready reports whether the front door has its catalog snapshot.
+func (s *Service) Ready() bool {
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// AGTPAddr is the bound AGTP address (TCP; QUIC uses the same port).
+func (s *Service) AGTPAddr() string { return s.transport.TCPAddr().String() }
+
+// HTTPSAddr is the bound HTTPS address, or "".
+func (s *Service) HTTPSAddr() string {
+	if s.httpsLn == nil {
+		return ""
+	}
+	return s.httpsLn.Addr().String()
+}
+
+// GRPCAddr is the bound gRPC (health) address.
+func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }
+
+// Run serves until ctx is done: AGTP stops accepting and finishes what is
+// in flight, then everything is released.
+func (s *Service) Run(ctx context.Context) error {
+	tasks := []kit.Task{
+		func(ctx context.Context) error {
+			return s.catalog.Watch(ctx, s.catalogC, s.base.Log, s.ready)
+		},
+		s.agents.Watch,
+		s.transport.Serve,
+	}
+	if s.https != nil {
+		tasks = append(tasks, func(ctx context.Context) error {
+			errc := make(chan error, 1)
+			go func() { errc <- s.https.Serve(tls.NewListener(s.httpsLn, s.https.TLSConfig)) }()
+			select {
+			case err := <-errc:
+				if errors.Is(err, http.ErrServerClosed) {
+					return nil
+				}
+				return fmt.Errorf("https: %w", err)
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			defer cancel()
+			_ = s.https.Shutdown(sctx)
+			return nil
+		})
+	}
+	err := s.base.Run(ctx, tasks...)
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	return err
+}
+
+// Close releases a front door that will not be run.
+func (s *Service) Close() error {
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	if s.transport != nil {
+		sctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = s.transport.Shutdown(sctx)
+	}
+	if s.httpsLn != nil {
+		_ = s.httpsLn.Close()
+	}
+	return s.base.Close(context.Background())
+}

@@ -1,0 +1,302 @@
+// Package server implements identityv1.IdentityServiceServer on top of the
+// registry, the document builders and the watch hub.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
+	"github.com/agtpsuite/agtp/identitysvc/internal/registry"
+	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+)
+
+// ReasonFormatInvalid is a ?format= value other than those of core §6.1.7.
+const ReasonFormatInvalid = "format-invalid"
+
+// Server is the identity service.
+type Server struct {
+	identityv1.UnimplementedIdentityServiceServer
+
+	reg    *registry.Registry
+	binder *sessionbind.Binder
+	hub    *hub
+	log    *slog.Logger
+	opts   Options
+	signer identitydoc.Signer
+	params identitydoc.Params
+
+	nsMu    sync.Mutex
+	nsGen   uint64
+	nsAt    time.Time
+	nsBytes []byte
+}
+
+// New returns the identity service. rdb holds the registry, audit signs
+// lifecycle events (auditsvc's AppendLifecycleEvent). Run must be running
+// for WatchAgents to deliver events.
+func New(rdb redis.UniversalClient, log *slog.Logger, audit auditv1.AuditServiceClient, opts Options) (*Server, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("identity options: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	reg, err := registry.New(rdb, log, audit, opts.registryOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		reg:    reg,
+		binder: sessionbind.New(rdb, opts.SessionTTL),
+		hub:    newHub(rdb, log, opts.WatchBuffer),
+		log:    log,
+		opts:   opts,
+		signer: identitydoc.Signer{Key: opts.SigningKey, Issuer: opts.ManifestIssuer, KeyID: opts.KeyID},
+		params: identitydoc.Params{
+			AGTPVersion:     opts.AGTPVersion,
+			DocumentVersion: "1.0.0",
+			IssuerURL:       opts.IssuerURL,
+			Methods:         opts.Methods,
+			TrustScore:      opts.TrustScore,
+			OrgDomain:       opts.OrgDomain,
+			GovernanceZone:  opts.GovernanceZone,
+		},
+	}, nil
+}
+
+// Register attaches the service to a gRPC server.
+func (s *Server) Register(g grpc.ServiceRegistrar) { identityv1.RegisterIdentityServiceServer(g, s) }
+
+// Run keeps the registry-event subscription that feeds WatchAgents until
+// ctx ends.
+func (s *Server) Run(ctx context.Context) error { return s.hub.run(ctx) }
+
+// RegisterGenesis validates, verifies and registers a signed Genesis.
+func (s *Server) RegisterGenesis(ctx context.Context, req *identityv1.RegisterGenesisRequest) (*identityv1.RegisterGenesisResponse, error) {
+	a, err := s.reg.Register(ctx, registry.RegisterRequest{
+		GenesisJSON: req.GetGenesisJson(), Name: req.GetName(), Activate: req.GetActivate(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &identityv1.RegisterGenesisResponse{Agent: a.Record}, nil
+}
+
+// ResolveAgent resolves an agent by ID, label or URI, and binds the
+// Session-ID when one is given.
+func (s *Server) ResolveAgent(ctx context.Context, req *identityv1.ResolveAgentRequest) (*identityv1.ResolveAgentResponse, error) {
+	a, err := s.reg.Resolve(ctx, req.GetAgentId(), req.GetName(), req.GetUri())
+	if err != nil {
+		return nil, err
+	}
+	if sid := req.GetSessionId(); sid != "" {
+		fp := req.GetClientKeyFingerprint()
+		if fp != "" && !agtp.IsCanonicalID(fp) {
+			return nil, grpcerr.InvalidArgument(registry.ReasonParameterInvalid, "client_key_fingerprint must be 64 lowercase hex digits")
+		}
+		if err := s.binder.Bind(ctx, sid, a.Record.GetAgentId(), fp); err != nil {
+			if code, reason, _, _ := grpcerr.Reason(err); reason == sessionbind.ReasonMismatch {
+				s.log.WarnContext(ctx, "session binding mismatch", "agent_id", a.Record.GetAgentId(), "code", code)
+			}
+			return nil, err
+		}
+	}
+	return &identityv1.ResolveAgentResponse{Agent: a.Record}, nil
+}
+
+// GetGenesis returns the Genesis byte for byte as registered.
+func (s *Server) GetGenesis(ctx context.Context, req *identityv1.GetGenesisRequest) (*identityv1.GetGenesisResponse, error) {
+	b, err := s.reg.GetGenesis(ctx, req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	return &identityv1.GetGenesisResponse{GenesisJson: b}, nil
+}
+
+// ListAgents lists agents. active_only applies the namespace rule: active
+// agents, and never Tier 3 (experimental agents are not discoverable,
+// core §6.1.9).
+func (s *Server) ListAgents(ctx context.Context, req *identityv1.ListAgentsRequest) (*identityv1.ListAgentsResponse, error) {
+	agents, err := s.reg.List(ctx, req.GetActiveOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*identityv1.AgentRecord, 0, len(agents))
+	for _, a := range agents {
+		if req.GetActiveOnly() && a.Record.GetTrustTier() == 3 {
+			continue
+		}
+		out = append(out, a.Record)
+	}
+	return &identityv1.ListAgentsResponse{Agents: out}, nil
+}
+
+// TransitionLifecycle runs one lifecycle method.
+func (s *Server) TransitionLifecycle(ctx context.Context, req *identityv1.TransitionLifecycleRequest) (*identityv1.TransitionLifecycleResponse, error) {
+	var deadline time.Time
+	if req.GetMigrationDeadline() != nil {
+		if err := req.GetMigrationDeadline().CheckValid(); err != nil {
+			return nil, grpcerr.InvalidArgument(registry.ReasonParameterInvalid, "migration_deadline is not a valid timestamp")
+		}
+		deadline = req.GetMigrationDeadline().AsTime()
+	}
+	res, err := s.reg.Transition(ctx, registry.TransitionRequest{
+		AgentID:              req.GetAgentId(),
+		Transition:           req.GetTransition(),
+		Reason:               req.GetReason(),
+		Actor:                req.GetActor(),
+		SuccessorAgentID:     req.GetSuccessorAgentId(),
+		MigrationDeadline:    deadline,
+		ClientKeyFingerprint: req.GetClientKeyFingerprint(),
+		CallerAgentID:        req.GetCallerAgentId(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &identityv1.TransitionLifecycleResponse{
+		Status:         res.Status,
+		PreviousStatus: res.PreviousStatus,
+		EventType:      res.EventType,
+		AuditId:        res.AuditID,
+		Noop:           res.Noop,
+		Agent:          res.Agent.Record,
+	}, nil
+}
+
+// GetIdentityDocument returns a signed document about one agent in a
+// format of core §6.1.7: manifest (default; indented), json (compact),
+// certificate (the Genesis as registered, signed by its issuer) or
+// status. It serves every registered state, since the document says the
+// state; the front door applies callerpolicy.Target first for the
+// 503/410 of resolution. A registered Genesis that was never activated
+// has no documents yet (404).
+func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIdentityDocumentRequest) (*identityv1.GetIdentityDocumentResponse, error) {
+	format := req.GetFormat()
+	switch format {
+	case "", agtp.FormatManifest, agtp.FormatJSON, agtp.FormatCertificate, agtp.FormatStatus:
+	default:
+		return nil, grpcerr.InvalidArgument(ReasonFormatInvalid, "format must be manifest, json, certificate or status", "format", format)
+	}
+	a, err := s.reg.Get(ctx, req.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	if a.Record.GetStatus() == identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED {
+		return nil, grpcerr.NotFound(registry.ReasonAgentNotActivated, "agent "+a.Record.GetAgentId()+" is registered but not activated")
+	}
+	if format == agtp.FormatCertificate {
+		b, err := s.reg.GetGenesis(ctx, a.Record.GetAgentId())
+		if err != nil {
+			return nil, err
+		}
+		return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+	}
+	// The Genesis is verified again on every load.
+	g, err := s.reg.LoadGenesis(ctx, a.Record.GetAgentId())
+	if err != nil {
+		s.log.ErrorContext(ctx, "identity document not served: stored Genesis fails verification", "agent_id", a.Record.GetAgentId(), "err", err)
+		return nil, err
+	}
+	view := identitydoc.Agent{
+		Record: a.Record, Genesis: g, ActivatedAt: a.ActivatedAt, MigrationDeadline: a.Deadline,
+		LastMethod: a.LastMethod, LastMethodAt: a.LastMethodAt,
+	}
+	if format == agtp.FormatStatus {
+		b, err := s.signer.SignInline(identitydoc.Status(view, s.params, s.opts.Now()))
+		if err != nil {
+			s.log.ErrorContext(ctx, "status document not served: signing failed", "agent_id", a.Record.GetAgentId(), "err", err)
+			return nil, grpcerr.Internal(err)
+		}
+		return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+	}
+	doc, err := identitydoc.Identity(view, s.params)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	b, err := s.signer.SignInline(doc)
+	if err != nil {
+		// core §6.3.5: a document that fails verification is never served,
+		// and the failure is logged.
+		s.log.ErrorContext(ctx, "identity document not served: signing failed", "agent_id", a.Record.GetAgentId(), "err", err)
+		return nil, grpcerr.Internal(err)
+	}
+	if format != agtp.FormatJSON {
+		b = identitydoc.Indent(b)
+	}
+	return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeIdentity, DocumentJson: b}, nil
+}
+
+// GetNamespaceDocument returns the signed namespace document, regenerated
+// after any registry change this replica has heard of and at least every
+// NamespaceMaxAge.
+func (s *Server) GetNamespaceDocument(ctx context.Context, _ *identityv1.GetNamespaceDocumentRequest) (*identityv1.GetNamespaceDocumentResponse, error) {
+	b, err := s.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &identityv1.GetNamespaceDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+}
+
+func (s *Server) namespace(ctx context.Context) ([]byte, error) {
+	gen := s.hub.gen.Load()
+	now := s.opts.Now()
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	if s.nsBytes != nil && s.nsGen == gen && now.Sub(s.nsAt) < s.opts.NamespaceMaxAge && s.hubSubscribed() {
+		return s.nsBytes, nil
+	}
+	agents, err := s.reg.List(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	views := make([]identitydoc.Agent, 0, len(agents))
+	for _, a := range agents {
+		if a.Record.GetTrustTier() == 3 {
+			continue
+		}
+		views = append(views, identitydoc.Agent{Record: a.Record, ActivatedAt: a.ActivatedAt})
+	}
+	b, err := s.signer.SignNamespace(identitydoc.Namespace(views, s.params, now))
+	if err != nil {
+		s.log.ErrorContext(ctx, "namespace document not served: signing failed", "err", err)
+		return nil, grpcerr.Internal(err)
+	}
+	s.nsGen, s.nsAt, s.nsBytes = gen, now, b
+	return b, nil
+}
+
+// hubSubscribed reports whether change events are arriving; without them
+// the namespace cache cannot know about changes and is not used.
+func (s *Server) hubSubscribed() bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.hub.subscribed
+}
+
+// WatchAgents streams registry changes: first a resync (drop everything
+// cached) once the replica's subscription is live, then one message per
+// change carrying the record after it (no record and no resync: the agent
+// is gone, e.g. a registration rolled back). A resync is sent again
+// whenever events may have been missed.
+func (s *Server) WatchAgents(_ *identityv1.WatchAgentsRequest, stream grpc.ServerStreamingServer[identityv1.WatchAgentsResponse]) error {
+	w := s.hub.add()
+	defer s.hub.remove(w)
+	err := s.hub.serve(stream.Context(), w, stream.Send)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
+	"github.com/agtpsuite/agtp/policysvc/internal/server"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestExternalCredentials(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	jwk := jose.JSONWebKey{Key: priv, KeyID: "k1", Algorithm: string(jose.EdDSA), Use: "sig"}
+	set, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{jwk.Public()}})
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, set, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sign := func(key ed25519.PrivateKey, c jwt.Claims, scope string) string {
+		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := jwt.Signed(s).Claims(c).Claims(map[string]any{"scope": scope}).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok
+	}
+	now := time.Now()
+	good := jwt.Claims{Issuer: "https://idp.example", Subject: "alice", Audience: jwt.Audience{"agtp-suite"}, Expiry: jwt.NewNumericDate(now.Add(time.Hour))}
+	expired := good
+	expired.Expiry = jwt.NewNumericDate(now.Add(-time.Hour))
+	wrongAud := good
+	wrongAud.Audience = jwt.Audience{"someone-else"}
+
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := serve(t, newRedis(t), server.Options{OAuth: oauth.Options{
+		JWKSFile: path, Issuer: "https://idp.example", Audiences: []string{"agtp-suite"},
+		RequiredOnMethods: []string{"EXECUTE"},
+		MethodScopes:      map[string][]string{"TRANSFER": {"funds.move"}},
+	}}, log)
+
+	exec := func(auth string) *policyv1.AuthorizeRequest {
+		r := request(agentA)
+		r.Authorization = auth
+		return r
+	}
+	t.Run("valid token lifts sub into acting_principal_id", func(t *testing.T) {
+		resp := authorize(t, c, exec(sign(priv, good, "")))
+		wantAllow(t, resp)
+		if resp.GetActingPrincipalId() != "alice" {
+			t.Fatalf("acting principal %q, want alice", resp.GetActingPrincipalId())
+		}
+	})
+	t.Run("required method without a credential is 401 oauth-required", func(t *testing.T) {
+		wantDenial(t, authorize(t, c, exec("")), 401, "oauth-required")
+	})
+	t.Run("method that does not require one passes without it", func(t *testing.T) {
+		r := exec("")
+		r.Method = "QUERY"
+		wantAllow(t, authorize(t, c, r))
+	})
+	for name, auth := range map[string]string{
+		"expired":          sign(priv, expired, ""),
+		"wrongly signed":   sign(otherPriv, good, ""),
+		"wrong audience":   sign(priv, wrongAud, ""),
+		"alg none":         "Bearer eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(sign(priv, good, ""), ".")[1] + ".",
+		"not bearer":       "Basic YWxpY2U6cw==",
+		"invalid on QUERY": sign(priv, expired, ""),
+	} {
+		t.Run(name+" is 401 oauth-invalid", func(t *testing.T) {
+			r := exec(auth)
+			if strings.HasPrefix(name, "invalid on") {
+				r.Method = "QUERY"
+			}
+			wantDenial(t, authorize(t, c, r), 401, "oauth-invalid")
+		})
+	}
+	t.Run("missing OAuth scope is 455", func(t *testing.T) {
+		r := exec(sign(priv, good, "openid"))
+		r.Method = "TRANSFER"
+		wantDenial(t, authorize(t, c, r), 455, "oauth-scope-insufficient")
+		r.Authorization = sign(priv, good, "openid funds.move")
+		wantAllow(t, authorize(t, c, r))
+	})
+	t.Run("the token never reaches the log", func(t *testing.T) {
+		tok := sign(priv, expired, "")
+		wantDenial(t, authorize(t, c, exec(tok)), 401, "oauth-invalid")
+		out := logs.String()
+		if !strings.Contains(out, "oauth-invalid") {
+			t.Fatal("the refusal was not logged")
+		}
+		if strings.Contains(out, strings.TrimPrefix(tok, "Bearer ")) || strings.Contains(out, "eyJ") {
+			t.Fatal("a token appears in the log")
+		}
+	})
+}

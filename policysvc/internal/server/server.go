@@ -1,0 +1,534 @@
+// Package server implements policyv1.PolicyService: one call that decides
+// whether a request may run (Authority-Scope, external credentials, trust
+// tier, budget, zone, merchant, rate limits and the idempotency claim), so
+// that the front door pays one network hop and, in the common case, one
+// Redis round trip per request.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
+	"github.com/agtpsuite/agtp/policysvc/internal/ratelimit"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/idempotency"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Reasons this service adds to the drafts' vocabularies.
+const (
+	ReasonRateLimited             = "rate-limited"
+	ReasonIdempotencyKeyRequired  = "idempotency-key-required"
+	ReasonInvalidIdempotencyKey   = "invalid-idempotency-key"
+	ReasonTrustTierInsufficient   = "trust-tier-insufficient"
+	ReasonOAuthScopeInsufficient  = "oauth-scope-insufficient"
+	ReasonBudgetExceeded          = "budget-exceeded"
+	ReasonBudgetLimitRequired     = "budget-limit-required"
+	ReasonZoneViolation           = "zone-violation"
+	ReasonZoneRequired            = "zone-required"
+	ReasonCounterpartyUnverified  = "counterparty-unverified"
+	ReasonIdempotencyClaimLost    = "idempotency-claim-lost"
+	ReasonPolicyUnavailable       = "policy-unavailable"
+	ReasonUnknownRateLimitScope   = "unknown-rate-limit-scope"
+	ReasonInvalidPolicyRequest    = "invalid-policy-request"
+	ReasonIdempotencyResponseSize = "idempotency-response-too-large"
+)
+
+// Server is the PolicyService implementation.
+type Server struct {
+	policyv1.UnimplementedPolicyServiceServer
+
+	rdb   redis.UniversalClient
+	log   *slog.Logger
+	opts  Options
+	oauth *oauth.Verifier // nil when OAuth is off
+
+	// endpointNames[i] names the buckets of opts.RateLimits.Endpoints[i].
+	endpointNames []string
+	costs         []agtp.Budget // parsed opts.Budget.Costs
+}
+
+// New returns a Server. It validates opts (after defaults) and, for a JWKS
+// file, reads it; it does no Redis I/O.
+func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("policy: a Redis client is required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	s := &Server{rdb: rdb, log: log, opts: opts}
+	if opts.OAuth.Enabled() {
+		v, err := oauth.New(opts.OAuth, log)
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		s.oauth = v
+	}
+	for _, e := range opts.RateLimits.Endpoints {
+		s.endpointNames = append(s.endpointNames, "ep:"+hashName(e.Method+" "+e.Path))
+	}
+	for _, c := range opts.Budget.Costs {
+		b, _ := agtp.ParseBudget(c.Cost) // checked by Validate
+		s.costs = append(s.costs, b)
+	}
+	return s, nil
+}
+
+// Run loads the Lua scripts and keeps the JWKS fresh until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	if err := ratelimit.Load(ctx, s.rdb); err != nil {
+		// Not fatal: every call falls back to EVAL when a script is missing.
+		s.log.WarnContext(ctx, "could not preload rate-limit scripts", "err", err)
+	}
+	if s.oauth != nil {
+		return s.oauth.Run(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Bounds on what the front door may send; beyond them the request is
+// malformed (a bug in the caller, not a client error).
+const (
+	maxIDLen        = 256
+	maxScopes       = 256
+	maxScopeLen     = 256
+	maxPathLen      = 8 << 10
+	maxPrincipalLen = 1024
+	maxRateKeyLen   = 512
+)
+
+func validateRequest(req *policyv1.AuthorizeRequest) error {
+	bad := func(what string) error {
+		return grpcerr.InvalidArgument(ReasonInvalidPolicyRequest, what)
+	}
+	switch {
+	case req.GetMethod() == "" || len(req.GetMethod()) > 32:
+		return bad("method must be 1-32 characters")
+	case len(req.GetPathTemplate()) > maxPathLen:
+		return bad("path_template is too long")
+	case len(req.GetAgentId()) > maxIDLen:
+		return bad("agent_id is too long")
+	case len(req.GetAgentScopes()) > maxScopes || len(req.GetRequiredScopes()) > maxScopes:
+		return bad("too many scopes")
+	case len(req.GetClientIp()) > maxIDLen:
+		return bad("client_ip is too long")
+	case len(req.GetPrincipal()) > maxPrincipalLen:
+		return bad("principal is too long")
+	case len(req.GetRateTier()) > maxIDLen:
+		return bad("rate_tier is too long")
+	case req.GetTrustTier() < 0 || req.GetTrustTier() > 3:
+		return bad("trust_tier must be 0-3")
+	case req.GetIdempotencyKey() != "" && req.GetAgentId() != "" && !idempotency.ValidFingerprint(req.GetRequestFingerprint()):
+		return bad("request_fingerprint must be a SHA-256 in 64 lowercase hex digits")
+	}
+	for _, list := range [][]string{req.GetAgentScopes(), req.GetRequiredScopes()} {
+		for _, sc := range list {
+			if len(sc) > maxScopeLen {
+				return bad("a scope is too long")
+			}
+		}
+	}
+	return nil
+}
+
+// Authorize decides one request. Denials are answers (DECISION_DENY), not
+// errors; errors mean a malformed call or a failed dependency.
+func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) (*policyv1.AuthorizeResponse, error) {
+	if err := validateRequest(req); err != nil {
+		return nil, err
+	}
+	resp := &policyv1.AuthorizeResponse{RateLimitRemaining: -1}
+
+	// Local checks first: they decide whether the Redis call may claim the
+	// idempotency slot. Rate limits are spent even for requests refused
+	// here, so that a caller cannot probe policy without limit.
+	denial, acting := s.localChecks(ctx, req, resp)
+
+	var claim *ratelimit.Claim
+	if denial == nil && req.GetAgentId() != "" && req.GetIdempotencyKey() != "" {
+		claim = &ratelimit.Claim{
+			Slot:        rediskeys.IdempotencySlot(req.GetAgentId(), req.GetIdempotencyKey()),
+			Fingerprint: req.GetRequestFingerprint(),
+			Token:       idempotency.NewToken(),
+			Lease:       s.opts.Idempotency.Lease,
+		}
+	}
+	plan := s.plan(req, acting, claim)
+	var limited *policyv1.Denial
+	var claimRes *ratelimit.Result
+	if plan.batch.Len() > 0 {
+		err := plan.batch.Exec(ctx, s.rdb)
+		if err == nil {
+			limited, claimRes, err = s.settle(ctx, plan, resp)
+		}
+		if err != nil {
+			if denial == nil {
+				return nil, s.redisError(ctx, err)
+			}
+			// The request is refused anyway; say why rather than 503.
+			s.log.WarnContext(ctx, "rate limits not counted: redis", "err", err)
+		}
+	}
+	switch {
+	case limited != nil:
+		denial = limited
+	case denial != nil:
+	case claim != nil:
+		var err error
+		denial, err = s.idempotencyOutcome(ctx, claim, claimRes, resp)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if denial != nil {
+		s.logDenial(ctx, req, denial)
+		resp.Decision = policyv1.Decision_DECISION_DENY
+		resp.Denial = denial
+		resp.Claim, resp.ReplayResponse = nil, nil
+		return resp, nil
+	}
+	if resp.Decision == policyv1.Decision_DECISION_UNSPECIFIED {
+		resp.Decision = policyv1.Decision_DECISION_ALLOW
+	}
+	return resp, nil
+}
+
+// gate is one script call of a decision and what its buckets limit.
+type gate struct {
+	call   *ratelimit.Call
+	labels []string
+	rates  []ratelimit.Rate
+	claim  bool
+}
+
+type plan struct {
+	batch ratelimit.Batch
+	gates []gate
+}
+
+// plan groups the buckets of a request by hash slot: the caller's own
+// buckets and its idempotency slot share the agent's tag and go into one
+// script; each shared limit (endpoint, address, principal) is its own call
+// in the same pipeline.
+func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim) *plan {
+	p := &plan{}
+	rl := s.opts.RateLimits
+	agent, ip := req.GetAgentId(), req.GetClientIp()
+	if ip == "" {
+		ip = "unknown"
+	}
+	own := func(name string) string {
+		if agent == "" {
+			return rediskeys.AnonymousRateLimit(ip, name)
+		}
+		return rediskeys.AgentRateLimit(agent, name)
+	}
+
+	var mine gate
+	var buckets []ratelimit.Bucket
+	add := func(g *gate, bs *[]ratelimit.Bucket, key, label string, r ratelimit.Rate) {
+		*bs = append(*bs, ratelimit.Bucket{Key: key, Rate: r, Cost: 1})
+		g.labels = append(g.labels, label)
+		g.rates = append(g.rates, r)
+	}
+	if r, ok := s.tierRate(req); ok {
+		add(&mine, &buckets, own("tier"), "agent", r)
+	}
+	for i, e := range rl.Endpoints {
+		if e.PerAgent && e.Rate.Enabled() && e.matches(req.GetMethod(), req.GetPathTemplate()) {
+			add(&mine, &buckets, own(s.endpointNames[i]), "agent-endpoint", e.Rate)
+		}
+	}
+	if len(buckets) > 0 || claim != nil {
+		mine.call = p.batch.Gate(buckets, claim)
+		mine.claim = claim != nil
+		p.gates = append(p.gates, mine)
+	}
+	shared := func(key, label string, r ratelimit.Rate) {
+		g := gate{labels: []string{label}, rates: []ratelimit.Rate{r}}
+		g.call = p.batch.Gate([]ratelimit.Bucket{{Key: key, Rate: r, Cost: 1}}, nil)
+		p.gates = append(p.gates, g)
+	}
+	for i, e := range rl.Endpoints {
+		if !e.PerAgent && e.Rate.Enabled() && e.matches(req.GetMethod(), req.GetPathTemplate()) {
+			shared(rediskeys.RateLimit("endpoint", s.endpointNames[i]), "endpoint", e.Rate)
+		}
+	}
+	if rl.PerIP.Enabled() {
+		shared(rediskeys.RateLimit("ip", subject(ip)), "ip", rl.PerIP)
+	}
+	principal := req.GetPrincipal()
+	if principal == "" && acting != "" {
+		principal = "oauth:" + acting
+	}
+	if rl.PerPrincipal.Enabled() && principal != "" {
+		shared(rediskeys.RateLimit("principal", subject(principal)), "principal", rl.PerPrincipal)
+	}
+	return p
+}
+
+// tierRate picks the caller's per-agent rate.
+func (s *Server) tierRate(req *policyv1.AuthorizeRequest) (ratelimit.Rate, bool) {
+	tiers := s.opts.RateLimits.Tiers
+	if len(tiers) == 0 {
+		return ratelimit.Rate{}, false
+	}
+	if req.GetAgentId() == "" {
+		r, ok := tiers["anonymous"]
+		return r, ok && r.Enabled()
+	}
+	if r, ok := tiers[req.GetRateTier()]; ok && req.GetRateTier() != "" {
+		return r, r.Enabled()
+	}
+	if t := req.GetTrustTier(); t > 0 {
+		if r, ok := tiers["trust-tier-"+strconv.Itoa(int(t))]; ok {
+			return r, r.Enabled()
+		}
+	}
+	r, ok := tiers["default"]
+	return r, ok && r.Enabled()
+}
+
+// settle reads the gate results. If any limit refused, it refunds the calls
+// that spent (releasing a claim one of them made) and returns the 429.
+// Otherwise it fills in the rate-limit fields of resp and returns the claim
+// outcome, if a claim was made.
+func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeResponse) (*policyv1.Denial, *ratelimit.Result, error) {
+	var refused *policyv1.Denial
+	var spent []*ratelimit.Call
+	var claimRes *ratelimit.Result
+	var resetMax time.Duration
+	for i := range p.gates {
+		g := &p.gates[i]
+		r, err := g.call.Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		if !r.Allowed {
+			if refused == nil || ratelimit.Seconds(r.RetryAfter) > refused.RetryAfterSeconds {
+				refused = rateDenial(g.labels[r.Refused], r.RetryAfter)
+			}
+			continue
+		}
+		spent = append(spent, g.call)
+		if g.claim {
+			claimRes = &r
+		}
+		if r.Remaining >= 0 && (resp.RateLimitRemaining < 0 || r.Remaining < resp.RateLimitRemaining) {
+			resp.RateLimitRemaining = r.Remaining
+			resp.RateLimitLimit = g.rates[r.Tightest].Limit
+		}
+		resetMax = max(resetMax, r.Reset)
+	}
+	if refused != nil {
+		var refunds ratelimit.Batch
+		for _, c := range spent {
+			refunds.Refund(c)
+		}
+		if err := refunds.Exec(ctx, s.rdb); err != nil {
+			// The refusal stands; a failed refund only over-counts.
+			s.log.WarnContext(ctx, "rate-limit refund failed", "err", err)
+		}
+		return refused, nil, nil
+	}
+	resp.RateLimitResetSeconds = ratelimit.Seconds(resetMax)
+	return nil, claimRes, nil
+}
+
+func rateDenial(label string, retry time.Duration) *policyv1.Denial {
+	secs := ratelimit.Seconds(retry)
+	return &policyv1.Denial{
+		Status:            agtp.StatusRateLimited,
+		Reason:            ReasonRateLimited,
+		Explanation:       fmt.Sprintf("too many requests (%s limit); retry after %d s", label, secs),
+		RetryAfterSeconds: secs,
+		Details: map[string]string{
+			"limit":               label,
+			"retry_after_seconds": strconv.FormatInt(secs, 10),
+			"retry_at":            time.Now().Add(retry).UTC().Format(time.RFC3339),
+		},
+	}
+}
+
+// idempotencyOutcome turns the claim result into the decision.
+func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim, res *ratelimit.Result, resp *policyv1.AuthorizeResponse) (*policyv1.Denial, error) {
+	if res == nil || !res.Claimed {
+		return nil, grpcerr.Internal(fmt.Errorf("policy: the gate script returned no claim outcome"))
+	}
+	out := res.Claim
+	if out.Outcome == idempotency.InFlight {
+		if s.opts.Idempotency.MaxWait > 0 {
+			var err error
+			out, err = idempotency.Wait(ctx, s.rdb, claim.Slot, claim.Fingerprint, claim.Token, idempotency.WaitOptions{
+				MaxWait: s.opts.Idempotency.MaxWait, Lease: claim.Lease,
+			})
+			if err != nil {
+				return nil, s.redisError(ctx, err)
+			}
+		}
+	}
+	switch out.Outcome {
+	case idempotency.Claimed:
+		resp.Claim = &policyv1.IdempotencyClaim{
+			Slot:         claim.Slot,
+			Token:        claim.Token,
+			TtlSeconds:   int64(s.opts.Idempotency.TTL / time.Second),
+			LeaseSeconds: ratelimit.Seconds(claim.Lease),
+		}
+		resp.Decision = policyv1.Decision_DECISION_ALLOW
+	case idempotency.Replay:
+		resp.ReplayResponse = out.Response
+		resp.Decision = policyv1.Decision_DECISION_REPLAY
+	case idempotency.Reused:
+		return &policyv1.Denial{
+			Status:      agtp.StatusConflict,
+			Reason:      agtp.ReasonIdempotencyKeyReused,
+			Explanation: "this Idempotency-Key was already used by this agent with a different request",
+		}, nil
+	default:
+		return &policyv1.Denial{
+			Status:            agtp.StatusConflict,
+			Reason:            agtp.ReasonIdempotencyInFlight,
+			Explanation:       "a request with this Idempotency-Key is still running; retry later",
+			RetryAfterSeconds: 1,
+		}, nil
+	}
+	return nil, nil
+}
+
+func (s *Server) redisError(ctx context.Context, err error) error {
+	if e := grpcerr.FromContext(ctx.Err()); e != nil {
+		return e
+	}
+	s.log.ErrorContext(ctx, "policy decision failed: redis", "err", err)
+	return grpcerr.Unavailable(ReasonPolicyUnavailable, "the policy store is unavailable")
+}
+
+// logDenial logs refusals. AGTP-specific codes are operational signals
+// that must be logged (core §5.6); rate-limit refusals go to debug so a
+// flood does not become a log flood. The Authorization value never is.
+func (s *Server) logDenial(ctx context.Context, req *policyv1.AuthorizeRequest, d *policyv1.Denial) {
+	level := slog.LevelInfo
+	if d.Status == agtp.StatusRateLimited {
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, "request refused by policy",
+		"status", d.GetStatus(), "reason", d.GetReason(),
+		"agent_id", req.GetAgentId(), "principal", req.GetPrincipal(),
+		"method", req.GetMethod(), "path", req.GetPathTemplate(), "client_ip", req.GetClientIp())
+}
+
+// CompleteIdempotency stores the outcome of a claimed request.
+func (s *Server) CompleteIdempotency(ctx context.Context, req *policyv1.CompleteIdempotencyRequest) (*policyv1.CompleteIdempotencyResponse, error) {
+	if err := validateClaim(req.GetClaim()); err != nil {
+		return nil, err
+	}
+	if len(req.GetResponse()) > s.opts.Idempotency.MaxResponseBytes {
+		return nil, grpcerr.InvalidArgument(ReasonIdempotencyResponseSize,
+			fmt.Sprintf("the response exceeds %d bytes", s.opts.Idempotency.MaxResponseBytes))
+	}
+	ok, err := idempotency.Complete(ctx, s.rdb, req.GetClaim().GetSlot(), req.GetClaim().GetToken(), req.GetResponse(), s.opts.Idempotency.TTL)
+	if err != nil {
+		return nil, s.redisError(ctx, err)
+	}
+	if !ok {
+		return nil, grpcerr.Conflict(ReasonIdempotencyClaimLost, "the claim was released or lapsed; the response was not stored")
+	}
+	return &policyv1.CompleteIdempotencyResponse{}, nil
+}
+
+// ReleaseIdempotency drops a claim; releasing a claim that is already gone
+// succeeds, so callers may retry it.
+func (s *Server) ReleaseIdempotency(ctx context.Context, req *policyv1.ReleaseIdempotencyRequest) (*policyv1.ReleaseIdempotencyResponse, error) {
+	if err := validateClaim(req.GetClaim()); err != nil {
+		return nil, err
+	}
+	if _, err := idempotency.Release(ctx, s.rdb, req.GetClaim().GetSlot(), req.GetClaim().GetToken()); err != nil {
+		return nil, s.redisError(ctx, err)
+	}
+	return &policyv1.ReleaseIdempotencyResponse{}, nil
+}
+
+// validateClaim makes sure a claim names an idempotency slot, so that these
+// RPCs cannot be used to write arbitrary Redis keys.
+func validateClaim(c *policyv1.IdempotencyClaim) error {
+	slot := c.GetSlot()
+	const marker = "}:idem:"
+	i := strings.Index(slot, marker)
+	ok := len(slot) <= rediskeysMaxSlotLen &&
+		strings.HasPrefix(slot, rediskeys.Prefix+"{") && i > 0 &&
+		idempotency.ValidFingerprint(slot[i+len(marker):]) &&
+		len(c.GetToken()) == 32 && isHex(c.GetToken())
+	if !ok {
+		return grpcerr.InvalidArgument(ReasonInvalidPolicyRequest, "claim must be one Authorize returned")
+	}
+	return nil
+}
+
+const rediskeysMaxSlotLen = 512
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckRateLimit spends from a named limit: "rcns" counts RCNS gate
+// evaluations per agent (AGTP-API §10.1.5); the caller answers a refusal
+// with 429 and "scope": "rcns" in the body.
+func (s *Server) CheckRateLimit(ctx context.Context, req *policyv1.CheckRateLimitRequest) (*policyv1.CheckRateLimitResponse, error) {
+	rate, ok := s.opts.RateLimits.Named[req.GetScope()]
+	if !ok {
+		return nil, grpcerr.InvalidArgument(ReasonUnknownRateLimitScope, "no rate limit is configured for scope "+strconv.Quote(req.GetScope()))
+	}
+	if req.GetKey() == "" || len(req.GetKey()) > maxRateKeyLen {
+		return nil, grpcerr.InvalidArgument(ReasonInvalidPolicyRequest, "key must be 1-512 bytes")
+	}
+	cost := max(req.GetCost(), 1)
+	if cost > rate.BurstSize() {
+		return nil, grpcerr.InvalidArgument(ReasonInvalidPolicyRequest, "cost exceeds the limit's burst")
+	}
+	r, err := ratelimit.Spend(ctx, s.rdb, ratelimit.Bucket{Key: rediskeys.RateLimit(req.GetScope(), subject(req.GetKey())), Rate: rate, Cost: cost})
+	if err != nil {
+		return nil, s.redisError(ctx, err)
+	}
+	if !r.Allowed {
+		return &policyv1.CheckRateLimitResponse{RetryAfterSeconds: ratelimit.Seconds(r.RetryAfter)}, nil
+	}
+	return &policyv1.CheckRateLimitResponse{Allowed: true, Remaining: r.Remaining}, nil
+}
+
+// subject makes a caller-influenced value safe inside a hash-tagged key:
+// kept readable when short and free of braces, hashed otherwise.
+func subject(v string) string {
+	if len(v) <= 128 && !strings.ContainsAny(v, "{}") {
+		return v
+	}
+	return "h:" + hashName(v)
+}
+
+func hashName(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:16])
+}

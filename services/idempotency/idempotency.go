@@ -1,0 +1,316 @@
+// Package idempotency is the one definition of the idempotency slot protocol
+// (DECISIONS.md, "Idempotency"): how an (Agent-ID, Idempotency-Key) slot is
+// claimed, completed and released in Redis.
+//
+// A slot is the hash rediskeys.IdempotencySlot(agentID, key) with the fields
+// rediskeys.Slot*. Its life:
+//
+//	absent  --claim-->  {state: pending, token, fingerprint}, PEXPIRE lease
+//	pending --complete(token)-->  {state: done, response}, PEXPIRE ttl
+//	pending --release(token)-->   absent
+//	pending --lease lapses-->     absent (the claimer died; a retry runs again)
+//
+// Only the holder of the token may complete or release, so a claimer whose
+// lease lapsed and whose slot was re-claimed cannot overwrite the newer run.
+//
+// The slot shares the agent's hash tag, so a Lua script that appends to the
+// agent's audit chain can complete the slot in the same script (one round
+// trip, same Redis Cluster slot). Such scripts embed CompleteLuaFunction and
+// call it; policysvc embeds ClaimLuaFunction in its rate-limit script the same
+// way. Go callers without a script of their own use Claim, Complete and
+// Release.
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Outcome is the result of a claim attempt.
+type Outcome int
+
+// Outcomes of a claim, numbered as ClaimLuaFunction returns them.
+const (
+	// Claimed: the slot was free and now belongs to the caller's token; run
+	// the request and complete or release the slot.
+	Claimed Outcome = 1
+	// Replay: the slot holds a completed response for the same request.
+	Replay Outcome = 2
+	// Reused: the key was first used with a different request fingerprint
+	// (409 idempotency-key-reused).
+	Reused Outcome = 3
+	// InFlight: the same request is running under another claim.
+	InFlight Outcome = 4
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case Replay:
+		return "replay"
+	case Reused:
+		return "reused"
+	case InFlight:
+		return "in-flight"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Defaults of the slot protocol (DECISIONS.md: TTL 24 h, configurable).
+const (
+	DefaultTTL   = 24 * time.Hour
+	DefaultLease = 30 * time.Second
+)
+
+// MaxKeyLen bounds the Idempotency-Key value a caller may send
+// (digest-companions §3.15: 1-255 printable ASCII).
+const MaxKeyLen = 255
+
+// ValidKey reports whether key is 1-255 printable ASCII characters
+// (space through tilde; the header parser has trimmed the ends).
+func ValidKey(key string) bool {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidFingerprint reports whether fp is a SHA-256 in 64 lowercase hex.
+func ValidFingerprint(fp string) bool {
+	if len(fp) != 64 {
+		return false
+	}
+	for i := 0; i < len(fp); i++ {
+		c := fp[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewToken returns a fresh claim token: 128 random bits in hex.
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return hex.EncodeToString(b[:])
+}
+
+// lua substitutes the rediskeys field and state names into a script
+// template, so the scripts cannot drift from the Go constants.
+func lua(s string) string {
+	return strings.NewReplacer(
+		"$STATE", "'"+rediskeys.SlotState+"'",
+		"$TOKEN", "'"+rediskeys.SlotToken+"'",
+		"$FINGERPRINT", "'"+rediskeys.SlotFingerprint+"'",
+		"$RESPONSE", "'"+rediskeys.SlotResponse+"'",
+		"$PENDING", "'"+rediskeys.SlotPending+"'",
+		"$DONE", "'"+rediskeys.SlotDone+"'",
+	).Replace(s)
+}
+
+// ClaimLuaFunction defines the Lua function
+//
+//	agtp_idem_claim(slot, fingerprint, token, lease_ms) -> {outcome[, response]}
+//
+// where outcome is an Outcome number and response (a string) is present
+// only for Replay. Embed it at the top of a script whose KEYS include slot.
+var ClaimLuaFunction = lua(`
+local function agtp_idem_claim(slot, fp, token, lease_ms)
+  local v = redis.call('HMGET', slot, $STATE, $FINGERPRINT, $RESPONSE)
+  if not v[1] then
+    redis.call('HSET', slot, $STATE, $PENDING, $TOKEN, token, $FINGERPRINT, fp)
+    redis.call('PEXPIRE', slot, lease_ms)
+    return {1}
+  end
+  if v[2] ~= fp then return {3} end
+  if v[1] == $DONE then return {2, v[3] or ''} end
+  return {4}
+end
+`)
+
+// CompleteLuaFunction defines the Lua function
+//
+//	agtp_idem_complete(slot, token, response, ttl_ms) -> 1 | 0
+//
+// which stores response and marks the slot done if token still holds the
+// claim (0 otherwise: released, lapsed or re-claimed). auditsvc embeds it in
+// its chain-append script and calls it with the claim the front door got
+// from Authorize; an empty slot argument is a no-op, so the append script can
+// call it unconditionally.
+var CompleteLuaFunction = lua(`
+local function agtp_idem_complete(slot, token, response, ttl_ms)
+  if slot == nil or slot == '' then return 0 end
+  if redis.call('HGET', slot, $TOKEN) ~= token then return 0 end
+  redis.call('HSET', slot, $STATE, $DONE, $RESPONSE, response)
+  redis.call('PEXPIRE', slot, ttl_ms)
+  return 1
+end
+`)
+
+// ReleaseLuaFunction defines the Lua function
+//
+//	agtp_idem_release(slot, token) -> 1 | 0
+//
+// which deletes the slot if token still holds it and it is still pending.
+var ReleaseLuaFunction = lua(`
+local function agtp_idem_release(slot, token)
+  local v = redis.call('HMGET', slot, $STATE, $TOKEN)
+  if v[2] ~= token or v[1] ~= $PENDING then return 0 end
+  redis.call('DEL', slot)
+  return 1
+end
+`)
+
+var (
+	claimScript    = redis.NewScript(ClaimLuaFunction + `return agtp_idem_claim(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))`)
+	completeScript = redis.NewScript(CompleteLuaFunction + `return agtp_idem_complete(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))`)
+	releaseScript  = redis.NewScript(ReleaseLuaFunction + `return agtp_idem_release(KEYS[1], ARGV[1])`)
+)
+
+// Result is the outcome of a claim; Response is set for Replay.
+type Result struct {
+	Outcome  Outcome
+	Response []byte
+}
+
+// ParseResult reads the reply of agtp_idem_claim.
+func ParseResult(v any) (Result, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return Result{}, fmt.Errorf("idempotency: unexpected claim reply %T", v)
+	}
+	n, ok := arr[0].(int64)
+	if !ok || n < int64(Claimed) || n > int64(InFlight) {
+		return Result{}, fmt.Errorf("idempotency: unexpected claim outcome %v", arr[0])
+	}
+	r := Result{Outcome: Outcome(n)}
+	if r.Outcome == Replay {
+		if len(arr) < 2 {
+			return Result{}, errors.New("idempotency: replay without a response")
+		}
+		s, ok := arr[1].(string)
+		if !ok {
+			return Result{}, fmt.Errorf("idempotency: unexpected response type %T", arr[1])
+		}
+		r.Response = []byte(s)
+	}
+	return r, nil
+}
+
+// Claim tries to claim slot for a request with fingerprint under token; a
+// fresh claim stays pending for lease.
+func Claim(ctx context.Context, rdb redis.Scripter, slot, fingerprint, token string, lease time.Duration) (Result, error) {
+	v, err := claimScript.Run(ctx, rdb, []string{slot}, fingerprint, token, lease.Milliseconds()).Result()
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: claim: %w", err)
+	}
+	return ParseResult(v)
+}
+
+// Complete stores response under the claim and keeps it for ttl. It reports
+// false if token no longer holds the slot (released, lapsed or re-claimed);
+// the response is then not stored.
+func Complete(ctx context.Context, rdb redis.Scripter, slot, token string, response []byte, ttl time.Duration) (bool, error) {
+	n, err := completeScript.Run(ctx, rdb, []string{slot}, token, response, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("idempotency: complete: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Release drops a pending claim held by token, so that a retry runs again.
+// It reports false if token no longer holds a pending claim.
+func Release(ctx context.Context, rdb redis.Scripter, slot, token string) (bool, error) {
+	n, err := releaseScript.Run(ctx, rdb, []string{slot}, token).Int()
+	if err != nil {
+		return false, fmt.Errorf("idempotency: release: %w", err)
+	}
+	return n == 1, nil
+}
+
+// WaitOptions bound how long a duplicate waits for the first request.
+type WaitOptions struct {
+	// MaxWait is the longest a duplicate waits; 0 means do not wait.
+	MaxWait time.Duration
+	// FirstPoll and MaxPoll bound the polling interval, which doubles from
+	// FirstPoll up to MaxPoll.
+	FirstPoll, MaxPoll time.Duration
+	// Lease is the lease of a claim this waiter takes if the first request
+	// released or lost its claim.
+	Lease time.Duration
+}
+
+// Wait polls slot until the in-flight request with fingerprint completes
+// (Replay), its claim disappears and this caller claims the slot with token
+// (Claimed), another request takes it (Reused), or MaxWait passes (InFlight).
+//
+// Polling rather than pub/sub keeps completion a plain hash write, which the
+// audit append script can do without knowing who waits; a duplicate is rare,
+// and each poll is one HMGET on the agent's shard.
+func Wait(ctx context.Context, rdb redis.Cmdable, slot, fingerprint, token string, o WaitOptions) (Result, error) {
+	if o.MaxWait <= 0 {
+		return Result{Outcome: InFlight}, nil
+	}
+	if o.FirstPoll <= 0 {
+		o.FirstPoll = 2 * time.Millisecond
+	}
+	if o.MaxPoll < o.FirstPoll {
+		o.MaxPoll = 50 * time.Millisecond
+	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultLease
+	}
+	deadline := time.Now().Add(o.MaxWait)
+	interval := o.FirstPoll
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-timer.C:
+		}
+		v, err := rdb.HMGet(ctx, slot, rediskeys.SlotState, rediskeys.SlotFingerprint, rediskeys.SlotResponse).Result()
+		if err != nil {
+			return Result{}, fmt.Errorf("idempotency: wait: %w", err)
+		}
+		state, _ := v[0].(string)
+		fp, _ := v[1].(string)
+		switch {
+		case state == "":
+			// The first request released its claim or its lease lapsed:
+			// this duplicate may run now.
+			r, err := Claim(ctx, rdb, slot, fingerprint, token, o.Lease)
+			if err != nil || r.Outcome != InFlight {
+				return r, err
+			}
+		case fp != fingerprint:
+			return Result{Outcome: Reused}, nil
+		case state == rediskeys.SlotDone:
+			resp, _ := v[2].(string)
+			return Result{Outcome: Replay, Response: []byte(resp)}, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return Result{Outcome: InFlight}, nil
+		}
+		interval = min(interval*2, o.MaxPoll, left)
+		timer.Reset(interval)
+	}
+}

@@ -1,0 +1,232 @@
+package idempotency_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/services/idempotency"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+func startRedis(t *testing.T) *redis.Client { return testkit.StartRedis(t).Client(t) }
+
+const (
+	fpA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	fpB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+func TestValidKeyIsOneTo255PrintableASCII(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{
+		{"order-abc-123", true},
+		{"with space", true},
+		{strings.Repeat("k", 255), true},
+		{"", false},
+		{strings.Repeat("k", 256), false},
+		{"tab\there", false},
+		{"nul\x00", false},
+		{"del\x7f", false},
+		{"caf\xc3\xa9", false},
+	} {
+		if got := idempotency.ValidKey(tc.key); got != tc.want {
+			t.Errorf("ValidKey(%q) = %v, want %v", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestValidFingerprintIs64LowercaseHex(t *testing.T) {
+	for _, tc := range []struct {
+		fp   string
+		want bool
+	}{
+		{fpA, true},
+		{strings.ToUpper(fpA), false},
+		{fpA[:63], false},
+		{fpA + "a", false},
+		{strings.Repeat("g", 64), false},
+	} {
+		if got := idempotency.ValidFingerprint(tc.fp); got != tc.want {
+			t.Errorf("ValidFingerprint(%q) = %v, want %v", tc.fp, got, tc.want)
+		}
+	}
+}
+
+func TestSlotLifecycle(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+
+	r, err := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+	if err != nil || r.Outcome != idempotency.Claimed {
+		t.Fatalf("first claim = %v, %v; want claimed", r.Outcome, err)
+	}
+	if pttl := rdb.PTTL(ctx, slot).Val(); pttl <= 0 || pttl > time.Minute {
+		t.Fatalf("pending slot PTTL = %v, want the lease", pttl)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.InFlight {
+		t.Fatalf("duplicate while pending = %v, want in-flight", r.Outcome)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpB, "tok2", time.Minute); r.Outcome != idempotency.Reused {
+		t.Fatalf("other fingerprint while pending = %v, want reused", r.Outcome)
+	}
+	if ok, _ := idempotency.Complete(ctx, rdb, slot, "not-the-token", []byte("x"), time.Hour); ok {
+		t.Fatal("complete with a foreign token succeeded")
+	}
+	if ok, _ := idempotency.Release(ctx, rdb, slot, "not-the-token"); ok {
+		t.Fatal("release with a foreign token succeeded")
+	}
+	resp := []byte("AGTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}\x00\xff")
+	if ok, err := idempotency.Complete(ctx, rdb, slot, "tok1", resp, time.Hour); !ok || err != nil {
+		t.Fatalf("complete = %v, %v", ok, err)
+	}
+	if pttl := rdb.PTTL(ctx, slot).Val(); pttl <= time.Minute || pttl > time.Hour {
+		t.Fatalf("done slot PTTL = %v, want the result TTL", pttl)
+	}
+	r, err = idempotency.Claim(ctx, rdb, slot, fpA, "tok3", time.Minute)
+	if err != nil || r.Outcome != idempotency.Replay || string(r.Response) != string(resp) {
+		t.Fatalf("claim after completion = %v %q, %v; want replay of the stored bytes", r.Outcome, r.Response, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpB, "tok3", time.Minute); r.Outcome != idempotency.Reused {
+		t.Fatalf("other fingerprint after completion = %v, want reused", r.Outcome)
+	}
+	if ok, _ := idempotency.Release(ctx, rdb, slot, "tok1"); ok {
+		t.Fatal("release of a completed slot succeeded")
+	}
+}
+
+func TestReleaseLetsARetryRunAgain(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatal("first claim failed")
+	}
+	if ok, err := idempotency.Release(ctx, rdb, slot, "tok1"); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpB, "tok2", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatalf("claim after release = %v, want claimed", r.Outcome)
+	}
+}
+
+func TestLapsedClaimerCannotOverwriteTheNextRun(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", 30*time.Millisecond); r.Outcome != idempotency.Claimed {
+		t.Fatal("first claim failed")
+	}
+	time.Sleep(60 * time.Millisecond)
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatalf("claim after the lease lapsed = %v, want claimed", r.Outcome)
+	}
+	if ok, _ := idempotency.Complete(ctx, rdb, slot, "tok1", []byte("stale"), time.Hour); ok {
+		t.Fatal("the lapsed claimer completed the slot")
+	}
+	if ok, _ := idempotency.Complete(ctx, rdb, slot, "tok2", []byte("fresh"), time.Hour); !ok {
+		t.Fatal("the current claimer could not complete")
+	}
+}
+
+func TestSlotsAreScopedByAgent(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	a := rediskeys.IdempotencySlot("agent-a", "same-key")
+	b := rediskeys.IdempotencySlot("agent-b", "same-key")
+	if r, _ := idempotency.Claim(ctx, rdb, a, fpA, "t1", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatal("agent a claim failed")
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, b, fpB, "t2", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatalf("agent b with the same key = %v, want an independent claim", r.Outcome)
+	}
+}
+
+func TestWait(t *testing.T) {
+	ctx := context.Background()
+	opts := idempotency.WaitOptions{MaxWait: time.Second, FirstPoll: time.Millisecond, MaxPoll: 10 * time.Millisecond, Lease: time.Minute}
+
+	t.Run("replays once the first request completes", func(t *testing.T) {
+		rdb := startRedis(t)
+		slot := rediskeys.IdempotencySlot("agent", "k")
+		_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			_, _ = idempotency.Complete(ctx, rdb, slot, "tok1", []byte("done"), time.Hour)
+		}()
+		r, err := idempotency.Wait(ctx, rdb, slot, fpA, "tok2", opts)
+		if err != nil || r.Outcome != idempotency.Replay || string(r.Response) != "done" {
+			t.Fatalf("Wait = %v %q, %v; want replay", r.Outcome, r.Response, err)
+		}
+	})
+	t.Run("claims when the first request releases", func(t *testing.T) {
+		rdb := startRedis(t)
+		slot := rediskeys.IdempotencySlot("agent", "k")
+		_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			_, _ = idempotency.Release(ctx, rdb, slot, "tok1")
+		}()
+		r, err := idempotency.Wait(ctx, rdb, slot, fpA, "tok2", opts)
+		if err != nil || r.Outcome != idempotency.Claimed {
+			t.Fatalf("Wait = %v, %v; want claimed", r.Outcome, err)
+		}
+		if tok := rdb.HGet(ctx, slot, rediskeys.SlotToken).Val(); tok != "tok2" {
+			t.Fatalf("slot token = %q, want the waiter's", tok)
+		}
+	})
+	t.Run("gives up as in-flight after MaxWait", func(t *testing.T) {
+		rdb := startRedis(t)
+		slot := rediskeys.IdempotencySlot("agent", "k")
+		_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+		short := opts
+		short.MaxWait = 40 * time.Millisecond
+		start := time.Now()
+		r, err := idempotency.Wait(ctx, rdb, slot, fpA, "tok2", short)
+		if err != nil || r.Outcome != idempotency.InFlight {
+			t.Fatalf("Wait = %v, %v; want in-flight", r.Outcome, err)
+		}
+		if d := time.Since(start); d < 40*time.Millisecond || d > 500*time.Millisecond {
+			t.Fatalf("Wait took %v, want about MaxWait", d)
+		}
+	})
+	t.Run("does not wait when MaxWait is zero", func(t *testing.T) {
+		rdb := startRedis(t)
+		r, err := idempotency.Wait(ctx, rdb, rediskeys.IdempotencySlot("agent", "k"), fpA, "tok2", idempotency.WaitOptions{})
+		if err != nil || r.Outcome != idempotency.InFlight {
+			t.Fatalf("Wait = %v, %v; want in-flight", r.Outcome, err)
+		}
+	})
+}
+
+// TestCompleteFunctionEmbedsInAnotherScript pins the contract auditsvc relies
+// on: CompleteLuaFunction can be prepended to a script that does other work
+// on the agent's keys and completes the slot in the same call.
+func TestCompleteFunctionEmbedsInAnotherScript(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent", "k")
+	_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+	script := redis.NewScript(idempotency.CompleteLuaFunction + `
+redis.call('HSET', KEYS[1], 'head', ARGV[1])
+return agtp_idem_complete(KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4]))`)
+	n, err := script.Run(ctx, rdb, []string{rediskeys.ChainHead("agent"), slot}, "audit-1", "tok1", "resp", int64(3600000)).Int()
+	if err != nil || n != 1 {
+		t.Fatalf("embedded complete = %v, %v", n, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay || string(r.Response) != "resp" {
+		t.Fatalf("after embedded complete: %v %q", r.Outcome, r.Response)
+	}
+	// An empty slot is a no-op, so append scripts may call it unconditionally.
+	noClaim := redis.NewScript(idempotency.CompleteLuaFunction + `return agtp_idem_complete(ARGV[1], ARGV[2], 'x', 1)`)
+	n, err = noClaim.Run(ctx, rdb, []string{rediskeys.ChainHead("agent")}, "", "").Int()
+	if err != nil || n != 0 {
+		t.Fatalf("complete with no claim = %v, %v; want 0", n, err)
+	}
+}
