@@ -1,19 +1,31 @@
 package auditsvc
 
 import (
+	"errors"
 	"flag"
+	"strings"
 
+	"github.com/agtpsuite/agtp/auditsvc/internal/server"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // Config is the auditsvc configuration.
 type Config struct {
 	kit.Common
+	// ServerID is written as server_id when a record's claims omit it.
+	ServerID string
+	// VerifyKeyFiles are retired signing keys (public or private, PEM or
+	// JWK) kept so that old records still verify and appear in the JWKS.
+	VerifyKeyFiles []string
+	// ArchiveDir turns on the rotated JSONL archive of appended records.
+	ArchiveDir string
+	// Options tune the chain store and limits (docs/audit.md).
+	Options server.Options
 }
 
 // DefaultConfig returns the defaults used by make run.
 func DefaultConfig() Config {
-	c := Config{Common: kit.DefaultCommon("auditsvc", "127.0.0.1:7105", "127.0.0.1:8105")}
+	c := Config{Common: kit.DefaultCommon("auditsvc", "127.0.0.1:7105", "127.0.0.1:8105"), ServerID: "agtp.localhost"}
 	c.RedisRequired = true
 	return c
 }
@@ -21,9 +33,34 @@ func DefaultConfig() Config {
 // BindFlags registers the flags of auditsvc.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Common.BindFlags(fs)
+	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "server_id for records whose claims omit it (env AGTP_SERVER_ID)")
+	fs.StringVar(&c.ArchiveDir, "archive-dir", c.ArchiveDir, "directory for the JSONL archive of records; empty disables (env AGTP_AUDIT_ARCHIVE_DIR)")
+	fs.Func("verify-key", "retired signing key kept for verification, repeatable (env AGTP_VERIFY_KEY_FILES=a,b)", func(v string) error {
+		c.VerifyKeyFiles = append(c.VerifyKeyFiles, v)
+		return nil
+	})
+}
+
+// ApplyEnv reads the environment.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	if v, ok := lookup("AGTP_SERVER_ID"); ok && v != "" {
+		c.ServerID = v
+	}
+	if v, ok := lookup("AGTP_AUDIT_ARCHIVE_DIR"); ok && v != "" {
+		c.ArchiveDir = v
+	}
+	if v, ok := lookup("AGTP_VERIFY_KEY_FILES"); ok && v != "" {
+		c.VerifyKeyFiles = strings.Split(v, ",")
+	}
+	return c.Common.ApplyEnv(lookup)
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	return c.Common.Validate()
+	var errs []error
+	errs = append(errs, c.Common.Validate())
+	if c.SigningKeyFile == "" {
+		errs = append(errs, errors.New("a signing key is required (AGTP_SIGNING_KEY_FILE); records are never signed with alg none by the service"))
+	}
+	return errors.Join(errs...)
 }

@@ -1,11 +1,14 @@
-// Package auditsvc is the auditsvc service: its configuration, constructor and
-// run loop. The domain logic lives in internal packages.
+// Package auditsvc is the audit service: signed Attribution-Records,
+// per-agent hash chains, lifecycle streams and the reads behind INSPECT.
 package auditsvc
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/internal/server"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -15,6 +18,7 @@ const HealthName = "agtp.audit.v1.AuditService"
 // Service is a running auditsvc.
 type Service struct {
 	base *kit.Base
+	srv  *server.Server
 }
 
 // New provisions auditsvc from a configuration; nothing listens on failure.
@@ -22,16 +26,30 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("auditsvc config: %w", err)
 	}
+	keys, err := attribution.LoadKeySet(cfg.SigningKeyFile, cfg.VerifyKeyFiles...)
+	if err != nil {
+		return nil, fmt.Errorf("auditsvc keys: %w", err)
+	}
+	opts := cfg.Options
+	opts.ServerID = cfg.ServerID
+	opts.Keys = keys
+	opts.Archive.Dir = cfg.ArchiveDir
 	base, err := kit.NewBase(ctx, cfg.Common)
 	if err != nil {
 		return nil, err
 	}
-	base.Server.Register(HealthName, nil)
-	return &Service{base: base}, nil
+	srv, err := server.New(base.Redis, base.Log, opts)
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("auditsvc: %w", err)
+	}
+	auditv1.RegisterAuditServiceServer(base.Server.GRPC(), srv)
+	base.Server.Register(HealthName, auditv1.RegisterAuditServiceHandler)
+	return &Service{base: base, srv: srv}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
-func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx) }
+func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx, s.srv.Run) }
 
 // GRPCAddr is the bound gRPC address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }

@@ -1,11 +1,16 @@
-// Package identitysvc is the identitysvc service: its configuration, constructor and
-// run loop. The domain logic lives in internal packages.
+// Package identitysvc is the identity service: Agent Genesis, canonical
+// Agent-IDs, identity documents and the registry lifecycle.
 package identitysvc
 
 import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc"
+
+	"github.com/agtpsuite/agtp/identitysvc/internal/server"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -14,7 +19,9 @@ const HealthName = "agtp.identity.v1.IdentityService"
 
 // Service is a running identitysvc.
 type Service struct {
-	base *kit.Base
+	base  *kit.Base
+	srv   *server.Server
+	audit *grpc.ClientConn
 }
 
 // New provisions identitysvc from a configuration; nothing listens on failure.
@@ -22,16 +29,37 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("identitysvc config: %w", err)
 	}
+	opts := cfg.Options
+	var err error
+	if opts.SigningKey, opts.KeyID, err = kit.LoadSigner(cfg.SigningKeyFile); err != nil {
+		return nil, err
+	}
 	base, err := kit.NewBase(ctx, cfg.Common)
 	if err != nil {
 		return nil, err
 	}
-	base.Server.Register(HealthName, nil)
-	return &Service{base: base}, nil
+	audit, err := base.Server.Dial("auditsvc")
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, err
+	}
+	srv, err := server.New(base.Redis, base.Log, auditv1.NewAuditServiceClient(audit), opts)
+	if err != nil {
+		_ = audit.Close()
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("identitysvc: %w", err)
+	}
+	identityv1.RegisterIdentityServiceServer(base.Server.GRPC(), srv)
+	base.Server.Register(HealthName, identityv1.RegisterIdentityServiceHandler)
+	return &Service{base: base, srv: srv, audit: audit}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
-func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx) }
+func (s *Service) Run(ctx context.Context) error {
+	err := s.base.Run(ctx, s.srv.Run)
+	_ = s.audit.Close()
+	return err
+}
 
 // GRPCAddr is the bound gRPC address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }
@@ -40,4 +68,7 @@ func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }
 func (s *Service) HTTPAddr() string { return s.base.Server.HTTPAddr() }
 
 // Close releases a service that will not be run.
-func (s *Service) Close() error { return s.base.Close(context.Background()) }
+func (s *Service) Close() error {
+	_ = s.audit.Close()
+	return s.base.Close(context.Background())
+}

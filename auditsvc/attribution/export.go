@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
 // Stream names of the signed streams auditsvc keeps per agent.
@@ -18,7 +20,7 @@ const (
 
 // ServerChainName names the server's own chain (anonymous traffic) in
 // exports and archives.
-const ServerChainName = "server"
+const ServerChainName = rediskeys.ServerChain
 
 // Entry is one line of an archive or export file (JSON Lines): a stored
 // record with where it sits in its chain. The JWS is the authority; the

@@ -35,7 +35,7 @@ const (
 )
 
 // Scopes are the demo agent's declared Authority-Scope set.
-var Scopes = []string{"orders:query", "orders:create", "documents:summarize", "reports:execute", "audit:inspect"}
+var Scopes = []string{"orders:read", "orders:write", "documents:read", "reports:run"}
 
 // Agent is the demo agent's material.
 type Agent struct {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
@@ -18,7 +19,9 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc"
 	"github.com/agtpsuite/agtp/frontdoor"
 	"github.com/agtpsuite/agtp/identitysvc"
+	identitydemo "github.com/agtpsuite/agtp/identitysvc/demo"
 	"github.com/agtpsuite/agtp/policysvc"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/rcnssvc"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -62,6 +65,7 @@ type Suite struct {
 	Addrs   map[string]string
 
 	agtpAddr, httpsAddr string
+	demoAgent           *identitydemo.Agent
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -82,6 +86,9 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	}
 	if s.layout, err = devpki.Ensure(stateDir, devpki.ServiceNames...); err != nil {
 		return nil, fmt.Errorf("development PKI: %w", err)
+	}
+	if s.demoAgent, err = identitydemo.Ensure(filepath.Join(stateDir, "demo-agent")); err != nil {
+		return nil, err
 	}
 	redisURL := cfg.RedisURL
 	if redisURL == "" {
@@ -205,8 +212,43 @@ func (s *Suite) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	s.banner()
+	tasks = append(tasks, s.registerDemoAgent)
 	return kit.RunTasks(ctx, tasks...)
+}
+
+// registerDemoAgent registers the demo agent once identitysvc answers,
+// then prints the banner, so the banner's Agent-ID works at once.
+func (s *Suite) registerDemoAgent(ctx context.Context) error {
+	admin, err := kit.LoadMTLS(s.layout.CA(), s.layout.Cert(devpki.Admin), s.layout.Key(devpki.Admin))
+	if err != nil {
+		return err
+	}
+	tel, err := kit.NewTelemetry(ctx, "agtpsuite", kit.TelemetryConfig{})
+	if err != nil {
+		return err
+	}
+	conn, err := kit.DialService(s.Addrs["identitysvc"], "identitysvc", admin, tel)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := identityv1.NewIdentityServiceClient(conn)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = s.demoAgent.Register(rctx, client)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.banner()
+	<-ctx.Done()
+	return nil
 }
 
 func (s *Suite) banner() {
@@ -223,9 +265,11 @@ func (s *Suite) banner() {
 	}
 	fmt.Fprintf(s.cfg.Out, `
 AGTP on %[1]s (TLS/TCP and QUIC), HTTPS on https://%[2]s
+Demo agent %[4]s (key %[5]s)
 
 Try:
   go run ./frontdoor/cmd/agtp --cacert %[3]s -v DISCOVER agtp://%[1]s/
+  go run ./frontdoor/cmd/agtp --cacert %[3]s --agent-id %[4]s QUERY agtp://%[1]s/orders/ord-1001
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
-`, s.agtpAddr, s.httpsAddr, s.layout.CA())
+`, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -16,6 +17,45 @@ import (
 // append it to the caller's chain (the server's chain for anonymous
 // traffic), storing the idempotent outcome in the same atomic step.
 func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, err error) {
+	claims, err := json.Marshal(p.payload(x, resp, responseID))
+	if err != nil {
+		return "", "", fmt.Errorf("encode attribution payload: %w", err)
+	}
+	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, ClaimsJson: claims}
+	if stored != nil && x.claim != nil {
+		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
+			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,
+		}
+	}
+	// The record must be stored even when the client's deadline has
+	// passed: the work it attributes has happened.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
+	defer cancel()
+	out, err := p.Audit.SignAndAppend(ctx, in)
+	if err != nil {
+		return "", "", fmt.Errorf("sign and append: %w", err)
+	}
+	return out.GetAttributionRecord(), out.GetAuditId(), nil
+}
+
+// unavailableRecord is the Attribution-Record of the 503 sent when
+// auditsvc cannot store records: alg none, previous_audit_id all zeros and
+// audit_unavailable set, so no verifier can take it for a chained record.
+func (p *Pipeline) unavailableRecord(x *exchange, resp *agtp.Response, responseID string) (jws, auditID string) {
+	payload := p.payload(x, resp, responseID)
+	payload.PreviousAuditID = strings.Repeat("0", 64)
+	payload.Extra = map[string]json.RawMessage{"audit_unavailable": json.RawMessage("true")}
+	jws, auditID, err := unsignedSigner.SignPayload(&payload)
+	if err != nil {
+		return "", ""
+	}
+	return jws, auditID
+}
+
+var unsignedSigner = attribution.NewSigner(nil)
+
+// payload builds the Attribution-Record members of digest-core §8.1.
+func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) attribution.Payload {
 	payload := attribution.Payload{
 		ServerID:           p.opts.ServerID,
 		Timestamp:          time.Now().UTC().Format(time.RFC3339Nano),
@@ -41,25 +81,7 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	if x.authz != nil {
 		payload.ActingPrincipalID = x.authz.GetActingPrincipalId()
 	}
-	claims, err := json.Marshal(payload)
-	if err != nil {
-		return "", "", fmt.Errorf("encode attribution payload: %w", err)
-	}
-	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, ClaimsJson: claims}
-	if stored != nil && x.claim != nil {
-		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
-			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,
-		}
-	}
-	// The record must be stored even when the client's deadline has
-	// passed: the work it attributes has happened.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
-	defer cancel()
-	out, err := p.Audit.SignAndAppend(ctx, in)
-	if err != nil {
-		return "", "", fmt.Errorf("sign and append: %w", err)
-	}
-	return out.GetAttributionRecord(), out.GetAuditId(), nil
+	return payload
 }
 
 // releaseClaim gives up an idempotency claim whose request produced no

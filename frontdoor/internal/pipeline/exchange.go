@@ -112,6 +112,7 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		stored = encodeStored(resp)
 	}
 
+	p.stampPerResponse(x, resp)
 	responseID := newResponseID()
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
 	jws, auditID, err := p.appendAudit(x, resp, responseID, stored)
@@ -119,9 +120,16 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		p.releaseClaim(x)
 		p.Log.ErrorContext(x.ctx, "attribution record not stored; refusing to answer without it", "error", err, "method", x.req.Method)
 		resp = x.fail(agtp.StatusUnavailable, "audit-unavailable",
-			"the attribution record for this response could not be stored; nothing was committed on your behalf that lacks a record, retry later", nil)
+			"the attribution record for this response could not be stored, so the server does not answer it; retry later", nil)
 		p.stampStable(x, resp)
+		p.stampPerResponse(x, resp)
 		resp.Header.Set(agtp.HeaderResponseID, responseID)
+		// Every response carries an Attribution-Record (core §5.5.4); this
+		// one is unsigned and unchained, and says so, so it can never pass
+		// for an authoritative record.
+		jws, auditID = p.unavailableRecord(x, resp, responseID)
+		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
+		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	} else {
 		if x.claim != nil && stored == nil {
 			p.releaseClaim(x)
@@ -157,9 +165,6 @@ func (p *Pipeline) stampStable(x *exchange, resp *agtp.Response) {
 		stampTrust(h, x.target)
 	}
 	if x.state != nil {
-		if x.conn.Requests == 0 {
-			h.Set(agtp.HeaderSupportedMethods, x.state.SupportedMethods)
-		}
 		if v := x.state.Snapshot.GetApiVersion(); v != "" {
 			h.Set(agtp.HeaderAPIVersion, v)
 		}
@@ -172,6 +177,14 @@ func (p *Pipeline) stampStable(x *exchange, resp *agtp.Response) {
 	}
 	if x.synthesisID != "" && x.negotiationOrigin == "rcns-gate" {
 		h.Set(agtp.HeaderContractSynthesized, x.synthesisID)
+	}
+}
+
+// stampPerResponse sets the fields that depend on the connection, not on
+// the request, so an idempotent replay does not store them.
+func (p *Pipeline) stampPerResponse(x *exchange, resp *agtp.Response) {
+	if x.state != nil && x.conn.Requests == 0 {
+		resp.Header.Set(agtp.HeaderSupportedMethods, x.state.SupportedMethods)
 	}
 }
 

@@ -67,7 +67,6 @@ func (p *Pipeline) validateOutput(x *exchange, output []byte) *agtp.Response {
 	return nil
 }
 
-
 func isJSON(ct string) bool {
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.TrimSpace(strings.ToLower(mt))

@@ -63,7 +63,7 @@ type Deps struct {
 type Pipeline struct {
 	opts Options
 	Deps
-	metrics    *metrics
+	metrics *metrics
 }
 
 // New builds a pipeline.

@@ -195,7 +195,7 @@ func (p *Pipeline) replay(x *exchange) *agtp.Response {
 		return x.fail(agtp.StatusServerError, "internal", "the stored response for this Idempotency-Key is unreadable", nil)
 	}
 	// Per-response identifiers are set afresh by finish.
-	for _, name := range [...]string{agtp.HeaderResponseID, agtp.HeaderAttributionRecord, agtp.HeaderAuditID, agtp.HeaderSupportedMethods} {
+	for _, name := range [...]string{agtp.HeaderResponseID, agtp.HeaderAttributionRecord, agtp.HeaderAuditID} {
 		resp.Header.Del(name)
 	}
 	resp.Header.Set(agtp.HeaderIdempotentReplayed, "true")

@@ -429,7 +429,7 @@ func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, from 
 		"agent_id":        req.AgentID,
 		"method":          MethodName(req.Transition),
 		"previous_status": from,
-		"status":          out.to,
+		"new_status":      out.to,
 		"timestamp":       now.Format(time.RFC3339Nano),
 		"revision":        rev,
 	}

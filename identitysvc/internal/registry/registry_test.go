@@ -198,7 +198,7 @@ func TestRegisterWithActivateIssuesGenesisEvent(t *testing.T) {
 	if g, ok := evs[0].Claims["genesis"].(map[string]any); !ok || g["agent_id"] != k.g.AgentID {
 		t.Fatal("the genesis event must carry the full Agent Genesis (core §6.5.6)")
 	}
-	if evs[0].Claims["previous_status"] != "pending" || evs[0].Claims["status"] != "active" {
+	if evs[0].Claims["previous_status"] != "pending" || evs[0].Claims["new_status"] != "active" {
 		t.Fatalf("claims %v", evs[0].Claims)
 	}
 }
@@ -452,12 +452,12 @@ func TestActivateAfterSuspendOrDeprecateIsReinstatement(t *testing.T) {
 	if res := lifecycle(t, e, k.g.AgentID, tACTIVATE, ""); res.EventType != EventLifecycleReinstated {
 		t.Fatalf("ACTIVATE with history must be agent-lifecycle-reinstated, got %s", res.EventType)
 	}
-	res, err := e.reg.Transition(context.Background(), TransitionRequest{AgentID: k.g.AgentID, Transition: tDEPRECATE,
+	dep, err := e.reg.Transition(context.Background(), TransitionRequest{AgentID: k.g.AgentID, Transition: tDEPRECATE,
 		SuccessorAgentID: strings.Repeat("ab", 32)})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || dep.Agent.Record.GetSuccessorAgentId() == "" {
+		t.Fatalf("deprecate: %v", err)
 	}
-	res = lifecycle(t, e, k.g.AgentID, tACTIVATE, "cancel deprecation")
+	res := lifecycle(t, e, k.g.AgentID, tACTIVATE, "cancel deprecation")
 	if res.EventType != EventLifecycleReinstated || res.Agent.Record.GetSuccessorAgentId() != "" {
 		t.Fatalf("cancelled deprecation must clear the successor: %+v", res.Agent.Record)
 	}
@@ -614,8 +614,8 @@ func TestConcurrentTransitionsLeaveOneConsistentHistory(t *testing.T) {
 		t.Fatalf("the race exercised too little: %d real, %d no-ops", real.Load(), noops.Load())
 	}
 	for i := 1; i < len(evs); i++ {
-		if evs[i].Claims["previous_status"] != evs[i-1].Claims["status"] {
-			t.Fatalf("event %d starts from %v but event %d ended in %v", i, evs[i].Claims["previous_status"], i-1, evs[i-1].Claims["status"])
+		if evs[i].Claims["previous_status"] != evs[i-1].Claims["new_status"] {
+			t.Fatalf("event %d starts from %v but event %d ended in %v", i, evs[i].Claims["previous_status"], i-1, evs[i-1].Claims["new_status"])
 		}
 		if evs[i].Claims["revision"].(float64) != evs[i-1].Claims["revision"].(float64)+1 {
 			t.Fatalf("event revisions are not consecutive at %d", i)
@@ -623,7 +623,7 @@ func TestConcurrentTransitionsLeaveOneConsistentHistory(t *testing.T) {
 	}
 	a, _ := e.reg.Get(ctx, id)
 	last := evs[len(evs)-1]
-	if callerpolicy.StateName(a.Record.GetStatus()) != last.Claims["status"] || float64(a.Record.GetRevision()) != last.Claims["revision"].(float64) {
+	if callerpolicy.StateName(a.Record.GetStatus()) != last.Claims["new_status"] || float64(a.Record.GetRevision()) != last.Claims["revision"].(float64) {
 		t.Fatalf("final record %v/%d does not match the last event %v", a.Record.GetStatus(), a.Record.GetRevision(), last.Claims)
 	}
 }

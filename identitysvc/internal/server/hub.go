@@ -104,6 +104,10 @@ func (h *hub) setSubscribed(on bool) {
 // run keeps the subscription up until ctx ends.
 func (h *hub) run(ctx context.Context) error {
 	ps := h.rdb.Subscribe(ctx, rediskeys.AgentEvents)
+	// go-redis reads do not watch ctx; closing the subscription is what
+	// ends a blocked receive.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	defer ps.Close()
 	backoff := 50 * time.Millisecond
 	for {

@@ -92,6 +92,7 @@ func (s *Server) RegisterGenesis(ctx context.Context, req *identityv1.RegisterGe
 	if err != nil {
 		return nil, err
 	}
+	s.changed()
 	return &identityv1.RegisterGenesisResponse{Agent: a.Record}, nil
 }
 
@@ -165,6 +166,9 @@ func (s *Server) TransitionLifecycle(ctx context.Context, req *identityv1.Transi
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !res.Noop {
+		s.changed()
 	}
 	return &identityv1.TransitionLifecycleResponse{
 		Status:         res.Status,
@@ -277,6 +281,10 @@ func (s *Server) namespace(ctx context.Context) ([]byte, error) {
 	s.nsGen, s.nsAt, s.nsBytes = gen, now, b
 	return b, nil
 }
+
+// changed invalidates this replica's namespace document at once after a
+// change it made; changes made elsewhere arrive through the hub.
+func (s *Server) changed() { s.hub.gen.Add(1) }
 
 // hubSubscribed reports whether change events are arriving; without them
 // the namespace cache cannot know about changes and is not used.

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -29,7 +28,6 @@ import (
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
-	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -619,67 +617,6 @@ func TestWatchSendsRegistrationsAndTransitionsInOrder(t *testing.T) {
 			t.Fatalf("message %d: %v", i, m)
 		}
 		rev = m.GetAgent().GetRevision()
-	}
-}
-
-// A watcher that stops reading does not delay the others; once it falls
-// WatchBuffer events behind it gets a resync instead of the backlog.
-func TestSlowWatcherDoesNotBlockOthers(t *testing.T) {
-	e := newEnv(t, Options{WatchBuffer: 2})
-	ctx := context.Background()
-
-	slowCtx, cancelSlow := context.WithCancel(ctx)
-	defer cancelSlow()
-	slow, err := e.a.client.WatchAgents(slowCtx, &identityv1.WatchAgentsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, err := slow.Recv(); err != nil || !m.GetResync() {
-		t.Fatalf("slow watcher start: %v %v", m, err)
-	}
-	fast := watch(t, e.a.client)
-	if !recv(t, fast, 2*time.Second).GetResync() {
-		t.Fatal("no initial resync")
-	}
-
-	// Publish far more events than the slow watcher's buffer and the
-	// transport windows hold, straight through Redis so the test is fast.
-	const n = 3000
-	payload := strings.Repeat("x", 512)
-	go func() {
-		for i := range n {
-			rec := &identityv1.AgentRecord{AgentId: strings.Repeat("a", 64), Revision: uint64(i + 1), Name: payload}
-			b, _ := proto.Marshal(&identityv1.WatchAgentsResponse{AgentId: rec.GetAgentId(), Agent: rec})
-			e.rdb.Publish(ctx, rediskeys.AgentEvents, b)
-		}
-	}()
-	deadline := time.After(10 * time.Second)
-	got := 0
-	for got < n {
-		select {
-		case m := <-fast:
-			if m.GetResync() {
-				continue // the fast watcher may also have been briefly behind
-			}
-			got++
-		case <-deadline:
-			t.Fatalf("the fast watcher got %d of %d events while another watcher was stalled", got, n)
-		}
-	}
-	// The stalled watcher, once it reads again, is told to resync.
-	sawResync := false
-	for range n {
-		m, err := slow.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.GetResync() {
-			sawResync = true
-			break
-		}
-	}
-	if !sawResync {
-		t.Fatal("the stalled watcher was never told to resync")
 	}
 }
 
