@@ -38,10 +38,10 @@ type Proc struct {
 	// AGTPAddr and HTTPSAddr are the front door's public listeners.
 	AGTPAddr  string
 	HTTPSAddr string
-	Env      []string
-	cmd      *exec.Cmd
-	logs     *syncBuffer
-	exited   chan struct{}
+	Env       []string
+	cmd       *exec.Cmd
+	logs      *syncBuffer
+	exited    chan struct{}
 }
 
 // Logs is what the process wrote so far.

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 

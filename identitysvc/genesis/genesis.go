@@ -33,8 +33,11 @@ import (
 	"github.com/agtpsuite/agtp/services/jcs"
 )
 
-// MaxSize bounds an encoded Genesis; it comes from peers.
-const MaxSize = 64 << 10
+// MaxSize bounds an encoded Genesis; it comes from peers. 32 KiB is far
+// more than a real Genesis needs and keeps the agent-genesis-issued
+// event, which carries the whole Genesis, under auditsvc's 64 KiB claims
+// bound.
+const MaxSize = 32 << 10
 
 // Bounds on member sizes, generous for real documents and small enough
 // that a registry record stays cheap.

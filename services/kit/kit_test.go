@@ -188,4 +188,3 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
-

@@ -246,13 +246,16 @@ func (o Options) Validate() error {
 	if o.ClientCAs != nil && o.ClientCAFile != "" {
 		errs = append(errs, errors.New("transport: set ClientCAs or ClientCAFile, not both"))
 	}
-	for name, d := range map[string]time.Duration{
-		"HandshakeTimeout": o.HandshakeTimeout, "HeaderTimeout": o.HeaderTimeout,
-		"BodyTimeout": o.BodyTimeout, "WriteTimeout": o.WriteTimeout, "IdleTimeout": o.IdleTimeout,
-		"BusyWait": o.BusyWait, "DrainTimeout": o.DrainTimeout, "CertCheckInterval": o.CertCheckInterval,
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HandshakeTimeout", o.HandshakeTimeout}, {"HeaderTimeout", o.HeaderTimeout},
+		{"BodyTimeout", o.BodyTimeout}, {"WriteTimeout", o.WriteTimeout}, {"IdleTimeout", o.IdleTimeout},
+		{"BusyWait", o.BusyWait}, {"DrainTimeout", o.DrainTimeout}, {"CertCheckInterval", o.CertCheckInterval},
 	} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("transport: %s must not be negative", name))
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("transport: %s must not be negative", d.name))
 		}
 	}
 	if o.MaxConns < 0 || o.MaxInFlight < 0 || o.MaxStreamsPerConn < 0 {

@@ -429,9 +429,11 @@ func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, from 
 		"agent_id":        req.AgentID,
 		"method":          MethodName(req.Transition),
 		"previous_status": from,
-		"new_status":      out.to,
-		"timestamp":       now.Format(time.RFC3339Nano),
-		"revision":        rev,
+		// Not "status": in an audit payload that member is the AGTP
+		// response status, an integer.
+		"new_status": out.to,
+		"timestamp":  now.Format(time.RFC3339Nano),
+		"revision":   rev,
 	}
 	for k, v := range map[string]string{
 		"reason": req.Reason, "actor": req.Actor, "caller_agent_id": req.CallerAgentID,
