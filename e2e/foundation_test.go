@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,4 +53,44 @@ func TestEveryServiceServesHealthOverMutualTLS(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestRESTGatewayServesEveryAPIWithClientCertificates(t *testing.T) {
+	c := Start(t, Options{})
+	admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{admin},
+	}}}
+	withoutCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(),
+	}}}
+	cases := []struct {
+		service, path, want string
+	}{
+		{"catalogsvc", "/v1/catalog/methods", `"QUERY"`},
+		{"catalogsvc", "/v1/catalog/manifest", `"manifestJson"`},
+		{"auditsvc", "/v1/audit/jwks", `"jwksJson"`},
+		{"identitysvc", "/v1/identity/agents", `{`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.service+tc.path, func(t *testing.T) {
+			url := "https://" + c.Procs[tc.service].HTTPAddr + tc.path
+			resp, err := withCert.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("GET %s = %d %s; want 200 containing %s", tc.path, resp.StatusCode, body, tc.want)
+			}
+			if resp, err := withoutCert.Get(url); err == nil {
+				resp.Body.Close()
+				t.Fatalf("GET %s without a client certificate = %d; want the TLS handshake refused", tc.path, resp.StatusCode)
+			}
+		})
+	}
 }

@@ -2,35 +2,61 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 )
 
-// roundTrip sends one request on a new TLS connection to the front door
-// and reads its response.
-func (c *Cluster) roundTrip(t *testing.T, req *agtp.Request) *agtp.Response {
+// agtpConn is one persistent TLS connection to the front door.
+type agtpConn struct {
+	t    *testing.T
+	conn *tls.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+}
+
+func (c *Cluster) dialAGTP(t *testing.T) *agtpConn {
 	t.Helper()
 	conn, err := tls.Dial("tcp", c.Procs["frontdoor"].AGTPAddr, agtp.ClientTLSConfig("localhost", c.Admin.Pool()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	bw := bufio.NewWriter(conn)
-	if err := req.Write(bw); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return &agtpConn{t: t, conn: conn, br: bufio.NewReader(conn), bw: bufio.NewWriter(conn)}
+}
+
+// do sends a request and reads its response.
+func (a *agtpConn) do(req *agtp.Request) *agtp.Response {
+	a.t.Helper()
+	_ = a.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := req.Write(a.bw); err != nil {
+		a.t.Fatal(err)
 	}
-	if err := bw.Flush(); err != nil {
-		t.Fatal(err)
+	if err := a.bw.Flush(); err != nil {
+		a.t.Fatal(err)
 	}
-	resp, err := agtp.ReadResponse(bufio.NewReader(conn), agtp.Limits{MaxBody: 16 << 20})
+	resp, err := agtp.ReadResponse(a.br, agtp.Limits{MaxBody: 16 << 20})
 	if err != nil {
-		t.Fatal(err)
+		a.t.Fatal(err)
 	}
 	return resp
+}
+
+// roundTrip sends one request on a new connection.
+func (c *Cluster) roundTrip(t *testing.T, req *agtp.Request) *agtp.Response {
+	t.Helper()
+	return c.dialAGTP(t).do(req)
 }
 
 func request(t *testing.T, method, target string, headers ...string) *agtp.Request {
@@ -43,4 +69,65 @@ func request(t *testing.T, method, target string, headers ...string) *agtp.Reque
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	return req
+}
+
+func withJSON(req *agtp.Request, body string) *agtp.Request {
+	req.Body = []byte(body)
+	req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
+	return req
+}
+
+// errorBody decodes an AGTP error body.
+func errorBody(t *testing.T, resp *agtp.Response) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(resp.Body, &m); err != nil {
+		t.Fatalf("body %q is not JSON: %v", resp.Body, err)
+	}
+	return m
+}
+
+// registerAgent registers and activates a new agent with the given scopes
+// and returns its canonical Agent-ID.
+func (c *Cluster) registerAgent(t *testing.T, name string, scopes ...string) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := genesis.Create(genesis.Template{
+		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
+	}, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
+		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	return resp.GetAgent().GetAgentId()
+}
+
+// signingKeys fetches the JWKS from the front door's HTTPS side.
+func (c *Cluster) signingKeys(t *testing.T) attribution.PublicKeys {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool()}}}
+	resp, err := hc.Get("https://" + c.Procs["frontdoor"].HTTPSAddr + "/.well-known/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET jwks = %d %s", resp.StatusCode, b)
+	}
+	keys, err := attribution.ParseJWKS(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }

@@ -187,6 +187,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		s.https = &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 	}
 	base.Server.Register(HealthName, nil)
+	base.Server.ReadyWhen(s.ready)
 	return s, nil
 }
 

@@ -39,6 +39,7 @@ type Server struct {
 	httpLis net.Listener
 	gateway []GatewayRegistrar
 	names   []string
+	ready   []<-chan struct{}
 }
 
 // Deps are what NewServer needs besides the configuration.
@@ -107,6 +108,11 @@ func (s *Server) Register(healthName string, gw GatewayRegistrar) {
 		s.gateway = append(s.gateway, gw)
 	}
 }
+
+// ReadyWhen holds the SERVING health status back until ch is closed, for
+// services that cannot answer before some start-up work is done (the
+// front door before its first catalog snapshot).
+func (s *Server) ReadyWhen(ch <-chan struct{}) { s.ready = append(s.ready, ch) }
 
 // Dial connects to a peer service over mTLS. The peer's certificate must
 // name the peer (the suite's certificates carry the service name as a DNS
@@ -203,6 +209,13 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 	}
 	tasks = append(tasks, extra...)
 	tasks = append(tasks, func(ctx context.Context) error {
+		for _, ch := range s.ready {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		s.setServing(healthpb.HealthCheckResponse_SERVING)
 		s.log.Info("serving", "grpc", s.GRPCAddr(), "gateway", s.HTTPAddr())
 		<-ctx.Done()

@@ -150,3 +150,38 @@ func AnonymousRateLimit(clientIP, name string) string {
 // "issued" (RFC 3339), so every replica with the same configuration
 // publishes the same AGTP-API-Version, document_version and timestamps.
 const CatalogVersion = Prefix + "catalog:version"
+
+// rcnssvc keys. A contract (Contract) is a hash: "rec" (the immutable
+// record as JSON), "state", "reason", "actor", "changed" and "event" (a
+// lifecycle event not yet audited). AgentContracts is kept as a hash: field
+// synthesis ID -> a JSON summary {method, path, session, issued, expiry},
+// so one script can cap an agent's live contracts on its own slot.
+
+// ContractIndex is the sorted set of live contracts (synthesis ID scored
+// by expiry in Unix ms): the expiry janitor, inspect:all listings and the
+// stale-contract sweep walk it.
+const ContractIndex = Prefix + "{contracts}:index"
+
+// RCNSAttemptRing lists recent attempt IDs, newest first, capped: the
+// bounded ring of core §7.2.4. The records are RCNSAttempt keys with a TTL.
+const RCNSAttemptRing = Prefix + "{rcnsattempts}:ring"
+
+// RCNSProposal is a PROPOSE evaluated asynchronously (261): a hash with
+// fields "state" (pending or done), "result" and "deadline". proposalID is
+// server-minted and checked before use.
+func RCNSProposal(agentID, proposalID string) string {
+	return tag(agentID) + ":proposal:" + proposalID
+}
+
+// RCNSNegotiation counts the PROPOSE turns of one Negotiation-ID (core
+// §7.4.1). negotiationID is a UUID, checked before use.
+func RCNSNegotiation(agentID, negotiationID string) string {
+	return tag(agentID) + ":negotiation:" + negotiationID
+}
+
+// RCNSRecipe is a recipe version captured by a contract, so that a contract
+// keeps running under it after the recipe is edited (AGTP-API §10.5). name
+// and version are checked recipe tokens (no braces).
+func RCNSRecipe(name, version string) string {
+	return Prefix + "recipe:{" + name + "}:" + version
+}

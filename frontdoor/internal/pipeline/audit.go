@@ -38,13 +38,14 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	return out.GetAttributionRecord(), out.GetAuditId(), nil
 }
 
-// unavailableRecord is the Attribution-Record of the 503 sent when
-// auditsvc cannot store records: alg none, previous_audit_id all zeros and
-// audit_unavailable set, so no verifier can take it for a chained record.
-func (p *Pipeline) unavailableRecord(x *exchange, resp *agtp.Response, responseID string) (jws, auditID string) {
+// unchainedRecord is the Attribution-Record of a response that cannot
+// have a stored one (auditsvc unreachable, or a wire error answered by the
+// transport): alg none, previous_audit_id all zeros and the marker member
+// set, so no verifier can take it for a chained, authoritative record.
+func (p *Pipeline) unchainedRecord(x *exchange, resp *agtp.Response, responseID, marker string) (jws, auditID string) {
 	payload := p.payload(x, resp, responseID)
 	payload.PreviousAuditID = strings.Repeat("0", 64)
-	payload.Extra = map[string]json.RawMessage{"audit_unavailable": json.RawMessage("true")}
+	payload.Extra = map[string]json.RawMessage{marker: json.RawMessage("true")}
 	jws, auditID, err := unsignedSigner.SignPayload(&payload)
 	if err != nil {
 		return "", ""

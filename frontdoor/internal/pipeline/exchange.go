@@ -127,7 +127,7 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		// Every response carries an Attribution-Record (core §5.5.4); this
 		// one is unsigned and unchained, and says so, so it can never pass
 		// for an authoritative record.
-		jws, auditID = p.unavailableRecord(x, resp, responseID)
+		jws, auditID = p.unchainedRecord(x, resp, responseID, "audit_unavailable")
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	} else {

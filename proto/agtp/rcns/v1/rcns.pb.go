@@ -35,6 +35,10 @@ const (
 	ProposeOutcome_PROPOSE_OUTCOME_IN_PROGRESS ProposeOutcome = 3
 	// 262.
 	ProposeOutcome_PROPOSE_OUTCOME_AUTHORIZATION_REQUIRED ProposeOutcome = 4
+	// 429 with scope rcns.
+	ProposeOutcome_PROPOSE_OUTCOME_RATE_LIMITED ProposeOutcome = 5
+	// 400, 459 or 460: the proposal itself is malformed.
+	ProposeOutcome_PROPOSE_OUTCOME_INVALID ProposeOutcome = 6
 )
 
 // Enum value maps for ProposeOutcome.
@@ -45,6 +49,8 @@ var (
 		2: "PROPOSE_OUTCOME_REJECTED",
 		3: "PROPOSE_OUTCOME_IN_PROGRESS",
 		4: "PROPOSE_OUTCOME_AUTHORIZATION_REQUIRED",
+		5: "PROPOSE_OUTCOME_RATE_LIMITED",
+		6: "PROPOSE_OUTCOME_INVALID",
 	}
 	ProposeOutcome_value = map[string]int32{
 		"PROPOSE_OUTCOME_UNSPECIFIED":            0,
@@ -52,6 +58,8 @@ var (
 		"PROPOSE_OUTCOME_REJECTED":               2,
 		"PROPOSE_OUTCOME_IN_PROGRESS":            3,
 		"PROPOSE_OUTCOME_AUTHORIZATION_REQUIRED": 4,
+		"PROPOSE_OUTCOME_RATE_LIMITED":           5,
+		"PROPOSE_OUTCOME_INVALID":                6,
 	}
 )
 
@@ -242,7 +250,14 @@ type Contract struct {
 	// active, revoked, released or expired.
 	State string `protobuf:"bytes,13,opt,name=state,proto3" json:"state,omitempty"`
 	// The instantiated AGTP-API endpoint definition.
-	EndpointJson  []byte `protobuf:"bytes,14,opt,name=endpoint_json,json=endpointJson,proto3" json:"endpoint_json,omitempty"`
+	EndpointJson []byte `protobuf:"bytes,14,opt,name=endpoint_json,json=endpointJson,proto3" json:"endpoint_json,omitempty"`
+	// The recipe captured at synthesis time (the steps to run); the contract
+	// keeps running under it even after the recipe is edited (AGTP-API §10.5).
+	// Format: rcnssvc/recipe.Recipe.
+	RecipeJson []byte `protobuf:"bytes,15,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
+	// Why the contract left the active state (revoke or release reason,
+	// expired, policy-change-invalidation).
+	StateReason   string `protobuf:"bytes,16,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +388,20 @@ func (x *Contract) GetEndpointJson() []byte {
 		return x.EndpointJson
 	}
 	return nil
+}
+
+func (x *Contract) GetRecipeJson() []byte {
+	if x != nil {
+		return x.RecipeJson
+	}
+	return nil
+}
+
+func (x *Contract) GetStateReason() string {
+	if x != nil {
+		return x.StateReason
+	}
+	return ""
 }
 
 // ProposeRequest carries a PROPOSE body.
@@ -692,8 +721,10 @@ type GateResponse struct {
 	Contract          *Contract              `protobuf:"bytes,5,opt,name=contract,proto3" json:"contract,omitempty"`
 	AttemptId         string                 `protobuf:"bytes,6,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	RetryAfterSeconds int64                  `protobuf:"varint,7,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The scope a 262 names (rcns:negotiate or a composed step's scope).
+	Scope         string `protobuf:"bytes,8,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GateResponse) Reset() {
@@ -775,13 +806,23 @@ func (x *GateResponse) GetRetryAfterSeconds() int64 {
 	return 0
 }
 
+func (x *GateResponse) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
 // GetContractRequest names a contract by ID, or a pair for the caller.
 type GetContractRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SynthesisId   string                 `protobuf:"bytes,1,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
-	Caller        *Caller                `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
-	Method        string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
-	Path          string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SynthesisId string                 `protobuf:"bytes,1,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
+	Caller      *Caller                `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	Method      string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	Path        string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Read only (INSPECT target=contract): never accepts a confirm-first
+	// preview and never records an attempt.
+	Inspect       bool `protobuf:"varint,5,opt,name=inspect,proto3" json:"inspect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,13 +885,24 @@ func (x *GetContractRequest) GetPath() string {
 	return ""
 }
 
+func (x *GetContractRequest) GetInspect() bool {
+	if x != nil {
+		return x.Inspect
+	}
+	return false
+}
+
 // GetContractResponse returns the contract or why it cannot be used.
 type GetContractResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Contract *Contract              `protobuf:"bytes,1,opt,name=contract,proto3" json:"contract,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set whenever the contract exists, even when it cannot be used.
+	Contract *Contract `protobuf:"bytes,1,opt,name=contract,proto3" json:"contract,omitempty"`
 	// 0 when usable; otherwise 404 or 464.
-	Status        int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Status int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The RCNS-Attempt-Id of a 464 (core §5.5.4).
+	AttemptId     string `protobuf:"bytes,4,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	Explanation   string `protobuf:"bytes,5,opt,name=explanation,proto3" json:"explanation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -902,6 +954,20 @@ func (x *GetContractResponse) GetStatus() int32 {
 func (x *GetContractResponse) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *GetContractResponse) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *GetContractResponse) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
 	}
 	return ""
 }
@@ -1003,7 +1069,9 @@ type RevokeContractRequest struct {
 	SynthesisId string                 `protobuf:"bytes,2,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
 	Reason      string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Release (SUSPEND synthesis_id) instead of revoke.
-	Release       bool `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	Release bool `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	// Who asked (core §7.2.16.1 actor); defaults to the caller's Agent-ID.
+	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1066,6 +1134,13 @@ func (x *RevokeContractRequest) GetRelease() bool {
 	return false
 }
 
+func (x *RevokeContractRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 // RevokeContractResponse returns the contract after the change.
 type RevokeContractResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1116,7 +1191,9 @@ type RevokeStaleContractsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
 	// grandfather or invalidate; empty means the configured default.
-	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Who asked (core §7.2.16.2 actor); defaults to the caller's Agent-ID.
+	Actor         string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1165,11 +1242,22 @@ func (x *RevokeStaleContractsRequest) GetMode() string {
 	return ""
 }
 
+func (x *RevokeStaleContractsRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 // RevokeStaleContractsResponse counts what was swept.
 type RevokeStaleContractsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Evicted       int32                  `protobuf:"varint,1,opt,name=evicted,proto3" json:"evicted,omitempty"`
-	SynthesisIds  []string               `protobuf:"bytes,2,rep,name=synthesis_ids,json=synthesisIds,proto3" json:"synthesis_ids,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Evicted      int32                  `protobuf:"varint,1,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	SynthesisIds []string               `protobuf:"bytes,2,rep,name=synthesis_ids,json=synthesisIds,proto3" json:"synthesis_ids,omitempty"`
+	// Every contract with a recipe and its outcome (AGTP-API §10.1.4.1).
+	Contracts []*StaleContract `protobuf:"bytes,3,rep,name=contracts,proto3" json:"contracts,omitempty"`
+	// The mode applied.
+	Mode          string `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1218,6 +1306,100 @@ func (x *RevokeStaleContractsResponse) GetSynthesisIds() []string {
 	return nil
 }
 
+func (x *RevokeStaleContractsResponse) GetContracts() []*StaleContract {
+	if x != nil {
+		return x.Contracts
+	}
+	return nil
+}
+
+func (x *RevokeStaleContractsResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// StaleContract is one contract's outcome in a stale sweep.
+type StaleContract struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SynthesisId string                 `protobuf:"bytes,1,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
+	// unchanged, grandfathered or evicted.
+	Outcome    string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	RecipeName string `protobuf:"bytes,3,opt,name=recipe_name,json=recipeName,proto3" json:"recipe_name,omitempty"`
+	// The recipe version the contract captured.
+	RecipeVersion string `protobuf:"bytes,4,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	// The recipe's version now; unset when the recipe was removed.
+	CurrentVersion *string `protobuf:"bytes,5,opt,name=current_version,json=currentVersion,proto3,oneof" json:"current_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *StaleContract) Reset() {
+	*x = StaleContract{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaleContract) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaleContract) ProtoMessage() {}
+
+func (x *StaleContract) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaleContract.ProtoReflect.Descriptor instead.
+func (*StaleContract) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StaleContract) GetSynthesisId() string {
+	if x != nil {
+		return x.SynthesisId
+	}
+	return ""
+}
+
+func (x *StaleContract) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *StaleContract) GetRecipeName() string {
+	if x != nil {
+		return x.RecipeName
+	}
+	return ""
+}
+
+func (x *StaleContract) GetRecipeVersion() string {
+	if x != nil {
+		return x.RecipeVersion
+	}
+	return ""
+}
+
+func (x *StaleContract) GetCurrentVersion() string {
+	if x != nil && x.CurrentVersion != nil {
+		return *x.CurrentVersion
+	}
+	return ""
+}
+
 // GetAttemptRequest names an attempt.
 type GetAttemptRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1228,7 +1410,7 @@ type GetAttemptRequest struct {
 
 func (x *GetAttemptRequest) Reset() {
 	*x = GetAttemptRequest{}
-	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[16]
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1422,7 @@ func (x *GetAttemptRequest) String() string {
 func (*GetAttemptRequest) ProtoMessage() {}
 
 func (x *GetAttemptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[16]
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1435,7 @@ func (x *GetAttemptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttemptRequest.ProtoReflect.Descriptor instead.
 func (*GetAttemptRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{16}
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetAttemptRequest) GetAttemptId() string {
@@ -1273,7 +1455,7 @@ type GetAttemptResponse struct {
 
 func (x *GetAttemptResponse) Reset() {
 	*x = GetAttemptResponse{}
-	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[17]
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1467,7 @@ func (x *GetAttemptResponse) String() string {
 func (*GetAttemptResponse) ProtoMessage() {}
 
 func (x *GetAttemptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[17]
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1480,7 @@ func (x *GetAttemptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttemptResponse.ProtoReflect.Descriptor instead.
 func (*GetAttemptResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{17}
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetAttemptResponse) GetAttemptJson() []byte {
@@ -1306,6 +1488,331 @@ func (x *GetAttemptResponse) GetAttemptJson() []byte {
 		return x.AttemptJson
 	}
 	return nil
+}
+
+// ListPatternsRequest asks for the synthesis patterns.
+type ListPatternsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPatternsRequest) Reset() {
+	*x = ListPatternsRequest{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPatternsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPatternsRequest) ProtoMessage() {}
+
+func (x *ListPatternsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPatternsRequest.ProtoReflect.Descriptor instead.
+func (*ListPatternsRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{19}
+}
+
+// ListPatternsResponse is DISCOVER /patterns (AGTP-API §5.8.6).
+type ListPatternsResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RcnsEnabled bool                   `protobuf:"varint,1,opt,name=rcns_enabled,json=rcnsEnabled,proto3" json:"rcns_enabled,omitempty"`
+	Patterns    []*Pattern             `protobuf:"bytes,2,rep,name=patterns,proto3" json:"patterns,omitempty"`
+	// The DISCOVER /patterns body as JSON: {"rcns_enabled", "patterns"}.
+	BodyJson      []byte `protobuf:"bytes,3,opt,name=body_json,json=bodyJson,proto3" json:"body_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPatternsResponse) Reset() {
+	*x = ListPatternsResponse{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPatternsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPatternsResponse) ProtoMessage() {}
+
+func (x *ListPatternsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPatternsResponse.ProtoReflect.Descriptor instead.
+func (*ListPatternsResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListPatternsResponse) GetRcnsEnabled() bool {
+	if x != nil {
+		return x.RcnsEnabled
+	}
+	return false
+}
+
+func (x *ListPatternsResponse) GetPatterns() []*Pattern {
+	if x != nil {
+		return x.Patterns
+	}
+	return nil
+}
+
+func (x *ListPatternsResponse) GetBodyJson() []byte {
+	if x != nil {
+		return x.BodyJson
+	}
+	return nil
+}
+
+// Pattern is one synthesis pattern: a recipe offered for a (method, path).
+type Pattern struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RecipeName    string                 `protobuf:"bytes,1,opt,name=recipe_name,json=recipeName,proto3" json:"recipe_name,omitempty"`
+	RecipeVersion string                 `protobuf:"bytes,2,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	Method        string                 `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	// Exactly one of path_exact and path_regex is set.
+	PathExact      string   `protobuf:"bytes,4,opt,name=path_exact,json=pathExact,proto3" json:"path_exact,omitempty"`
+	PathRegex      string   `protobuf:"bytes,5,opt,name=path_regex,json=pathRegex,proto3" json:"path_regex,omitempty"`
+	Description    string   `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	RequiredScopes []string `protobuf:"bytes,7,rep,name=required_scopes,json=requiredScopes,proto3" json:"required_scopes,omitempty"`
+	// The least trusted tier admitted (1 is the most trusted); 0 for none.
+	MinTrustTier  int32    `protobuf:"varint,8,opt,name=min_trust_tier,json=minTrustTier,proto3" json:"min_trust_tier,omitempty"`
+	DataClasses   []string `protobuf:"bytes,9,rep,name=data_classes,json=dataClasses,proto3" json:"data_classes,omitempty"`
+	Steps         int32    `protobuf:"varint,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pattern) Reset() {
+	*x = Pattern{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pattern) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pattern) ProtoMessage() {}
+
+func (x *Pattern) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pattern.ProtoReflect.Descriptor instead.
+func (*Pattern) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Pattern) GetRecipeName() string {
+	if x != nil {
+		return x.RecipeName
+	}
+	return ""
+}
+
+func (x *Pattern) GetRecipeVersion() string {
+	if x != nil {
+		return x.RecipeVersion
+	}
+	return ""
+}
+
+func (x *Pattern) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Pattern) GetPathExact() string {
+	if x != nil {
+		return x.PathExact
+	}
+	return ""
+}
+
+func (x *Pattern) GetPathRegex() string {
+	if x != nil {
+		return x.PathRegex
+	}
+	return ""
+}
+
+func (x *Pattern) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Pattern) GetRequiredScopes() []string {
+	if x != nil {
+		return x.RequiredScopes
+	}
+	return nil
+}
+
+func (x *Pattern) GetMinTrustTier() int32 {
+	if x != nil {
+		return x.MinTrustTier
+	}
+	return 0
+}
+
+func (x *Pattern) GetDataClasses() []string {
+	if x != nil {
+		return x.DataClasses
+	}
+	return nil
+}
+
+func (x *Pattern) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+// GetRecipeRequest names a recipe.
+type GetRecipeRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RecipeName string                 `protobuf:"bytes,1,opt,name=recipe_name,json=recipeName,proto3" json:"recipe_name,omitempty"`
+	// Empty for the current version.
+	RecipeVersion string `protobuf:"bytes,2,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecipeRequest) Reset() {
+	*x = GetRecipeRequest{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecipeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecipeRequest) ProtoMessage() {}
+
+func (x *GetRecipeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecipeRequest.ProtoReflect.Descriptor instead.
+func (*GetRecipeRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetRecipeRequest) GetRecipeName() string {
+	if x != nil {
+		return x.RecipeName
+	}
+	return ""
+}
+
+func (x *GetRecipeRequest) GetRecipeVersion() string {
+	if x != nil {
+		return x.RecipeVersion
+	}
+	return ""
+}
+
+// GetRecipeResponse carries the recipe (rcnssvc/recipe.Recipe as JSON).
+type GetRecipeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RecipeJson    []byte                 `protobuf:"bytes,1,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
+	RecipeVersion string                 `protobuf:"bytes,2,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRecipeResponse) Reset() {
+	*x = GetRecipeResponse{}
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRecipeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRecipeResponse) ProtoMessage() {}
+
+func (x *GetRecipeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_rcns_v1_rcns_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRecipeResponse.ProtoReflect.Descriptor instead.
+func (*GetRecipeResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetRecipeResponse) GetRecipeJson() []byte {
+	if x != nil {
+		return x.RecipeJson
+	}
+	return nil
+}
+
+func (x *GetRecipeResponse) GetRecipeVersion() string {
+	if x != nil {
+		return x.RecipeVersion
+	}
+	return ""
 }
 
 var File_agtp_rcns_v1_rcns_proto protoreflect.FileDescriptor
@@ -1320,7 +1827,7 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x1d\n" +
 	"\n" +
 	"trust_tier\x18\x04 \x01(\x05R\ttrustTier\x12\x1a\n" +
-	"\boperator\x18\x05 \x01(\bR\boperator\"\x95\x04\n" +
+	"\boperator\x18\x05 \x01(\bR\boperator\"\xd9\x04\n" +
 	"\bContract\x12!\n" +
 	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
@@ -1341,7 +1848,10 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"persistent\x18\f \x01(\bR\n" +
 	"persistent\x12\x14\n" +
 	"\x05state\x18\r \x01(\tR\x05state\x12#\n" +
-	"\rendpoint_json\x18\x0e \x01(\fR\fendpointJson\"\x8e\x01\n" +
+	"\rendpoint_json\x18\x0e \x01(\fR\fendpointJson\x12\x1f\n" +
+	"\vrecipe_json\x18\x0f \x01(\fR\n" +
+	"recipeJson\x12!\n" +
+	"\fstate_reason\x18\x10 \x01(\tR\vstateReason\"\x8e\x01\n" +
 	"\x0eProposeRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12'\n" +
 	"\x0fparameters_json\x18\x02 \x01(\fR\x0eparametersJson\x12%\n" +
@@ -1363,7 +1873,7 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\vGateRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\x98\x02\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xae\x02\n" +
 	"\fGateResponse\x123\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x19.agtp.rcns.v1.GateOutcomeR\aoutcome\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x16\n" +
@@ -1372,51 +1882,98 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\bcontract\x18\x05 \x01(\v2\x16.agtp.rcns.v1.ContractR\bcontract\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x06 \x01(\tR\tattemptId\x12.\n" +
-	"\x13retry_after_seconds\x18\a \x01(\x03R\x11retryAfterSeconds\"\x91\x01\n" +
+	"\x13retry_after_seconds\x18\a \x01(\x03R\x11retryAfterSeconds\x12\x14\n" +
+	"\x05scope\x18\b \x01(\tR\x05scope\"\xab\x01\n" +
 	"\x12GetContractRequest\x12!\n" +
 	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12,\n" +
 	"\x06caller\x18\x02 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12\x16\n" +
 	"\x06method\x18\x03 \x01(\tR\x06method\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\"y\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x18\n" +
+	"\ainspect\x18\x05 \x01(\bR\ainspect\"\xba\x01\n" +
 	"\x13GetContractResponse\x122\n" +
 	"\bcontract\x18\x01 \x01(\v2\x16.agtp.rcns.v1.ContractR\bcontract\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"D\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x04 \x01(\tR\tattemptId\x12 \n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"D\n" +
 	"\x14ListContractsRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\"M\n" +
 	"\x15ListContractsResponse\x124\n" +
-	"\tcontracts\x18\x01 \x03(\v2\x16.agtp.rcns.v1.ContractR\tcontracts\"\x9a\x01\n" +
+	"\tcontracts\x18\x01 \x03(\v2\x16.agtp.rcns.v1.ContractR\tcontracts\"\xb0\x01\n" +
 	"\x15RevokeContractRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12!\n" +
 	"\fsynthesis_id\x18\x02 \x01(\tR\vsynthesisId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\arelease\x18\x04 \x01(\bR\arelease\"L\n" +
+	"\arelease\x18\x04 \x01(\bR\arelease\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\"L\n" +
 	"\x16RevokeContractResponse\x122\n" +
-	"\bcontract\x18\x01 \x01(\v2\x16.agtp.rcns.v1.ContractR\bcontract\"_\n" +
+	"\bcontract\x18\x01 \x01(\v2\x16.agtp.rcns.v1.ContractR\bcontract\"u\n" +
 	"\x1bRevokeStaleContractsRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\tR\x04mode\"]\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\"\xac\x01\n" +
 	"\x1cRevokeStaleContractsResponse\x12\x18\n" +
 	"\aevicted\x18\x01 \x01(\x05R\aevicted\x12#\n" +
-	"\rsynthesis_ids\x18\x02 \x03(\tR\fsynthesisIds\"2\n" +
+	"\rsynthesis_ids\x18\x02 \x03(\tR\fsynthesisIds\x129\n" +
+	"\tcontracts\x18\x03 \x03(\v2\x1b.agtp.rcns.v1.StaleContractR\tcontracts\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"\xd6\x01\n" +
+	"\rStaleContract\x12!\n" +
+	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x1f\n" +
+	"\vrecipe_name\x18\x03 \x01(\tR\n" +
+	"recipeName\x12%\n" +
+	"\x0erecipe_version\x18\x04 \x01(\tR\rrecipeVersion\x12,\n" +
+	"\x0fcurrent_version\x18\x05 \x01(\tH\x00R\x0ecurrentVersion\x88\x01\x01B\x12\n" +
+	"\x10_current_version\"2\n" +
 	"\x11GetAttemptRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\"7\n" +
 	"\x12GetAttemptResponse\x12!\n" +
-	"\fattempt_json\x18\x01 \x01(\fR\vattemptJson*\xba\x01\n" +
+	"\fattempt_json\x18\x01 \x01(\fR\vattemptJson\"\x15\n" +
+	"\x13ListPatternsRequest\"\x89\x01\n" +
+	"\x14ListPatternsResponse\x12!\n" +
+	"\frcns_enabled\x18\x01 \x01(\bR\vrcnsEnabled\x121\n" +
+	"\bpatterns\x18\x02 \x03(\v2\x15.agtp.rcns.v1.PatternR\bpatterns\x12\x1b\n" +
+	"\tbody_json\x18\x03 \x01(\fR\bbodyJson\"\xd1\x02\n" +
+	"\aPattern\x12\x1f\n" +
+	"\vrecipe_name\x18\x01 \x01(\tR\n" +
+	"recipeName\x12%\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion\x12\x16\n" +
+	"\x06method\x18\x03 \x01(\tR\x06method\x12\x1d\n" +
+	"\n" +
+	"path_exact\x18\x04 \x01(\tR\tpathExact\x12\x1d\n" +
+	"\n" +
+	"path_regex\x18\x05 \x01(\tR\tpathRegex\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12'\n" +
+	"\x0frequired_scopes\x18\a \x03(\tR\x0erequiredScopes\x12$\n" +
+	"\x0emin_trust_tier\x18\b \x01(\x05R\fminTrustTier\x12!\n" +
+	"\fdata_classes\x18\t \x03(\tR\vdataClasses\x12\x14\n" +
+	"\x05steps\x18\n" +
+	" \x01(\x05R\x05steps\"Z\n" +
+	"\x10GetRecipeRequest\x12\x1f\n" +
+	"\vrecipe_name\x18\x01 \x01(\tR\n" +
+	"recipeName\x12%\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion\"[\n" +
+	"\x11GetRecipeResponse\x12\x1f\n" +
+	"\vrecipe_json\x18\x01 \x01(\fR\n" +
+	"recipeJson\x12%\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion*\xf9\x01\n" +
 	"\x0eProposeOutcome\x12\x1f\n" +
 	"\x1bPROPOSE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROPOSE_OUTCOME_APPROVED\x10\x01\x12\x1c\n" +
 	"\x18PROPOSE_OUTCOME_REJECTED\x10\x02\x12\x1f\n" +
 	"\x1bPROPOSE_OUTCOME_IN_PROGRESS\x10\x03\x12*\n" +
-	"&PROPOSE_OUTCOME_AUTHORIZATION_REQUIRED\x10\x04*\xce\x01\n" +
+	"&PROPOSE_OUTCOME_AUTHORIZATION_REQUIRED\x10\x04\x12 \n" +
+	"\x1cPROPOSE_OUTCOME_RATE_LIMITED\x10\x05\x12\x1b\n" +
+	"\x17PROPOSE_OUTCOME_INVALID\x10\x06*\xce\x01\n" +
 	"\vGateOutcome\x12\x1c\n" +
 	"\x18GATE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aGATE_OUTCOME_CONFIRM_FIRST\x10\x01\x12\x1b\n" +
 	"\x17GATE_OUTCOME_OPTIMISTIC\x10\x02\x12\x1c\n" +
 	"\x18GATE_OUTCOME_NO_CONTRACT\x10\x03\x12'\n" +
 	"#GATE_OUTCOME_AUTHORIZATION_REQUIRED\x10\x04\x12\x1d\n" +
-	"\x19GATE_OUTCOME_RATE_LIMITED\x10\x052\xb3\x05\n" +
+	"\x19GATE_OUTCOME_RATE_LIMITED\x10\x052\xd8\x06\n" +
 	"\vRcnsService\x12F\n" +
 	"\aPropose\x12\x1c.agtp.rcns.v1.ProposeRequest\x1a\x1d.agtp.rcns.v1.ProposeResponse\x12R\n" +
 	"\vGetProposal\x12 .agtp.rcns.v1.GetProposalRequest\x1a!.agtp.rcns.v1.GetProposalResponse\x12=\n" +
@@ -1426,7 +1983,9 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x0eRevokeContract\x12#.agtp.rcns.v1.RevokeContractRequest\x1a$.agtp.rcns.v1.RevokeContractResponse\x12m\n" +
 	"\x14RevokeStaleContracts\x12).agtp.rcns.v1.RevokeStaleContractsRequest\x1a*.agtp.rcns.v1.RevokeStaleContractsResponse\x12O\n" +
 	"\n" +
-	"GetAttempt\x12\x1f.agtp.rcns.v1.GetAttemptRequest\x1a .agtp.rcns.v1.GetAttemptResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/rcns/v1;rcnsv1b\x06proto3"
+	"GetAttempt\x12\x1f.agtp.rcns.v1.GetAttemptRequest\x1a .agtp.rcns.v1.GetAttemptResponse\x12U\n" +
+	"\fListPatterns\x12!.agtp.rcns.v1.ListPatternsRequest\x1a\".agtp.rcns.v1.ListPatternsResponse\x12L\n" +
+	"\tGetRecipe\x12\x1e.agtp.rcns.v1.GetRecipeRequest\x1a\x1f.agtp.rcns.v1.GetRecipeResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/rcns/v1;rcnsv1b\x06proto3"
 
 var (
 	file_agtp_rcns_v1_rcns_proto_rawDescOnce sync.Once
@@ -1441,7 +2000,7 @@ func file_agtp_rcns_v1_rcns_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_rcns_v1_rcns_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agtp_rcns_v1_rcns_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_agtp_rcns_v1_rcns_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agtp_rcns_v1_rcns_proto_goTypes = []any{
 	(ProposeOutcome)(0),                  // 0: agtp.rcns.v1.ProposeOutcome
 	(GateOutcome)(0),                     // 1: agtp.rcns.v1.GateOutcome
@@ -1461,13 +2020,19 @@ var file_agtp_rcns_v1_rcns_proto_goTypes = []any{
 	(*RevokeContractResponse)(nil),       // 15: agtp.rcns.v1.RevokeContractResponse
 	(*RevokeStaleContractsRequest)(nil),  // 16: agtp.rcns.v1.RevokeStaleContractsRequest
 	(*RevokeStaleContractsResponse)(nil), // 17: agtp.rcns.v1.RevokeStaleContractsResponse
-	(*GetAttemptRequest)(nil),            // 18: agtp.rcns.v1.GetAttemptRequest
-	(*GetAttemptResponse)(nil),           // 19: agtp.rcns.v1.GetAttemptResponse
-	(*timestamppb.Timestamp)(nil),        // 20: google.protobuf.Timestamp
+	(*StaleContract)(nil),                // 18: agtp.rcns.v1.StaleContract
+	(*GetAttemptRequest)(nil),            // 19: agtp.rcns.v1.GetAttemptRequest
+	(*GetAttemptResponse)(nil),           // 20: agtp.rcns.v1.GetAttemptResponse
+	(*ListPatternsRequest)(nil),          // 21: agtp.rcns.v1.ListPatternsRequest
+	(*ListPatternsResponse)(nil),         // 22: agtp.rcns.v1.ListPatternsResponse
+	(*Pattern)(nil),                      // 23: agtp.rcns.v1.Pattern
+	(*GetRecipeRequest)(nil),             // 24: agtp.rcns.v1.GetRecipeRequest
+	(*GetRecipeResponse)(nil),            // 25: agtp.rcns.v1.GetRecipeResponse
+	(*timestamppb.Timestamp)(nil),        // 26: google.protobuf.Timestamp
 }
 var file_agtp_rcns_v1_rcns_proto_depIdxs = []int32{
-	20, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
-	20, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
+	26, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: agtp.rcns.v1.ProposeRequest.caller:type_name -> agtp.rcns.v1.Caller
 	0,  // 3: agtp.rcns.v1.ProposeResponse.outcome:type_name -> agtp.rcns.v1.ProposeOutcome
 	3,  // 4: agtp.rcns.v1.ProposeResponse.contract:type_name -> agtp.rcns.v1.Contract
@@ -1482,27 +2047,33 @@ var file_agtp_rcns_v1_rcns_proto_depIdxs = []int32{
 	2,  // 13: agtp.rcns.v1.RevokeContractRequest.caller:type_name -> agtp.rcns.v1.Caller
 	3,  // 14: agtp.rcns.v1.RevokeContractResponse.contract:type_name -> agtp.rcns.v1.Contract
 	2,  // 15: agtp.rcns.v1.RevokeStaleContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
-	4,  // 16: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
-	6,  // 17: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
-	8,  // 18: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
-	10, // 19: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
-	12, // 20: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
-	14, // 21: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
-	16, // 22: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
-	18, // 23: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
-	5,  // 24: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
-	7,  // 25: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
-	9,  // 26: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
-	11, // 27: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
-	13, // 28: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
-	15, // 29: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
-	17, // 30: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
-	19, // 31: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	18, // 16: agtp.rcns.v1.RevokeStaleContractsResponse.contracts:type_name -> agtp.rcns.v1.StaleContract
+	23, // 17: agtp.rcns.v1.ListPatternsResponse.patterns:type_name -> agtp.rcns.v1.Pattern
+	4,  // 18: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
+	6,  // 19: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
+	8,  // 20: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
+	10, // 21: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
+	12, // 22: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
+	14, // 23: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
+	16, // 24: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
+	19, // 25: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
+	21, // 26: agtp.rcns.v1.RcnsService.ListPatterns:input_type -> agtp.rcns.v1.ListPatternsRequest
+	24, // 27: agtp.rcns.v1.RcnsService.GetRecipe:input_type -> agtp.rcns.v1.GetRecipeRequest
+	5,  // 28: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
+	7,  // 29: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
+	9,  // 30: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
+	11, // 31: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
+	13, // 32: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
+	15, // 33: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
+	17, // 34: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
+	20, // 35: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
+	22, // 36: agtp.rcns.v1.RcnsService.ListPatterns:output_type -> agtp.rcns.v1.ListPatternsResponse
+	25, // 37: agtp.rcns.v1.RcnsService.GetRecipe:output_type -> agtp.rcns.v1.GetRecipeResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_agtp_rcns_v1_rcns_proto_init() }
@@ -1510,13 +2081,14 @@ func file_agtp_rcns_v1_rcns_proto_init() {
 	if File_agtp_rcns_v1_rcns_proto != nil {
 		return
 	}
+	file_agtp_rcns_v1_rcns_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_rcns_v1_rcns_proto_rawDesc), len(file_agtp_rcns_v1_rcns_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,8 @@ const (
 	RcnsService_RevokeContract_FullMethodName       = "/agtp.rcns.v1.RcnsService/RevokeContract"
 	RcnsService_RevokeStaleContracts_FullMethodName = "/agtp.rcns.v1.RcnsService/RevokeStaleContracts"
 	RcnsService_GetAttempt_FullMethodName           = "/agtp.rcns.v1.RcnsService/GetAttempt"
+	RcnsService_ListPatterns_FullMethodName         = "/agtp.rcns.v1.RcnsService/ListPatterns"
+	RcnsService_GetRecipe_FullMethodName            = "/agtp.rcns.v1.RcnsService/GetRecipe"
 )
 
 // RcnsServiceClient is the client API for RcnsService service.
@@ -54,6 +56,11 @@ type RcnsServiceClient interface {
 	RevokeStaleContracts(ctx context.Context, in *RevokeStaleContractsRequest, opts ...grpc.CallOption) (*RevokeStaleContractsResponse, error)
 	// GetAttempt returns a failed synthesis attempt (INSPECT target=rcns-attempt).
 	GetAttempt(ctx context.Context, in *GetAttemptRequest, opts ...grpc.CallOption) (*GetAttemptResponse, error)
+	// ListPatterns lists the synthesis patterns (DISCOVER /patterns).
+	ListPatterns(ctx context.Context, in *ListPatternsRequest, opts ...grpc.CallOption) (*ListPatternsResponse, error)
+	// GetRecipe returns a recipe, for running a composition endpoint that a
+	// persistent PROPOSE promoted into the catalog.
+	GetRecipe(ctx context.Context, in *GetRecipeRequest, opts ...grpc.CallOption) (*GetRecipeResponse, error)
 }
 
 type rcnsServiceClient struct {
@@ -144,6 +151,26 @@ func (c *rcnsServiceClient) GetAttempt(ctx context.Context, in *GetAttemptReques
 	return out, nil
 }
 
+func (c *rcnsServiceClient) ListPatterns(ctx context.Context, in *ListPatternsRequest, opts ...grpc.CallOption) (*ListPatternsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPatternsResponse)
+	err := c.cc.Invoke(ctx, RcnsService_ListPatterns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rcnsServiceClient) GetRecipe(ctx context.Context, in *GetRecipeRequest, opts ...grpc.CallOption) (*GetRecipeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRecipeResponse)
+	err := c.cc.Invoke(ctx, RcnsService_GetRecipe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RcnsServiceServer is the server API for RcnsService service.
 // All implementations must embed UnimplementedRcnsServiceServer
 // for forward compatibility.
@@ -169,6 +196,11 @@ type RcnsServiceServer interface {
 	RevokeStaleContracts(context.Context, *RevokeStaleContractsRequest) (*RevokeStaleContractsResponse, error)
 	// GetAttempt returns a failed synthesis attempt (INSPECT target=rcns-attempt).
 	GetAttempt(context.Context, *GetAttemptRequest) (*GetAttemptResponse, error)
+	// ListPatterns lists the synthesis patterns (DISCOVER /patterns).
+	ListPatterns(context.Context, *ListPatternsRequest) (*ListPatternsResponse, error)
+	// GetRecipe returns a recipe, for running a composition endpoint that a
+	// persistent PROPOSE promoted into the catalog.
+	GetRecipe(context.Context, *GetRecipeRequest) (*GetRecipeResponse, error)
 	mustEmbedUnimplementedRcnsServiceServer()
 }
 
@@ -202,6 +234,12 @@ func (UnimplementedRcnsServiceServer) RevokeStaleContracts(context.Context, *Rev
 }
 func (UnimplementedRcnsServiceServer) GetAttempt(context.Context, *GetAttemptRequest) (*GetAttemptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAttempt not implemented")
+}
+func (UnimplementedRcnsServiceServer) ListPatterns(context.Context, *ListPatternsRequest) (*ListPatternsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPatterns not implemented")
+}
+func (UnimplementedRcnsServiceServer) GetRecipe(context.Context, *GetRecipeRequest) (*GetRecipeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRecipe not implemented")
 }
 func (UnimplementedRcnsServiceServer) mustEmbedUnimplementedRcnsServiceServer() {}
 func (UnimplementedRcnsServiceServer) testEmbeddedByValue()                     {}
@@ -368,6 +406,42 @@ func _RcnsService_GetAttempt_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RcnsService_ListPatterns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPatternsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RcnsServiceServer).ListPatterns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RcnsService_ListPatterns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RcnsServiceServer).ListPatterns(ctx, req.(*ListPatternsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RcnsService_GetRecipe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRecipeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RcnsServiceServer).GetRecipe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RcnsService_GetRecipe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RcnsServiceServer).GetRecipe(ctx, req.(*GetRecipeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RcnsService_ServiceDesc is the grpc.ServiceDesc for RcnsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -406,6 +480,14 @@ var RcnsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAttempt",
 			Handler:    _RcnsService_GetAttempt_Handler,
+		},
+		{
+			MethodName: "ListPatterns",
+			Handler:    _RcnsService_ListPatterns_Handler,
+		},
+		{
+			MethodName: "GetRecipe",
+			Handler:    _RcnsService_GetRecipe_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+// TestAGTPOverTheWire runs the suite as processes and checks, over real
+// TLS, the rules a running server shows (digest-core §13, digest-api §9).
+func TestAGTPOverTheWire(t *testing.T) {
+	c := Start(t, Options{})
+	agent := c.registerAgent(t, "e2e-buyer", "orders:read", "orders:write", "documents:read")
+	keys := c.signingKeys(t)
+
+	verify := func(t *testing.T, resp *agtp.Response) *attribution.Record {
+		t.Helper()
+		jws := resp.Header.Get(agtp.HeaderAttributionRecord)
+		rec, err := attribution.Verify(jws, attribution.VerifyOptions{Keys: keys})
+		if err != nil {
+			t.Fatalf("Attribution-Record does not verify: %v", err)
+		}
+		if got := resp.Header.Get(agtp.HeaderAuditID); got != attribution.AuditID(jws) {
+			t.Fatalf("Audit-ID %s is not sha256 of the record (%s)", got, attribution.AuditID(jws))
+		}
+		return rec
+	}
+
+	t.Run("every response carries Server-ID, Response-ID and a verifiable Attribution-Record", func(t *testing.T) {
+		resp := c.roundTrip(t, request(t, "DISCOVER", "/"))
+		if resp.Status != agtp.StatusOK {
+			t.Fatalf("status %d %s", resp.Status, resp.Body)
+		}
+		if resp.Header.Get(agtp.HeaderServerID) == "" || resp.Header.Get(agtp.HeaderResponseID) == "" {
+			t.Fatalf("missing Server-ID or Response-ID: %v", resp.Header)
+		}
+		rec := verify(t, resp)
+		if rec.Payload.Status != 200 || rec.Payload.Method != "DISCOVER" {
+			t.Fatalf("record payload %+v does not describe the response", rec.Payload)
+		}
+	})
+
+	t.Run("DISCOVER / without Agent-ID is the manifest", func(t *testing.T) {
+		resp := c.roundTrip(t, request(t, "DISCOVER", "/"))
+		if ct := resp.Header.Get(agtp.HeaderContentType); ct != agtp.MediaTypeManifestJSON {
+			t.Fatalf("Content-Type %q, want %s", ct, agtp.MediaTypeManifestJSON)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(resp.Body, &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range []string{"catalog_version", "catalog_versions_supported", "endpoints"} {
+			if _, ok := m[field]; !ok {
+				t.Errorf("manifest lacks %s", field)
+			}
+		}
+		if !strings.Contains(string(resp.Body), "/orders/{order_id}") {
+			t.Error("manifest does not list the demo endpoints")
+		}
+	})
+
+	t.Run("DISCOVER / with Agent-ID is the directory", func(t *testing.T) {
+		resp := c.roundTrip(t, request(t, "DISCOVER", "/", agtp.HeaderAgentID, agent))
+		if resp.Status != agtp.StatusOK || !strings.Contains(string(resp.Body), `"directory"`) || !strings.Contains(string(resp.Body), `"/methods"`) {
+			t.Fatalf("DISCOVER / with Agent-ID = %d %s", resp.Status, resp.Body)
+		}
+	})
+
+	structural := []struct {
+		name        string
+		req         *agtp.Request
+		status      int
+		reason      string
+		bodyMembers []string
+		// wire marks errors the transport answers itself; their record is
+		// unsigned and marked wire_error (docs/frontdoor.md).
+		wire bool
+	}{
+		{"459 names the method and the catalog version", request(t, "FROBNICATE", "/orders"), 459, "method-not-in-catalog", []string{"method", "catalog_version"}, false},
+		{"459 for a malformed method token", request(t, "query", "/orders"), 459, "method-invalid", []string{"method"}, true},
+		{"460 names the segment that is a verb", request(t, "QUERY", "/orders/list/fetch"), 460, "", []string{"segment"}, false},
+		{"460 for a trailing slash", request(t, "QUERY", "/orders/"), 460, "", []string{"segment"}, false},
+		{"404 for an unknown path", request(t, "QUERY", "/nothing-here"), 404, "not-found", nil, false},
+		{"405 lists the allowed methods", request(t, "SUMMARIZE", "/orders"), 405, "", []string{"allowed_methods_for_path", "redirects_for_path"}, false},
+		{"401 without Agent-ID on a non-anonymous endpoint", request(t, "QUERY", "/orders/ord-1001"), 401, "agent-unauthenticated", nil, false},
+		{"401 for an unknown Agent-ID", request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, strings.Repeat("ab", 32)), 401, "agent-unauthenticated", nil, false},
+		{"262 for a scope claim beyond the identity document", request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, agent, agtp.HeaderAuthorityScope, "payments:purchase"), 262, "scope-claim-invalid", nil, false},
+		{"262 when the claim does not cover required_scopes", request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, agent, agtp.HeaderAuthorityScope, "documents:read"), 262, "scope-required", nil, false},
+		{"422 for input that breaks the schema", request(t, "QUERY", "/orders?limit=1000", agtp.HeaderAgentID, agent), 422, "input-invalid", []string{"violations"}, false},
+		{"501 for Delegation-Chain", request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent, agtp.HeaderDelegationChain, "x"), 501, "delegation-unsupported", nil, false},
+	}
+	for _, tc := range structural {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Header.Set(agtp.HeaderTaskID, "task-42")
+			resp := c.roundTrip(t, tc.req)
+			if resp.Status != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.Status, tc.status, resp.Body)
+			}
+			body := errorBody(t, resp)
+			if tc.reason != "" && body["reason"] != tc.reason {
+				t.Errorf("reason %v, want %s", body["reason"], tc.reason)
+			}
+			if body["task_id"] != "task-42" || resp.Header.Get(agtp.HeaderTaskID) != "task-42" {
+				t.Errorf("Task-ID not echoed: header %q body %v", resp.Header.Get(agtp.HeaderTaskID), body["task_id"])
+			}
+			for _, m := range tc.bodyMembers {
+				if _, ok := body[m]; !ok {
+					t.Errorf("error body lacks %s: %s", m, resp.Body)
+				}
+			}
+			if tc.wire {
+				rec, err := attribution.Parse(resp.Header.Get(agtp.HeaderAttributionRecord))
+				if err != nil || rec.Alg != "none" || string(rec.Payload.Extra["wire_error"]) != "true" {
+					t.Fatalf("wire error record = %+v, %v; want an unsigned wire_error record", rec, err)
+				}
+				return
+			}
+			verify(t, resp)
+		})
+	}
+
+	t.Run("400 for # on the request line, with a reason", func(t *testing.T) {
+		conn := c.dialAGTP(t)
+		_ = conn.conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.conn.Write([]byte("AGTP/1.0 QUERY /orders#x\r\nContent-Length: 0\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := agtp.ReadResponse(conn.br, agtp.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != 400 || errorBody(t, resp)["reason"] != "invalid-request-line" || resp.Header.Get(agtp.HeaderServerID) == "" {
+			t.Fatalf("got %d %s %v", resp.Status, resp.Body, resp.Header)
+		}
+	})
+
+	t.Run("Supported-Methods on the first response of a connection only", func(t *testing.T) {
+		conn := c.dialAGTP(t)
+		first := conn.do(request(t, "DISCOVER", "/"))
+		second := conn.do(request(t, "DISCOVER", "/"))
+		if !strings.Contains(first.Header.Get(agtp.HeaderSupportedMethods), "QUERY") {
+			t.Errorf("first response Supported-Methods = %q", first.Header.Get(agtp.HeaderSupportedMethods))
+		}
+		if second.Header.Has(agtp.HeaderSupportedMethods) {
+			t.Error("second response carries Supported-Methods")
+		}
+	})
+
+	t.Run("a call runs its handler and chains the caller's records", func(t *testing.T) {
+		conn := c.dialAGTP(t)
+		first := conn.do(request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, agent, agtp.HeaderRequestID, "01J0000000000000000000000A"))
+		if first.Status != 200 || !strings.Contains(string(first.Body), `"ord-1001"`) {
+			t.Fatalf("QUERY = %d %s", first.Status, first.Body)
+		}
+		if first.Header.Get(agtp.HeaderAgentID) != agent || first.Header.Get(agtp.HeaderRequestID) != "01J0000000000000000000000A" {
+			t.Errorf("Agent-ID / Request-ID not echoed: %v", first.Header)
+		}
+		second := conn.do(request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent))
+		rec1, rec2 := verify(t, first), verify(t, second)
+		if rec1.Payload.AgentID != agent || rec2.Payload.PreviousAuditID != rec1.AuditID {
+			t.Fatalf("second record's previous_audit_id %s, want %s", rec2.Payload.PreviousAuditID, rec1.AuditID)
+		}
+		head := conn.do(request(t, "INSPECT", "/?target=chain_head&agent_id="+agent))
+		if head.Status != 200 || !strings.Contains(string(head.Body), rec2.AuditID) {
+			t.Fatalf("INSPECT chain_head = %d %s, want %s", head.Status, head.Body, rec2.AuditID)
+		}
+		got := conn.do(request(t, "INSPECT", "/?target=audit&audit_id="+rec1.AuditID))
+		if got.Status != 200 || !strings.Contains(string(got.Body), first.Header.Get(agtp.HeaderAttributionRecord)) {
+			t.Fatalf("INSPECT audit = %d %s", got.Status, got.Body)
+		}
+		missing := conn.do(request(t, "INSPECT", "/?target=audit&audit_id="+strings.Repeat("0", 64)))
+		if missing.Status != 404 {
+			t.Fatalf("INSPECT of an unknown record = %d %s", missing.Status, missing.Body)
+		}
+	})
+
+	t.Run("idempotent replay is byte-identical and a reused key with another body is 409", func(t *testing.T) {
+		body := `{"lines":[{"sku":"gadget","quantity":2}]}`
+		create := func(b string) *agtp.Response {
+			return c.roundTrip(t, withJSON(request(t, "CREATE", "/orders", agtp.HeaderAgentID, agent, agtp.HeaderIdempotencyKey, "e2e-key-1"), b))
+		}
+		first := create(body)
+		if first.Status != 200 {
+			t.Fatalf("CREATE = %d %s", first.Status, first.Body)
+		}
+		again := create(body)
+		if again.Header.Get(agtp.HeaderIdempotentReplayed) != "true" || string(again.Body) != string(first.Body) {
+			t.Fatalf("replay: replayed=%q body %s, want %s", again.Header.Get(agtp.HeaderIdempotentReplayed), again.Body, first.Body)
+		}
+		if again.Header.Get(agtp.HeaderResponseID) == first.Header.Get(agtp.HeaderResponseID) {
+			t.Error("replay reused the Response-ID")
+		}
+		other := create(`{"lines":[{"sku":"gadget","quantity":3}]}`)
+		if other.Status != 409 || errorBody(t, other)["reason"] != "idempotency-key-reused" {
+			t.Fatalf("reused key with another body = %d %s", other.Status, other.Body)
+		}
+	})
+
+	t.Run("a declared handler error is 422 naming it", func(t *testing.T) {
+		resp := c.roundTrip(t, request(t, "QUERY", "/orders/ord-9999", agtp.HeaderAgentID, agent))
+		if resp.Status != 422 || errorBody(t, resp)["reason"] != "order_not_found" {
+			t.Fatalf("got %d %s", resp.Status, resp.Body)
+		}
+	})
+
+	t.Run("a revoked caller gets 410 within a second", func(t *testing.T) {
+		victim := c.registerAgent(t, "e2e-victim", "orders:read")
+		if resp := c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, victim)); resp.Status != 200 {
+			t.Fatalf("before REVOKE: %d %s", resp.Status, resp.Body)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{
+			AgentId: victim, Transition: identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REVOKE, Reason: "e2e",
+		}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, time.Second, "410 for the revoked agent", func() bool {
+			return c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, victim)).Status == 410
+		})
+	})
+
+	t.Run("lifecycle methods over AGTP report noop on a repeat", func(t *testing.T) {
+		target := c.registerAgent(t, "e2e-sleeper", "orders:read")
+		deactivate := func() map[string]any {
+			resp := c.roundTrip(t, withJSON(request(t, "DEACTIVATE", "/"), `{"agent_id":"`+target+`","reason":"maintenance"}`))
+			if resp.Status != 200 {
+				t.Fatalf("DEACTIVATE = %d %s", resp.Status, resp.Body)
+			}
+			return errorBody(t, resp)
+		}
+		if first := deactivate(); first["status"] != "suspended" || first["noop"] != nil {
+			t.Fatalf("first DEACTIVATE = %v", first)
+		}
+		if second := deactivate(); second["noop"] != true {
+			t.Fatalf("second DEACTIVATE = %v, want noop", second)
+		}
+		testkit.WaitFor(t, time.Second, "503 for the suspended agent", func() bool {
+			return c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, target)).Status == 503
+		})
+	})
+}
