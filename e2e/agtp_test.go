@@ -203,6 +203,33 @@ func TestAGTPOverTheWire(t *testing.T) {
 		}
 	})
 
+	t.Run("QUOTE estimates without running the call", func(t *testing.T) {
+		resp := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/orders/ord-1001"}`))
+		if resp.Status != 200 || !strings.Contains(resp.Header.Get(agtp.HeaderCostEstimate), "compute-seconds=") ||
+			!strings.Contains(string(resp.Body), `"estimated_cost"`) {
+			t.Fatalf("QUOTE = %d %q %s", resp.Status, resp.Header.Get(agtp.HeaderCostEstimate), resp.Body)
+		}
+		if _, err := agtp.ParseBudget(resp.Header.Get(agtp.HeaderCostEstimate)); err != nil {
+			t.Errorf("Cost-Estimate is not in Budget-Limit format: %v", err)
+		}
+		unknown := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/nowhere"}`))
+		if unknown.Status != 404 {
+			t.Fatalf("QUOTE of an unknown target = %d %s", unknown.Status, unknown.Body)
+		}
+	})
+
+	t.Run("a Session-ID is bound to its first agent", func(t *testing.T) {
+		other := c.registerAgent(t, "e2e-other", "orders:read")
+		sid := "sess-" + strings.Repeat("7f", 12)
+		if resp := c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent, agtp.HeaderSessionID, sid)); resp.Status != 200 {
+			t.Fatalf("first use = %d %s", resp.Status, resp.Body)
+		}
+		resp := c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, other, agtp.HeaderSessionID, sid))
+		if resp.Status != 401 {
+			t.Fatalf("same Session-ID from another agent = %d %s, want 401", resp.Status, resp.Body)
+		}
+	})
+
 	t.Run("a declared handler error is 422 naming it", func(t *testing.T) {
 		resp := c.roundTrip(t, request(t, "QUERY", "/orders/ord-9999", agtp.HeaderAgentID, agent))
 		if resp.Status != 422 || errorBody(t, resp)["reason"] != "order_not_found" {

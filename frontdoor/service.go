@@ -12,7 +12,11 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
 
 	"github.com/agtpsuite/agtp/frontdoor/demo"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -144,6 +148,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if err != nil {
 		return nil, err
 	}
+	limits := cfg.Limits
+	if limits.BodyLimit == nil {
+		limits.BodyLimit = s.bodyLimit(limits)
+	}
 	clientCA := cfg.ClientCAFile
 	if clientCA == "" {
 		clientCA = cfg.CAFile
@@ -154,7 +162,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		KeyFile:       cfg.ServerKeyFile,
 		ClientCAFile:  clientCA,
 		DisableQUIC:   !cfg.QUIC,
-		Limits:        cfg.Limits,
+		Limits:        limits,
 		HeaderTimeout: cfg.HeaderTimeout,
 		IdleTimeout:   cfg.IdleTimeout,
 		MaxConns:      cfg.MaxConnections,
@@ -186,9 +194,58 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		}
 		s.https = &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 	}
+	if err := s.observeTransport(meter); err != nil {
+		return nil, err
+	}
 	base.Server.Register(HealthName, nil)
 	base.Server.ReadyWhen(s.ready)
 	return s, nil
+}
+
+// bodyLimit applies an endpoint's max_body_bytes (DECISIONS.md: body
+// limits are per endpoint) in place of the default; requests that match no
+// endpoint keep the default, since they are refused anyway.
+func (s *Service) bodyLimit(lim agtp.Limits) func(method, path string) int64 {
+	def := lim.MaxBody
+	if def <= 0 {
+		def = agtp.DefaultMaxBody
+	}
+	return func(method, path string) int64 {
+		st := s.catalog.Current()
+		if st == nil {
+			return def
+		}
+		d := st.Table.Decide(method, path)
+		if d.Endpoint != nil {
+			if n := d.Endpoint.Proto.GetMaxBodyBytes(); n > 0 {
+				return n
+			}
+		}
+		return def
+	}
+}
+
+// observeTransport reports the transport's counters as metrics: open
+// connections, requests and rejections by reason.
+func (s *Service) observeTransport(meter metric.Meter) error {
+	open, err := meter.Int64ObservableGauge("agtp.server.open_connections", metric.WithDescription("open AGTP connections, by transport"))
+	if err != nil {
+		return err
+	}
+	rejected, err := meter.Int64ObservableCounter("agtp.server.transport_rejections", metric.WithDescription("connections and requests the transport refused, by reason"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.transport.Stats()
+		o.ObserveInt64(open, st.OpenTCP, metric.WithAttributes(attribute.String("agtp.transport", "tcp")))
+		o.ObserveInt64(open, st.OpenQUIC, metric.WithAttributes(attribute.String("agtp.transport", "quic")))
+		for reason, n := range st.Rejections() {
+			o.ObserveInt64(rejected, int64(n), metric.WithAttributes(attribute.String("agtp.reason", reason)))
+		}
+		return nil
+	}, open, rejected)
+	return err
 }
 
 // Ready reports whether the front door has its catalog snapshot.

@@ -172,6 +172,13 @@ func (p *tcpPool) get(ctx context.Context) (*tcpConn, bool, error) {
 			}
 			c.inflight, c.requests = 1, 1
 			p.conns = append(p.conns, c)
+			if opts.MaxPipeline > 1 {
+				// Requests waiting for a connection can pipeline on
+				// this one.
+				for len(p.waiters) > 0 {
+					p.wakeLocked()
+				}
+			}
 			p.mu.Unlock()
 			return c, false, nil
 		}

@@ -32,6 +32,8 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.lifecycle(x, ep.GetMethod(), params)
 	case "PROPOSE":
 		return p.propose(x, input)
+	case "QUOTE":
+		return p.quote(x, params)
 	}
 	return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 }

@@ -63,7 +63,9 @@ type Deps struct {
 type Pipeline struct {
 	opts Options
 	Deps
-	metrics *metrics
+	metrics  *metrics
+	costs    *costTracker
+	sessions sessionCache
 }
 
 // New builds a pipeline.
@@ -78,7 +80,7 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{opts: opts, Deps: deps, metrics: m}, nil
+	return &Pipeline{opts: opts, Deps: deps, metrics: m, costs: newCostTracker()}, nil
 }
 
 var _ transport.Handler = (*Pipeline)(nil)

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -112,6 +113,9 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 		return x.fail(d.Status, d.Reason, d.Explanation, d.Fields())
 	}
 	x.caller, x.agentID = rec, id
+	if resp := p.checkSession(x); resp != nil {
+		return resp
+	}
 	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
 		claimed, err := agtp.ParseScopes(raw)
 		if err != nil {
@@ -240,7 +244,9 @@ func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp
 		RequestID:   x.req.Header.Get(agtp.HeaderRequestID),
 		ContentType: x.req.Header.Get(agtp.HeaderContentType),
 	}
+	started := time.Now()
 	res, err := safeCall(x, f, call)
+	p.costs.observe(x.decision.Method, ep.GetPath(), time.Since(started))
 	if err != nil {
 		var he *handler.Error
 		if errors.As(err, &he) {

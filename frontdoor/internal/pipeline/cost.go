@@ -1,0 +1,101 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+)
+
+// costTracker learns what each endpoint costs from the calls it serves, so
+// QUOTE (Tier 2, digest-companions §2.4) answers from observation: the
+// handler's compute time per call, smoothed, with the range seen.
+type costTracker struct {
+	mu        sync.Mutex
+	endpoints map[string]*endpointCost
+}
+
+type endpointCost struct {
+	n             int64
+	mean          float64 // seconds, exponentially weighted
+	min, max      float64
+	lastUpdatedAt time.Time
+}
+
+func newCostTracker() *costTracker { return &costTracker{endpoints: map[string]*endpointCost{}} }
+
+func costKey(method, template string) string { return method + " " + template }
+
+// observe records one handler run.
+func (c *costTracker) observe(method, template string, d time.Duration) {
+	sec := d.Seconds()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.endpoints[costKey(method, template)]
+	if e == nil {
+		if len(c.endpoints) >= 10000 {
+			return
+		}
+		e = &endpointCost{min: sec, max: sec, mean: sec}
+		c.endpoints[costKey(method, template)] = e
+	}
+	e.n++
+	const alpha = 0.05
+	e.mean += alpha * (sec - e.mean)
+	e.min, e.max = math.Min(e.min, sec), math.Max(e.max, sec)
+	e.lastUpdatedAt = time.Now()
+}
+
+func (c *costTracker) estimate(method, template string) (endpointCost, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.endpoints[costKey(method, template)]
+	if !ok {
+		return endpointCost{}, false
+	}
+	return *e, true
+}
+
+// quote answers QUOTE: the structural decision for the proposed call
+// (unknown target 404, anything else the decision's own code as 422), then
+// the estimate in the Cost-Estimate header and the body.
+func (p *Pipeline) quote(x *exchange, params map[string]any) *agtp.Response {
+	method, path := str(params, "method"), str(params, "path")
+	d := x.state.Table.Decide(method, path)
+	switch d.Outcome {
+	case route.Matched:
+	case route.NotFound:
+		return x.fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+path, nil)
+	default:
+		return x.fail(agtp.StatusUnprocessable, "quote-target-invalid", method+" "+path+" could not be called: "+d.Explanation(), map[string]any{"target_status": d.Status()})
+	}
+	template := d.Endpoint.Proto.GetPath()
+	e, seen := p.costs.estimate(d.Method, template)
+	expected, lo, hi, confidence := 0.001, 0.0, 0.01, 0.1
+	if seen {
+		expected, lo, hi = e.mean, e.min, e.max
+		confidence = math.Round(float64(e.n)/float64(e.n+20)*100) / 100
+	}
+	resp := jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+		"status":  agtp.StatusOK,
+		"task_id": x.req.Header.Get(agtp.HeaderTaskID),
+		"result": map[string]any{
+			"method": d.Method,
+			"path":   template,
+			"estimated_cost": map[string]any{
+				"calls":           map[string]int{"min": 1, "expected": 1, "max": 1},
+				"compute_seconds": map[string]float64{"min": round6(lo), "expected": round6(expected), "max": round6(hi)},
+			},
+			"observations": e.n,
+			"confidence":   confidence,
+		},
+	})
+	resp.Header.Set(agtp.HeaderCostEstimate, fmt.Sprintf("calls=1, compute-seconds=%s", strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.6f", expected), "0"), ".")))
+	return resp
+}
+
+func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
