@@ -230,6 +230,45 @@ func TestAGTPOverTheWire(t *testing.T) {
 		}
 	})
 
+	t.Run("SUSPEND pauses a session until RESUME presents the single-use nonce", func(t *testing.T) {
+		sid := "sess-" + strings.Repeat("5c", 12)
+		call := func(method, body string) *agtp.Response {
+			req := request(t, method, "/", agtp.HeaderAgentID, agent, agtp.HeaderSessionID, sid)
+			if body != "" {
+				withJSON(req, body)
+			}
+			return c.roundTrip(t, req)
+		}
+		query := func() *agtp.Response {
+			return c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent, agtp.HeaderSessionID, sid))
+		}
+		if resp := query(); resp.Status != 200 {
+			t.Fatalf("before SUSPEND: %d %s", resp.Status, resp.Body)
+		}
+		susp := call("SUSPEND", `{"session_id":"`+sid+`","reason":"awaiting_input","checkpoint":{"step":3}}`)
+		body := errorBody(t, susp)
+		nonce, _ := body["resumption_nonce"].(string)
+		if susp.Status != 200 || len(nonce) != 22 || body["status"] != "suspended" {
+			t.Fatalf("SUSPEND = %d %s", susp.Status, susp.Body)
+		}
+		if resp := query(); resp.Status != 409 || errorBody(t, resp)["reason"] != "session-suspended" {
+			t.Fatalf("request in a suspended session = %d %s", resp.Status, resp.Body)
+		}
+		if resp := call("RESUME", `{"session_id":"`+sid+`","resumption_nonce":"`+strings.Repeat("A", 22)+`"}`); resp.Status != 403 {
+			t.Fatalf("RESUME with a wrong nonce = %d %s", resp.Status, resp.Body)
+		}
+		resumed := call("RESUME", `{"session_id":"`+sid+`","resumption_nonce":"`+nonce+`"}`)
+		if resumed.Status != 200 || !strings.Contains(string(resumed.Body), `"step":3`) {
+			t.Fatalf("RESUME = %d %s", resumed.Status, resumed.Body)
+		}
+		if resp := query(); resp.Status != 200 {
+			t.Fatalf("after RESUME: %d %s", resp.Status, resp.Body)
+		}
+		if resp := call("RESUME", `{"session_id":"`+sid+`","resumption_nonce":"`+nonce+`"}`); resp.Status != 409 {
+			t.Fatalf("second RESUME with the used nonce = %d %s, want 409", resp.Status, resp.Body)
+		}
+	})
+
 	t.Run("a declared handler error is 422 naming it", func(t *testing.T) {
 		resp := c.roundTrip(t, request(t, "QUERY", "/orders/ord-9999", agtp.HeaderAgentID, agent))
 		if resp.Status != 422 || errorBody(t, resp)["reason"] != "order_not_found" {

@@ -194,6 +194,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		}
 		s.https = &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 	}
+	s.agents.OnSession = s.pipeline.DropSession
 	if err := s.observeTransport(meter); err != nil {
 		return nil, err
 	}

@@ -28,6 +28,18 @@ const (
 	// ReasonInvalid is 400: the Session-ID cannot carry 128 random bits or
 	// holds characters outside visible ASCII.
 	ReasonInvalid = "session-id-invalid"
+	// ReasonSuspended is 409: the session is suspended (core §7.2.12).
+	ReasonSuspended = "session-suspended"
+	// ReasonExpired is 409: resume_by passed without a RESUME.
+	ReasonExpired = "session-expired"
+	// ReasonNotFound is 404: SUSPEND or RESUME of a session that is not
+	// bound to the caller.
+	ReasonNotFound = "session-not-found"
+	// ReasonNotSuspended is 409: RESUME of a session that is not suspended.
+	ReasonNotSuspended = "session-not-suspended"
+	// ReasonNonceInvalid is 403: the resumption nonce does not match (or
+	// was used already; it is single use).
+	ReasonNonceInvalid = "resumption-nonce-invalid"
 )
 
 // Length bounds of a Session-ID. 22 is the length of 128 bits in
@@ -43,14 +55,20 @@ const DefaultTTL = 24 * time.Hour
 
 // bindScript binds on first sight and refreshes the TTL on every match,
 // so a binding lives as long as the session is in use.
+// A suspended session (fields suspension_id, resume_by in unix ms) answers
+// 3, or 4 once resume_by has passed (expired).
 var bindScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'agent_id', 'client_key')
+local cur = redis.call('HMGET', KEYS[1], 'agent_id', 'client_key', 'suspension_id', 'resume_by')
 if not cur[1] then
   redis.call('HSET', KEYS[1], 'agent_id', ARGV[1], 'client_key', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
 end
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
+  if cur[3] then
+    if tonumber(ARGV[4]) > tonumber(cur[4]) then return 4 end
+    return 3
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 2
 end
@@ -96,16 +114,21 @@ func (b *Binder) Bind(ctx context.Context, sessionID, agentID, clientKeyFingerpr
 			fmt.Sprintf("a Session-ID is %d to %d visible ASCII characters carrying at least 128 random bits", MinLength, MaxLength))
 	}
 	res, err := bindScript.Run(ctx, b.rdb, []string{rediskeys.SessionBinding(sessionID)},
-		agentID, clientKeyFingerprint, b.ttl.Milliseconds()).Int()
+		agentID, clientKeyFingerprint, b.ttl.Milliseconds(), time.Now().UnixMilli()).Int()
 	if err != nil {
 		if cerr := grpcerr.FromContext(ctx.Err()); cerr != nil {
 			return cerr
 		}
 		return grpcerr.Internal(fmt.Errorf("session binding: %w", err))
 	}
-	if res == 0 {
+	switch res {
+	case 0:
 		return grpcerr.Unauthenticated(ReasonMismatch,
 			"the Session-ID is bound to a different Agent-ID or TLS client identity")
+	case 3:
+		return grpcerr.Conflict(ReasonSuspended, "the session is suspended; RESUME it with its resumption nonce first")
+	case 4:
+		return grpcerr.Conflict(ReasonExpired, "the session was suspended and not resumed before resume_by; start a new session")
 	}
 	return nil
 }

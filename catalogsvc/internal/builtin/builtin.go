@@ -9,8 +9,8 @@ import _ "embed"
 
 // Definitions is an endpoints document with the built-ins: the eight
 // DISCOVER endpoints, and the other floor methods the front door serves
-// itself (DESCRIBE, INSPECT, PROPOSE, QUOTE and the five lifecycle
-// methods).
+// itself (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME and the
+// five lifecycle methods).
 //
 //go:embed builtins.json
 var Definitions []byte

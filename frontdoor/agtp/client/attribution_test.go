@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,7 +108,9 @@ func TestVerifyAttributionRefusesTampering(t *testing.T) {
 			*r = *f.sign(t, attribution.NewSigner(nil), r.Status, string(r.Body))
 		}, attribution.ErrAlgorithmRefused},
 		{"status changed", func(_ testing.TB, _ signedFixture, r *agtp.Response) { r.Status = agtp.StatusAccepted }, client.ErrRecordMismatch},
-		{"body changed", func(_ testing.TB, _ signedFixture, r *agtp.Response) { r.Body = []byte(`{"status":200,"result":{"ok":false}}`) }, client.ErrRecordMismatch},
+		{"body changed", func(_ testing.TB, _ signedFixture, r *agtp.Response) {
+			r.Body = []byte(`{"status":200,"result":{"ok":false}}`)
+		}, client.ErrRecordMismatch},
 		{"Response-ID changed", func(_ testing.TB, _ signedFixture, r *agtp.Response) { r.Header.Set(agtp.HeaderResponseID, "r-2") }, client.ErrRecordMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,6 +176,7 @@ func TestFetchJWKSUsesTheSuiteCA(t *testing.T) {
 		w.Write(jwks)
 	}))
 	hs.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusting client's handshake failure
 	hs.StartTLS()
 	defer hs.Close()
 

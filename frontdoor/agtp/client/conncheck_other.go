@@ -4,6 +4,10 @@ package client
 
 import "net"
 
-// connCheck cannot peek at a socket here; the retry rule for
+// connChecker cannot peek at a socket here; the retry rule for
 // ErrNoResponse covers connections the server closed while idle.
-func connCheck(net.Conn) error { return nil }
+type connChecker struct{}
+
+func (*connChecker) init(net.Conn) {}
+
+func (*connChecker) alive() error { return nil }

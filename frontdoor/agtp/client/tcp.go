@@ -44,12 +44,13 @@ type tcpPool struct {
 }
 
 type tcpConn struct {
-	p    *tcpPool
-	nc   net.Conn
-	tc   *tls.Conn
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	info ConnInfo
+	p     *tcpPool
+	nc    net.Conn
+	tc    *tls.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	info  ConnInfo
+	check connChecker
 
 	wmu  sync.Mutex
 	tail chan struct{} // closed when the last request written has been read; pipelining only
@@ -130,6 +131,7 @@ func (p *tcpPool) dial(ctx context.Context) (*tcpConn, error) {
 		info: ConnInfo{Transport: TransportTCP, Addr: p.addr, LocalAddr: nc.LocalAddr(), RemoteAddr: nc.RemoteAddr(), TLS: st}}
 	c.br = bufio.NewReaderSize(c, 4096)
 	c.bw = bufio.NewWriterSize(c, 4096)
+	c.check.init(nc)
 	return c, nil
 }
 
@@ -146,7 +148,7 @@ func (p *tcpPool) get(ctx context.Context) (*tcpConn, bool, error) {
 		if c := p.popIdleLocked(); c != nil {
 			c.inflight, c.requests = 1, c.requests+1
 			p.mu.Unlock()
-			if c.br.Buffered() > 0 || connCheck(c.nc) != nil {
+			if c.br.Buffered() > 0 || c.check.alive() != nil {
 				// The server closed it, or sent bytes no request asked
 				// for: either way it is unusable.
 				c.kill()
@@ -359,10 +361,14 @@ func (p *tcpPool) start(ctx context.Context, req *agtp.Request, tr *Trace) (exch
 		x.mine = make(chan struct{})
 		c.tail = x.mine
 		c.nc.SetWriteDeadline(deadline)
-		x.arm(ctx, func() { c.nc.SetWriteDeadline(aLongTimeAgo) })
+		if ctx.Done() != nil {
+			x.stop = context.AfterFunc(ctx, func() { c.nc.SetWriteDeadline(aLongTimeAgo) })
+		}
 	} else {
 		c.nc.SetDeadline(deadline)
-		x.arm(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
+		if ctx.Done() != nil {
+			x.stop = context.AfterFunc(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
+		}
 	}
 	c.wtap = tr.sent()
 	err = req.Write(c.bw)
@@ -426,7 +432,9 @@ func (p *tcpPool) start(ctx context.Context, req *agtp.Request, tr *Trace) (exch
 	}
 	if x.pipelined {
 		c.nc.SetReadDeadline(deadline)
-		x.arm(ctx, func() { c.nc.SetReadDeadline(aLongTimeAgo) })
+		if ctx.Done() != nil {
+			x.stop = context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(aLongTimeAgo) })
+		}
 	}
 	c.rtap = tr.received()
 	if _, err := c.br.Peek(1); err != nil {
@@ -445,13 +453,6 @@ func (p *tcpPool) start(ctx context.Context, req *agtp.Request, tr *Trace) (exch
 		return nil, nil, fmt.Errorf("agtp client: read response from %s: %w", p.addr, err)
 	}
 	return x, resp, nil
-}
-
-// arm makes cancelling ctx interrupt the connection through f.
-func (x *tcpExchange) arm(ctx context.Context, f func()) {
-	if ctx.Done() != nil {
-		x.stop = context.AfterFunc(ctx, f)
-	}
 }
 
 // disarm reports false when the cancellation hook already ran (the

@@ -35,6 +35,10 @@ type Cache struct {
 	// watching is true while the watch stream is connected; without it,
 	// entries cannot be trusted to be fresh and are kept only briefly.
 	watching bool
+
+	// OnSession is called with the Session-ID of every session event
+	// (suspended, resumed), so session caches drop it; set before Watch.
+	OnSession func(sessionID string)
 }
 
 type entry struct {
@@ -124,6 +128,10 @@ func (c *Cache) Watch(ctx context.Context) error {
 				}
 				backoff = 100 * time.Millisecond
 				switch {
+				case ev.GetSessionId() != "":
+					if c.OnSession != nil {
+						c.OnSession(ev.GetSessionId())
+					}
 				case ev.GetResync():
 					c.reset(true)
 				case ev.GetAgent() != nil:

@@ -34,6 +34,10 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.propose(x, input)
 	case "QUOTE":
 		return p.quote(x, params)
+	case "SUSPEND":
+		return p.suspend(x, params)
+	case "RESUME":
+		return p.resume(x, params)
 	}
 	return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 }

@@ -1087,8 +1087,11 @@ type WatchAgentsResponse struct {
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// The record after the change; absent when the watcher must drop
 	// everything it holds (resync).
-	Agent         *AgentRecord `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
-	Resync        bool         `protobuf:"varint,3,opt,name=resync,proto3" json:"resync,omitempty"`
+	Agent  *AgentRecord `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
+	Resync bool         `protobuf:"varint,3,opt,name=resync,proto3" json:"resync,omitempty"`
+	// Set on a session event (suspended or resumed): caches drop what they
+	// hold for the session; agent_id names its agent and agent is unset.
+	SessionId     string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1142,6 +1145,13 @@ func (x *WatchAgentsResponse) GetResync() bool {
 		return x.Resync
 	}
 	return false
+}
+
+func (x *WatchAgentsResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // GetNamespaceDocumentRequest asks for the namespace document.
@@ -1234,6 +1244,295 @@ func (x *GetNamespaceDocumentResponse) GetDocumentJson() []byte {
 	return nil
 }
 
+// SuspendSessionRequest names a session of the calling agent.
+type SuspendSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The caller; the session must be bound to it.
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// awaiting_input, resource_limit, scheduled_pause or external_dependency.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the session expires unless resumed; empty means the default.
+	ResumeBy *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resume_by,json=resumeBy,proto3" json:"resume_by,omitempty"`
+	// Kept for the suspension's duration and returned on resume.
+	CheckpointJson []byte `protobuf:"bytes,5,opt,name=checkpoint_json,json=checkpointJson,proto3" json:"checkpoint_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SuspendSessionRequest) Reset() {
+	*x = SuspendSessionRequest{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSessionRequest) ProtoMessage() {}
+
+func (x *SuspendSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSessionRequest.ProtoReflect.Descriptor instead.
+func (*SuspendSessionRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SuspendSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SuspendSessionRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *SuspendSessionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SuspendSessionRequest) GetResumeBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeBy
+	}
+	return nil
+}
+
+func (x *SuspendSessionRequest) GetCheckpointJson() []byte {
+	if x != nil {
+		return x.CheckpointJson
+	}
+	return nil
+}
+
+// SuspendSessionResponse is core §7.2.12's response body.
+type SuspendSessionResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SuspensionId string                 `protobuf:"bytes,1,opt,name=suspension_id,json=suspensionId,proto3" json:"suspension_id,omitempty"`
+	SessionId    string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// 128 CSPRNG bits, base64url; single use. Only its hash is stored.
+	ResumptionNonce string                 `protobuf:"bytes,3,opt,name=resumption_nonce,json=resumptionNonce,proto3" json:"resumption_nonce,omitempty"`
+	ResumeBy        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resume_by,json=resumeBy,proto3" json:"resume_by,omitempty"`
+	Status          string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SuspendSessionResponse) Reset() {
+	*x = SuspendSessionResponse{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendSessionResponse) ProtoMessage() {}
+
+func (x *SuspendSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendSessionResponse.ProtoReflect.Descriptor instead.
+func (*SuspendSessionResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SuspendSessionResponse) GetSuspensionId() string {
+	if x != nil {
+		return x.SuspensionId
+	}
+	return ""
+}
+
+func (x *SuspendSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SuspendSessionResponse) GetResumptionNonce() string {
+	if x != nil {
+		return x.ResumptionNonce
+	}
+	return ""
+}
+
+func (x *SuspendSessionResponse) GetResumeBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResumeBy
+	}
+	return nil
+}
+
+func (x *SuspendSessionResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+// ResumeSessionRequest presents the nonce of a suspension.
+type ResumeSessionRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SessionId       string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	AgentId         string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	ResumptionNonce string                 `protobuf:"bytes,3,opt,name=resumption_nonce,json=resumptionNonce,proto3" json:"resumption_nonce,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ResumeSessionRequest) Reset() {
+	*x = ResumeSessionRequest{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionRequest) ProtoMessage() {}
+
+func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ResumeSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResumeSessionRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ResumeSessionRequest) GetResumptionNonce() string {
+	if x != nil {
+		return x.ResumptionNonce
+	}
+	return ""
+}
+
+// ResumeSessionResponse returns the checkpoint kept for the session.
+type ResumeSessionResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SuspensionId   string                 `protobuf:"bytes,2,opt,name=suspension_id,json=suspensionId,proto3" json:"suspension_id,omitempty"`
+	Status         string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	CheckpointJson []byte                 `protobuf:"bytes,4,opt,name=checkpoint_json,json=checkpointJson,proto3" json:"checkpoint_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ResumeSessionResponse) Reset() {
+	*x = ResumeSessionResponse{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionResponse) ProtoMessage() {}
+
+func (x *ResumeSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSessionResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResumeSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResumeSessionResponse) GetSuspensionId() string {
+	if x != nil {
+		return x.SuspensionId
+	}
+	return ""
+}
+
+func (x *ResumeSessionResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ResumeSessionResponse) GetCheckpointJson() []byte {
+	if x != nil {
+		return x.CheckpointJson
+	}
+	return nil
+}
+
 var File_agtp_identity_v1_identity_proto protoreflect.FileDescriptor
 
 const file_agtp_identity_v1_identity_proto_rawDesc = "" +
@@ -1312,15 +1611,42 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\baudit_id\x18\x04 \x01(\tR\aauditId\x12\x12\n" +
 	"\x04noop\x18\x05 \x01(\bR\x04noop\x123\n" +
 	"\x05agent\x18\x06 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"\x14\n" +
-	"\x12WatchAgentsRequest\"}\n" +
+	"\x12WatchAgentsRequest\"\x9c\x01\n" +
 	"\x13WatchAgentsResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x123\n" +
 	"\x05agent\x18\x02 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\x12\x16\n" +
-	"\x06resync\x18\x03 \x01(\bR\x06resync\"\x1d\n" +
+	"\x06resync\x18\x03 \x01(\bR\x06resync\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\tR\tsessionId\"\x1d\n" +
 	"\x1bGetNamespaceDocumentRequest\"f\n" +
 	"\x1cGetNamespaceDocumentResponse\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
-	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson*\x97\x01\n" +
+	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson\"\xcb\x01\n" +
+	"\x15SuspendSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
+	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12'\n" +
+	"\x0fcheckpoint_json\x18\x05 \x01(\fR\x0echeckpointJson\"\xd8\x01\n" +
+	"\x16SuspendSessionResponse\x12#\n" +
+	"\rsuspension_id\x18\x01 \x01(\tR\fsuspensionId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12)\n" +
+	"\x10resumption_nonce\x18\x03 \x01(\tR\x0fresumptionNonce\x127\n" +
+	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\"{\n" +
+	"\x14ResumeSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12)\n" +
+	"\x10resumption_nonce\x18\x03 \x01(\tR\x0fresumptionNonce\"\x9c\x01\n" +
+	"\x15ResumeSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
+	"\rsuspension_id\x18\x02 \x01(\tR\fsuspensionId\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\x12'\n" +
+	"\x0fcheckpoint_json\x18\x04 \x01(\fR\x0echeckpointJson*\x97\x01\n" +
 	"\vAgentStatus\x12\x1c\n" +
 	"\x18AGENT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13AGENT_STATUS_ACTIVE\x10\x01\x12\x1a\n" +
@@ -1333,7 +1659,7 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1fLIFECYCLE_TRANSITION_DEACTIVATE\x10\x02\x12\"\n" +
 	"\x1eLIFECYCLE_TRANSITION_REINSTATE\x10\x03\x12\x1f\n" +
 	"\x1bLIFECYCLE_TRANSITION_REVOKE\x10\x04\x12\"\n" +
-	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\xc7\x06\n" +
+	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\x8e\b\n" +
 	"\x0fIdentityService\x12f\n" +
 	"\x0fRegisterGenesis\x12(.agtp.identity.v1.RegisterGenesisRequest\x1a).agtp.identity.v1.RegisterGenesisResponse\x12]\n" +
 	"\fResolveAgent\x12%.agtp.identity.v1.ResolveAgentRequest\x1a&.agtp.identity.v1.ResolveAgentResponse\x12r\n" +
@@ -1343,7 +1669,9 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12#.agtp.identity.v1.ListAgentsRequest\x1a$.agtp.identity.v1.ListAgentsResponse\x12r\n" +
 	"\x13TransitionLifecycle\x12,.agtp.identity.v1.TransitionLifecycleRequest\x1a-.agtp.identity.v1.TransitionLifecycleResponse\x12\\\n" +
-	"\vWatchAgents\x12$.agtp.identity.v1.WatchAgentsRequest\x1a%.agtp.identity.v1.WatchAgentsResponse0\x01\x12u\n" +
+	"\vWatchAgents\x12$.agtp.identity.v1.WatchAgentsRequest\x1a%.agtp.identity.v1.WatchAgentsResponse0\x01\x12c\n" +
+	"\x0eSuspendSession\x12'.agtp.identity.v1.SuspendSessionRequest\x1a(.agtp.identity.v1.SuspendSessionResponse\x12`\n" +
+	"\rResumeSession\x12&.agtp.identity.v1.ResumeSessionRequest\x1a'.agtp.identity.v1.ResumeSessionResponse\x12u\n" +
 	"\x14GetNamespaceDocument\x12-.agtp.identity.v1.GetNamespaceDocumentRequest\x1a..agtp.identity.v1.GetNamespaceDocumentResponseB=Z;github.com/agtpsuite/agtp/proto/agtp/identity/v1;identityv1b\x06proto3"
 
 var (
@@ -1359,7 +1687,7 @@ func file_agtp_identity_v1_identity_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_identity_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_agtp_identity_v1_identity_proto_goTypes = []any{
 	(AgentStatus)(0),                     // 0: agtp.identity.v1.AgentStatus
 	(LifecycleTransition)(0),             // 1: agtp.identity.v1.LifecycleTransition
@@ -1380,43 +1708,53 @@ var file_agtp_identity_v1_identity_proto_goTypes = []any{
 	(*WatchAgentsResponse)(nil),          // 16: agtp.identity.v1.WatchAgentsResponse
 	(*GetNamespaceDocumentRequest)(nil),  // 17: agtp.identity.v1.GetNamespaceDocumentRequest
 	(*GetNamespaceDocumentResponse)(nil), // 18: agtp.identity.v1.GetNamespaceDocumentResponse
-	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
+	(*SuspendSessionRequest)(nil),        // 19: agtp.identity.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),       // 20: agtp.identity.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),         // 21: agtp.identity.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),        // 22: agtp.identity.v1.ResumeSessionResponse
+	(*timestamppb.Timestamp)(nil),        // 23: google.protobuf.Timestamp
 }
 var file_agtp_identity_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: agtp.identity.v1.AgentRecord.status:type_name -> agtp.identity.v1.AgentStatus
-	19, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
-	19, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
-	19, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
+	23, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
+	23, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agtp.identity.v1.RegisterGenesisResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 5: agtp.identity.v1.ResolveAgentResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 6: agtp.identity.v1.ListAgentsResponse.agents:type_name -> agtp.identity.v1.AgentRecord
 	1,  // 7: agtp.identity.v1.TransitionLifecycleRequest.transition:type_name -> agtp.identity.v1.LifecycleTransition
-	19, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
+	23, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 9: agtp.identity.v1.TransitionLifecycleResponse.status:type_name -> agtp.identity.v1.AgentStatus
 	0,  // 10: agtp.identity.v1.TransitionLifecycleResponse.previous_status:type_name -> agtp.identity.v1.AgentStatus
 	2,  // 11: agtp.identity.v1.TransitionLifecycleResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 12: agtp.identity.v1.WatchAgentsResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	3,  // 13: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
-	5,  // 14: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
-	7,  // 15: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
-	9,  // 16: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
-	11, // 17: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
-	13, // 18: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
-	15, // 19: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
-	17, // 20: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
-	4,  // 21: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
-	6,  // 22: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
-	8,  // 23: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
-	10, // 24: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
-	12, // 25: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
-	14, // 26: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
-	16, // 27: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
-	18, // 28: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	23, // 13: agtp.identity.v1.SuspendSessionRequest.resume_by:type_name -> google.protobuf.Timestamp
+	23, // 14: agtp.identity.v1.SuspendSessionResponse.resume_by:type_name -> google.protobuf.Timestamp
+	3,  // 15: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
+	5,  // 16: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
+	7,  // 17: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
+	9,  // 18: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
+	11, // 19: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
+	13, // 20: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
+	15, // 21: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
+	19, // 22: agtp.identity.v1.IdentityService.SuspendSession:input_type -> agtp.identity.v1.SuspendSessionRequest
+	21, // 23: agtp.identity.v1.IdentityService.ResumeSession:input_type -> agtp.identity.v1.ResumeSessionRequest
+	17, // 24: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
+	4,  // 25: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
+	6,  // 26: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
+	8,  // 27: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
+	10, // 28: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
+	12, // 29: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
+	14, // 30: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
+	16, // 31: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
+	20, // 32: agtp.identity.v1.IdentityService.SuspendSession:output_type -> agtp.identity.v1.SuspendSessionResponse
+	22, // 33: agtp.identity.v1.IdentityService.ResumeSession:output_type -> agtp.identity.v1.ResumeSessionResponse
+	18, // 34: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
+	25, // [25:35] is the sub-list for method output_type
+	15, // [15:25] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_agtp_identity_v1_identity_proto_init() }
@@ -1430,7 +1768,7 @@ func file_agtp_identity_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_identity_v1_identity_proto_rawDesc), len(file_agtp_identity_v1_identity_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

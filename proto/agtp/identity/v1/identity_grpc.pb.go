@@ -26,6 +26,8 @@ const (
 	IdentityService_ListAgents_FullMethodName           = "/agtp.identity.v1.IdentityService/ListAgents"
 	IdentityService_TransitionLifecycle_FullMethodName  = "/agtp.identity.v1.IdentityService/TransitionLifecycle"
 	IdentityService_WatchAgents_FullMethodName          = "/agtp.identity.v1.IdentityService/WatchAgents"
+	IdentityService_SuspendSession_FullMethodName       = "/agtp.identity.v1.IdentityService/SuspendSession"
+	IdentityService_ResumeSession_FullMethodName        = "/agtp.identity.v1.IdentityService/ResumeSession"
 	IdentityService_GetNamespaceDocument_FullMethodName = "/agtp.identity.v1.IdentityService/GetNamespaceDocument"
 )
 
@@ -52,6 +54,11 @@ type IdentityServiceClient interface {
 	TransitionLifecycle(ctx context.Context, in *TransitionLifecycleRequest, opts ...grpc.CallOption) (*TransitionLifecycleResponse, error)
 	// WatchAgents streams every registry change, so caches drop stale records.
 	WatchAgents(ctx context.Context, in *WatchAgentsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAgentsResponse], error)
+	// SuspendSession pauses a session workflow (core §7.2.12) and returns a
+	// single-use resumption nonce.
+	SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error)
+	// ResumeSession resumes a suspended session with its nonce.
+	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error)
 	// GetNamespaceDocument returns the signed Agent Namespace Document of
 	// core §6.2 (the /agents root): active agents only, regenerated after
 	// every registry change.
@@ -145,6 +152,26 @@ func (c *identityServiceClient) WatchAgents(ctx context.Context, in *WatchAgents
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IdentityService_WatchAgentsClient = grpc.ServerStreamingClient[WatchAgentsResponse]
 
+func (c *identityServiceClient) SuspendSession(ctx context.Context, in *SuspendSessionRequest, opts ...grpc.CallOption) (*SuspendSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendSessionResponse)
+	err := c.cc.Invoke(ctx, IdentityService_SuspendSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *identityServiceClient) ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*ResumeSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeSessionResponse)
+	err := c.cc.Invoke(ctx, IdentityService_ResumeSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *identityServiceClient) GetNamespaceDocument(ctx context.Context, in *GetNamespaceDocumentRequest, opts ...grpc.CallOption) (*GetNamespaceDocumentResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetNamespaceDocumentResponse)
@@ -178,6 +205,11 @@ type IdentityServiceServer interface {
 	TransitionLifecycle(context.Context, *TransitionLifecycleRequest) (*TransitionLifecycleResponse, error)
 	// WatchAgents streams every registry change, so caches drop stale records.
 	WatchAgents(*WatchAgentsRequest, grpc.ServerStreamingServer[WatchAgentsResponse]) error
+	// SuspendSession pauses a session workflow (core §7.2.12) and returns a
+	// single-use resumption nonce.
+	SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error)
+	// ResumeSession resumes a suspended session with its nonce.
+	ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error)
 	// GetNamespaceDocument returns the signed Agent Namespace Document of
 	// core §6.2 (the /agents root): active agents only, regenerated after
 	// every registry change.
@@ -212,6 +244,12 @@ func (UnimplementedIdentityServiceServer) TransitionLifecycle(context.Context, *
 }
 func (UnimplementedIdentityServiceServer) WatchAgents(*WatchAgentsRequest, grpc.ServerStreamingServer[WatchAgentsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchAgents not implemented")
+}
+func (UnimplementedIdentityServiceServer) SuspendSession(context.Context, *SuspendSessionRequest) (*SuspendSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendSession not implemented")
+}
+func (UnimplementedIdentityServiceServer) ResumeSession(context.Context, *ResumeSessionRequest) (*ResumeSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSession not implemented")
 }
 func (UnimplementedIdentityServiceServer) GetNamespaceDocument(context.Context, *GetNamespaceDocumentRequest) (*GetNamespaceDocumentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNamespaceDocument not implemented")
@@ -356,6 +394,42 @@ func _IdentityService_WatchAgents_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IdentityService_WatchAgentsServer = grpc.ServerStreamingServer[WatchAgentsResponse]
 
+func _IdentityService_SuspendSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityServiceServer).SuspendSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityService_SuspendSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityServiceServer).SuspendSession(ctx, req.(*SuspendSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IdentityService_ResumeSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityServiceServer).ResumeSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityService_ResumeSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityServiceServer).ResumeSession(ctx, req.(*ResumeSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _IdentityService_GetNamespaceDocument_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetNamespaceDocumentRequest)
 	if err := dec(in); err != nil {
@@ -404,6 +478,14 @@ var IdentityService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransitionLifecycle",
 			Handler:    _IdentityService_TransitionLifecycle_Handler,
+		},
+		{
+			MethodName: "SuspendSession",
+			Handler:    _IdentityService_SuspendSession_Handler,
+		},
+		{
+			MethodName: "ResumeSession",
+			Handler:    _IdentityService_ResumeSession_Handler,
 		},
 		{
 			MethodName: "GetNamespaceDocument",

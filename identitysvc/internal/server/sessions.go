@@ -1,0 +1,57 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// SuspendSession pauses a session of the calling agent (core §7.2.12)
+// and tells every watcher, so front doors stop serving the session.
+func (s *Server) SuspendSession(ctx context.Context, req *identityv1.SuspendSessionRequest) (*identityv1.SuspendSessionResponse, error) {
+	var resumeBy time.Time // zero: the default suspension
+	if req.GetResumeBy() != nil {
+		resumeBy = req.GetResumeBy().AsTime()
+	}
+	susp, err := s.binder.Suspend(ctx, req.GetSessionId(), req.GetAgentId(), req.GetReason(), resumeBy, req.GetCheckpointJson())
+	if err != nil {
+		return nil, err
+	}
+	s.publishSession(ctx, req.GetAgentId(), req.GetSessionId())
+	return &identityv1.SuspendSessionResponse{
+		SuspensionId: susp.ID, SessionId: req.GetSessionId(), ResumptionNonce: susp.Nonce,
+		ResumeBy: timestamppb.New(susp.ResumeBy), Status: "suspended",
+	}, nil
+}
+
+// ResumeSession resumes a suspended session with its single-use nonce.
+func (s *Server) ResumeSession(ctx context.Context, req *identityv1.ResumeSessionRequest) (*identityv1.ResumeSessionResponse, error) {
+	if req.GetResumptionNonce() == "" {
+		return nil, grpcerr.InvalidArgument("resumption-nonce-required", "RESUME needs the resumption_nonce that SUSPEND returned")
+	}
+	id, checkpoint, err := s.binder.Resume(ctx, req.GetSessionId(), req.GetAgentId(), req.GetResumptionNonce())
+	if err != nil {
+		return nil, err
+	}
+	s.publishSession(ctx, req.GetAgentId(), req.GetSessionId())
+	return &identityv1.ResumeSessionResponse{SessionId: req.GetSessionId(), SuspensionId: id, Status: "active", CheckpointJson: checkpoint}, nil
+}
+
+// publishSession announces a session change on the registry's event
+// channel; a lost notice only delays the change until a cache miss, since
+// the binding check in Redis is authoritative.
+func (s *Server) publishSession(ctx context.Context, agentID, sessionID string) {
+	b, err := proto.Marshal(&identityv1.WatchAgentsResponse{AgentId: agentID, SessionId: sessionID})
+	if err != nil {
+		return
+	}
+	if err := s.hub.rdb.Publish(ctx, rediskeys.AgentEvents, b).Err(); err != nil {
+		s.log.WarnContext(ctx, "session event not published", "err", err)
+	}
+}

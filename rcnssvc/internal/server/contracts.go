@@ -1,0 +1,441 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Reason tokens of this service's own refusals.
+const (
+	ReasonContractNotFound     = "contract-not-found"
+	ReasonContractSessionEnded = "contract-session-ended"
+	ReasonInspectAllRequired   = "inspect-all-required"
+	ReasonModeInvalid          = "mode-invalid"
+)
+
+// GetContract resolves a contract. With synthesis_id it is the
+// presentation of Contract-Synthesized (AGTP-API §10.1.4; digest-api
+// §5.7): 404 when unknown or evicted, 464 contract-not-yours for another
+// agent, 464 contract-revoked when expired, revoked or released, 404 when
+// bound to a session that is not the caller's; a confirm-first preview is
+// accepted by its first presentation. With inspect set it only reads.
+// Without synthesis_id it finds the caller's active contract for (method,
+// path), so a PROPOSE result is callable at once (AGTP-API §10.8); a
+// pending preview never resolves that way.
+func (s *Server) GetContract(ctx context.Context, req *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) {
+	if req.GetSynthesisId() == "" {
+		return s.resolvePair(ctx, req)
+	}
+	c := req.GetCaller()
+	notFound := &rcnsv1.GetContractResponse{Status: agtp.StatusNotFound, Reason: ReasonContractNotFound, Explanation: "no contract with that synthesis_id"}
+	id := req.GetSynthesisId()
+	if !validID(prefixSynthesis, id) {
+		return notFound, nil
+	}
+	ct, err := s.load(ctx, id)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if ct == nil || ct.state == stateEvicted {
+		return notFound, nil
+	}
+	now := s.now().UnixMilli()
+	if req.GetInspect() {
+		return &rcnsv1.GetContractResponse{Contract: ct.proto(now)}, nil
+	}
+	refuse := func(reason, explanation string, withContract bool) *rcnsv1.GetContractResponse {
+		a := &attempt{Kind: "presentation", Method: req.GetMethod(), Path: req.GetPath(), AgentID: c.GetAgentId(), TrustTier: c.GetTrustTier(),
+			Status: agtp.StatusRCNSNoContract, Reason: reason, Explanation: explanation, SynthesisID: id, RecipeName: ct.rec.RecipeName}
+		resp := &rcnsv1.GetContractResponse{Status: agtp.StatusRCNSNoContract, Reason: reason, Explanation: explanation, AttemptId: s.record(ctx, a)}
+		if withContract {
+			resp.Contract = ct.proto(now)
+		}
+		return resp
+	}
+	if ct.rec.AgentID != c.GetAgentId() {
+		return refuse(agtp.ReasonContractNotYours, "this contract was issued to another agent", false), nil
+	}
+	switch eff := ct.effective(now); eff {
+	case stateRevoked, stateReleased, stateExpired:
+		return refuse(agtp.ReasonContractRevoked, "this contract is "+eff+" and no longer resolves", true), nil
+	}
+	if ct.rec.SessionID != "" && ct.rec.SessionID != c.GetSessionId() {
+		return &rcnsv1.GetContractResponse{Status: agtp.StatusNotFound, Reason: ReasonContractSessionEnded,
+			Explanation: "this synthesized endpoint lives for the session that negotiated it (AGTP-API §10.8)"}, nil
+	}
+	if ct.state == statePending {
+		if ct, err = s.accept(ctx, ct); err != nil {
+			return nil, err
+		}
+	}
+	return &rcnsv1.GetContractResponse{Contract: ct.proto(s.now().UnixMilli())}, nil
+}
+
+// accept turns a confirm-first preview into an active contract and audits
+// it; the state goes back when the event cannot be audited.
+func (s *Server) accept(ctx context.Context, ct *contract) (*contract, error) {
+	id := ct.rec.SynthesisID
+	changed, _, err := s.transition(ctx, id, []string{statePending}, stateActive, "", ct.rec.AgentID, eventAccepted)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if changed {
+		if err := s.emit(ctx, &ct.rec, eventAccepted, "", ct.rec.AgentID); err != nil {
+			if _, _, rerr := s.transition(context.WithoutCancel(ctx), id, []string{stateActive}, statePending, "", "", ""); rerr != nil {
+				s.log.ErrorContext(ctx, "accepted contract not reverted after an audit failure", "synthesis_id", id, "error", rerr)
+			}
+			return nil, err
+		}
+		if err := s.clearEvent(ctx, id, eventAccepted); err != nil {
+			s.log.WarnContext(ctx, "contract event flag not cleared", "synthesis_id", id, "error", err)
+		}
+	}
+	cur, err := s.load(ctx, id)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if cur == nil || cur.effective(s.now().UnixMilli()) != stateActive {
+		return nil, grpcerr.Conflict("contract-changed", "the contract changed while it was being accepted; present it again")
+	}
+	return cur, nil
+}
+
+func (s *Server) resolvePair(ctx context.Context, req *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) {
+	c := req.GetCaller()
+	notFound := &rcnsv1.GetContractResponse{Status: agtp.StatusNotFound, Reason: ReasonContractNotFound, Explanation: "no active contract of yours serves this method and path"}
+	if !validAgentID(c.GetAgentId()) || req.GetMethod() == "" || req.GetPath() == "" {
+		return notFound, nil
+	}
+	idx, err := s.agentIndex(ctx, c.GetAgentId())
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	type cand struct {
+		id     string
+		issued int64
+	}
+	var cands []cand
+	for id, sm := range idx {
+		if sm.Method != req.GetMethod() || (sm.SessionID != "" && sm.SessionID != c.GetSessionId()) {
+			continue
+		}
+		if sm.Path != req.GetPath() {
+			if _, ok := recipe.MatchPath(sm.Path, req.GetPath()); !ok {
+				continue
+			}
+		}
+		cands = append(cands, cand{id, sm.IssuedMs})
+	}
+	if len(cands) == 0 {
+		return notFound, nil
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].issued > cands[j].issued })
+	ids := make([]string, len(cands))
+	for i, x := range cands {
+		ids[i] = x.id
+	}
+	cts, err := s.loadMany(ctx, ids)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	now := s.now().UnixMilli()
+	for _, ct := range cts { // loadMany keeps the order
+		if ct.rec.AgentID == c.GetAgentId() && ct.effective(now) == stateActive {
+			return &rcnsv1.GetContractResponse{Contract: ct.proto(now)}, nil
+		}
+	}
+	return notFound, nil
+}
+
+// seesAll reports whether the caller may see and revoke every contract.
+func (s *Server) seesAll(c *rcnsv1.Caller) bool {
+	return c.GetOperator() || holds(scopesOf(c), s.opts.InspectAllScope)
+}
+
+// ListContracts is DISCOVER /contracts (AGTP-API §5.8.7): the caller's
+// live contracts (pending previews included), or every live contract for
+// a caller holding inspect:all.
+func (s *Server) ListContracts(ctx context.Context, req *rcnsv1.ListContractsRequest) (*rcnsv1.ListContractsResponse, error) {
+	c := req.GetCaller()
+	now := s.now().UnixMilli()
+	var ids []string
+	if s.seesAll(c) {
+		var err error
+		ids, err = s.rdb.ZRangeByScore(ctx, rediskeys.ContractIndex, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf", Count: int64(s.opts.Contracts.ListLimit)}).Result()
+		if err != nil {
+			return nil, grpcerr.Internal(fmt.Errorf("contract index: %w", err))
+		}
+	} else if validAgentID(c.GetAgentId()) {
+		idx, err := s.agentIndex(ctx, c.GetAgentId())
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		for id := range idx {
+			ids = append(ids, id)
+		}
+	}
+	cts, err := s.loadMany(ctx, ids)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	out := &rcnsv1.ListContractsResponse{}
+	for _, ct := range cts {
+		switch ct.effective(now) {
+		case statePending, stateActive:
+			out.Contracts = append(out.Contracts, ct.proto(now))
+		}
+	}
+	sort.Slice(out.Contracts, func(i, j int) bool {
+		a, b := out.Contracts[i], out.Contracts[j]
+		if !a.GetIssuedAt().AsTime().Equal(b.GetIssuedAt().AsTime()) {
+			return a.GetIssuedAt().AsTime().Before(b.GetIssuedAt().AsTime())
+		}
+		return a.GetSynthesisId() < b.GetSynthesisId()
+	})
+	return out, nil
+}
+
+// RevokeContract is REVOKE target=contract (core §7.2.16.1: the
+// originator or inspect:all, else 403; later presentations get 464
+// contract-revoked; rcns_revoke) and, with release, SUSPEND synthesis_id
+// (§7.2.12.1: the originator only; rcns_release). Ending an ended contract
+// changes nothing and emits nothing; an event a failed audit left pending
+// is sent on the retry.
+func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractRequest) (*rcnsv1.RevokeContractResponse, error) {
+	c := req.GetCaller()
+	id := req.GetSynthesisId()
+	if id == "" {
+		return nil, grpcerr.InvalidArgument("synthesis-id-required", "name the contract with synthesis_id")
+	}
+	if !validID(prefixSynthesis, id) {
+		return nil, grpcerr.NotFound(ReasonContractNotFound, "no contract with that synthesis_id")
+	}
+	ct, err := s.load(ctx, id)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if ct == nil || ct.state == stateEvicted {
+		return nil, grpcerr.NotFound(ReasonContractNotFound, "no contract with that synthesis_id")
+	}
+	owner := ct.rec.AgentID == c.GetAgentId()
+	to, event := stateRevoked, eventRevoke
+	if req.GetRelease() {
+		if !owner {
+			return nil, grpcerr.PermissionDenied(agtp.ReasonContractNotYours, "only the originating agent may release a contract (core §7.2.12.1)")
+		}
+		to, event = stateReleased, eventRelease
+	} else if !owner && !s.seesAll(c) {
+		return nil, grpcerr.PermissionDenied(agtp.ReasonContractNotYours, "only the originating agent or an operator holding "+s.opts.InspectAllScope+" may revoke a contract (core §7.2.16.1)")
+	}
+	actor := req.GetActor()
+	if actor == "" {
+		actor = c.GetAgentId()
+	}
+	if len(actor) > 256 || len(req.GetReason()) > 1024 {
+		return nil, grpcerr.InvalidArgument("invalid-parameter", "actor and reason are bounded to 256 and 1024 bytes")
+	}
+	changed, _, err := s.transition(ctx, id, []string{statePending, stateActive}, to, req.GetReason(), actor, event)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if changed || ct.event == event {
+		if ct, err = s.load(ctx, id); err != nil || ct == nil {
+			return nil, grpcerr.Internal(errors.Join(err, errors.New("contract vanished")))
+		}
+		if err := s.finish(ctx, ct, false); err != nil {
+			return nil, err
+		}
+	}
+	if ct, err = s.load(ctx, id); err != nil || ct == nil {
+		return nil, grpcerr.Internal(errors.Join(err, errors.New("contract vanished")))
+	}
+	return &rcnsv1.RevokeContractResponse{Contract: ct.proto(s.now().UnixMilli())}, nil
+}
+
+// finish completes an ended contract: its catalog endpoint goes, it
+// leaves the indexes (and Redis too when evicted), and its pending event
+// is audited. It is safe to repeat.
+func (s *Server) finish(ctx context.Context, ct *contract, evict bool) error {
+	if ct.rec.Persistent {
+		s.deleteEndpoint(ctx, ct.rec.Method, ct.rec.Path)
+	}
+	if ct.event != "" {
+		if err := s.emit(ctx, &ct.rec, ct.event, ct.reason, ct.actor); err != nil {
+			return err
+		}
+	}
+	if evict {
+		s.forget(ctx, &ct.rec, true)
+		return nil
+	}
+	s.forget(ctx, &ct.rec, false)
+	if ct.event != "" {
+		if err := s.clearEvent(ctx, ct.rec.SynthesisID, ct.event); err != nil {
+			s.log.WarnContext(ctx, "contract event flag not cleared", "synthesis_id", ct.rec.SynthesisID, "error", err)
+		}
+	}
+	return nil
+}
+
+// RevokeStaleContracts is REVOKE target=stale-contracts (AGTP-API
+// §10.1.4.1; core §7.2.16.2): inspect:all only; every contract with a
+// recipe is unchanged (its recipe version is current), grandfathered
+// (it differs or the recipe is gone, mode grandfather) or evicted (mode
+// invalidate: gone, so a presentation gets 404, with rcns_release reason
+// policy-change-invalidation and the actor).
+func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeStaleContractsRequest) (*rcnsv1.RevokeStaleContractsResponse, error) {
+	c := req.GetCaller()
+	if !s.seesAll(c) {
+		return nil, grpcerr.PermissionDenied(ReasonInspectAllRequired, "the stale-contract sweep needs "+s.opts.InspectAllScope+" (core §7.2.16.2)")
+	}
+	mode := req.GetMode()
+	if mode == "" {
+		mode = s.opts.RCNS.OnPolicyChange
+	}
+	if mode != PolicyGrandfather && mode != PolicyInvalidate {
+		return nil, grpcerr.InvalidArgument(ReasonModeInvalid, "mode must be grandfather or invalidate (core §7.2.16.2)")
+	}
+	actor := req.GetActor()
+	if actor == "" {
+		actor = c.GetAgentId()
+	}
+	if len(actor) > 256 {
+		return nil, grpcerr.InvalidArgument("invalid-parameter", "actor is bounded to 256 bytes")
+	}
+	ids, err := s.rdb.ZRange(ctx, rediskeys.ContractIndex, 0, -1).Result()
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("contract index: %w", err))
+	}
+	out := &rcnsv1.RevokeStaleContractsResponse{Mode: mode}
+	pats := s.pats.Load()
+	var auditErr error
+	for start := 0; start < len(ids); start += 256 {
+		cts, err := s.loadMany(ctx, ids[start:min(start+256, len(ids))])
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		for _, ct := range cts {
+			if ct.rec.RecipeName == "" {
+				continue
+			}
+			r := &rcnsv1.StaleContract{SynthesisId: ct.rec.SynthesisID, RecipeName: ct.rec.RecipeName, RecipeVersion: ct.rec.RecipeVersion}
+			if cur := pats.byName[ct.rec.RecipeName]; cur != nil {
+				v := cur.RecipeVersion
+				r.CurrentVersion = &v
+			}
+			switch eff := ct.effective(s.now().UnixMilli()); {
+			case eff == stateEvicted:
+				r.Outcome = "evicted" // an earlier sweep's eviction whose event was not audited
+			case eff != statePending && eff != stateActive:
+				continue
+			case r.CurrentVersion != nil && *r.CurrentVersion == ct.rec.RecipeVersion:
+				r.Outcome = "unchanged"
+			case mode == PolicyGrandfather:
+				r.Outcome = "grandfathered"
+			default:
+				changed, _, err := s.transition(ctx, ct.rec.SynthesisID, []string{statePending, stateActive}, stateEvicted, "policy-change-invalidation", actor, eventRelease)
+				if err != nil {
+					return nil, grpcerr.Internal(err)
+				}
+				if !changed {
+					continue
+				}
+				r.Outcome = "evicted"
+			}
+			if r.Outcome == "evicted" {
+				cur, err := s.load(ctx, ct.rec.SynthesisID)
+				if err != nil {
+					return nil, grpcerr.Internal(err)
+				}
+				if cur != nil {
+					if err := s.finish(ctx, cur, true); err != nil {
+						auditErr = err
+						continue
+					}
+				}
+				out.Evicted++
+				out.SynthesisIds = append(out.SynthesisIds, ct.rec.SynthesisID)
+			}
+			out.Contracts = append(out.Contracts, r)
+		}
+	}
+	if auditErr != nil {
+		return nil, auditErr
+	}
+	return out, nil
+}
+
+// GetAttempt is INSPECT target=rcns-attempt (core §7.2.4).
+func (s *Server) GetAttempt(ctx context.Context, req *rcnsv1.GetAttemptRequest) (*rcnsv1.GetAttemptResponse, error) {
+	if !validID(prefixAttempt, req.GetAttemptId()) {
+		return nil, grpcerr.NotFound("attempt-not-found", "no RCNS attempt with that attempt_id (attempts are kept for a while, then evicted)")
+	}
+	b, err := s.rdb.Get(ctx, rediskeys.RCNSAttempt(req.GetAttemptId())).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, grpcerr.NotFound("attempt-not-found", "no RCNS attempt with that attempt_id (attempts are kept for a while, then evicted)")
+	}
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("attempt load: %w", err))
+	}
+	return &rcnsv1.GetAttemptResponse{AttemptJson: b}, nil
+}
+
+// ListPatterns is DISCOVER /patterns (AGTP-API §5.8.6), served whether
+// RCNS is enabled or not.
+func (s *Server) ListPatterns(context.Context, *rcnsv1.ListPatternsRequest) (*rcnsv1.ListPatternsResponse, error) {
+	pats := s.pats.Load().list
+	out := &rcnsv1.ListPatternsResponse{RcnsEnabled: s.opts.RCNS.Enabled}
+	listing := make([]map[string]any, 0, len(pats))
+	for _, p := range pats {
+		out.Patterns = append(out.Patterns, &rcnsv1.Pattern{
+			RecipeName: p.RecipeName, RecipeVersion: p.RecipeVersion, Method: p.Method, PathExact: p.PathExact, PathRegex: p.PathRegex,
+			Description: p.Description, RequiredScopes: p.RequiredScopes, MinTrustTier: p.MinTrustTier, DataClasses: p.DataClasses, Steps: int32(len(p.Steps)),
+		})
+		listing = append(listing, p.Listing())
+	}
+	b, err := json.Marshal(map[string]any{"rcns_enabled": s.opts.RCNS.Enabled, "patterns": listing})
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	out.BodyJson = b
+	return out, nil
+}
+
+// GetRecipe returns a recipe: the current version, or one a contract
+// captured.
+func (s *Server) GetRecipe(ctx context.Context, req *rcnsv1.GetRecipeRequest) (*rcnsv1.GetRecipeResponse, error) {
+	name, version := req.GetRecipeName(), req.GetRecipeVersion()
+	if !recipe.ValidName(name) || (version != "" && !recipe.ValidVersion(version)) {
+		return nil, grpcerr.NotFound("recipe-not-found", "no such recipe")
+	}
+	if cur := s.pats.Load().byName[name]; cur != nil && (version == "" || version == cur.RecipeVersion) {
+		b, err := json.Marshal(cur.Recipe())
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		return &rcnsv1.GetRecipeResponse{RecipeJson: b, RecipeVersion: cur.RecipeVersion}, nil
+	}
+	if version == "" {
+		return nil, grpcerr.NotFound("recipe-not-found", "no such recipe")
+	}
+	b, err := s.rdb.Get(ctx, rediskeys.RCNSRecipe(name, version)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, grpcerr.NotFound("recipe-not-found", "no such recipe version")
+	}
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("recipe load: %w", err))
+	}
+	return &rcnsv1.GetRecipeResponse{RecipeJson: b, RecipeVersion: version}, nil
+}
