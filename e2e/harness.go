@@ -49,9 +49,13 @@ func (p *Proc) Logs() string { return p.logs.String() }
 
 // Cluster is a running suite of processes.
 type Cluster struct {
+	// Redis is the redis-server Start started; nil when Options.RedisURL
+	// named an existing one.
 	Redis *testkit.Redis
-	PKI   devpki.Layout
-	Procs map[string]*Proc
+	// RedisURL is what the processes were given as REDIS_URL.
+	RedisURL string
+	PKI      devpki.Layout
+	Procs    map[string]*Proc
 	// Admin is the operator's mTLS material, for calls into the services.
 	Admin *kit.MTLS
 	tel   *kit.Telemetry
@@ -64,6 +68,10 @@ type Options struct {
 	Env []string
 	// Services limits which services start; nil starts all six.
 	Services []string
+	// RedisURL points the processes at an existing Redis (e.g. a
+	// redis+cluster:// URL, or another Cluster's RedisURL to run replicas
+	// against one store); empty starts a fresh redis-server.
+	RedisURL string
 }
 
 var (
@@ -101,7 +109,11 @@ func binaries(tb testing.TB) string {
 // waits until every one reports SERVING over mTLS.
 func Start(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
-	c := &Cluster{Redis: testkit.StartRedis(tb), PKI: testkit.PKI(tb), Procs: map[string]*Proc{}, bin: binaries(tb)}
+	c := &Cluster{RedisURL: opts.RedisURL, PKI: testkit.PKI(tb), Procs: map[string]*Proc{}, bin: binaries(tb)}
+	if c.RedisURL == "" {
+		c.Redis = testkit.StartRedis(tb)
+		c.RedisURL = c.Redis.URL()
+	}
 	var err error
 	if c.Admin, err = kit.LoadMTLS(c.PKI.CA(), c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin)); err != nil {
 		tb.Fatal(err)
@@ -128,7 +140,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			"AGTP_CERT_FILE="+c.PKI.Cert(n),
 			"AGTP_KEY_FILE="+c.PKI.Key(n),
 			"AGTP_SIGNING_KEY_FILE="+c.PKI.SigningKey(),
-			"REDIS_URL="+c.Redis.URL(),
+			"REDIS_URL="+c.RedisURL,
 			"AGTP_PEERS="+strings.Join(peers, ","),
 			"LOG_LEVEL=info",
 		)

@@ -87,8 +87,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server")
 	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only")
-	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long")
-	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long (env AGTP_IDLE_TIMEOUT)")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section (env AGTP_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers")
@@ -105,6 +106,17 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
+		}
+	}
+	for key, dst := range map[string]*time.Duration{
+		"AGTP_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_HEADER_TIMEOUT": &c.HeaderTimeout, "AGTP_REQUEST_TIMEOUT": &c.RequestTimeout,
+	} {
+		if v, ok := lookup(key); ok && v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			*dst = d
 		}
 	}
 	if v, ok := lookup("AGTP_OPERATOR_FINGERPRINTS"); ok && v != "" {

@@ -28,7 +28,14 @@ type Service interface {
 
 // Main parses flags and environment into cfg, builds the service with
 // build, and runs it until SIGINT or SIGTERM. It returns the exit status.
+//
+// `<name> healthcheck [flags]` instead probes the service configured by the
+// same environment and flags (see HealthcheckCommand) and exits 0 when it
+// is SERVING.
 func Main(name string, cfg Config, build func(ctx context.Context) (Service, error)) int {
+	if len(os.Args) > 1 && os.Args[1] == HealthcheckCommand {
+		return healthcheck(name, cfg, os.Args[2:], os.LookupEnv, os.Stderr)
+	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	// Environment first, so explicit flags win.
 	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -272,9 +270,3 @@ func startRawQUIC(t testing.TB, f func(req *agtp.Request) []*agtp.Response) (add
 	return ln.Addr().String(), pki.CA()
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-var _ = io.EOF

@@ -148,7 +148,7 @@ func (o Options) Validate() error {
 	}
 	for _, f := range o.Header {
 		if f.Name == "" {
-			errs = append(errs, errors.New("Header: a field has no name"))
+			errs = append(errs, errors.New("a default header field has no name"))
 		}
 	}
 	return errors.Join(errs...)

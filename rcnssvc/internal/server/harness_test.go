@@ -449,3 +449,14 @@ func (e *env) setPatternVersion(name, version string) {
 	}
 	e.srv.SetPatterns(out)
 }
+
+type auditv1AppendReq = auditv1.AppendLifecycleEventRequest
+
+func mustPattern(t testing.TB, js string) *recipe.Pattern {
+	t.Helper()
+	ps, err := recipe.Load("test.json", []byte(`{"patterns":[`+js+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
+}

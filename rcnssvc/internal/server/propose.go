@@ -255,10 +255,17 @@ func (s *Server) evaluate(ctx context.Context, ev *evaluation) (*rcnsv1.ProposeR
 	if why := composable(st, pat); why != "" {
 		return reject(agtp.ReasonCompositionImpossible, why, nil), nil
 	}
-	props := recipe.SchemaProperties(mustRaw(ep.Def.InputSchema))
+	// The members the recipe cannot run without must be required by the
+	// proposed input too; optional ones the proposal leaves out are simply
+	// never supplied.
+	needs := requiredMembers(pat.Endpoint.InputSchema)
+	props, required := recipe.SchemaProperties(mustRaw(ep.Def.InputSchema)), requiredMembers(ep.Def.InputSchema)
+	for _, param := range tmpl.Params {
+		required[param] = true // a path parameter is always bound
+	}
 	for _, m := range pat.Recipe().InputMembers() {
-		if !props[m] {
-			return reject(agtp.ReasonCompositionImpossible, "the composition needs the input member "+m+", which the proposed input_schema does not declare",
+		if needs[m] && (!props[m] || !required[m]) {
+			return reject(agtp.ReasonCompositionImpossible, "the composition needs the input member "+m+", which the proposed input_schema does not require",
 				map[string]any{"counter_proposal": patternCounter(pat)}), nil
 		}
 	}
@@ -517,7 +524,11 @@ func completeSignature(p *proposal, pat *recipe.Pattern) {
 	if pat != nil {
 		_ = json.Unmarshal(pat.Endpoint.Semantic, &sem)
 		in, out = json.RawMessage(pat.Endpoint.InputSchema), json.RawMessage(pat.Endpoint.OutputSchema)
-		errs = pat.Endpoint.Errors
+		list := make([]any, len(pat.Endpoint.Errors))
+		for i, e := range pat.Endpoint.Errors {
+			list[i] = e
+		}
+		errs = list
 		description = pat.Endpoint.Description
 	}
 	sem["intent"] = p.intent
@@ -853,6 +864,18 @@ func allIn(classes []string, data map[string]dataClass) bool {
 		}
 	}
 	return true
+}
+
+func requiredMembers(schema json.RawMessage) map[string]bool {
+	var sc struct {
+		Required []string `json:"required"`
+	}
+	_ = json.Unmarshal(schema, &sc)
+	out := make(map[string]bool, len(sc.Required))
+	for _, r := range sc.Required {
+		out[r] = true
+	}
+	return out
 }
 
 func mustMarshal(v any) []byte {

@@ -1,0 +1,345 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/e2e/loadgen"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/kit"
+)
+
+// BenchOptions configure the suite load benchmark. The zero value is the
+// `make bench` default: about three minutes on a 2-core machine.
+type BenchOptions struct {
+	// Warmup and Duration are each run's unrecorded and measured parts.
+	// Defaults 2s and 8s.
+	Warmup, Duration time.Duration
+	// SweepDuration is each open-loop step of the latency sweep. Default 5s.
+	SweepDuration time.Duration
+	// Concurrency is the requests in flight in the throughput runs.
+	// Default 32.
+	Concurrency int
+	// NewConnConcurrency is the workers of the new-connection run, each
+	// opening a connection per request. Default 8.
+	NewConnConcurrency int
+	// SweepFractions are the sweep's offered loads, as fractions of the
+	// closed-loop throughput of the mix. Default 0.1 to 1.2.
+	SweepFractions []float64
+	// Agents is how many agents the load is spread over. Default 8.
+	Agents int
+	// IdleConns is the idle-connection memory test's size; 0 means 10000,
+	// negative skips it.
+	IdleConns int
+	// Mix is the realistic mix; default loadgen.DefaultMix.
+	Mix loadgen.Mix
+	// Only, when set, runs just the named scenarios (see Scenarios).
+	Only []string
+	// Env is added to every service's environment.
+	Env []string
+	// Progress receives a line per step.
+	Progress io.Writer
+}
+
+// Scenario names, in run order.
+const (
+	ScenarioLatency        = "latency"         // QUERY /orders/{id}, TCP, one request in flight
+	ScenarioLatencyMix     = "latency-mix"     // the mix, TCP, one request in flight
+	ScenarioThroughput     = "throughput"      // QUERY /orders/{id}, TCP, Concurrency in flight
+	ScenarioThroughputMix  = "throughput-mix"  // the mix, TCP, Concurrency in flight
+	ScenarioNewConn        = "new-conn"        // QUERY /orders/{id}, a new TLS connection per request
+	ScenarioQUICLatency    = "quic-latency"    // QUERY /orders/{id}, QUIC, one request in flight
+	ScenarioQUICThroughput = "quic-throughput" // QUERY /orders/{id}, QUIC, Concurrency in flight
+	ScenarioSweep          = "sweep"           // the mix, open loop at rising offered loads
+	ScenarioIdle           = "idle"            // front-door memory with IdleConns idle TLS connections
+)
+
+// Scenarios lists every scenario in run order.
+var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputMix,
+	ScenarioNewConn, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle}
+
+// ProcNames are the measured processes in report order; "redis" is the
+// redis-server and "loadgen" the benchmark itself.
+var ProcNames = append(append([]string{}, devpki.ServiceNames...), "redis", "loadgen")
+
+func (o BenchOptions) withDefaults() BenchOptions {
+	if o.Warmup <= 0 {
+		o.Warmup = 2 * time.Second
+	}
+	if o.Duration <= 0 {
+		o.Duration = 8 * time.Second
+	}
+	if o.SweepDuration <= 0 {
+		o.SweepDuration = 5 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.NewConnConcurrency <= 0 {
+		o.NewConnConcurrency = 8
+	}
+	if len(o.SweepFractions) == 0 {
+		o.SweepFractions = []float64{0.1, 0.25, 0.5, 0.7, 0.85, 1.0, 1.2}
+	}
+	if o.Agents <= 0 {
+		o.Agents = 8
+	}
+	if o.IdleConns == 0 {
+		o.IdleConns = 10_000
+	}
+	if len(o.Mix) == 0 {
+		o.Mix = loadgen.DefaultMix
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+func (o BenchOptions) runs(name string) bool {
+	if len(o.Only) == 0 {
+		return true
+	}
+	for _, s := range o.Only {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchReport is everything a benchmark measured.
+type BenchReport struct {
+	Started  time.Time
+	Finished time.Time
+	Machine  loadgen.Machine
+	// Load is the load average before the cluster started.
+	Load    [3]float64
+	Options BenchOptions
+	// Runs are the closed-loop scenarios by name.
+	Runs  map[string]*loadgen.Result
+	Order []string
+	// Sweep is the open-loop latency-against-load series.
+	Sweep []*loadgen.Result
+	Idle  *loadgen.IdleResult
+	// FileLimit is the soft RLIMIT_NOFILE the services were started with.
+	FileLimit uint64
+}
+
+// Bench starts the suite as processes against a real redis-server,
+// registers agents, and runs the scenarios. It needs the service binaries
+// (AGTP_BIN_DIR, or it builds them) and redis-server on PATH.
+func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
+	o := opts.withDefaults()
+	rep := &BenchReport{Started: time.Now(), Machine: loadgen.DescribeMachine(), Options: o, Runs: map[string]*loadgen.Result{}}
+	rep.Load, _ = loadgen.LoadAvg()
+	progress := func(format string, args ...any) {
+		l, _ := loadgen.LoadAvg()
+		fmt.Fprintf(o.Progress, "%s  [load %.2f]  %s\n", time.Now().Format("15:04:05"), l[0], fmt.Sprintf(format, args...))
+	}
+
+	// Raised before the services start, so they inherit it: the idle test
+	// holds a descriptor per connection on both sides.
+	var err error
+	if rep.FileLimit, err = loadgen.RaiseFileLimit(uint64(max(o.IdleConns, 0)) + 4096); err != nil {
+		return nil, fmt.Errorf("raise the open-file limit: %w", err)
+	}
+
+	progress("starting the suite (six service processes and redis-server)")
+	// Warn level: the harness keeps process output in memory, and per-request
+	// logging is not what is being measured.
+	c, stop, err := StartCluster(Options{Env: append([]string{"LOG_LEVEL=warn"}, o.Env...)})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+
+	target := loadgen.Target{Addr: c.Procs["frontdoor"].AGTPAddr, ServerName: "localhost", Roots: c.Admin.Pool()}
+	if err := loadgen.Check(ctx, target); err != nil {
+		return nil, fmt.Errorf("the front door does not answer: %w", err)
+	}
+	procs, err := c.pids(ctx)
+	if err != nil {
+		return nil, err
+	}
+	progress("registering %d agents", o.Agents)
+	agents := make([]string, o.Agents)
+	for i := range agents {
+		if agents[i], err = c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), "orders:read", "orders:write", "documents:read", "reports:run"); err != nil {
+			return nil, err
+		}
+	}
+
+	run := func(name string, cfg loadgen.Config) (*loadgen.Result, error) {
+		cfg.Name, cfg.Target, cfg.Agents, cfg.Procs = name, target, agents, procs
+		if cfg.Warmup == 0 {
+			cfg.Warmup = o.Warmup
+		}
+		if cfg.Duration == 0 {
+			cfg.Duration = o.Duration
+		}
+		progress("%s: %s, %d in flight, offered %s, mix %s", name, cfg.Transport, max(cfg.Concurrency, 1), offered(cfg.Rate), mixName(cfg.Mix))
+		r, err := loadgen.Run(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, %.1f%% 2xx, front door %.0f req per CPU-second",
+			name, r.Throughput, loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), 100*r.SuccessRatio(), r.PerCPUSecond("frontdoor"))
+		return r, nil
+	}
+	closed := []struct {
+		name string
+		cfg  loadgen.Config
+	}{
+		{ScenarioLatency, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: loadgen.PipelineMix}},
+		{ScenarioLatencyMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: o.Mix}},
+		{ScenarioThroughput, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}},
+		{ScenarioThroughputMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix}},
+		{ScenarioNewConn, loadgen.Config{Transport: loadgen.TransportTCPNew, Concurrency: o.NewConnConcurrency, Mix: loadgen.PipelineMix}},
+		{ScenarioQUICLatency, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: 1, Mix: loadgen.PipelineMix}},
+		{ScenarioQUICThroughput, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}},
+	}
+	for _, s := range closed {
+		if !o.runs(s.name) {
+			continue
+		}
+		r, err := run(s.name, s.cfg)
+		if err != nil {
+			return rep, err
+		}
+		rep.Runs[s.name] = r
+		rep.Order = append(rep.Order, s.name)
+	}
+
+	if o.runs(ScenarioSweep) {
+		peak := rep.Runs[ScenarioThroughputMix]
+		if peak == nil {
+			if peak, err = run("sweep-peak", loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix, Duration: o.SweepDuration}); err != nil {
+				return rep, err
+			}
+		}
+		for _, f := range o.SweepFractions {
+			rate := max(10, roundRate(f*peak.Throughput))
+			// Enough workers that queueing happens in the server, not in
+			// the generator, up to twice the closed-loop concurrency.
+			r, err := run(fmt.Sprintf("sweep %.0f%%", 100*f), loadgen.Config{
+				Transport: loadgen.TransportTCP, Concurrency: 2 * o.Concurrency, Rate: rate, Mix: o.Mix,
+				Warmup: time.Second, Duration: o.SweepDuration,
+			})
+			if err != nil {
+				return rep, err
+			}
+			rep.Sweep = append(rep.Sweep, r)
+		}
+	}
+
+	if o.runs(ScenarioIdle) && o.IdleConns > 0 {
+		progress("idle: opening %d TLS connections and holding them", o.IdleConns)
+		rep.Idle, err = loadgen.MeasureIdle(ctx, loadgen.IdleConfig{Target: target, Conns: o.IdleConns, PID: procs["frontdoor"], Hold: 5 * time.Second})
+		if err != nil {
+			return rep, fmt.Errorf("idle: %w", err)
+		}
+		progress("idle: %d open (%d established), front door RSS %s before, %s held (%s per connection)",
+			rep.Idle.Opened, rep.Idle.Established, mib(rep.Idle.RSSBefore), mib(rep.Idle.RSSHeld), kib(rep.Idle.PerConn()))
+	}
+	rep.Finished = time.Now()
+	return rep, nil
+}
+
+func offered(rate float64) string {
+	if rate <= 0 {
+		return "closed loop"
+	}
+	return fmt.Sprintf("%.0f/s", rate)
+}
+
+func mixName(m loadgen.Mix) string {
+	if len(m) == 0 {
+		return "default"
+	}
+	return m.String()
+}
+
+// roundRate rounds to two significant digits, so the sweep's rates read
+// well in tables.
+func roundRate(r float64) float64 {
+	if r < 100 {
+		return float64(int(r))
+	}
+	p := 1.0
+	for r/p >= 100 {
+		p *= 10
+	}
+	return float64(int(r/p+0.5)) * p
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
+
+// pids returns the processes the benchmark measures: every service and
+// the redis-server (whose pid it reports in INFO).
+func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	for name, p := range c.Procs {
+		if pid := p.Pid(); pid > 0 {
+			out[name] = pid
+		}
+	}
+	rc := redis.NewClient(&redis.Options{Addr: c.Redis.Addr})
+	defer rc.Close()
+	info, err := rc.Info(ctx, "server").Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis INFO: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if pid, err := strconv.Atoi(v); err == nil {
+				out["redis"] = pid
+			}
+		}
+	}
+	if out["frontdoor"] == 0 {
+		return nil, errors.New("the front door is not running")
+	}
+	return out, nil
+}
+
+// RegisterAgent registers and activates a new agent with the given scopes
+// through identitysvc, and returns its canonical Agent-ID.
+func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...string) (string, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	g, err := genesis.Create(genesis.Template{
+		Owner: "bench@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
+	}, priv)
+	if err != nil {
+		return "", err
+	}
+	conn, err := kit.DialService(c.Procs["identitysvc"].GRPCAddr, "identitysvc", c.Admin, c.tel)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := identityv1.NewIdentityServiceClient(conn).RegisterGenesis(ctx,
+		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+	if err != nil {
+		return "", fmt.Errorf("register %s: %w", name, err)
+	}
+	return resp.GetAgent().GetAgentId(), nil
+}

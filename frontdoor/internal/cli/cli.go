@@ -1,0 +1,142 @@
+// Package cli is the `agtp` command, the curl of AGTP: it sends one
+// request and prints the answer, and hosts subcommands (`agtp audit
+// verify`, and later `agtp genesis ...`). The main package only wires
+// the process to Run, so tests drive the command exactly as a shell
+// does.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+)
+
+// Exit codes. A response's status class decides the code of a request,
+// so scripts can branch on it without parsing output.
+const (
+	ExitOK          = 0 // 2xx (including 261-263), or a subcommand that succeeded
+	ExitError       = 1 // usage, connection, TLS, timeout, malformed answer: no status to report
+	ExitVerify      = 2 // --verify-attribution failed, a Form 1a identity mismatch, or a broken audit chain
+	ExitRedirect    = 3 // 3xx
+	ExitClientError = 4 // 4xx
+	ExitServerError = 5 // 5xx
+)
+
+// Env is the process around the command.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// StdoutTTY reports whether Stdout is a terminal; JSON bodies are
+	// then pretty-printed unless --raw.
+	StdoutTTY bool
+}
+
+// command is a subcommand: a lowercase first word.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, env Env) int
+}
+
+// commands lists the subcommands. Others (`genesis`) are added here by
+// the issues that bring them.
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{
+		"audit": {"verify Attribution-Record chains (audit verify)", runAudit},
+		"help":  {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
+	}
+}
+
+var subcommandWord = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// Run runs the agtp command with args (without the program name) and
+// returns the process exit code.
+func Run(ctx context.Context, args []string, env Env) int {
+	if env.Stdin == nil {
+		env.Stdin = strings.NewReader("")
+	}
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, shortUsage)
+		return ExitError
+	}
+	if word := args[0]; subcommandWord.MatchString(word) {
+		if cmd, ok := commands[word]; ok {
+			return cmd.run(ctx, args[1:], env)
+		}
+		fmt.Fprintf(env.Stderr, "agtp: unknown command %q\n", word)
+		if up := strings.ToUpper(word); agtp.ValidMethodToken(up) {
+			fmt.Fprintf(env.Stderr, "  hint: methods are upper-case: agtp %s URI\n", up)
+			fmt.Fprintf(env.Stderr, "  (to send a lower-case method on purpose, to see a server's 459, put a flag first: agtp -v %s URI)\n", word)
+		}
+		fmt.Fprint(env.Stderr, shortUsage)
+		return ExitError
+	}
+	return runRequest(ctx, args, env)
+}
+
+const shortUsage = `usage: agtp [flags] METHOD URI
+       agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
+Run 'agtp --help' for flags and examples.
+`
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString(`agtp sends one AGTP request and prints the answer: the curl of AGTP.
+
+usage: agtp [flags] METHOD URI
+       agtp COMMAND [flags] ...
+
+METHOD is an AGTP method (QUERY, DISCOVER, DESCRIBE, EXECUTE, ...).
+URI is an agtp:// URI: agtp://HOST[:PORT]/PATH[?QUERY], agtp://AGENT-ID@HOST[:PORT]/PATH,
+agtp://DOMAIN/agents/NAME, agtp://agtp.DOMAIN/agents/NAME. The port defaults to 4480.
+In agtp://AGENT-ID@HOST the AGENT-ID names the agent addressed; the caller is --agent-id.
+
+Flags (each given separately; they may come before or after METHOD URI):
+`)
+	fs, _ := requestFlags(io.Discard)
+	b.WriteString(flagHelp(fs))
+	b.WriteString(`
+Commands:
+`)
+	for _, name := range []string{"audit", "help"} {
+		fmt.Fprintf(&b, "  %-8s %s\n", name, commands[name].summary)
+	}
+	b.WriteString(`
+Examples:
+  # The server manifest of the local suite (make run prints the CA path):
+  agtp --cacert .state/ca.pem DISCOVER agtp://127.0.0.1:4480/
+
+  # The same, showing the raw wire both ways:
+  agtp --cacert .state/ca.pem -v DISCOVER agtp://127.0.0.1:4480/
+
+  # A query as an agent, with a JSON body, over QUIC:
+  agtp --cacert .state/ca.pem --quic --agent-id "$AGENT_ID" --scope documents:read \
+       -d '{"parameters":{"intent":"find the Q3 report"}}' QUERY agtp://127.0.0.1:4480/documents
+
+  # A body from a file, or from stdin:
+  agtp --cacert .state/ca.pem -d @order.json --idempotency-key k-42 EXECUTE agtp://127.0.0.1:4480/orders
+  jq -n '{parameters:{id:7}}' | agtp --cacert .state/ca.pem -d - QUERY agtp://127.0.0.1:4480/orders
+
+  # An agent's identity document, checked against the agent the URI names:
+  agtp --cacert .state/ca.pem DESCRIBE agtp://$AGENT_ID@127.0.0.1:4480/agents/$AGENT_ID
+
+  # Verify the response's Attribution-Record against the server's JWKS:
+  agtp --cacert .state/ca.pem --verify-attribution DISCOVER agtp://127.0.0.1:4480/
+
+  # Walk and verify an agent's whole audit chain:
+  agtp audit verify --cacert .state/ca.pem --cert agent.pem --key agent-key.pem \
+       --agent-id "$AGENT_ID" agtp://$AGENT_ID@127.0.0.1:4480
+
+Exit status:
+  0  2xx answer (including 261-263)     3  3xx answer
+  1  usage, connection or TLS error     4  4xx answer
+  2  attribution or chain check failed  5  5xx answer
+`)
+	return b.String()
+}
