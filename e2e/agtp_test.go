@@ -13,10 +13,20 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// TestAGTPOverTheWire runs the suite as processes and checks, over real
-// TLS, the rules a running server shows (digest-core §13, digest-api §9).
+// TestAGTPOverTheWire checks, over real TLS, the rules a running server
+// shows (digest-core §13, digest-api §9). The scenarios are written once
+// and run two ways: with the services as separate processes, and in one
+// process (the same constructors make run uses).
 func TestAGTPOverTheWire(t *testing.T) {
-	c := Start(t, Options{})
+	for _, mode := range []struct {
+		name string
+		opts Options
+	}{{"processes", Options{}}, {"in-process", Options{InProcess: true}}} {
+		t.Run(mode.name, func(t *testing.T) { conformance(t, Start(t, mode.opts)) })
+	}
+}
+
+func conformance(t *testing.T, c *Cluster) {
 	agent := c.registerAgent(t, "e2e-buyer", "orders:read", "orders:write", "documents:read")
 	keys := c.signingKeys(t)
 

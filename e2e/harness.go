@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/suite"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -45,7 +47,12 @@ type Proc struct {
 }
 
 // Logs is what the process wrote so far.
-func (p *Proc) Logs() string { return p.logs.String() }
+func (p *Proc) Logs() string {
+	if p.logs == nil {
+		return "(in-process: logs went to the test's stderr)"
+	}
+	return p.logs.String()
+}
 
 // Cluster is a running suite of processes.
 type Cluster struct {
@@ -68,6 +75,10 @@ type Options struct {
 	Env []string
 	// Services limits which services start; nil starts all six.
 	Services []string
+	// InProcess runs the six services in this process (services/suite,
+	// the same constructors as make run) instead of as separate processes:
+	// the fast way to run the same scenarios. Env does not apply.
+	InProcess bool
 	// RedisURL points the processes at an existing Redis (e.g. a
 	// redis+cluster:// URL, or another Cluster's RedisURL to run replicas
 	// against one store); empty starts a fresh redis-server.
@@ -109,6 +120,9 @@ func binaries(tb testing.TB) string {
 // waits until every one reports SERVING over mTLS.
 func Start(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
+	if opts.InProcess {
+		return startInProcess(tb, opts)
+	}
 	c := &Cluster{RedisURL: opts.RedisURL, PKI: testkit.PKI(tb), Procs: map[string]*Proc{}, bin: binaries(tb)}
 	if c.RedisURL == "" {
 		c.Redis = testkit.StartRedis(tb)
@@ -161,6 +175,69 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		c.start(tb, p)
 	}
 	for _, n := range names {
+		c.WaitServing(tb, n, 20*time.Second)
+	}
+	return c
+}
+
+// startInProcess runs the suite in this process on free loopback ports,
+// against a real redis-server, with its own PKI.
+func startInProcess(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if len(opts.Env) > 0 {
+		tb.Fatal("e2e: Options.Env does not apply to an in-process suite")
+	}
+	c := &Cluster{RedisURL: opts.RedisURL, Procs: map[string]*Proc{}}
+	if c.RedisURL == "" {
+		c.Redis = testkit.StartRedis(tb)
+		c.RedisURL = c.Redis.URL()
+	}
+	for _, n := range devpki.ServiceNames {
+		c.Procs[n] = &Proc{Name: n, GRPCAddr: addr(tb), HTTPAddr: addr(tb)}
+	}
+	front := c.Procs["frontdoor"]
+	front.AGTPAddr, front.HTTPSAddr = addr(tb), addr(tb)
+	cfg := suite.Config{
+		StateDir:  tb.TempDir(),
+		RedisURL:  c.RedisURL,
+		LogLevel:  "warn",
+		Out:       io.Discard,
+		Telemetry: kit.TelemetryConfig{},
+		Listen: func(service, listener string) string {
+			p := c.Procs[service]
+			switch listener {
+			case "grpc":
+				return p.GRPCAddr
+			case "http":
+				return p.HTTPAddr
+			case "agtp":
+				return p.AGTPAddr
+			}
+			return p.HTTPSAddr
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := suite.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("in-process suite: %v", err)
+		}
+	})
+	c.PKI = s.Layout()
+	if c.Admin, err = kit.LoadMTLS(c.PKI.CA(), c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin)); err != nil {
+		tb.Fatal(err)
+	}
+	if c.tel, err = kit.NewTelemetry(context.Background(), "e2e", kit.TelemetryConfig{}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, n := range devpki.ServiceNames {
 		c.WaitServing(tb, n, 20*time.Second)
 	}
 	return c

@@ -40,6 +40,10 @@ type Config struct {
 	Out io.Writer
 	// Telemetry applies to every service.
 	Telemetry kit.TelemetryConfig
+	// Listen, when set, chooses the listen address of each service's
+	// listener ("grpc", "http", and the front door's "agtp" and "https");
+	// tests use it to run the suite on free ports. Nil keeps the defaults.
+	Listen func(service, listener string) string
 }
 
 // Validate reports configuration problems.
@@ -111,6 +115,12 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		}
 		c.Telemetry = cfg.Telemetry
 		c.Peers = map[string]string{}
+		if cfg.Listen != nil {
+			c.GRPCAddr = cfg.Listen(c.Name, "grpc")
+			if c.HTTPAddr != "" {
+				c.HTTPAddr = cfg.Listen(c.Name, "http")
+			}
+		}
 	}
 
 	audit := auditsvc.DefaultConfig()
@@ -128,6 +138,10 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	common(&front.Common)
 	front.ServerCertFile = s.layout.Cert(devpki.AGTPServer)
 	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
+	if cfg.Listen != nil {
+		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
+		front.HTTPSAddr = cfg.Listen(front.Name, "https")
+	}
 	peers := map[string]string{
 		"auditsvc":    audit.GRPCAddr,
 		"catalogsvc":  catalog.GRPCAddr,
@@ -192,6 +206,13 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	s.httpsAddr = f.HTTPSAddr()
 	return s, nil
 }
+
+// AGTPAddr is the front door's AGTP address; HTTPSAddr its HTTPS side.
+func (s *Suite) AGTPAddr() string  { return s.agtpAddr }
+func (s *Suite) HTTPSAddr() string { return s.httpsAddr }
+
+// Layout is the suite's PKI.
+func (s *Suite) Layout() devpki.Layout { return s.layout }
 
 // StateDir is the absolute state directory.
 func (s *Suite) StateDir() string { return s.layout.Dir }

@@ -1,0 +1,102 @@
+// Command agtpbench is the suite load benchmark behind `make bench`: it
+// starts every service as a process against a real redis-server, drives
+// the front door with the e2e/loadgen generator, prints the results and
+// writes them, with a latency-against-load plot, to -out.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agtpsuite/agtp/e2e"
+	"github.com/agtpsuite/agtp/e2e/loadgen"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		o     e2e.BenchOptions
+		out   = flag.String("out", "docs/bench", "directory for results.md and latency-vs-load.svg; empty writes nothing")
+		mix   = flag.String("mix", loadgen.DefaultMix.String(), "realistic mix as op=weight,...")
+		only  = flag.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(e2e.Scenarios, ","))
+		sweep = flag.String("sweep", "", "sweep offered loads as fractions of the mix's closed-loop throughput, e.g. 0.25,0.5,1")
+	)
+	flag.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unrecorded warm-up of each run")
+	flag.DurationVar(&o.Duration, "duration", 8*time.Second, "measured part of each run")
+	flag.DurationVar(&o.SweepDuration, "sweep-duration", 5*time.Second, "measured part of each sweep step")
+	flag.IntVar(&o.Concurrency, "concurrency", 32, "requests in flight in the throughput runs")
+	flag.IntVar(&o.NewConnConcurrency, "newconn-concurrency", 8, "workers of the new-connection run")
+	flag.IntVar(&o.Agents, "agents", 8, "agents the load is spread over")
+	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle TLS connections to hold (negative skips)")
+	flag.Parse()
+
+	var err error
+	if o.Mix, err = loadgen.ParseMix(*mix); err != nil {
+		fmt.Fprintln(os.Stderr, "agtpbench:", err)
+		return 2
+	}
+	if *only != "" {
+		o.Only = strings.Split(*only, ",")
+	}
+	if *sweep != "" {
+		for f := range strings.SplitSeq(*sweep, ",") {
+			var v float64
+			if _, err := fmt.Sscan(f, &v); err != nil || v <= 0 || v > 5 {
+				fmt.Fprintf(os.Stderr, "agtpbench: sweep fraction %q is not in (0, 5]\n", f)
+				return 2
+			}
+			o.SweepFractions = append(o.SweepFractions, v)
+		}
+	}
+	o.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := e2e.Bench(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agtpbench:", err)
+		if rep == nil {
+			return 1
+		}
+	}
+	var md bytes.Buffer
+	command := "make bench"
+	if len(os.Args) > 1 {
+		command = "go run ./e2e/cmd/agtpbench " + strings.Join(os.Args[1:], " ")
+	}
+	rep.WriteMarkdown(&md, command, "latency-vs-load.svg")
+	os.Stdout.Write(md.Bytes())
+	if *out != "" {
+		if werr := write(*out, md.Bytes(), rep); werr != nil {
+			fmt.Fprintln(os.Stderr, "agtpbench:", werr)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "agtpbench: wrote %s\n", filepath.Join(*out, "results.md"))
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func write(dir string, md []byte, rep *e2e.BenchReport) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), md, 0o644); err != nil {
+		return err
+	}
+	if len(rep.Sweep) == 0 {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(dir, "latency-vs-load.svg"), rep.SVG(), 0o644)
+}
