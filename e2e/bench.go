@@ -7,8 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +53,13 @@ type BenchOptions struct {
 	Only []string
 	// Env is added to every service's environment.
 	Env []string
+	// ProfileDir, when set, starts every service with a loopback pprof
+	// listener (PPROF_ADDR) and saves a CPU profile of each service over
+	// the measured part of every closed-loop run, as
+	// <ProfileDir>/<scenario>-<service>.pprof. Profiling costs a few
+	// percent, so profiled runs are for finding where time goes, not for
+	// the figures.
+	ProfileDir string
 	// Progress receives a line per step.
 	Progress io.Writer
 }
@@ -159,7 +171,22 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	progress("starting the suite (six service processes and redis-server)")
 	// Warn level: the harness keeps process output in memory, and per-request
 	// logging is not what is being measured.
-	c, stop, err := StartCluster(Options{Env: append([]string{"LOG_LEVEL=warn"}, o.Env...)})
+	copts := Options{Env: append([]string{"LOG_LEVEL=warn"}, o.Env...), ServiceEnv: map[string][]string{}}
+	pprofAddrs := map[string]string{}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+		for _, n := range devpki.ServiceNames {
+			a, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			pprofAddrs[n] = a
+			copts.ServiceEnv[n] = []string{"PPROF_ADDR=" + a}
+		}
+	}
+	c, stop, err := StartCluster(copts)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +217,11 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			cfg.Duration = o.Duration
 		}
 		progress("%s: %s, %d in flight, offered %s, mix %s", name, cfg.Transport, max(cfg.Concurrency, 1), offered(cfg.Rate), mixName(cfg.Mix))
+		profiled := profile(ctx, o.ProfileDir, name, pprofAddrs, cfg.Warmup, cfg.Duration)
 		r, err := loadgen.Run(ctx, cfg)
+		if perr := profiled(); perr != nil {
+			progress("%s: profiling: %v", name, perr)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -296,7 +327,11 @@ func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
 			out[name] = pid
 		}
 	}
-	rc := redis.NewClient(&redis.Options{Addr: c.Redis.Addr})
+	ropts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	rc := redis.NewClient(ropts)
 	defer rc.Close()
 	info, err := rc.Info(ctx, "server").Result()
 	if err != nil {
@@ -342,4 +377,70 @@ func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...stri
 		return "", fmt.Errorf("register %s: %w", name, err)
 	}
 	return resp.GetAgent().GetAgentId(), nil
+}
+
+// profile fetches a CPU profile of every service in addrs over the
+// measured window of a run starting now, in the background; the returned
+// function waits for the profiles and reports what failed. With no
+// directory it does nothing.
+func profile(ctx context.Context, dir, scenario string, addrs map[string]string, warmup, duration time.Duration) func() error {
+	if dir == "" || len(addrs) == 0 {
+		return func() error { return nil }
+	}
+	secs := max(1, int(duration/time.Second))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(addrs))
+	for name, addr := range addrs {
+		wg.Go(func() {
+			select {
+			case <-time.After(warmup):
+			case <-ctx.Done():
+				return
+			}
+			file := filepath.Join(dir, strings.ReplaceAll(scenario, " ", "_")+"-"+name+".pprof")
+			if err := fetchProfile(ctx, "http://"+addr+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), file); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	return func() error {
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return errors.Join(all...)
+	}
+}
+
+func fetchProfile(ctx context.Context, url, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

@@ -75,6 +75,9 @@ type Options struct {
 	Env []string
 	// Services limits which services start; nil starts all six.
 	Services []string
+	// ServiceEnv is added to the named service's environment, after Env
+	// (the load benchmark gives each service its own PPROF_ADDR).
+	ServiceEnv map[string][]string
 	// InProcess runs the six services in this process (services/suite,
 	// the same constructors as make run) instead of as separate processes:
 	// the fast way to run the same scenarios. Env does not apply.
@@ -172,6 +175,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			p.Env = append(p.Env, "AGTP_DEMO=true")
 		}
 		p.Env = append(p.Env, opts.Env...)
+		p.Env = append(p.Env, opts.ServiceEnv[n]...)
 		c.start(tb, p)
 	}
 	for _, n := range names {

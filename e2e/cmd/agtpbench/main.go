@@ -37,6 +37,7 @@ func run() int {
 	flag.IntVar(&o.NewConnConcurrency, "newconn-concurrency", 8, "workers of the new-connection run")
 	flag.IntVar(&o.Agents, "agents", 8, "agents the load is spread over")
 	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle TLS connections to hold (negative skips)")
+	flag.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every service during each closed-loop run (go tool pprof); empty disables")
 	flag.Parse()
 
 	var err error
@@ -69,10 +70,7 @@ func run() int {
 		}
 	}
 	var md bytes.Buffer
-	command := "make bench"
-	if len(os.Args) > 1 {
-		command = "go run ./e2e/cmd/agtpbench " + strings.Join(os.Args[1:], " ")
-	}
+	command := strings.Join(append([]string{"agtpbench"}, os.Args[1:]...), " ")
 	rep.WriteMarkdown(&md, command, "latency-vs-load.svg")
 	os.Stdout.Write(md.Bytes())
 	if *out != "" {
