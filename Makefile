@@ -58,9 +58,28 @@ generate-check: generate
 	@git diff --exit-code -- proto || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files: run make generate and commit"; exit 1; }
 
-## bench: Go benchmarks of the hot paths and the suite load benchmark
+## bench: Go benchmarks of the hot paths, then the suite load benchmark
+## (e2e/cmd/agtpbench: every service as a process with a real redis-server,
+## about 3 minutes; summary on stdout, results and the latency plot in
+## docs/bench/; BENCH_FLAGS passes flags, e.g. BENCH_FLAGS="-only latency")
+BENCH_FLAGS ?=
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./frontdoor/... ./catalogsvc/... ./policysvc/... ./auditsvc/... ./identitysvc/... ./services/...
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./e2e/cmd/agtpbench
+	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(BIN)/agtpbench -out docs/bench $(BENCH_FLAGS)
+
+## deploy-check: build every Kubernetes overlay with kustomize and validate the
+## manifests offline: strict decoding into the API types, the API server's own
+## validation code and the suite's rules (deploy/check, a separate module so
+## the Kubernetes dependencies stay out of go.mod; see deploy/k8s/README.md)
+.PHONY: deploy-check
+deploy-check:
+	@for o in deploy/k8s/overlays/*/; do \
+		echo "kustomize build $$o"; \
+		$(TOOL) kustomize build $$o >/dev/null || exit 1; \
+	done
+	cd deploy/check && $(GO) test -count=1 ./...
 
 clean:
 	rm -rf $(BIN)

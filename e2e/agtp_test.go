@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,62 @@ func conformance(t *testing.T, c *Cluster) {
 		}
 		if resp := call("RESUME", `{"session_id":"`+sid+`","resumption_nonce":"`+nonce+`"}`); resp.Status != 409 {
 			t.Fatalf("second RESUME with the used nonce = %d %s, want 409", resp.Status, resp.Body)
+		}
+	})
+
+	t.Run("RCNS: confirm-first gate, then the presented contract runs its composition", func(t *testing.T) {
+		negotiator := c.registerAgent(t, "e2e-negotiator", "orders:read", "documents:read", "rcns:negotiate")
+		gate := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1001", agtp.HeaderAgentID, negotiator, agtp.HeaderAllowRCNS, "true"))
+		if gate.Status != agtp.StatusRCNSContractAvailable {
+			t.Fatalf("gate = %d %s, want 461", gate.Status, gate.Body)
+		}
+		preview := errorBody(t, gate)
+		id, _ := preview["synthesis_id"].(string)
+		if id == "" || preview["contract_hash"] == nil {
+			t.Fatalf("461 preview lacks synthesis_id or contract_hash: %s", gate.Body)
+		}
+		run := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1001", agtp.HeaderAgentID, negotiator, agtp.HeaderContractSynthesized, id))
+		if run.Status != 200 || !strings.Contains(string(run.Body), `"summary"`) {
+			t.Fatalf("presented contract = %d %s", run.Status, run.Body)
+		}
+		rec := verify(t, run)
+		if rec.Payload.SynthesisID != id || rec.Payload.ContractHash == "" {
+			t.Fatalf("record does not name the contract: %+v", rec.Payload)
+		}
+		// Another agent cannot use it.
+		thief := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1001", agtp.HeaderAgentID, agent, agtp.HeaderContractSynthesized, id))
+		if thief.Status != agtp.StatusRCNSNoContract || errorBody(t, thief)["reason"] != "contract-not-yours" || !thief.Header.Has(agtp.HeaderRCNSAttemptID) {
+			t.Fatalf("another agent presenting the contract = %d %s", thief.Status, thief.Body)
+		}
+		// Without Allow-RCNS the pair stays structurally refused for others.
+		if resp := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1001", agtp.HeaderAgentID, agent)); resp.Status != 405 {
+			t.Fatalf("without a contract = %d %s, want 405", resp.Status, resp.Body)
+		}
+	})
+
+	t.Run("PROPOSE synthesizes an endpoint callable at once in the session", func(t *testing.T) {
+		proposer := c.registerAgent(t, "e2e-proposer", "orders:read", "documents:read", "rcns:negotiate")
+		sid := "sess-" + strings.Repeat("3a", 12)
+		body := `{"endpoint":{"method":"SUMMARIZE","path":"/order-digest","description":"Digest of my orders",
+			"semantic":{"intent":"Summarize my recent orders.","actor":"agent","outcome":"A short digest of the orders.","capability":"analysis","confidence":0.8,"impact":"informational","is_idempotent":true},
+			"input_schema":{"type":"object","properties":{"status":{"type":"string","enum":["open","shipped","cancelled"]}},"additionalProperties":false},
+			"output_schema":{"type":"object","additionalProperties":true},"errors":[]}}`
+		resp := c.roundTrip(t, withJSON(request(t, "PROPOSE", "/", agtp.HeaderAgentID, proposer, agtp.HeaderSessionID, sid), body))
+		if resp.Status != agtp.StatusProposalApproved {
+			t.Fatalf("PROPOSE = %d %s, want 263", resp.Status, resp.Body)
+		}
+		approved := errorBody(t, resp)
+		if approved["synthesis_id"] == nil || approved["expires_at"] == nil {
+			t.Fatalf("263 lacks synthesis_id or expires_at: %s", resp.Body)
+		}
+		call := c.roundTrip(t, request(t, "SUMMARIZE", "/order-digest", agtp.HeaderAgentID, proposer, agtp.HeaderSessionID, sid))
+		if call.Status != 200 || !strings.Contains(string(call.Body), `"result"`) {
+			t.Fatalf("calling the synthesized endpoint = %d %s", call.Status, call.Body)
+		}
+		// The contract is listed for its owner.
+		list := c.roundTrip(t, request(t, "DISCOVER", "/contracts", agtp.HeaderAgentID, proposer))
+		if list.Status != 200 || !strings.Contains(string(list.Body), fmt.Sprint(approved["synthesis_id"])) {
+			t.Fatalf("DISCOVER /contracts = %d %s", list.Status, list.Body)
 		}
 	})
 

@@ -83,6 +83,20 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		fmt.Fprintln(w)
 	}
 
+	if len(r.Floors) > 0 {
+		fmt.Fprintf(w, "## Round trips without work\n\n"+
+			"Measured one at a time before the latency run: the floor each part of a request's path costs.\n\n")
+		fmt.Fprintf(w, "| round trip | p50 ms | p90 ms | p99 ms | p99.9 ms |\n|---|---:|---:|---:|---:|\n")
+		for _, f := range r.Floors {
+			name := f.Name
+			if len(f.Statuses) > 0 {
+				name += "; statuses " + loadgen.FormatStatuses(f.Statuses)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", name, loadgen.Ms(f.Latency.P50), loadgen.Ms(f.Latency.P90), loadgen.Ms(f.Latency.P99), loadgen.Ms(f.Latency.P999))
+		}
+		fmt.Fprintln(w)
+	}
+
 	runs := make([]*loadgen.Result, 0, len(r.Order))
 	for _, n := range r.Order {
 		runs = append(runs, r.Runs[n])

@@ -171,7 +171,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 				"AGTP_SERVER_KEY_FILE="+c.PKI.Key(devpki.AGTPServer),
 			)
 		}
-		if n == "catalogsvc" {
+		if n == "catalogsvc" || n == "rcnssvc" {
 			p.Env = append(p.Env, "AGTP_DEMO=true")
 		}
 		p.Env = append(p.Env, opts.Env...)

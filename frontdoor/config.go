@@ -50,8 +50,18 @@ type Config struct {
 	InspectACL string
 	// OperatorFingerprints are client-key fingerprints with operator rights.
 	OperatorFingerprints []string
-	// Demo registers the demo domain's handlers.
+	// Demo registers the demo domain's handlers and recipes.
 	Demo bool
+	// RecipesDir holds composition recipes (docs/bindings.md), loaded at
+	// start-up; empty loads none besides the demo's.
+	RecipesDir string
+	// UpstreamCAFile adds roots trusted for external_service upstreams to
+	// the system roots.
+	UpstreamCAFile string
+	// LookupEnv resolves ${VAR} placeholders of external_service
+	// bindings. ApplyEnv keeps the lookup it is given (os.LookupEnv in
+	// the command layer); nil resolves none.
+	LookupEnv func(string) (string, bool)
 }
 
 // DefaultConfig returns the defaults used by make run.
@@ -92,7 +102,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections")
-	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers and recipes")
+	fs.StringVar(&c.RecipesDir, "recipes-dir", c.RecipesDir, "directory of composition recipes (env AGTP_RECIPES_DIR)")
+	fs.StringVar(&c.UpstreamCAFile, "upstream-ca", c.UpstreamCAFile, "extra CA roots for external_service upstreams, PEM (env AGTP_UPSTREAM_CA_FILE)")
 }
 
 // ApplyEnv reads the front door's environment.
@@ -100,7 +112,9 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if err := c.Common.ApplyEnv(lookup); err != nil {
 		return err
 	}
+	c.LookupEnv = lookup
 	for key, dst := range map[string]*string{
+		"AGTP_RECIPES_DIR": &c.RecipesDir, "AGTP_UPSTREAM_CA_FILE": &c.UpstreamCAFile,
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
 	} {

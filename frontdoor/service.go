@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"time"
@@ -49,6 +50,7 @@ type Service struct {
 	https     *http.Server
 	httpsLn   net.Listener
 	ready     chan struct{}
+	bindings  *pipeline.Bindings
 }
 
 // Option adjusts a front door being built.
@@ -56,6 +58,7 @@ type Option func(*options)
 
 type options struct {
 	handlers *handler.Registry
+	recipes  []fs.FS
 }
 
 // WithHandlers supplies the registry of registered_function handlers, so
@@ -125,6 +128,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	identityClient := identityv1.NewIdentityServiceClient(identityConn)
 	s.agents = agentcache.New(identityClient, base.Log)
 
+	if s.bindings, err = newBindings(cfg, o, rcnsClient, base.Telemetry.TracerProvider, base.Log); err != nil {
+		return nil, err
+	}
 	tracer := base.Telemetry.TracerProvider.Tracer("github.com/agtpsuite/agtp/frontdoor")
 	meter := base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/frontdoor")
 	s.pipeline, err = pipeline.New(pipeline.Options{
@@ -141,6 +147,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		Identity: identityClient,
 		RCNS:     rcnsClient,
 		Handlers: o.handlers,
+		Bindings: s.bindings,
 		Log:      base.Log,
 		Tracer:   tracer,
 		Meter:    meter,
@@ -305,6 +312,9 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, c := range s.conns {
 		_ = c.Close()
 	}
+	if s.bindings != nil {
+		_ = s.bindings.Upstream.Close()
+	}
 	return err
 }
 
@@ -312,6 +322,9 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) Close() error {
 	for _, c := range s.conns {
 		_ = c.Close()
+	}
+	if s.bindings != nil {
+		_ = s.bindings.Upstream.Close()
 	}
 	if s.transport != nil {
 		sctx, cancel := context.WithCancel(context.Background())

@@ -162,26 +162,42 @@ func MeasureIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 
 // probeLatency sends n DISCOVER / requests on one fresh connection.
 func probeLatency(ctx context.Context, t Target, n int) Summary {
+	s, _, _ := Probe(ctx, t, mustRequest("DISCOVER", "/"), n, 10*time.Millisecond)
+	return s
+}
+
+// Probe sends req n times, one at a time, on one persistent TLS
+// connection (dialled again if the server closes it), pausing between
+// requests, and returns the latency of the responses and their statuses.
+// It measures a single request's round trip, without load.
+func Probe(ctx context.Context, t Target, req *agtp.Request, n int, pause time.Duration) (Summary, map[int]uint64, error) {
 	var h Histogram
-	tc, err := dialTLS(ctx, t, t.tlsConfig())
-	if err != nil {
-		return h.Summarize()
-	}
-	c := newTCPConn(tc)
-	defer c.close()
-	req := mustRequest("DISCOVER", "/")
+	statuses := map[int]uint64{}
+	slot := &tcpSlot{t: t, conf: t.tlsConfig()}
+	defer slot.close()
+	var errs []error
 	for range n {
 		if ctx.Err() != nil {
 			break
 		}
+		if _, err := slot.get(ctx); err != nil {
+			return h.Summarize(), statuses, err
+		}
 		begin := time.Now()
-		if _, err := c.send(ctx, req); err != nil {
-			break
+		resp, err := slot.send(ctx, req)
+		if err != nil {
+			if errs = append(errs, err); len(errs) > n/10 {
+				return h.Summarize(), statuses, errors.Join(errs...)
+			}
+			continue
 		}
 		h.Record(time.Since(begin))
-		time.Sleep(10 * time.Millisecond)
+		statuses[resp.Status]++
+		if pause > 0 {
+			time.Sleep(pause)
+		}
 	}
-	return h.Summarize()
+	return h.Summarize(), statuses, nil
 }
 
 // establishedOn counts ESTABLISHED sockets whose local port is port, in

@@ -74,7 +74,7 @@ func WriteOps(w io.Writer, r *Result) {
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %s | %s |\n", op, o.Completed, formatStatuses(o.Statuses), o.Errors,
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %s | %s |\n", op, o.Completed, FormatStatuses(o.Statuses), o.Errors,
 			Ms(o.Latency.P50), Ms(o.Latency.P99), Ms(o.Latency.Max))
 	}
 	if len(r.TransportErrors) > 0 {
@@ -91,7 +91,8 @@ func WriteOps(w io.Writer, r *Result) {
 	}
 }
 
-func formatStatuses(m map[int]uint64) string {
+// FormatStatuses writes status counts as "200×95 404×5".
+func FormatStatuses(m map[int]uint64) string {
 	codes := make([]int, 0, len(m))
 	for c := range m {
 		codes = append(codes, c)

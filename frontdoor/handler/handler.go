@@ -10,7 +10,18 @@
 //		...
 //	}))
 //
-// and naming "orders.get" in the endpoint's handler binding.
+// and naming "orders.get" in the endpoint's handler binding, then passing
+// the registry to the front door:
+//
+//	svc, err := frontdoor.New(ctx, cfg, frontdoor.WithHandlers(reg))
+//
+// A function receives the validated input and a Call saying who calls
+// (Caller), in which session and task, with which Idempotency-Key; ctx
+// carries the request's deadline and its trace span (TraceID, or
+// go.opentelemetry.io/otel/trace.SpanFromContext for child spans). It
+// returns the output, which the front door validates against the
+// endpoint's output schema, or an *Error naming one of the endpoint's
+// declared errors.
 package handler
 
 import (
@@ -19,6 +30,10 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
 )
 
 // Caller is who is calling, as the front door established it.
@@ -50,7 +65,26 @@ type Call struct {
 	RequestID  string
 	// ContentType is the carried Content-Type (EXECUTE dispatch).
 	ContentType string
+	// IdempotencyKey is the request's Idempotency-Key, if it had one; a
+	// handler with side effects elsewhere can pass it on so that a retry
+	// does not repeat them.
+	IdempotencyKey string
 }
+
+// TraceID is the W3C trace ID of the request ctx belongs to (32 lowercase
+// hex digits), or "" when it is not traced; for log lines that need to
+// be found next to the request's spans.
+func TraceID(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// PriorAction is an earlier action the result depends on: its agent and
+// the Audit-ID of its Attribution-Record.
+type PriorAction = attribution.PriorAction
 
 // Result is a handler's successful outcome.
 type Result struct {
@@ -59,6 +93,10 @@ type Result struct {
 	// Output is the result object, validated against the endpoint's
 	// output schema.
 	Output json.RawMessage
+	// PriorActions are recorded as the Attribution-Record's prior_actions
+	// (AGTP-IDENTIFIERS): actions, here or on other servers, that this
+	// one builds on. Composition steps are added by the front door.
+	PriorActions []PriorAction
 }
 
 // Error is a declared error of an endpoint (AGTP-API §6: the endpoint's

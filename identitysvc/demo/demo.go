@@ -73,18 +73,18 @@ func Ensure(stateDir string) (*Agent, error) {
 	}
 	a := &Agent{Name: Name, KeyPath: filepath.Join(stateDir, KeyFile), GenesisPath: filepath.Join(stateDir, GenesisFile)}
 
-	key, err := readKey(a.KeyPath)
+	key, err := ReadKey(a.KeyPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, serr := os.Stat(a.GenesisPath); serr == nil {
 			return nil, fmt.Errorf("demo agent: %s exists but its key %s is missing; remove both to start over", a.GenesisPath, a.KeyPath)
 		}
-		if key, err = writeNewKey(a.KeyPath); err != nil {
-			return nil, err
+		if key, err = WriteNewKey(a.KeyPath); err != nil {
+			return nil, fmt.Errorf("demo agent: %w", err)
 		}
 		a.Created = true
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("demo agent: %w", err)
 	}
 	a.PrivateKey = key
 
@@ -95,8 +95,8 @@ func Ensure(stateDir string) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo agent: %w", err)
 		}
-		if err := writeFileAtomic(a.GenesisPath, append(g.Bytes(), '\n'), 0o644); err != nil {
-			return nil, err
+		if err := WriteFileAtomic(a.GenesisPath, append(g.Bytes(), '\n'), 0o644); err != nil {
+			return nil, fmt.Errorf("demo agent: %w", err)
 		}
 		a.Genesis, a.Created = g, true
 	case err != nil:
@@ -146,67 +146,74 @@ func (a *Agent) Register(ctx context.Context, c identityv1.IdentityServiceClient
 	return false, fmt.Errorf("register demo agent: %w", err)
 }
 
-func readKey(path string) (ed25519.PrivateKey, error) {
+// ReadKey reads a PKCS#8 PEM Ed25519 private key file.
+func ReadKey(path string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseKey(b)
+	k, err := ParseKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }
 
 // ParseKey reads a PKCS#8 PEM Ed25519 private key.
 func ParseKey(pemBytes []byte) (ed25519.PrivateKey, error) {
 	blk, _ := pem.Decode(pemBytes)
 	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, errors.New("demo agent: key file is not a PEM PRIVATE KEY")
+		return nil, errors.New("key file is not a PEM PRIVATE KEY")
 	}
 	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("demo agent: %w", err)
+		return nil, fmt.Errorf("key file: %w", err)
 	}
 	ek, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, errors.New("demo agent: key is not Ed25519")
+		return nil, errors.New("key is not Ed25519")
 	}
 	return ek, nil
 }
 
-func writeNewKey(path string) (ed25519.PrivateKey, error) {
+// WriteNewKey generates an Ed25519 key and writes it to path as PKCS#8
+// PEM, mode 0600, replacing any file there.
+func WriteNewKey(path string) (ed25519.PrivateKey, error) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("demo agent: %w", err)
+		return nil, fmt.Errorf("generate key: %w", err)
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
-		return nil, fmt.Errorf("demo agent: %w", err)
+		return nil, fmt.Errorf("encode key: %w", err)
 	}
-	if err := writeFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return nil, err
 	}
 	return priv, nil
 }
 
-// writeFileAtomic writes through a temporary file and a rename, so a
+// WriteFileAtomic writes through a temporary file and a rename, so a
 // crash never leaves half a key or half a Genesis behind.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
 	if err != nil {
-		return fmt.Errorf("demo agent: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("demo agent: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
-		return fmt.Errorf("demo agent: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("demo agent: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("demo agent: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

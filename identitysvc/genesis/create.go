@@ -141,6 +141,42 @@ func (g *Genesis) Sign(priv ed25519.PrivateKey) error {
 	return nil
 }
 
+// ParseForSigning prepares an edited Genesis for Sign: it drops any
+// signature, fills in issuer_public_key from issuer when the document has
+// none (issuer may be nil), recomputes agent_id from the document (an edit
+// changes the Agent-ID), and validates the other members as Parse does.
+// Unknown members are kept, so they stay covered by the new Agent-ID and
+// signature. Errors are *Error values.
+func ParseForSigning(data []byte, issuer ed25519.PublicKey) (*Genesis, error) {
+	if len(data) > MaxSize {
+		return nil, &Error{Reason: ReasonMalformed, Msg: fmt.Sprintf("document is %d bytes, more than %d", len(data), MaxSize)}
+	}
+	obj, err := jcs.ParseObject(data)
+	if err != nil {
+		return nil, &Error{Reason: ReasonMalformed, Msg: err.Error()}
+	}
+	delete(obj, FieldSignature)
+	if _, ok := obj[FieldIssuerPublicKey]; !ok && issuer != nil {
+		if len(issuer) != ed25519.PublicKeySize {
+			return nil, invalid(FieldIssuerPublicKey, "must be a 32-byte Ed25519 public key")
+		}
+		obj[FieldIssuerPublicKey] = EncodeKey(issuer)
+	}
+	id, err := agentIDOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	obj[FieldAgentID] = id
+	g, err := decode(obj, false)
+	if err != nil {
+		return nil, err
+	}
+	if g.raw, err = jcs.Append(nil, obj); err != nil {
+		return nil, &Error{Reason: ReasonMalformed, Msg: err.Error()}
+	}
+	return g, nil
+}
+
 // Create builds and signs a Genesis in one step.
 func Create(t Template, priv ed25519.PrivateKey) (*Genesis, error) {
 	if len(priv) != ed25519.PrivateKeySize {

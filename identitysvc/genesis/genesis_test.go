@@ -444,6 +444,48 @@ func TestNewRefusesBadTemplates(t *testing.T) {
 	}
 }
 
+func TestParseForSigningRecomputesIDAndKeepsUnknownMembers(t *testing.T) {
+	good, err := Create(vectorTemplate("Acme Corp"), testKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := reencode(t, good.Bytes(), func(o map[string]any) {
+		o[FieldOwner] = "Other Corp"
+		o["x_note"] = "kept"
+	})
+	g, err := ParseForSigning(edited, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Signature != nil || g.AgentID == good.AgentID || g.AgentID != g.ComputeAgentID() {
+		t.Fatalf("edited Genesis: agent_id %s (was %s), signature %x", g.AgentID, good.AgentID, g.Signature)
+	}
+	if err := g.Sign(testKey()); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := Load(g.Bytes())
+	if err != nil {
+		t.Fatalf("re-signed Genesis does not load: %v", err)
+	}
+	if v, _ := loaded.Member("x_note"); v != "kept" || loaded.Owner != "Other Corp" {
+		t.Fatalf("members lost: %s", g.Bytes())
+	}
+
+	noIssuer := reencode(t, good.Bytes(), func(o map[string]any) { delete(o, FieldIssuerPublicKey) })
+	if _, err := ParseForSigning(noIssuer, nil); err == nil {
+		t.Fatal("a Genesis without issuer_public_key and no issuer given was accepted")
+	}
+	pub, _ := testKey().Public().(ed25519.PublicKey)
+	g, err = ParseForSigning(noIssuer, pub)
+	if err != nil || !g.IssuerPublicKey.Equal(pub) || g.AgentID != good.AgentID {
+		t.Fatalf("issuer fill-in: %v, agent_id %s want %s", err, g.AgentID, good.AgentID)
+	}
+	var ge *Error
+	if _, err := ParseForSigning([]byte(`{"owner":`), nil); !errors.As(err, &ge) || ge.Reason != ReasonMalformed {
+		t.Fatalf("malformed input: %v", err)
+	}
+}
+
 func BenchmarkLoad(b *testing.B) {
 	doc := []byte(vectorASCIIGenesis)
 	b.ReportAllocs()

@@ -39,6 +39,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -61,6 +62,9 @@ type Recipe struct {
 	// Output maps the steps' outputs to the composite's result; nil means
 	// the last step's output.
 	Output any `json:"output,omitempty"`
+	// TimeoutSeconds bounds the whole run; 0 leaves only the caller's
+	// deadline.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
 
 // Step is one call to an existing endpoint.
@@ -71,7 +75,14 @@ type Step struct {
 	// Input maps the composite's input and earlier outputs to the callee's
 	// parameters object.
 	Input map[string]any `json:"input,omitempty"`
+	// TimeoutSeconds bounds this step; 0 leaves it to the runner.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
+
+// MaxTimeoutSeconds bounds a recipe's and a step's timeout_seconds.
+const MaxTimeoutSeconds = 600
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Call runs one step against an existing endpoint, under the caller's
 // identity and through the same gates as a direct call (scope, schema),
@@ -132,7 +143,15 @@ func (f *Failure) Version() string { return f.RecipeVersion }
 // Run executes the recipe: each step in order, its input built from input
 // (the composite's validated input) and the earlier outputs. It returns the
 // composite's output, or a *Failure.
+//
+// A recipe's timeout_seconds bounds the run and a step's bounds the step:
+// the call gets a context with that deadline.
 func (r *Recipe) Run(ctx context.Context, input map[string]any, call Call) (any, error) {
+	if r.TimeoutSeconds > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, seconds(r.TimeoutSeconds))
+		defer cancel()
+	}
 	outputs := make([]any, 0, len(r.Steps))
 	fail := func(i int, path string, status int, err error) error {
 		return &Failure{Recipe: r.Name, RecipeVersion: r.Version, Step: i + 1, StepMethod: r.Steps[i].Method,
@@ -151,7 +170,12 @@ func (r *Recipe) Run(ctx context.Context, input map[string]any, call Call) (any,
 		if err != nil {
 			return nil, fail(i, st.Path, 0, err)
 		}
-		out, status, err := call(ctx, st.Method, path, stepInput)
+		sctx, cancel := ctx, context.CancelFunc(func() {})
+		if st.TimeoutSeconds > 0 {
+			sctx, cancel = context.WithTimeout(ctx, seconds(st.TimeoutSeconds))
+		}
+		out, status, err := call(sctx, st.Method, path, stepInput)
+		cancel()
 		if err != nil {
 			return nil, fail(i, path, status, err)
 		}
@@ -422,8 +446,14 @@ func (r *Recipe) Validate() error {
 	if len(r.Steps) > MaxSteps {
 		errs = append(errs, fmt.Errorf("steps: at most %d", MaxSteps))
 	}
+	if r.TimeoutSeconds < 0 || r.TimeoutSeconds > MaxTimeoutSeconds {
+		errs = append(errs, fmt.Errorf("timeout_seconds: from 0 (none) to %d", MaxTimeoutSeconds))
+	}
 	for i, st := range r.Steps {
 		field := fmt.Sprintf("steps[%d]", i)
+		if st.TimeoutSeconds < 0 || st.TimeoutSeconds > MaxTimeoutSeconds {
+			errs = append(errs, fmt.Errorf("%s.timeout_seconds: from 0 (none) to %d", field, MaxTimeoutSeconds))
+		}
 		if !agtp.ValidMethodToken(st.Method) {
 			errs = append(errs, fmt.Errorf("%s.method: %q is not an AGTP method token", field, st.Method))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,8 @@ type Base struct {
 	Telemetry *Telemetry
 	Redis     redis.UniversalClient
 	Server    *Server
+	// pprof is the opt-in profiling listener (Common.PprofAddr).
+	pprof *http.Server
 }
 
 // NewBase provisions the shared parts of a service from a validated
@@ -43,12 +46,18 @@ func NewBase(ctx context.Context, cfg Common) (_ *Base, err error) {
 	if b.Server, err = NewServer(cfg, Deps{Logger: b.Log, MTLS: b.MTLS, Telemetry: b.Telemetry}); err != nil {
 		return nil, err
 	}
+	if cfg.PprofAddr != "" {
+		if b.pprof, _, err = startPprof(cfg.PprofAddr, b.Log); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
 // Close releases what NewBase opened. It is safe after a partial NewBase.
 func (b *Base) Close(ctx context.Context) error {
 	var errs []error
+	stopPprof(b.pprof)
 	if b.Redis != nil {
 		errs = append(errs, b.Redis.Close())
 	}

@@ -48,6 +48,11 @@ type Common struct {
 	Telemetry TelemetryConfig
 	// RedisRequired makes Validate insist on RedisURL.
 	RedisRequired bool
+	// PprofAddr, when set, serves net/http/pprof on this address for
+	// profiling (the load benchmark's -pprof runs use it). Off by default;
+	// loopback addresses only, because profiles expose internals and the
+	// listener has no authentication.
+	PprofAddr string
 }
 
 // DefaultCommon returns defaults for the named service listening on the
@@ -84,6 +89,9 @@ func (c Common) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log format %q is not text or json", c.LogFormat))
 	}
+	if err := checkPprofAddr(c.PprofAddr); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown timeout must be positive"))
 	}
@@ -112,6 +120,7 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env LOG_FORMAT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
 	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
 		return c.addPeers(v)
 	})
@@ -134,6 +143,7 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.SigningKeyFile, "AGTP_SIGNING_KEY_FILE")
 	set(&c.LogLevel, "LOG_LEVEL")
 	set(&c.LogFormat, "LOG_FORMAT")
+	set(&c.PprofAddr, "PPROF_ADDR")
 	if v, ok := lookup("OTEL_EXPORTER_OTLP_ENDPOINT"); ok && v != "" {
 		c.Telemetry.OTLPExport = true
 	}

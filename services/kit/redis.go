@@ -11,6 +11,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// ClusterStateReloadInterval bounds how stale a Redis Cluster client's
+// slot map may get (see NewRedis).
+const ClusterStateReloadInterval = time.Second
+
 // NewRedis connects to Redis. A redis:// or rediss:// URL is one node; a
 // redis+cluster:// (or rediss+cluster://) URL is a Redis Cluster, with more
 // seed nodes given as addr= query parameters. Commands are traced.
@@ -22,6 +26,12 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider) (redis.U
 		if err != nil {
 			return nil, fmt.Errorf("parse redis cluster url: %w", err)
 		}
+		// go-redis re-reads the slot map on MOVED/ASK, but a master that
+		// died answers nothing, so after a failover the client would keep
+		// dialling it until the periodic reload (60 s by default). A
+		// one-second reload (one CLUSTER SLOTS per second per client, only
+		// while there is traffic) bounds that to about a second.
+		opts.ClusterStateReloadInterval = ClusterStateReloadInterval
 		client = redis.NewClusterClient(opts)
 	default:
 		opts, err := redis.ParseURL(url)

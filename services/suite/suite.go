@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -134,10 +135,13 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	common(&policy.Common)
 	rcns := rcnssvc.DefaultConfig()
 	common(&rcns.Common)
+	rcns.Demo = true
 	front := frontdoor.DefaultConfig()
 	common(&front.Common)
 	front.ServerCertFile = s.layout.Cert(devpki.AGTPServer)
 	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
+	front.UpstreamCAFile = s.layout.CA()
+	front.LookupEnv = os.LookupEnv
 	if cfg.Listen != nil {
 		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
 		front.HTTPSAddr = cfg.Listen(front.Name, "https")

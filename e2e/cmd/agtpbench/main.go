@@ -33,10 +33,17 @@ func run() int {
 	flag.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unrecorded warm-up of each run")
 	flag.DurationVar(&o.Duration, "duration", 8*time.Second, "measured part of each run")
 	flag.DurationVar(&o.SweepDuration, "sweep-duration", 5*time.Second, "measured part of each sweep step")
-	flag.IntVar(&o.Concurrency, "concurrency", 32, "requests in flight in the throughput runs")
+	flag.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight in the throughput runs")
 	flag.IntVar(&o.NewConnConcurrency, "newconn-concurrency", 8, "workers of the new-connection run")
 	flag.IntVar(&o.Agents, "agents", 8, "agents the load is spread over")
 	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle TLS connections to hold (negative skips)")
+	flag.Func("env", "KEY=VALUE added to every service's environment, repeatable (e.g. -env GOGC=200)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		o.Env = append(o.Env, v)
+		return nil
+	})
 	flag.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every service during each closed-loop run (go tool pprof); empty disables")
 	flag.Parse()
 

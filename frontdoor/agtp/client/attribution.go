@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -105,6 +106,9 @@ func (c *Client) FetchJWKS(ctx context.Context, rawURL string) (attribution.Publ
 	cfg := c.tls.Clone()
 	cfg.NextProtos = nil // HTTP/1.1 or h2, as the server likes; not "agtp"
 	cfg.ClientSessionCache = nil
+	// This is HTTPS, not AGTP: TLS 1.2 is acceptable there, and
+	// well-known documents are often served by a separate web tier.
+	cfg.MinVersion = tls.VersionTLS12
 	if c.opts.ServerName == "" {
 		cfg.ServerName = "" // net/http fills in the URL's host
 	}

@@ -269,4 +269,3 @@ func startRawQUIC(t testing.TB, f func(req *agtp.Request) []*agtp.Response) (add
 	})
 	return ln.Addr().String(), pki.CA()
 }
-

@@ -69,7 +69,11 @@ func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRe
 		if err != nil {
 			return nil, err
 		}
-		c.put(agentID, resp.GetAgent(), c.positiveExpiry())
+		expiry := c.positiveExpiry()
+		if pending(resp.GetAgent()) {
+			expiry = time.Now().Add(c.NegativeTTL)
+		}
+		c.put(agentID, resp.GetAgent(), expiry)
 		return resp.GetAgent(), nil
 	})
 	if err != nil {
@@ -94,6 +98,13 @@ func (c *Cache) put(id string, rec *identityv1.AgentRecord, expires time.Time) {
 		c.entries = map[string]entry{}
 	}
 	c.entries[id] = entry{rec: rec, expires: expires}
+}
+
+// pending is a registered agent that is not activated yet: registration
+// is followed at once by activation, so such a record is not kept, or a
+// caller that registers and calls straight away could be refused.
+func pending(rec *identityv1.AgentRecord) bool {
+	return rec.GetStatus() == identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED
 }
 
 // Drop forgets one agent.
@@ -134,7 +145,7 @@ func (c *Cache) Watch(ctx context.Context) error {
 					}
 				case ev.GetResync():
 					c.reset(true)
-				case ev.GetAgent() != nil:
+				case ev.GetAgent() != nil && !pending(ev.GetAgent()):
 					c.put(ev.GetAgentId(), ev.GetAgent(), time.Time{})
 					c.group.Forget(ev.GetAgentId())
 				default:

@@ -6,18 +6,18 @@ package catalogstate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
-	"time"
 
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/catalogsvc/watch"
 )
 
 // State is one snapshot, ready to serve from.
@@ -66,46 +66,21 @@ func (s *Store) Set(snap *catalogv1.Snapshot) error {
 	return nil
 }
 
-// Watch follows catalogsvc's WatchSnapshot until ctx is done, reconnecting
-// with backoff; ready is closed once the first snapshot is installed.
+// Watch follows catalogsvc's WatchSnapshot until ctx is done; ready is
+// closed once the first snapshot is installed.
 func (s *Store) Watch(ctx context.Context, client catalogv1.CatalogServiceClient, log *slog.Logger, ready chan<- struct{}) error {
-	backoff := 100 * time.Millisecond
-	readyOnce := false
-	for {
-		known := uint64(0)
+	var once sync.Once
+	watch.Follow(ctx, client, log, func() uint64 {
 		if cur := s.Current(); cur != nil {
-			known = cur.Snapshot.GetRevision()
+			return cur.Snapshot.GetRevision()
 		}
-		stream, err := client.WatchSnapshot(ctx, &catalogv1.WatchSnapshotRequest{KnownRevision: known})
-		if err == nil {
-			for {
-				msg, rerr := stream.Recv()
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				backoff = 100 * time.Millisecond
-				if serr := s.Set(msg.GetSnapshot()); serr != nil {
-					log.Error("catalog snapshot refused; previous one keeps serving", "error", serr)
-					continue
-				}
-				if !readyOnce {
-					readyOnce = true
-					close(ready)
-				}
-			}
+		return 0
+	}, func(snap *catalogv1.Snapshot) error {
+		if err := s.Set(snap); err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !errors.Is(err, context.Canceled) {
-			log.Warn("catalog watch interrupted; reconnecting", "error", err, "backoff", backoff)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+		once.Do(func() { close(ready) })
+		return nil
+	})
+	return nil
 }

@@ -20,7 +20,7 @@ import (
 const (
 	ExitOK          = 0 // 2xx (including 261-263), or a subcommand that succeeded
 	ExitError       = 1 // usage, connection, TLS, timeout, malformed answer: no status to report
-	ExitVerify      = 2 // --verify-attribution failed, a Form 1a identity mismatch, or a broken audit chain
+	ExitVerify      = 2 // --verify-attribution failed, a Form 1a identity mismatch, a broken audit chain, or a Genesis that does not verify
 	ExitRedirect    = 3 // 3xx
 	ExitClientError = 4 // 4xx
 	ExitServerError = 5 // 5xx
@@ -48,8 +48,9 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"audit": {"verify Attribution-Record chains (audit verify)", runAudit},
-		"help":  {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
+		"audit":   {"verify Attribution-Record chains (audit verify)", runAudit},
+		"genesis": {"make, sign, verify and register Agent Genesis documents", runGenesis},
+		"help":    {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
 	}
 }
 
@@ -82,6 +83,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 
 const shortUsage = `usage: agtp [flags] METHOD URI
        agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
+       agtp genesis new|sign|verify|id|register [flags] ...
 Run 'agtp --help' for flags and examples.
 `
 
@@ -104,7 +106,7 @@ Flags (each given separately; they may come before or after METHOD URI):
 	b.WriteString(`
 Commands:
 `)
-	for _, name := range []string{"audit", "help"} {
+	for _, name := range []string{"audit", "genesis", "help"} {
 		fmt.Fprintf(&b, "  %-8s %s\n", name, commands[name].summary)
 	}
 	b.WriteString(`
@@ -136,7 +138,8 @@ Examples:
 Exit status:
   0  2xx answer (including 261-263)     3  3xx answer
   1  usage, connection or TLS error     4  4xx answer
-  2  attribution or chain check failed  5  5xx answer
+  2  attribution, chain or Genesis      5  5xx answer
+     check failed
 `)
 	return b.String()
 }

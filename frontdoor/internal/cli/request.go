@@ -27,19 +27,19 @@ const maxDataBytes = 64 << 20
 // (/.well-known/jwks.json among others).
 const DefaultJWKSPort = 4443
 
-type requestFlags_ struct {
-	conn                                    connFlags
-	headers                                 list
-	data                                    string
-	scope, taskID, sessionID, idempotency   string
-	allowRCNS                               bool
-	verbose, include, verify, pretty, raw   bool
-	jwks, jwksURL                           string
-	help                                    bool
+type requestOptions struct {
+	conn                                  connFlags
+	headers                               list
+	data                                  string
+	scope, taskID, sessionID, idempotency string
+	allowRCNS                             bool
+	verbose, include, verify, pretty, raw bool
+	jwks, jwksURL                         string
+	help                                  bool
 }
 
-func requestFlags(out io.Writer) (*flagSet, *requestFlags_) {
-	o := &requestFlags_{}
+func requestFlags(out io.Writer) (*flagSet, *requestOptions) {
+	o := &requestOptions{}
 	f := newFlagSet("agtp", out)
 	f.list(&o.headers, []string{"H", "header"}, "'NAME: VALUE'", "add a header field (repeatable); it replaces one a flag would set")
 	f.str(&o.data, []string{"d", "data"}, "DATA", "request body: DATA, @FILE, or - (or @-) for stdin; JSON gets Content-Type "+agtp.MediaTypeJSON)
@@ -195,13 +195,15 @@ func usageError(env Env, msg string) int {
 }
 
 func fail(env Env, err error) int {
-	fmt.Fprintf(env.Stderr, "agtp: %v\n", err)
+	// The client library prefixes its errors for programs that log them;
+	// here "agtp: " already says where the message comes from.
+	fmt.Fprintf(env.Stderr, "agtp: %s\n", strings.ReplaceAll(err.Error(), "agtp client: ", ""))
 	return ExitError
 }
 
 // buildHeader assembles the request fields: the flags' fields first,
 // then -H fields, each replacing a flag's field of the same name.
-func buildHeader(o *requestFlags_) (agtp.Header, error) {
+func buildHeader(o *requestOptions) (agtp.Header, error) {
 	var h agtp.Header
 	for _, d := range [...]struct{ name, value string }{
 		{agtp.HeaderAgentID, o.conn.agentID},
@@ -273,7 +275,7 @@ func uriError(uri string, err error) error {
 
 // bodyPrinter writes responses to stdout.
 type bodyPrinter struct {
-	w                  io.Writer
+	w                    io.Writer
 	tty, pretty, include bool
 }
 

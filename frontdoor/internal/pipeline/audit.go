@@ -74,6 +74,7 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 		SynthesisID:        x.synthesisID,
 		ContractHash:       x.contractHash,
 		NegotiationOrigin:  x.negotiationOrigin,
+		PriorActions:       x.priors,
 	}
 	if x.matched && x.decision.RequestedMethod != x.decision.Method {
 		payload.Method = x.decision.Method

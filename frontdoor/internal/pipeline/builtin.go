@@ -32,6 +32,10 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.lifecycle(x, ep.GetMethod(), params)
 	case "PROPOSE":
 		return p.propose(x, input)
+	case "QUERY":
+		if ep.GetPath() == "/proposals/{proposal_id}" {
+			return p.proposal(x, str(params, "proposal_id"))
+		}
 	case "QUOTE":
 		return p.quote(x, params)
 	case "SUSPEND":
@@ -126,7 +130,14 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 	case "/tools", "/apis":
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, []any{})
 	case "/patterns":
-		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": p.RCNS != nil, "patterns": []any{}})
+		if p.RCNS == nil {
+			return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": false, "patterns": []any{}})
+		}
+		r, err := p.RCNS.ListPatterns(x.ctx, &rcnsv1.ListPatternsRequest{})
+		if err != nil {
+			return p.dependencyFailure(x, "rcnssvc", err)
+		}
+		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, r.GetBodyJson())
 	case "/contracts":
 		if p.RCNS == nil {
 			return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, []any{})
@@ -248,7 +259,7 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 		if p.RCNS == nil {
 			return x.fail(agtp.StatusNotFound, "contract-not-found", "this server has no synthesized contracts", nil)
 		}
-		r, err := p.RCNS.GetContract(x.ctx, &rcnsv1.GetContractRequest{SynthesisId: str(params, "synthesis_id"), Caller: p.rcnsCaller(x)})
+		r, err := p.RCNS.GetContract(x.ctx, &rcnsv1.GetContractRequest{SynthesisId: str(params, "synthesis_id"), Caller: p.rcnsCaller(x), Inspect: true})
 		if err != nil {
 			return p.dependencyFailure(x, "rcnssvc", err)
 		}

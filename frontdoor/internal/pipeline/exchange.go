@@ -53,6 +53,8 @@ type exchange struct {
 	synthesisID       string
 	contractHash      string
 	negotiationOrigin string
+	// priors are the Attribution-Record's prior_actions (bindings.go).
+	priors priorList
 
 	// rejection is the reason token of an error response, for metrics.
 	rejection string

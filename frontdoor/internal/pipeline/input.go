@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
+	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	"github.com/agtpsuite/agtp/services/idempotency"
@@ -24,6 +26,19 @@ var envelopeMembers = map[string]bool{"method": true, "task_id": true, "session_
 // The body's parameters are its "parameters" member when the body is a
 // core §5.7 envelope, and otherwise the body object itself.
 func (p *Pipeline) input(x *exchange) ([]byte, *agtp.Response) {
+	in, resp := p.buildInput(x, x.state.Endpoints[x.decision.Endpoint.Index], x.decision.Params())
+	if resp != nil {
+		return nil, resp
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
+	}
+	return b, nil
+}
+
+// buildInput merges and validates the input of a request for ep.
+func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route.Param) (map[string]any, *agtp.Response) {
 	query, err := url.ParseQuery(x.req.RawQuery)
 	if err != nil {
 		return nil, x.fail(agtp.StatusBadRequest, "invalid-query", "the query string is not valid percent-encoded form data: "+err.Error(), nil)
@@ -38,16 +53,11 @@ func (p *Pipeline) input(x *exchange) ([]byte, *agtp.Response) {
 			return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
 		}
 	}
-	ep := x.state.Endpoints[x.decision.Endpoint.Index]
-	in, report := ep.BuildInput(x.decision.Params(), query, body)
+	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
 		return nil, x.fail(agtp.StatusUnprocessable, "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
 	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
-	}
-	return b, nil
+	return in, nil
 }
 
 // validateOutput checks a handler's result against the endpoint's output

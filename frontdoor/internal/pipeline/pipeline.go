@@ -54,6 +54,9 @@ type Deps struct {
 	Identity identityv1.IdentityServiceClient
 	RCNS     rcnsv1.RcnsServiceClient
 	Handlers *handler.Registry
+	// Bindings run external_service and composition endpoints and
+	// carried framework payloads; nil answers them 501.
+	Bindings *Bindings
 	Log      *slog.Logger
 	Tracer   trace.Tracer
 	Meter    metric.Meter

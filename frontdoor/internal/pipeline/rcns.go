@@ -12,7 +12,7 @@ func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {
 	return &rcnsv1.Caller{
 		AgentId:   x.agentID,
 		SessionId: x.req.Header.Get(agtp.HeaderSessionID),
-		Scopes:    x.caller.GetScopes(),
+		Scopes:    p.effectiveScopes(x),
 		TrustTier: x.caller.GetTrustTier(),
 	}
 }
@@ -49,6 +49,11 @@ func (p *Pipeline) propose(x *exchange, input []byte) *agtp.Response {
 	if err != nil {
 		return p.dependencyFailure(x, "rcnssvc", err)
 	}
+	return p.proposeAnswer(x, r)
+}
+
+// proposeAnswer turns an evaluation into the response rcnssvc built.
+func (p *Pipeline) proposeAnswer(x *exchange, r *rcnsv1.ProposeResponse) *agtp.Response {
 	status := int(r.GetStatus())
 	if status == 0 {
 		status = agtp.StatusProposalRejected
@@ -63,15 +68,24 @@ func (p *Pipeline) propose(x *exchange, input []byte) *agtp.Response {
 	return resp
 }
 
+// proposal polls an evaluation that answered 261.
+func (p *Pipeline) proposal(x *exchange, id string) *agtp.Response {
+	if p.RCNS == nil {
+		return x.fail(agtp.StatusNotFound, "proposal-not-found", "this server does not evaluate proposals", nil)
+	}
+	r, err := p.RCNS.GetProposal(x.ctx, &rcnsv1.GetProposalRequest{ProposalId: id, AgentId: x.agentID})
+	if err != nil {
+		return p.dependencyFailure(x, "rcnssvc", err)
+	}
+	return p.proposeAnswer(x, r.GetResult())
+}
+
 // rcnsGate handles an unregistered (method, path) from a caller that sent
 // Allow-RCNS: true (AGTP-API §10.1).
 func (p *Pipeline) rcnsGate(x *exchange) *agtp.Response {
 	if p.RCNS == nil {
 		resp := x.fail(agtp.StatusRCNSNoContract, "rcns-disabled", "this server does not run runtime contract negotiation", nil)
 		resp.Header.Set(agtp.HeaderRCNSAttemptID, newResponseID())
-		return resp
-	}
-	if resp := p.identify(x, false); resp != nil {
 		return resp
 	}
 	r, err := p.RCNS.Gate(x.ctx, &rcnsv1.GateRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path})
@@ -86,12 +100,17 @@ func (p *Pipeline) rcnsGate(x *exchange) *agtp.Response {
 		return jsonResponse(x, agtp.StatusRCNSContractAvailable, agtp.MediaTypeJSON, preview)
 	case rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC:
 		c := r.GetContract()
-		x.synthesisID, x.contractHash, x.negotiationOrigin = c.GetSynthesisId(), c.GetContractHash(), "rcns-gate"
-		return x.fail(agtp.StatusNotImplemented, "contract-execution-unsupported", "optimistic execution of synthesized contracts is not available on this front door yet", nil)
+		resp := p.runContract(x, c)
+		x.negotiationOrigin = "rcns-gate"
+		return resp
 	case rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED:
 		return x.fail(agtp.StatusRateLimited, r.GetReason(), r.GetExplanation(), map[string]any{"scope": "rcns", "retry_after_seconds": r.GetRetryAfterSeconds()})
 	}
-	resp := x.fail(int(r.GetStatus()), r.GetReason(), r.GetExplanation(), nil)
+	var extra map[string]any
+	if r.GetScope() != "" {
+		extra = map[string]any{"scope": r.GetScope()}
+	}
+	resp := x.fail(int(r.GetStatus()), r.GetReason(), r.GetExplanation(), extra)
 	if r.GetAttemptId() != "" {
 		resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 )
 
@@ -35,8 +36,10 @@ func (p *Pipeline) run(x *exchange) *agtp.Response {
 	// Structure: 459, 460, 405, 404 or a match, from the local snapshot.
 	x.state.Table.DecideInto(&x.decision, x.req.Method, x.req.Path)
 	if x.decision.Outcome != route.Matched {
-		if x.decision.Outcome == route.NotFound && strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true") {
-			return p.rcnsGate(x)
+		if p.contractEligible(x) {
+			if resp := p.contractRoute(x); resp != nil {
+				return resp
+			}
 		}
 		return p.structuralFailure(x)
 	}
@@ -57,7 +60,7 @@ func (p *Pipeline) run(x *exchange) *agtp.Response {
 
 	// Policy: one round trip for scopes, rate limits, idempotency and
 	// credentials.
-	if resp := p.authorize(x, input); resp != nil {
+	if resp := p.authorize(x, ep, x.decision.Method, input); resp != nil {
 		return resp
 	}
 	if x.replayed {
@@ -146,12 +149,11 @@ func isAgentID(s string) bool {
 }
 
 // authorize asks policysvc for the decision.
-func (p *Pipeline) authorize(x *exchange, input []byte) *agtp.Response {
-	ep := x.decision.Endpoint.Proto
+func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string, input []byte) *agtp.Response {
 	in := &policyv1.AuthorizeRequest{
 		AgentId:                x.agentID,
 		AgentScopes:            x.caller.GetScopes(),
-		Method:                 x.decision.Method,
+		Method:                 method,
 		PathTemplate:           ep.GetPath(),
 		RequiredScopes:         ep.GetRequiredScopes(),
 		EndpointIdempotent:     ep.GetIsIdempotent(),
@@ -162,7 +164,7 @@ func (p *Pipeline) authorize(x *exchange, input []byte) *agtp.Response {
 	in.AuthorityScope, in.AuthorityScopePresent = x.req.Header.Lookup(agtp.HeaderAuthorityScope)
 	if key, ok := x.req.Header.Lookup(agtp.HeaderIdempotencyKey); ok && x.agentID != "" {
 		in.IdempotencyKey = key
-		in.RequestFingerprint = fingerprint(x.decision.Method, x.req.Path, input)
+		in.RequestFingerprint = fingerprint(method, x.req.Path, input)
 	}
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
 	out, err := p.Policy.Authorize(x.ctx, in)
@@ -209,6 +211,13 @@ func (p *Pipeline) replay(x *exchange) *agtp.Response {
 // dispatch runs the endpoint's handler.
 func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
 	ep := x.decision.Endpoint.Proto
+	// EXECUTE dispatches on a carried framework payload first (core §8.2;
+	// bindings.go).
+	if x.decision.Method == agtp.MethodExecute {
+		if resp, done := p.dispatchCarried(x, input); done {
+			return resp
+		}
+	}
 	switch ep.GetHandlerKind() {
 	case kindRegisteredFunction, "":
 		if strings.HasPrefix(ep.GetHandlerName(), builtinPrefix) {
@@ -219,7 +228,11 @@ func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
 			p.Log.ErrorContext(x.ctx, "endpoint bound to an unregistered function", "handler", ep.GetHandlerName(), "method", ep.GetMethod(), "path", ep.GetPath())
 			return x.fail(agtp.StatusServerError, "handler-unbound", "this endpoint's handler is not available on this front door", nil)
 		}
-		return p.callFunction(x, f, input)
+		return p.callFunction(x, p.bindFunc(x, f), input)
+	case kindExternalService:
+		return p.callExternal(x, input)
+	case kindComposition:
+		return p.callComposition(x, input)
 	}
 	return x.fail(agtp.StatusNotImplemented, "handler-kind-unsupported",
 		"this front door cannot run "+ep.GetHandlerKind()+" handlers yet", nil)
@@ -227,38 +240,14 @@ func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
 
 func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp.Response {
 	ep := x.decision.Endpoint.Proto
-	call := &handler.Call{
-		Method:       x.decision.Method,
-		Path:         x.req.Path,
-		PathTemplate: ep.GetPath(),
-		Input:        input,
-		PathParams:   pathParams(&x.decision),
-		Caller: handler.Caller{
-			AgentID:           x.agentID,
-			Owner:             x.caller.GetOwner(),
-			Scopes:            x.authz.GetEffectiveScopes(),
-			ActingPrincipalID: x.authz.GetActingPrincipalId(),
-		},
-		SessionID:   x.req.Header.Get(agtp.HeaderSessionID),
-		TaskID:      x.req.Header.Get(agtp.HeaderTaskID),
-		RequestID:   x.req.Header.Get(agtp.HeaderRequestID),
-		ContentType: x.req.Header.Get(agtp.HeaderContentType),
-	}
+	call := p.handlerCall(x, x.decision.Method, x.req.Path, ep.GetPath(), input, pathParams(&x.decision))
 	started := time.Now()
 	res, err := safeCall(x, f, call)
 	p.costs.observe(x.decision.Method, ep.GetPath(), time.Since(started))
 	if err != nil {
 		var he *handler.Error
 		if errors.As(err, &he) {
-			status := he.Status
-			if status == 0 {
-				status = agtp.StatusUnprocessable
-			}
-			extra := map[string]any{"error": he.Name}
-			for k, v := range he.Details {
-				extra[k] = v
-			}
-			return x.fail(status, he.Name, he.Message, extra)
+			return namedError(x, he)
 		}
 		if x.ctx.Err() != nil {
 			return x.fail(agtp.StatusUnavailable, "handler-timeout", "the handler did not finish within the request deadline", nil)
@@ -274,6 +263,43 @@ func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp
 		status = agtp.StatusOK
 	}
 	return envelope(x, status, res.Output)
+}
+
+// namedError answers a handler's declared error: 422 unless the handler
+// says otherwise, with the error's name as the reason and as "error"; the
+// handler's Details are members of the body (the bindings put theirs
+// under "details", as digest-api §6 suggests).
+func namedError(x *exchange, he *handler.Error) *agtp.Response {
+	status := he.Status
+	if status == 0 {
+		status = agtp.StatusUnprocessable
+	}
+	extra := map[string]any{"error": he.Name}
+	for k, v := range he.Details {
+		extra[k] = v
+	}
+	return x.fail(status, he.Name, he.Message, extra)
+}
+
+// handlerCall describes one handler invocation for the request's caller.
+func (p *Pipeline) handlerCall(x *exchange, method, path, template string, input []byte, params map[string]string) *handler.Call {
+	return &handler.Call{
+		Method:       method,
+		Path:         path,
+		PathTemplate: template,
+		Input:        input,
+		PathParams:   params,
+		Caller: handler.Caller{
+			AgentID:           x.agentID,
+			Owner:             x.caller.GetOwner(),
+			Scopes:            p.effectiveScopes(x),
+			ActingPrincipalID: x.authz.GetActingPrincipalId(),
+		},
+		SessionID:   x.req.Header.Get(agtp.HeaderSessionID),
+		TaskID:      x.req.Header.Get(agtp.HeaderTaskID),
+		RequestID:   x.req.Header.Get(agtp.HeaderRequestID),
+		ContentType: x.req.Header.Get(agtp.HeaderContentType),
+	}
 }
 
 // safeCall recovers a handler panic into an error, so one handler cannot

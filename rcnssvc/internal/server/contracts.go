@@ -141,18 +141,16 @@ func (s *Server) resolvePair(ctx context.Context, req *rcnsv1.GetContractRequest
 	if len(cands) == 0 {
 		return notFound, nil
 	}
+	// Newest first; usually the first candidate is the answer, so they are
+	// read one at a time rather than all at once.
 	sort.Slice(cands, func(i, j int) bool { return cands[i].issued > cands[j].issued })
-	ids := make([]string, len(cands))
-	for i, x := range cands {
-		ids[i] = x.id
-	}
-	cts, err := s.loadMany(ctx, ids)
-	if err != nil {
-		return nil, grpcerr.Internal(err)
-	}
-	now := s.now().UnixMilli()
-	for _, ct := range cts { // loadMany keeps the order
-		if ct.rec.AgentID == c.GetAgentId() && ct.effective(now) == stateActive {
+	for _, x := range cands {
+		ct, err := s.load(ctx, x.id)
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		now := s.now().UnixMilli()
+		if ct != nil && ct.rec.AgentID == c.GetAgentId() && ct.effective(now) == stateActive {
 			return &rcnsv1.GetContractResponse{Contract: ct.proto(now)}, nil
 		}
 	}

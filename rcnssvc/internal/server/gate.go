@@ -112,7 +112,43 @@ func (s *Server) Gate(ctx context.Context, req *rcnsv1.GateRequest) (*rcnsv1.Gat
 		return authz(agtp.ReasonScopeRequired, "the composition needs "+strings.Join(missing, ", ")+", which Authority-Scope does not grant (AGTP-API §10.7)", missing[0])
 	}
 
+	// A repeated request gets its earlier contract back without a new
+	// instantiation; create deduplicates atomically for concurrent ones.
+	if old, err := s.existingGateContract(ctx, a.AgentID, method, instPath); err != nil {
+		return nil, err
+	} else if old != nil {
+		return old, nil
+	}
 	return s.synthesize(ctx, a, pat, instPath, needed, noContract)
+}
+
+// existingGateContract answers with a live gate contract of the agent for
+// the pair: the same preview (461) while pending, an active one to run.
+func (s *Server) existingGateContract(ctx context.Context, agentID, method, path string) (*rcnsv1.GateResponse, error) {
+	idx, err := s.agentIndex(ctx, agentID)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	for id, sm := range idx {
+		if sm.Origin != originGate || sm.Method != method || sm.Path != path {
+			continue
+		}
+		ct, err := s.load(ctx, id)
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		if ct == nil || ct.rec.AgentID != agentID {
+			continue
+		}
+		now := s.now().UnixMilli()
+		switch ct.effective(now) {
+		case statePending:
+			return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST, agtp.StatusRCNSContractAvailable, ct, now), nil
+		case stateActive:
+			return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, ct, now), nil
+		}
+	}
+	return nil, nil
 }
 
 // synthesize instantiates a gate contract: a 461 preview in confirm-first

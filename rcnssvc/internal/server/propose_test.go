@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -190,6 +191,10 @@ func TestProposeComposableIs263WithBothShapes(t *testing.T) {
 	}
 	if !slices.Contains(toStrings(epm["required_scopes"]), "orders:read") {
 		t.Errorf("the composite does not require its steps' scopes: %v", epm["required_scopes"])
+	}
+	// The front door compiles the contract's endpoint like any snapshot endpoint.
+	if ep, err := endpoint.FromJSON(resp.GetContract().GetEndpointJson()); err != nil || ep.Def.Handler.Recipe != "order-summary" {
+		t.Errorf("endpoint.FromJSON(endpoint_json): %v", err)
 	}
 	inst, _ := b["instantiated_endpoint"].(map[string]any)
 	if inst["proposed"] != true || inst["expires"] != "session" || inst["input"] == nil || inst["output"] == nil || inst["semantic"] == nil {
@@ -635,4 +640,33 @@ func mustJSON(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// The registered capability surface is the catalog's current snapshot:
+// when a composed step leaves the catalog, its composition is refused, and
+// the synthesis_enabled switch follows the manifest.
+func TestCatalogChangesAreFollowed(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	snap := demoSnapshot(t, defaultPolicies(), nil)
+	snap.Revision = 2
+	var kept []*catalogv1.Endpoint
+	for _, ep := range snap.GetEndpoints() {
+		if !(ep.GetMethod() == "QUERY" && ep.GetPath() == "/orders/{order_id}") {
+			kept = append(kept, ep)
+		}
+	}
+	snap.Endpoints = kept
+	e.catalog.setSnapshot(snap)
+	testkit.WaitFor(t, 5*time.Second, "snapshot 2", func() bool { return e.srv.cat.Load().snap.GetRevision() == 2 })
+	resp, b := e.propose(reader(), orderSummary(), "")
+	if resp.GetStatus() != 463 || b["reason"] != "composition-impossible" || !strings.Contains(fmt.Sprint(b["explanation"]), "QUERY /orders/{order_id}") {
+		t.Fatalf("got %d %v", resp.GetStatus(), b)
+	}
+	snap3 := demoSnapshot(t, &catalogv1.ManifestPolicies{SynthesisEnabled: false}, nil)
+	snap3.Revision = 3
+	e.catalog.setSnapshot(snap3)
+	testkit.WaitFor(t, 5*time.Second, "snapshot 3", func() bool { return e.srv.cat.Load().snap.GetRevision() == 3 })
+	if resp, b := e.propose(reader(), orderSummary(), ""); resp.GetStatus() != 463 || b["reason"] != "synthesis-disabled" {
+		t.Fatalf("got %d %v", resp.GetStatus(), b)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/catalogsvc/watch"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -157,39 +158,14 @@ func (s *Server) reloadPatterns(context.Context) {
 	s.log.Info("patterns reloaded", "file", s.opts.PatternsFile, "patterns", len(ps))
 }
 
-// watchCatalog follows WatchSnapshot, reconnecting with backoff.
+// watchCatalog follows WatchSnapshot until ctx is done.
 func (s *Server) watchCatalog(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for {
-		known := uint64(0)
+	watch.Follow(ctx, s.catalog, s.log, func() uint64 {
 		if cur := s.cat.Load(); cur != nil {
-			known = cur.snap.GetRevision()
+			return cur.snap.GetRevision()
 		}
-		stream, err := s.catalog.WatchSnapshot(ctx, &catalogv1.WatchSnapshotRequest{KnownRevision: known})
-		if err == nil {
-			for {
-				msg, rerr := stream.Recv()
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				backoff = 100 * time.Millisecond
-				if serr := s.setSnapshot(msg.GetSnapshot()); serr != nil {
-					s.log.Error("catalog snapshot refused; previous one keeps serving", "error", serr)
-				}
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("catalog watch interrupted; reconnecting", "error", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+		return 0
+	}, s.setSnapshot)
 }
 
 // catalogState is one catalog snapshot, ready for synthesis decisions.

@@ -145,7 +145,7 @@ return {1}
 
 // transitionScript moves a contract between states when it is in one of
 // the allowed ones. Returns {1, previous} on a change, {0, current}
-// otherwise ({0, ''} when the contract does not exist).
+// otherwise ({0, ”} when the contract does not exist).
 var transitionScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'state')
 if not st then return {0, ''} end

@@ -895,7 +895,8 @@ func (x *GetContractRequest) GetInspect() bool {
 // GetContractResponse returns the contract or why it cannot be used.
 type GetContractResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Set whenever the contract exists, even when it cannot be used.
+	// Set when the contract exists and is the caller's (or inspect is set),
+	// even when it cannot be used; never for contract-not-yours.
 	Contract *Contract `protobuf:"bytes,1,opt,name=contract,proto3" json:"contract,omitempty"`
 	// 0 when usable; otherwise 404 or 464.
 	Status int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`

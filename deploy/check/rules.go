@@ -1,0 +1,355 @@
+package check
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Services are the suite's services; each must have a Deployment, a
+// Service, a HorizontalPodAutoscaler and a PodDisruptionBudget.
+var Services = []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"}
+
+// ExternalSecrets are the Secrets the manifests mount but do not contain:
+// the operator creates them (deploy/k8s/README.md), deploy/devsecrets makes
+// development ones, and the cert-manager component issues the certificate
+// ones. Any other referenced Secret must be in the build.
+var ExternalSecrets = []string{
+	"agtp-signing-key", "agtp-redis", "agtp-frontdoor-public-tls",
+	"agtp-frontdoor-tls", "agtp-catalogsvc-tls", "agtp-policysvc-tls",
+	"agtp-rcnssvc-tls", "agtp-identitysvc-tls", "agtp-auditsvc-tls",
+}
+
+// pod is a workload's pod template with where it came from.
+type pod struct {
+	owner    string
+	kind     string
+	name     string
+	labels   map[string]string
+	spec     *corev1.PodSpec
+	longRun  bool // Deployment or StatefulSet: needs probes
+	replicas int32
+}
+
+// Rules checks the suite's own rules across the objects of one build (all
+// already passed Validate). It returns every violation.
+func Rules(objs []*Object) []error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	byKind := map[string][]*Object{}
+	for _, o := range objs {
+		byKind[o.GVK.Kind] = append(byKind[o.GVK.Kind], o)
+	}
+	has := func(kind, name string) bool {
+		return slices.ContainsFunc(byKind[kind], func(o *Object) bool { return o.Name == name })
+	}
+
+	var pods []pod
+	for _, o := range objs {
+		switch x := o.External.(type) {
+		case *appsv1.Deployment:
+			pods = append(pods, pod{o.String(), "Deployment", x.Name, x.Spec.Template.Labels, &x.Spec.Template.Spec, true, deref(x.Spec.Replicas)})
+		case *appsv1.StatefulSet:
+			pods = append(pods, pod{o.String(), "StatefulSet", x.Name, x.Spec.Template.Labels, &x.Spec.Template.Spec, true, deref(x.Spec.Replicas)})
+		case *batchv1.Job:
+			pods = append(pods, pod{o.String(), "Job", x.Name, x.Spec.Template.Labels, &x.Spec.Template.Spec, false, 1})
+		}
+	}
+
+	// Secrets a cert-manager Certificate in the build will create.
+	issued := map[string]bool{}
+	for _, o := range byKind["Certificate"] {
+		var c Certificate
+		if err := json.Unmarshal(o.JSON, &c); err == nil {
+			issued[c.Spec.SecretName] = true
+		}
+	}
+
+	for _, p := range pods {
+		checkPod(p, fail)
+		// References resolve.
+		for _, v := range p.spec.Volumes {
+			if v.ConfigMap != nil && !has("ConfigMap", v.ConfigMap.Name) {
+				fail("%s: volume %s: ConfigMap %s is not in the build", p.owner, v.Name, v.ConfigMap.Name)
+			}
+			if v.Secret != nil {
+				checkSecret(p.owner, v.Secret.SecretName, has, issued, fail)
+			}
+		}
+		for _, c := range allContainers(p.spec) {
+			for _, ef := range c.EnvFrom {
+				if ef.ConfigMapRef != nil && !has("ConfigMap", ef.ConfigMapRef.Name) {
+					fail("%s: container %s: envFrom ConfigMap %s is not in the build", p.owner, c.Name, ef.ConfigMapRef.Name)
+				}
+				if ef.SecretRef != nil {
+					checkSecret(p.owner, ef.SecretRef.Name, has, issued, fail)
+				}
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					continue
+				}
+				if r := e.ValueFrom.ConfigMapKeyRef; r != nil && !has("ConfigMap", r.Name) {
+					fail("%s: env %s: ConfigMap %s is not in the build", p.owner, e.Name, r.Name)
+				}
+				if r := e.ValueFrom.SecretKeyRef; r != nil {
+					checkSecret(p.owner, r.Name, has, issued, fail)
+				}
+			}
+		}
+	}
+
+	// Services: selectors match pods, named target ports exist, only the
+	// front door is public.
+	for _, o := range byKind["Service"] {
+		svc := o.External.(*corev1.Service)
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort {
+			if svc.Name != "frontdoor" {
+				fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
+			}
+		}
+		matched := matchPods(pods, svc.Spec.Selector)
+		if len(matched) == 0 {
+			fail("%s: selector %v matches no workload", o, svc.Spec.Selector)
+			continue
+		}
+		for _, sp := range svc.Spec.Ports {
+			if sp.TargetPort.StrVal == "" {
+				continue
+			}
+			for _, p := range matched {
+				if !hasPort(p.spec, sp.TargetPort.StrVal, sp.Protocol) {
+					fail("%s: port %s targets %s/%s, which %s does not declare", o, sp.Name, sp.TargetPort.StrVal, sp.Protocol, p.owner)
+				}
+			}
+		}
+	}
+
+	// HPAs scale Deployments that exist; PDBs cover exactly one workload.
+	for _, o := range byKind["HorizontalPodAutoscaler"] {
+		h := o.External.(*autoscalingv2.HorizontalPodAutoscaler)
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || !has("Deployment", h.Spec.ScaleTargetRef.Name) {
+			fail("%s: scales %s %s, which is not in the build", o, h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name)
+		}
+		if len(h.Spec.Metrics) == 0 {
+			fail("%s: no metrics", o)
+		}
+	}
+	for _, o := range byKind["PodDisruptionBudget"] {
+		pdb := o.External.(*policyv1.PodDisruptionBudget)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			fail("%s: %v", o, err)
+			continue
+		}
+		n := 0
+		for _, p := range pods {
+			if p.longRun && sel.Matches(labels.Set(p.labels)) {
+				n++
+			}
+		}
+		if n != 1 {
+			fail("%s: selector matches %d workloads, want 1", o, n)
+		}
+	}
+
+	// Every service has its four objects; the probes are the health ones.
+	for _, name := range Services {
+		for _, kind := range []string{"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"} {
+			if !has(kind, name) {
+				fail("service %s has no %s", name, kind)
+			}
+		}
+		for _, p := range pods {
+			if p.kind == "Deployment" && p.name == name {
+				checkHealthProbes(p, fail)
+			}
+		}
+	}
+
+	// NetworkPolicies: everything is denied by default, and every pod that
+	// a Service fronts is selected by a policy that admits something.
+	var defaultDeny bool
+	var admitting []labels.Selector
+	for _, o := range byKind["NetworkPolicy"] {
+		np := o.External.(*networkingv1.NetworkPolicy)
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			fail("%s: %v", o, err)
+			continue
+		}
+		if sel.Empty() && len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 &&
+			slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			defaultDeny = true
+		}
+		if len(np.Spec.Ingress) > 0 {
+			admitting = append(admitting, sel)
+		}
+	}
+	if !defaultDeny {
+		fail("no default-deny NetworkPolicy (empty podSelector, Ingress and Egress, no rules)")
+	}
+	for _, o := range byKind["Service"] {
+		svc := o.External.(*corev1.Service)
+		for _, p := range matchPods(pods, svc.Spec.Selector) {
+			if !slices.ContainsFunc(admitting, func(s labels.Selector) bool { return s.Matches(labels.Set(p.labels)) }) {
+				fail("%s: its pods (%s) are selected by no NetworkPolicy that admits traffic", o, p.owner)
+			}
+		}
+	}
+	return errs
+}
+
+func checkSecret(owner, name string, has func(kind, name string) bool, issued map[string]bool, fail func(string, ...any)) {
+	if !has("Secret", name) && !issued[name] && !slices.Contains(ExternalSecrets, name) {
+		fail("%s: Secret %s is neither in the build, nor issued by a Certificate, nor one of check.ExternalSecrets", owner, name)
+	}
+}
+
+func checkPod(p pod, fail func(string, ...any)) {
+	ps := p.spec
+	podNonRoot := ps.SecurityContext != nil && ps.SecurityContext.RunAsNonRoot != nil && *ps.SecurityContext.RunAsNonRoot
+	podSeccomp := ps.SecurityContext != nil && ps.SecurityContext.SeccompProfile != nil && ps.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault
+	for _, c := range allContainers(ps) {
+		where := fmt.Sprintf("%s: container %s", p.owner, c.Name)
+		img := c.Image
+		if i := strings.LastIndex(img, "/"); i >= 0 {
+			img = img[i+1:]
+		}
+		if !strings.Contains(img, ":") && !strings.Contains(c.Image, "@") || strings.HasSuffix(c.Image, ":latest") {
+			fail("%s: image %q has no version (tag or digest)", where, c.Image)
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+			fail("%s: needs cpu and memory requests", where)
+		}
+		if c.Resources.Limits.Memory().IsZero() {
+			fail("%s: needs a memory limit", where)
+		}
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			fail("%s: needs a securityContext", where)
+		default:
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				fail("%s: allowPrivilegeEscalation must be false", where)
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				fail("%s: readOnlyRootFilesystem must be true", where)
+			}
+			if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				fail("%s: must drop ALL capabilities", where)
+			}
+			if !podNonRoot && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
+				fail("%s: must run as non-root", where)
+			}
+			if !podSeccomp && (sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault) {
+				fail("%s: needs the RuntimeDefault seccomp profile", where)
+			}
+		}
+		if p.longRun {
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				fail("%s: needs readiness and liveness probes", where)
+			}
+		}
+		for _, pr := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+			if pr == nil {
+				continue
+			}
+			if g := pr.HTTPGet; g != nil && g.Port.StrVal != "" && !hasPortIn(c, g.Port.StrVal, corev1.ProtocolTCP) {
+				fail("%s: probe port %s is not a container port", where, g.Port.StrVal)
+			}
+		}
+	}
+}
+
+// checkHealthProbes pins how each service reports health: internal
+// services probe their gRPC health over mTLS with the binary's healthcheck
+// command; the front door's HTTPS side answers /readyz and /healthz.
+func checkHealthProbes(p pod, fail func(string, ...any)) {
+	c := p.spec.Containers[0]
+	if p.name == "frontdoor" {
+		r, l := c.ReadinessProbe, c.LivenessProbe
+		if r == nil || r.HTTPGet == nil || r.HTTPGet.Path != "/readyz" || r.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			fail("%s: readiness must be GET /readyz over HTTPS", p.owner)
+		}
+		if l == nil || l.HTTPGet == nil || l.HTTPGet.Path != "/healthz" || l.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			fail("%s: liveness must be GET /healthz over HTTPS", p.owner)
+		}
+		return
+	}
+	isCheck := func(pr *corev1.Probe, live bool) bool {
+		if pr == nil || pr.Exec == nil || len(pr.Exec.Command) < 2 || pr.Exec.Command[1] != "healthcheck" {
+			return false
+		}
+		return slices.Contains(pr.Exec.Command, "-liveness") == live
+	}
+	if !isCheck(c.ReadinessProbe, false) {
+		fail("%s: readiness must be the exec probe `<binary> healthcheck` (gRPC health over mTLS)", p.owner)
+	}
+	if !isCheck(c.LivenessProbe, true) {
+		fail("%s: liveness must be the exec probe `<binary> healthcheck -liveness`", p.owner)
+	}
+	grpcPort := ""
+	for _, e := range c.Env {
+		if e.Name == "GRPC_ADDR" {
+			_, grpcPort, _ = strings.Cut(e.Value, ":")
+		}
+	}
+	if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+		return cp.Name == "grpc" && fmt.Sprint(cp.ContainerPort) == grpcPort
+	}) {
+		fail("%s: GRPC_ADDR port %q is not the container port named grpc", p.owner, grpcPort)
+	}
+}
+
+func allContainers(ps *corev1.PodSpec) []corev1.Container {
+	return append(append([]corev1.Container{}, ps.InitContainers...), ps.Containers...)
+}
+
+func matchPods(pods []pod, selector map[string]string) []pod {
+	if len(selector) == 0 {
+		return nil
+	}
+	var out []pod
+	for _, p := range pods {
+		if p.longRun && labels.SelectorFromSet(selector).Matches(labels.Set(p.labels)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasPort(ps *corev1.PodSpec, name string, proto corev1.Protocol) bool {
+	return slices.ContainsFunc(ps.Containers, func(c corev1.Container) bool { return hasPortIn(c, name, proto) })
+}
+
+func hasPortIn(c corev1.Container, name string, proto corev1.Protocol) bool {
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		pp := p.Protocol
+		if pp == "" {
+			pp = corev1.ProtocolTCP
+		}
+		return p.Name == name && pp == proto
+	})
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+)
+
+// contractEligible says whether an unmatched request may be served by a
+// synthesized contract: the path is unknown (404) or known only under
+// other methods (405 from the registry, not from method policy, which a
+// contract cannot override).
+func (p *Pipeline) contractEligible(x *exchange) bool {
+	if p.RCNS == nil {
+		return false
+	}
+	switch x.decision.Outcome {
+	case route.NotFound:
+		return true
+	case route.MethodNotAllowed:
+		return x.decision.Reason == route.ReasonMethodNotAllowed
+	}
+	return false
+}
+
+// contractRoute serves an unregistered (method, path) through RCNS
+// (AGTP-API §10.1): a contract presented with Contract-Synthesized, the
+// caller's active contract for the pair, or the four-lock gate when the
+// caller sent Allow-RCNS: true. nil means no contract applies and the
+// structural answer stands.
+func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
+	presented, hasPresented := x.req.Header.Lookup(agtp.HeaderContractSynthesized)
+	allow := strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true")
+	_, hasAgent := x.req.Header.Lookup(agtp.HeaderAgentID)
+	if !hasPresented && !allow && !hasAgent {
+		return nil
+	}
+	if resp := p.identify(x, false); resp != nil {
+		return resp
+	}
+	in := &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path}
+	if hasPresented {
+		in = &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), SynthesisId: presented}
+	}
+	r, err := p.RCNS.GetContract(x.ctx, in)
+	if err != nil {
+		return p.dependencyFailure(x, "rcnssvc", err)
+	}
+	switch {
+	case r.GetStatus() == 0 && r.GetContract() != nil:
+		return p.runContract(x, r.GetContract())
+	case hasPresented:
+		extra := map[string]any{}
+		if r.GetStatus() == agtp.StatusRCNSNoContract {
+			extra["synthesis_id"] = presented
+		}
+		reason, explanation := r.GetReason(), r.GetExplanation()
+		if reason == "" {
+			reason = "contract-not-found"
+		}
+		if explanation == "" {
+			explanation = "no usable contract with that synthesis_id"
+		}
+		status := int(r.GetStatus())
+		if status == 0 {
+			status = agtp.StatusNotFound
+		}
+		resp := x.fail(status, reason, explanation, extra)
+		if r.GetAttemptId() != "" {
+			resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
+		}
+		return resp
+	case allow:
+		return p.rcnsGate(x)
+	}
+	return nil
+}
+
+// runContract serves a request with a synthesized contract: the contract's
+// endpoint definition validates the input and gates scopes and
+// idempotency like any endpoint, and its recipe runs each step through
+// this front door's handlers as the same caller.
+func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
+	x.synthesisID, x.contractHash, x.negotiationOrigin = c.GetSynthesisId(), c.GetContractHash(), c.GetNegotiationOrigin()
+	ep, err := endpoint.FromJSON(c.GetEndpointJson())
+	if err != nil {
+		p.Log.ErrorContext(x.ctx, "contract endpoint does not compile", "synthesis_id", c.GetSynthesisId(), "error", err)
+		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract's endpoint definition is unusable", nil)
+	}
+	var rc recipe.Recipe
+	if err := json.Unmarshal(c.GetRecipeJson(), &rc); err != nil || len(rc.Steps) == 0 {
+		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract has no runnable recipe", nil)
+	}
+	values, ok := recipe.MatchPath(c.GetPath(), x.req.Path)
+	if !ok {
+		return x.fail(agtp.StatusNotFound, "contract-path-mismatch", "the request path does not match the contract's path "+c.GetPath(), nil)
+	}
+	params := make([]route.Param, 0, len(values))
+	for k, v := range values {
+		params = append(params, route.Param{Name: k, Value: v})
+	}
+	input, resp := p.buildInput(x, ep, params)
+	if resp != nil {
+		return resp
+	}
+	b, _ := json.Marshal(input)
+	if resp := p.authorize(x, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_C), x.req.Method, b); resp != nil {
+		return resp
+	}
+	if x.replayed {
+		return p.replay(x)
+	}
+	if p.Bindings == nil || p.Bindings.Compositions == nil {
+		return x.fail(agtp.StatusNotImplemented, "handler-kind-unsupported", "this front door runs no composition handlers", nil)
+	}
+	// The recipe runs like any composition endpoint: each step a request
+	// of its own through the pipeline, recorded on the caller's chain and
+	// named in this record's prior_actions.
+	res, err := p.Bindings.Compositions.RunRecipe(x.ctx, &rc, p.handlerCall(x, x.req.Method, x.req.Path, c.GetPath(), b, values), &bindingInvoker{p: p, x: x})
+	if res != nil {
+		x.priors = append(x.priors, res.PriorActions...)
+	}
+	if err != nil {
+		var he *handler.Error
+		if errors.As(err, &he) {
+			return namedError(x, he)
+		}
+		p.Log.ErrorContext(x.ctx, "contract composition failed", "synthesis_id", c.GetSynthesisId(), "error", err)
+		return x.fail(agtp.StatusServerError, "synthesis-error", "the composition failed", nil)
+	}
+	out, err := decodeJSON(res.Output)
+	if err != nil {
+		return x.fail(agtp.StatusServerError, "output-invalid", "the composition produced an invalid result", nil)
+	}
+	if report := ep.ValidateOutput(out); report != nil {
+		p.Log.ErrorContext(x.ctx, "composition output does not match the contract's output schema", "violations", report.Error())
+		return x.fail(agtp.StatusServerError, "output-invalid", "the composition produced a result that does not match the contract's output schema", nil)
+	}
+	return envelope(x, agtp.StatusOK, res.Output)
+}
+
+// scopeHeld reports whether the request's effective scopes cover one.
+func (p *Pipeline) scopeHeld(x *exchange, scope string) bool {
+	held := make(agtp.ScopeSet, 0, len(p.effectiveScopes(x)))
+	for _, s := range p.effectiveScopes(x) {
+		held = append(held, agtp.Scope(s))
+	}
+	return held.Covers(agtp.Scope(scope))
+}
+
+// effectiveScopes are the Authority-Scope claim when one was sent (it has
+// been checked against the identity document), else the document's scopes.
+func (p *Pipeline) effectiveScopes(x *exchange) []string {
+	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
+		if set, err := agtp.ParseScopes(raw); err == nil {
+			out := make([]string, len(set))
+			for i, s := range set {
+				out[i] = string(s)
+			}
+			return out
+		}
+	}
+	return x.caller.GetScopes()
+}

@@ -1,0 +1,501 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+)
+
+func rcnsOn(mode string) func(*Options) {
+	return func(o *Options) {
+		o.RCNS.Enabled = true
+		o.RCNS.Mode = mode
+		o.RCNS.MinTrustTier = 2
+	}
+}
+
+// negotiator holds rcns:negotiate and the steps' scope.
+func negotiator(agent string) *rcnsv1.Caller {
+	return caller(agent, sessionA, 1, "rcns:negotiate", "orders:read")
+}
+
+func (e *env) attempt(id string) map[string]any {
+	e.t.Helper()
+	r, err := e.client.GetAttempt(context.Background(), &rcnsv1.GetAttemptRequest{AttemptId: id})
+	if err != nil {
+		e.t.Fatalf("GetAttempt %q: %v", id, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(r.GetAttemptJson(), &m); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// digest-api §9 assertion 90, core assertion 101: RCNS disabled is 464
+// rcns-disabled with an RCNS-Attempt-Id that INSPECT reads back.
+func TestGateWithRCNSDisabledIs464WithAttempt(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest")
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_NO_CONTRACT || r.GetStatus() != 464 || r.GetReason() != "rcns-disabled" || r.GetAttemptId() == "" {
+		t.Fatalf("got %v", r)
+	}
+	a := e.attempt(r.GetAttemptId())
+	locks, _ := a["locks"].(map[string]any)
+	if a["method"] != "SUMMARIZE" || a["path"] != "/order-digest" || a["agent_id"] != agentX || a["reason"] != "rcns-disabled" ||
+		locks["rcns_enabled"] != "closed" || locks["allow_rcns"] != "open" || locks["scope"] != "not-evaluated" || a["trust_tier"] != 1.0 {
+		t.Fatalf("attempt %v", a)
+	}
+}
+
+// digest-api §9 assertion 91.
+func TestGateWithoutNegotiateScopeIs262(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	r := e.gate(caller(agentX, sessionA, 1, "orders:read"), "SUMMARIZE", "/order-digest")
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_AUTHORIZATION_REQUIRED || r.GetStatus() != 262 || r.GetReason() != "scope-required" || r.GetScope() != "rcns:negotiate" {
+		t.Fatalf("got %v", r)
+	}
+	if a := e.attempt(r.GetAttemptId()); a["locks"].(map[string]any)["scope"] != "closed" {
+		t.Fatalf("attempt %v", a)
+	}
+}
+
+// digest-api §9 assertion 92 and §5.5 [CONTRA]: tier 1 is the most
+// trusted; a caller passes when its tier is at most min_trust_tier.
+func TestGateTrustTierRule(t *testing.T) {
+	for _, tc := range []struct {
+		min, tier int32
+		pass      bool
+	}{
+		{1, 1, true}, {1, 2, false}, {1, 3, false}, {2, 1, true}, {2, 2, true}, {2, 3, false}, {3, 3, true}, {3, 0, false},
+	} {
+		e := newEnv(t, envConfig{opts: func(o *Options) { rcnsOn(ModeConfirmFirst)(o); o.RCNS.MinTrustTier = tc.min }})
+		r := e.gate(caller(agentX, "", tc.tier, "rcns:negotiate", "orders:read"), "SUMMARIZE", "/order-digest")
+		if got := r.GetStatus() == 461; got != tc.pass {
+			t.Errorf("min %d tier %d: status %d %s", tc.min, tc.tier, r.GetStatus(), r.GetReason())
+		}
+		if !tc.pass && (r.GetStatus() != 464 || r.GetReason() != "trust-tier-insufficient" || r.GetAttemptId() == "") {
+			t.Errorf("min %d tier %d: %v", tc.min, tc.tier, r)
+		}
+	}
+}
+
+// digest-api §9 assertions 93-94: confirm-first previews with a 461; the
+// preview never resolves implicitly; presenting it accepts and runs it,
+// and the gate never answers 461 for it again.
+func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	r := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-17")
+	c := r.GetContract()
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST || r.GetStatus() != 461 || c == nil {
+		t.Fatalf("got %v", r)
+	}
+	if !validID(prefixSynthesis, c.GetSynthesisId()) || c.GetMethod() != "SUMMARIZE" || c.GetPath() != "/orders/{order_id}" ||
+		c.GetRecipeName() != "order-summary" || c.GetRecipeVersion() != "1" || !hex64.MatchString(c.GetContractHash()) ||
+		c.GetNegotiationOrigin() != "rcns-gate" || c.GetState() != statePending || len(c.GetEndpointJson()) == 0 || len(c.GetRecipeJson()) == 0 {
+		t.Fatalf("preview %v", c)
+	}
+	if time.Until(c.GetExpiresAt().AsTime()) < 50*time.Minute {
+		t.Errorf("expires_at %v", c.GetExpiresAt().AsTime())
+	}
+	if got := contractHash(c.GetEndpointJson(), c.GetRecipeName(), c.GetRecipeVersion()); got != c.GetContractHash() {
+		t.Errorf("contract_hash is not the hash of endpoint plus lineage")
+	}
+	// The same request again is the same preview (no second contract).
+	if r2 := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-18"); r2.GetStatus() != 461 || r2.GetContract().GetSynthesisId() != c.GetSynthesisId() {
+		t.Fatalf("repeat: %v", r2)
+	}
+	if got := e.resolve(negotiator(agentX), "SUMMARIZE", "/orders/o-17"); got.GetStatus() != 404 {
+		t.Fatalf("a pending preview resolved implicitly: %d", got.GetStatus())
+	}
+	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 0 {
+		t.Fatal("a preview was audited as accepted")
+	}
+	p := e.present(negotiator(agentX), c.GetSynthesisId())
+	if p.GetStatus() != 0 || p.GetContract().GetState() != stateActive {
+		t.Fatalf("presentation: %v", p)
+	}
+	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 1 {
+		t.Fatalf("acceptance not audited: %v", e.audit.of(agentX))
+	}
+	if r3 := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-17"); r3.GetStatus() == 461 || r3.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC {
+		t.Fatalf("after acceptance the gate answered %v", r3)
+	}
+	if got := e.resolve(negotiator(agentX), "SUMMARIZE", "/orders/o-17"); got.GetStatus() != 0 {
+		t.Fatalf("the accepted contract does not resolve: %d", got.GetStatus())
+	}
+	if p := e.present(negotiator(agentX), c.GetSynthesisId()); p.GetStatus() != 0 || e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 1 {
+		t.Fatalf("second presentation: %v", p)
+	}
+}
+
+// digest-api §9 assertions 95-97, core assertions 100-101, companions §5
+// item 21.
+func TestPresentingAContract(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	t.Run("another agent is 464 contract-not-yours", func(t *testing.T) {
+		r := e.present(negotiator(agentY), c.GetSynthesisId())
+		if r.GetStatus() != 464 || r.GetReason() != "contract-not-yours" || r.GetAttemptId() == "" || r.GetContract() != nil {
+			t.Fatalf("got %v", r)
+		}
+		if a := e.attempt(r.GetAttemptId()); a["kind"] != "presentation" || a["synthesis_id"] != c.GetSynthesisId() || a["agent_id"] != agentY {
+			t.Fatalf("attempt %v", a)
+		}
+	})
+	t.Run("unknown is 404", func(t *testing.T) {
+		for _, id := range []string{newID(prefixSynthesis), "garbage", "syn_{x}"} {
+			if r := e.present(negotiator(agentX), id); r.GetStatus() != 404 {
+				t.Fatalf("%s: got %v", id, r)
+			}
+		}
+	})
+	t.Run("revoked is 464 contract-revoked", func(t *testing.T) {
+		if _, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentY), SynthesisId: c.GetSynthesisId()}); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("revoke by another agent: %v", err)
+		}
+		rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId(), Reason: "done"})
+		if err != nil || rv.GetContract().GetState() != stateRevoked {
+			t.Fatalf("revoke: %v %v", rv, err)
+		}
+		r := e.present(negotiator(agentX), c.GetSynthesisId())
+		if r.GetStatus() != 464 || r.GetReason() != "contract-revoked" || r.GetAttemptId() == "" {
+			t.Fatalf("got %v", r)
+		}
+		if n := e.audit.count(agentX, eventRevoke, c.GetSynthesisId()); n != 1 {
+			t.Fatalf("rcns_revoke events: %d", n)
+		}
+		// Revoking again changes nothing and emits nothing.
+		if _, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId()}); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.audit.count(agentX, eventRevoke, c.GetSynthesisId()); n != 1 {
+			t.Fatalf("rcns_revoke events after a repeat: %d", n)
+		}
+		if in, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: c.GetSynthesisId(), Inspect: true, Caller: negotiator(agentY)}); err != nil ||
+			in.GetContract().GetState() != stateRevoked || in.GetContract().GetStateReason() != "done" {
+			t.Fatalf("INSPECT target=contract: %v %v", in, err)
+		}
+	})
+}
+
+// core §7.2.16.1: an operator holding inspect:all may revoke any contract.
+func TestRevokeByInspectAllOperator(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: caller(agentY, "", 1, "inspect:all"), SynthesisId: c.GetSynthesisId(), Actor: "ops@example"})
+	if err != nil || rv.GetContract().GetState() != stateRevoked {
+		t.Fatalf("%v %v", rv, err)
+	}
+	ev := e.audit.of(agentX)
+	if last := ev[len(ev)-1]; last.Type != eventRevoke || last.Claims["actor"] != "ops@example" {
+		t.Fatalf("event %v", last)
+	}
+}
+
+// core §7.2.12.1, assertion 99: SUSPEND synthesis_id releases the
+// caller's own contract (rcns_release); another agent gets 403.
+func TestReleaseContract(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	_, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: caller(agentY, "", 1, "inspect:all"), SynthesisId: c.GetSynthesisId(), Release: true})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("release by another agent: %v", err)
+	}
+	rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId(), Release: true})
+	if err != nil || rv.GetContract().GetState() != stateReleased {
+		t.Fatalf("%v %v", rv, err)
+	}
+	if e.audit.count(agentX, eventRelease, c.GetSynthesisId()) != 1 {
+		t.Fatalf("events %v", e.audit.of(agentX))
+	}
+	if r := e.present(negotiator(agentX), c.GetSynthesisId()); r.GetStatus() != 464 || r.GetReason() != "contract-revoked" {
+		t.Fatalf("got %v", r)
+	}
+	if _, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: newID(prefixSynthesis)}); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown: %v", err)
+	}
+}
+
+// digest-api §9 assertion 98: optimistic mode gives an active contract at
+// once, audited.
+func TestGateOptimisticIsActiveAtOnce(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest")
+	c := r.GetContract()
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC || c.GetState() != stateActive || c.GetPath() != "/order-digest" {
+		t.Fatalf("got %v", r)
+	}
+	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 1 {
+		t.Fatal("optimistic contract not audited")
+	}
+	if got := e.resolve(negotiator(agentX), "SUMMARIZE", "/order-digest"); got.GetStatus() != 0 {
+		t.Fatalf("does not resolve: %d", got.GetStatus())
+	}
+}
+
+// The gate refuses what cannot be composed, bounded by the data manifest
+// and the composed steps' scopes.
+func TestGateRefusals(t *testing.T) {
+	dm := map[string]any{"available_data": []any{map[string]any{"class": "documents"}}}
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	if r := e.gate(negotiator(agentX), "SUMMARIZE", "/nothing-here"); r.GetStatus() != 464 || r.GetReason() != "composition-impossible" || r.GetAttemptId() == "" {
+		t.Fatalf("no pattern: %v", r)
+	}
+	if r := e.gate(caller(agentX, "", 1, "rcns:negotiate"), "SUMMARIZE", "/order-digest"); r.GetStatus() != 262 || r.GetScope() != "orders:read" {
+		t.Fatalf("step scope: %v", r)
+	}
+	e2 := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst), dataManifest: dm})
+	if r := e2.gate(negotiator(agentX), "SUMMARIZE", "/order-digest"); r.GetStatus() != 464 || r.GetReason() != "composition-impossible" {
+		t.Fatalf("outside the data manifest: %v", r)
+	}
+}
+
+// digest-api §9 assertion 99: more than the limit of gate evaluations is
+// 429 scope rcns; presenting a contract is not limited.
+func TestGateRateLimit(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	e.policy.check = countingLimit(3)
+	var id string
+	for i := 0; i < 3; i++ {
+		r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest")
+		if r.GetStatus() == 429 {
+			t.Fatalf("evaluation %d limited", i)
+		}
+		id = r.GetContract().GetSynthesisId()
+	}
+	r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest")
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED || r.GetStatus() != 429 || r.GetRetryAfterSeconds() != 42 {
+		t.Fatalf("got %v", r)
+	}
+	for i := 0; i < 10; i++ {
+		if p := e.present(negotiator(agentX), id); p.GetStatus() != 0 {
+			t.Fatalf("presentation %d: %v", i, p)
+		}
+	}
+	if r := e.gate(negotiator(agentY), "SUMMARIZE", "/order-digest"); r.GetStatus() == 429 {
+		t.Fatal("another agent was limited")
+	}
+}
+
+// digest-api §9 assertions 50-51: DISCOVER /contracts lists the caller's
+// own contracts, or all of them with inspect:all.
+func TestListContracts(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	cx := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	cy := e.gate(negotiator(agentY), "SUMMARIZE", "/order-digest").GetContract()
+	list := func(c *rcnsv1.Caller) []*rcnsv1.Contract {
+		r, err := e.client.ListContracts(context.Background(), &rcnsv1.ListContractsRequest{Caller: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetContracts()
+	}
+	x := list(negotiator(agentX))
+	if len(x) != 1 || x[0].GetSynthesisId() != cx.GetSynthesisId() || x[0].GetOriginatingAgentId() != agentX || !hex64.MatchString(x[0].GetContractHash()) ||
+		x[0].GetNegotiationOrigin() != "rcns-gate" || x[0].GetRecipeName() == "" || x[0].GetIssuedAt() == nil || x[0].GetExpiresAt() == nil {
+		t.Fatalf("X lists %v", x)
+	}
+	if all := list(caller(agentY, "", 1, "inspect:all")); len(all) != 2 {
+		t.Fatalf("inspect:all lists %d", len(all))
+	}
+	if y := list(negotiator(agentY)); len(y) != 1 || y[0].GetSynthesisId() != cy.GetSynthesisId() {
+		t.Fatalf("Y lists %v", y)
+	}
+}
+
+// digest-api §9 assertion 100, core assertion 109: the stale sweep.
+func TestRevokeStaleContracts(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	op := caller(agentY, "", 1, "inspect:all")
+	sweep := func(c *rcnsv1.Caller, mode string) (*rcnsv1.RevokeStaleContractsResponse, error) {
+		return e.client.RevokeStaleContracts(context.Background(), &rcnsv1.RevokeStaleContractsRequest{Caller: c, Mode: mode, Actor: "ops"})
+	}
+	if _, err := sweep(op, "bogus"); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("mode=bogus: %v", err)
+	}
+	if _, err := sweep(negotiator(agentX), "invalidate"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("without inspect:all: %v", err)
+	}
+	digest := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	summary := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-1").GetContract()
+	r, err := sweep(op, "")
+	if err != nil || r.GetMode() != "grandfather" || len(r.GetContracts()) != 2 || r.GetEvicted() != 0 {
+		t.Fatalf("unchanged sweep: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetOutcome() != "unchanged" {
+			t.Fatalf("outcome %v", c)
+		}
+	}
+	e.setPatternVersion("order-digest", "2")
+	r, err = sweep(op, "grandfather")
+	if err != nil || outcomeOf(r, digest.GetSynthesisId()) != "grandfathered" || outcomeOf(r, summary.GetSynthesisId()) != "unchanged" {
+		t.Fatalf("grandfather: %v %v", r, err)
+	}
+	if p := e.present(negotiator(agentX), digest.GetSynthesisId()); p.GetStatus() != 0 || p.GetContract().GetRecipeVersion() != "1" {
+		t.Fatalf("a grandfathered contract stopped working: %v", p)
+	}
+	r, err = sweep(op, "invalidate")
+	if err != nil || outcomeOf(r, digest.GetSynthesisId()) != "evicted" || r.GetEvicted() != 1 || r.GetSynthesisIds()[0] != digest.GetSynthesisId() {
+		t.Fatalf("invalidate: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetSynthesisId() == digest.GetSynthesisId() && (c.CurrentVersion == nil || c.GetCurrentVersion() != "2" || c.GetRecipeVersion() != "1") {
+			t.Fatalf("versions %v", c)
+		}
+	}
+	if p := e.present(negotiator(agentX), digest.GetSynthesisId()); p.GetStatus() != 404 {
+		t.Fatalf("an evicted contract: %v", p)
+	}
+	var ev auditEvent
+	for _, x := range e.audit.of(agentX) {
+		if x.Type == eventRelease && x.Claims["synthesis_id"] == digest.GetSynthesisId() {
+			ev = x
+		}
+	}
+	if ev.Claims["reason"] != "policy-change-invalidation" || ev.Claims["actor"] != "ops" {
+		t.Fatalf("rcns_release %v", ev)
+	}
+	// A removed recipe has no current version; invalidate evicts its contracts.
+	e.srv.SetPatterns(nil)
+	r, err = sweep(op, "invalidate")
+	if err != nil || outcomeOf(r, summary.GetSynthesisId()) != "evicted" || r.GetContracts()[0].CurrentVersion != nil {
+		t.Fatalf("removed recipe: %v %v", r, err)
+	}
+}
+
+func outcomeOf(r *rcnsv1.RevokeStaleContractsResponse, id string) string {
+	for _, c := range r.GetContracts() {
+		if c.GetSynthesisId() == id {
+			return c.GetOutcome()
+		}
+	}
+	return ""
+}
+
+// digest-api §9 assertions 48-49.
+func TestListPatterns(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		e := newEnv(t, envConfig{opts: func(o *Options) { o.RCNS.Enabled = enabled }})
+		r, err := e.client.ListPatterns(context.Background(), &rcnsv1.ListPatternsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b struct {
+			RCNSEnabled *bool            `json:"rcns_enabled"`
+			Patterns    []map[string]any `json:"patterns"`
+		}
+		if err := json.Unmarshal(r.GetBodyJson(), &b); err != nil || b.RCNSEnabled == nil || *b.RCNSEnabled != enabled || len(b.Patterns) != 2 {
+			t.Fatalf("body %s: %v", r.GetBodyJson(), err)
+		}
+		for _, p := range b.Patterns {
+			_, exact := p["path_exact"]
+			_, re := p["path_regex"]
+			if p["recipe_name"] == nil || p["recipe_version"] == nil || p["method"] == nil || exact == re {
+				t.Fatalf("pattern %v", p)
+			}
+		}
+		if len(r.GetPatterns()) != 2 || r.GetRcnsEnabled() != enabled {
+			t.Fatalf("typed %v", r)
+		}
+	}
+}
+
+// AGTP-API §10.5: a contract keeps the recipe version it captured; the
+// captured recipe stays retrievable after the pattern changes.
+func TestGetRecipe(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	if r, _ := e.propose(reader(), orderSummary(), ""); r.GetStatus() != 263 {
+		t.Fatal(r.GetStatus())
+	}
+	e.setPatternVersion("order-summary", "2")
+	for version, want := range map[string]string{"": "2", "2": "2", "1": "1"} {
+		r, err := e.client.GetRecipe(context.Background(), &rcnsv1.GetRecipeRequest{RecipeName: "order-summary", RecipeVersion: version})
+		if err != nil || r.GetRecipeVersion() != want || !json.Valid(r.GetRecipeJson()) {
+			t.Fatalf("version %q: %v %v", version, r, err)
+		}
+	}
+	if _, err := e.client.GetRecipe(context.Background(), &rcnsv1.GetRecipeRequest{RecipeName: "order-summary", RecipeVersion: "7"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown version: %v", err)
+	}
+}
+
+func TestGetAttemptUnknownIs404(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	for _, id := range []string{"", "x", newID(prefixAttempt)} {
+		if _, err := e.client.GetAttempt(context.Background(), &rcnsv1.GetAttemptRequest{AttemptId: id}); status.Code(err) != codes.NotFound {
+			t.Fatalf("%q: %v", id, err)
+		}
+	}
+}
+
+// Attempts are a bounded ring: the oldest fall off.
+func TestAttemptRingIsBounded(t *testing.T) {
+	e := newEnv(t, envConfig{opts: func(o *Options) { o.Attempts.Max = 3 }})
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetAttemptId())
+	}
+	for i, id := range ids {
+		_, err := e.client.GetAttempt(context.Background(), &rcnsv1.GetAttemptRequest{AttemptId: id})
+		if kept := err == nil; kept != (i >= 2) {
+			t.Errorf("attempt %d kept=%v", i, kept)
+		}
+	}
+	if n, _ := e.rdb.LLen(context.Background(), "agtp:{rcnsattempts}:ring").Result(); n != 3 {
+		t.Errorf("ring length %d", n)
+	}
+}
+
+// A revocation takes effect even when its event cannot be audited yet;
+// the retry sends the event once.
+func TestRevokeWithAuditDownIsRetried(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	e.audit.mu.Lock()
+	e.audit.fail = func(*auditv1AppendReq) error { return status.Error(codes.Unavailable, "down") }
+	e.audit.mu.Unlock()
+	req := &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId()}
+	if _, err := e.client.RevokeContract(context.Background(), req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("revoke with audit down: %v", err)
+	}
+	if r := e.present(negotiator(agentX), c.GetSynthesisId()); r.GetStatus() != 464 || r.GetReason() != "contract-revoked" {
+		t.Fatalf("the revocation did not take effect: %v", r)
+	}
+	e.audit.mu.Lock()
+	e.audit.fail = nil
+	e.audit.mu.Unlock()
+	for i := 0; i < 2; i++ {
+		if _, err := e.client.RevokeContract(context.Background(), req); err != nil {
+			t.Fatalf("retry %d: %v", i, err)
+		}
+	}
+	if n := e.audit.count(agentX, eventRevoke, c.GetSynthesisId()); n != 1 {
+		t.Fatalf("rcns_revoke events: %d", n)
+	}
+}
+
+// Accepting a preview while the audit service is down leaves it a
+// preview.
+func TestAcceptWithAuditDownStaysPending(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	e.audit.mu.Lock()
+	e.audit.fail = func(*auditv1AppendReq) error { return status.Error(codes.Unavailable, "down") }
+	e.audit.mu.Unlock()
+	_, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId()})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("accept with audit down: %v", err)
+	}
+	in, _ := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: c.GetSynthesisId(), Inspect: true})
+	if in.GetContract().GetState() != statePending {
+		t.Fatalf("state %s", in.GetContract().GetState())
+	}
+}
