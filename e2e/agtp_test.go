@@ -336,6 +336,23 @@ func conformance(t *testing.T, c *Cluster) {
 		}
 	})
 
+	t.Run("a composition endpoint runs its steps and names them in prior_actions", func(t *testing.T) {
+		resp := c.roundTrip(t, request(t, "SUMMARIZE", "/order-briefs/ord-1002", agtp.HeaderAgentID, agent))
+		if resp.Status != 200 || !strings.Contains(string(resp.Body), `"brief"`) {
+			t.Fatalf("composition = %d %s", resp.Status, resp.Body)
+		}
+		rec := verify(t, resp)
+		if len(rec.Payload.PriorActions) != 2 {
+			t.Fatalf("prior_actions = %+v, want the two steps", rec.Payload.PriorActions)
+		}
+		for _, pa := range rec.Payload.PriorActions {
+			got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+pa.AuditID))
+			if got.Status != 200 {
+				t.Fatalf("step record %s: INSPECT = %d %s", pa.AuditID, got.Status, got.Body)
+			}
+		}
+	})
+
 	t.Run("a declared handler error is 422 naming it", func(t *testing.T) {
 		resp := c.roundTrip(t, request(t, "QUERY", "/orders/ord-9999", agtp.HeaderAgentID, agent))
 		if resp.Status != 422 || errorBody(t, resp)["reason"] != "order_not_found" {

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -19,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 )
 
 // TestConformanceExtra checks over the wire the numbered conformance
@@ -264,6 +268,11 @@ func TestConformanceExtra(t *testing.T) {
 		// registerAgent makes a Tier 2 (org-asserted) agent, which carries a warning.
 		if tier != "2" || !r.Header.Has(agtp.HeaderTrustWarning) {
 			t.Fatalf("46: tier %s, Trust-Warning %q", tier, r.Header.Get(agtp.HeaderTrustWarning))
+		}
+		registerTier3(t, c, "X-extra-lab")
+		r3 := c.roundTrip(t, request(t, "DESCRIBE", "/agents/X-extra-lab"))
+		if r3.Status != 200 || r3.Header.Get(agtp.HeaderTrustTier) != "3" || r3.Header.Has(agtp.HeaderTrustWarning) {
+			t.Fatalf("46: tier 3 agent: %d Trust-Tier %q Trust-Warning %q", r3.Status, r3.Header.Get(agtp.HeaderTrustTier), r3.Header.Get(agtp.HeaderTrustWarning))
 		}
 	})
 
@@ -704,7 +713,7 @@ func TestConformanceExtra(t *testing.T) {
 			{"api 23 floor verb as a segment", "QUERY", "/documents/execute", 460, "execute"},
 			{"api 25 DISCOVER / is valid", "DISCOVER", "/", 200, ""},
 			{"api 26 verb plus suffix is 404", "QUERY", "/booking", 404, ""},
-			{"api 27 verb words in the query are not checked", "QUERY", "/orders?status=open", 200, ""},
+			{"api 27 verb words in the query (OPEN is a catalog verb) are not checked", "QUERY", "/orders?status=open", 200, ""},
 			{"api 29 leaking unregistered path is 460", "QUERY", "/nothing/book", 460, "book"},
 			{"api 30 bad method and leaking path give 459", "FROBNICATE", "/book/reserve", 459, ""},
 			{"api 38 extra segment is 404", "QUERY", "/orders/ord-1001/extra", 404, ""},
@@ -986,6 +995,31 @@ func waitStatus(t *testing.T, c *Cluster, status int, req *agtp.Request) *agtp.R
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// registerTier3 registers and activates an experimental (Tier 3) agent;
+// its label must start with X- (core §6.1.9).
+func registerTier3(t *testing.T, c *Cluster, name string) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := genesis.Create(genesis.Template{
+		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+		Scope: []string{"orders:read"}, TrustTier: genesis.TierExperimental, OrgLabel: name,
+	}, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
+		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	return resp.GetAgent().GetAgentId()
 }
 
 // ordersBy counts the demo orders created by agent.

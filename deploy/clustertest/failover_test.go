@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	suites := []*e2e.Cluster{e2e.Start(t, opts), e2e.Start(t, opts)}
 	t.Cleanup(func() { checkNoCrossSlot(t, suites) })
 
-	buyer := registerAgent(t, suites[0], "cluster-buyer", "orders:read", "orders:write")
+	buyer := registerAgent(t, suites[0], "cluster-buyer", "orders:read", "orders:write", "documents:read", "rcns:negotiate")
 	victim := registerAgent(t, suites[1], "cluster-victim", "orders:read")
 	for via := range suites {
 		// A front door that started before its peers holds gRPC channels
@@ -126,6 +127,13 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 		}
 	}
 	checkChain(t, suites, buyer)
+	// A contract negotiated through one replica serves through the other.
+	contract := propose(t, suites[0], buyer)
+	for via := range suites {
+		if resp := callContract(t, suites[via], buyer); resp.Status != agtp.StatusOK {
+			t.Fatalf("the contract negotiated via suite 0, called via suite %d = %d %s", via, resp.Status, resp.Body)
+		}
+	}
 	for via := range suites {
 		if resp := roundTrip(t, suites[via], request(t, "QUERY", "/orders", agtp.HeaderAgentID, victim)); resp.Status != agtp.StatusOK {
 			t.Fatalf("victim before revocation via suite %d = %d %s", via, resp.Status, resp.Body)
@@ -315,6 +323,18 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 		}
 	})
 
+	t.Run("the contract negotiated before the failover still serves and is listed", func(t *testing.T) {
+		for via := range suites {
+			if resp := callContract(t, suites[via], buyer); resp.Status != agtp.StatusOK {
+				t.Errorf("calling the contract via suite %d = %d %s", via, resp.Status, resp.Body)
+			}
+			list := roundTrip(t, suites[via], request(t, "DISCOVER", "/contracts", agtp.HeaderAgentID, buyer))
+			if list.Status != agtp.StatusOK || !strings.Contains(string(list.Body), contract) {
+				t.Errorf("DISCOVER /contracts via suite %d = %d %s, want %s listed", via, list.Status, list.Body, contract)
+			}
+		}
+	})
+
 	t.Run("a revocation on one replica reaches every front door", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -337,6 +357,32 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 			}
 		}
 	})
+}
+
+// contractSession is the Session-ID the buyer's contract is bound to.
+const contractSession = "sess-c1a55e7c1a55e7c1a55e7c1a"
+
+// propose negotiates SUMMARIZE /order-digest (a demo pattern, rcnssvc with
+// AGTP_DEMO) for the session and returns the contract's synthesis ID.
+func propose(t *testing.T, c *e2e.Cluster, agent string) string {
+	t.Helper()
+	body := `{"endpoint":{"method":"SUMMARIZE","path":"/order-digest","description":"Digest of my orders",
+		"semantic":{"intent":"Summarize my recent orders.","actor":"agent","outcome":"A short digest of the orders.","capability":"analysis","confidence":0.8,"impact":"informational","is_idempotent":true},
+		"input_schema":{"type":"object","properties":{"status":{"type":"string","enum":["open","shipped","cancelled"]}},"additionalProperties":false},
+		"output_schema":{"type":"object","additionalProperties":true},"errors":[]}}`
+	resp := roundTrip(t, c, withJSON(request(t, "PROPOSE", "/", agtp.HeaderAgentID, agent, agtp.HeaderSessionID, contractSession), body))
+	var approved struct {
+		SynthesisID string `json:"synthesis_id"`
+	}
+	if resp.Status != agtp.StatusProposalApproved || json.Unmarshal(resp.Body, &approved) != nil || approved.SynthesisID == "" {
+		t.Fatalf("PROPOSE = %d %s, want 263 with a synthesis_id", resp.Status, resp.Body)
+	}
+	return approved.SynthesisID
+}
+
+func callContract(t *testing.T, c *e2e.Cluster, agent string) *agtp.Response {
+	t.Helper()
+	return roundTrip(t, c, request(t, "SUMMARIZE", "/order-digest", agtp.HeaderAgentID, agent, agtp.HeaderSessionID, contractSession))
 }
 
 // registerAgentOnOtherShard registers agents until one lands on a slot

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	catalogdemo "github.com/agtpsuite/agtp/catalogsvc/demo"
 	"net"
-	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -301,10 +301,11 @@ func BenchmarkRun(b *testing.B) {
 	}
 }
 
-// The demo endpoints offered to catalogsvc/demo compile, and the recipe
-// their composition names is one of the demo recipes.
+// The demo endpoints of the binding kinds (catalogsvc/demo/bindings.yaml)
+// compile, and the recipe their composition names is one of the front
+// door's demo recipes.
 func TestDemoEndpointsCompile(t *testing.T) {
-	data, err := os.ReadFile("testdata/demo-endpoints.yaml")
+	data, err := catalogdemo.FS.ReadFile("bindings.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
