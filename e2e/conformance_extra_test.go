@@ -616,6 +616,7 @@ func TestConformanceExtra(t *testing.T) {
 		}
 		eps, _ := m["endpoints"].([]any)
 		methods := false
+		kinds := map[string]bool{}
 		for _, e := range eps {
 			em := e.(map[string]any)
 			for _, k := range []string{"method", "path", "description", "semantic", "input_schema", "output_schema", "errors", "handler"} {
@@ -636,9 +637,27 @@ func TestConformanceExtra(t *testing.T) {
 				t.Errorf("59: %v %v input_schema %v", em["method"], em["path"], in)
 			}
 			methods = methods || em["method"] == "DISCOVER" && em["path"] == "/methods"
+			errs, _ := em["errors"].([]any)
+			switch h, _ := em["handler"].(map[string]any); h["type"] {
+			case "composition":
+				kinds["composition"] = true
+				if !slices.Contains(errs, any("composition_failed")) {
+					t.Errorf("60: composition %v %v errors %v", em["method"], em["path"], errs)
+				}
+			case "external_service":
+				kinds["external_service"] = true
+				for _, e := range []string{"upstream_timeout", "upstream_connection_error", "upstream_malformed_response", "upstream_authentication_failed", "upstream_error"} {
+					if !slices.Contains(errs, any(e)) {
+						t.Errorf("60: external service %v %v errors %v lack %s", em["method"], em["path"], errs, e)
+					}
+				}
+			}
 		}
 		if !methods {
 			t.Error("64: DISCOVER /methods missing")
+		}
+		if !kinds["composition"] || !kinds["external_service"] {
+			t.Errorf("60: the demo manifest has no composition or no external_service endpoint: %v", kinds)
 		}
 		p, _ := m["policies"].(map[string]any)
 		for _, k := range []string{"wildcards_accepted", "anonymous_discovery", "scope_required_for_invocation", "synthesis_enabled"} {
