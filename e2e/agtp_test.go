@@ -353,6 +353,42 @@ func conformance(t *testing.T, c *Cluster) {
 		}
 	})
 
+	t.Run("DESCRIBE serves the namespace, the status sub-resource, and refuses a malformed ID", func(t *testing.T) {
+		ns := c.roundTrip(t, request(t, "DESCRIBE", "/agents"))
+		if ns.Status != 200 || !strings.Contains(string(ns.Body), `"agtp-namespace"`) || !strings.Contains(string(ns.Body), agent) {
+			t.Fatalf("DESCRIBE /agents = %d %s", ns.Status, ns.Body)
+		}
+		st := c.roundTrip(t, request(t, "DESCRIBE", "/agents/e2e-buyer/status"))
+		if st.Status != 200 || !strings.Contains(string(st.Body), `"agtp-status"`) {
+			t.Fatalf("DESCRIBE /agents/e2e-buyer/status = %d %s", st.Status, st.Body)
+		}
+		bad := c.roundTrip(t, request(t, "DESCRIBE", "/agents/"+strings.ToUpper(agent)))
+		if bad.Status != 400 || errorBody(t, bad)["reason"] != "invalid-canonical-id" {
+			t.Fatalf("DESCRIBE with an upper-case ID = %d %s", bad.Status, bad.Body)
+		}
+	})
+
+	t.Run("cancelling a cancelled order is a 409 conflict", func(t *testing.T) {
+		created := c.roundTrip(t, withJSON(request(t, "CREATE", "/orders", agtp.HeaderAgentID, agent, agtp.HeaderIdempotencyKey, "e2e-cancel-1"), `{"lines":[{"sku":"gizmo","quantity":1}]}`))
+		var out struct {
+			Result struct {
+				OrderID string `json:"order_id"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(created.Body, &out); err != nil || out.Result.OrderID == "" {
+			t.Fatalf("CREATE = %d %s", created.Status, created.Body)
+		}
+		cancel := func(key string) *agtp.Response {
+			return c.roundTrip(t, request(t, "CANCEL", "/orders/"+out.Result.OrderID, agtp.HeaderAgentID, agent, agtp.HeaderIdempotencyKey, key))
+		}
+		if first := cancel("e2e-cancel-a"); first.Status != 200 {
+			t.Fatalf("first CANCEL = %d %s", first.Status, first.Body)
+		}
+		if again := cancel("e2e-cancel-b"); again.Status != 409 || errorBody(t, again)["reason"] != "order_already_cancelled" {
+			t.Fatalf("second CANCEL = %d %s", again.Status, again.Body)
+		}
+	})
+
 	t.Run("a declared handler error is 422 naming it", func(t *testing.T) {
 		resp := c.roundTrip(t, request(t, "QUERY", "/orders/ord-9999", agtp.HeaderAgentID, agent))
 		if resp.Status != 422 || errorBody(t, resp)["reason"] != "order_not_found" {

@@ -90,9 +90,18 @@ func Read(cfg command.Config) Reference {
 		ref.Settings = append(ref.Settings, s)
 	})
 	for _, e := range ref.Env {
-		if !named[e] {
-			ref.Settings = append(ref.Settings, Setting{Env: e, Usage: envOnlyUsage[e]})
+		if named[e] {
+			continue
 		}
+		// A flag whose usage forgot to name its variable, when the name
+		// is the flag's (AGTP_INSPECT_ACL for -inspect-acl).
+		if i := slices.IndexFunc(ref.Settings, func(s Setting) bool {
+			return s.Flag != "" && s.Env == "" && "AGTP_"+strings.ToUpper(strings.ReplaceAll(s.Flag, "-", "_")) == e
+		}); i >= 0 {
+			ref.Settings[i].Env = e
+			continue
+		}
+		ref.Settings = append(ref.Settings, Setting{Env: e, Usage: envOnlyUsage[e]})
 	}
 	return ref
 }
@@ -109,6 +118,9 @@ func Common() Reference {
 	c := kit.DefaultCommon("", "", "")
 	return Read(&c)
 }
+
+// perServiceDefault marks a shared flag whose default some service sets.
+const perServiceDefault = "per service"
 
 // Markdown renders the reference tables of every service.
 func Markdown() (string, []string) {
@@ -128,10 +140,26 @@ func Markdown() (string, []string) {
 	for _, e := range common.Env {
 		commonEnv[e] = true
 	}
-	b.WriteString("### Every service\n\n")
-	table(&b, common.Settings)
+	refs := map[string]Reference{}
+	perService := map[string]bool{}
 	for _, svc := range Services() {
-		ref := Read(svc.Config)
+		refs[svc.Name] = Read(svc.Config)
+		for _, s := range refs[svc.Name].Settings {
+			if commonFlag[s.Flag] && s.Default != commonDefault[s.Flag] {
+				perService[s.Flag] = true
+			}
+		}
+	}
+	shared := slices.Clone(common.Settings)
+	for i, s := range shared {
+		if perService[s.Flag] {
+			shared[i].Default = perServiceDefault
+		}
+	}
+	b.WriteString("### Every service\n\n")
+	table(&b, shared)
+	for _, svc := range Services() {
+		ref := refs[svc.Name]
 		for _, p := range ref.Problems {
 			problems = append(problems, svc.Name+": "+p)
 		}
@@ -164,9 +192,13 @@ func table(b *strings.Builder, settings []Setting) {
 		fl, env, def := "—", "—", "—"
 		if s.Flag != "" {
 			fl = "`-" + s.Flag + "`"
-			def = "`" + s.Default + "`"
-			if s.Default == "" {
+			switch s.Default {
+			case "":
 				def = "empty"
+			case perServiceDefault:
+				def = s.Default
+			default:
+				def = "`" + s.Default + "`"
 			}
 		}
 		if s.Env != "" {

@@ -88,14 +88,6 @@ func TestReferenceSeesEverySetting(t *testing.T) {
 	}
 }
 
-// notSuite are variables of containers and units that are not the suite's
-// (Redis, the collector) or that the Kubernetes manifests only use to
-// build other values.
-var notSuite = map[string]bool{
-	"POD_NAME": true, "POD_NAMESPACE": true, "REDIS_PASSWORD": true, "REDISCLI_AUTH": true,
-	"AGTP_ENVIRONMENT": true, "OTLP_BACKEND_ENDPOINT": true, "OTLP_BACKEND_INSECURE": true, "GOMEMLIMIT": true,
-}
-
 // known reports whether a service reads name; OTEL_* variables are read by
 // the OpenTelemetry SDK itself.
 func known(env map[string]bool, name string) bool {

@@ -126,6 +126,9 @@ func (d *desk) cancel(_ context.Context, _ *handler.Call, in orderRef) (*Order, 
 		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
 	case o.Status == "shipped":
 		return nil, handler.Errorf("order_already_shipped", "order %s has shipped and can no longer be cancelled", in.OrderID)
+	case o.Status == "cancelled":
+		// A conflict with the order's current state (core §5.6, 409).
+		return nil, &handler.Error{Name: "order_already_cancelled", Message: "order " + in.OrderID + " is already cancelled", Status: 409}
 	}
 	o.Status = "cancelled"
 	c := *o

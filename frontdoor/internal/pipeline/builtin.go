@@ -120,7 +120,7 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 			id = x.agentID
 		}
 		if id == "" {
-			return x.fail(agtp.StatusBadRequest, "agent-id-required", "name the agent with Agent-ID or the agent_id parameter", nil)
+			return x.fail(agtp.StatusNotFound, "genesis-not-found", "no Agent Genesis is loaded for an anonymous caller; name the agent with Agent-ID or the agent_id parameter", nil)
 		}
 		resp, err := p.Identity.GetGenesis(x.ctx, &identityv1.GetGenesisRequest{AgentId: id})
 		if err != nil {
@@ -153,6 +153,22 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
 	}
 	return x.fail(agtp.StatusNotFound, "not-found", "no DISCOVER built-in at "+path, nil)
+}
+
+// looksLikeCanonicalID says whether a name is meant as a canonical
+// Agent-ID (long and all hexadecimal, in any case): such a name that is not
+// a valid ID is a malformed ID, not an unknown label.
+func looksLikeCanonicalID(s string) bool {
+	if len(s) < 48 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i] | 0x20
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func tierLetter(enum string) string {
@@ -188,9 +204,24 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 			"zones_accepted":        []string{},
 		})
 	}
+	if path == "/agents" {
+		doc, err := p.Identity.GetNamespaceDocument(x.ctx, &identityv1.GetNamespaceDocumentRequest{})
+		if err != nil {
+			return p.dependencyFailure(x, "identitysvc", err)
+		}
+		return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), doc.GetDocumentJson())
+	}
+	format := str(params, "format")
+	if path == "/agents/{agent_name}/status" {
+		format = "status"
+	}
 	name := str(params, "agent_name")
 	if name == "" {
 		name = str(params, "agent_id")
+	}
+	if looksLikeCanonicalID(name) && !isAgentID(name) {
+		return x.fail(agtp.StatusBadRequest, "invalid-canonical-id",
+			"a canonical Agent-ID is exactly 64 lowercase hexadecimal characters (core §6.1.8.1)", nil)
 	}
 	req := &identityv1.ResolveAgentRequest{Name: name}
 	if isAgentID(name) {
@@ -201,7 +232,7 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 		return p.dependencyFailure(x, "identitysvc", err)
 	}
 	x.target = rec.GetAgent()
-	doc, err := p.Identity.GetIdentityDocument(x.ctx, &identityv1.GetIdentityDocumentRequest{AgentId: rec.GetAgent().GetAgentId(), Format: str(params, "format")})
+	doc, err := p.Identity.GetIdentityDocument(x.ctx, &identityv1.GetIdentityDocumentRequest{AgentId: rec.GetAgent().GetAgentId(), Format: format})
 	if err != nil {
 		return p.dependencyFailure(x, "identitysvc", err)
 	}
@@ -339,6 +370,14 @@ var lifecycleTransitions = map[string]identityv1.LifecycleTransition{
 // lifecycle runs one of the five lifecycle methods through identitysvc,
 // with the TLS client identity for genesis_issuer authorisation.
 func (p *Pipeline) lifecycle(x *exchange, method string, params map[string]any) *agtp.Response {
+	if method == "REVOKE" {
+		switch str(params, "target") {
+		case "contract":
+			return p.revokeContract(x, params)
+		case "stale-contracts":
+			return p.revokeStaleContracts(x, params)
+		}
+	}
 	target := str(params, "agent_id")
 	if target == "" {
 		return x.fail(agtp.StatusBadRequest, "agent-id-required", method+" needs the agent_id parameter", nil)

@@ -123,3 +123,33 @@ func orNull(b []byte) []byte {
 	}
 	return b
 }
+
+// revokeContract runs REVOKE target=contract (core §7.2.16.1): the
+// originating agent, or an operator holding inspect:all, evicts a contract.
+func (p *Pipeline) revokeContract(x *exchange, params map[string]any) *agtp.Response {
+	if p.RCNS == nil {
+		return x.fail(agtp.StatusNotFound, "contract-not-found", "this server has no synthesized contracts", nil)
+	}
+	id := str(params, "synthesis_id")
+	if id == "" {
+		return x.fail(agtp.StatusBadRequest, "synthesis-id-required", "REVOKE target=contract needs synthesis_id", nil)
+	}
+	r, err := p.RCNS.RevokeContract(x.ctx, &rcnsv1.RevokeContractRequest{Caller: p.rcnsCaller(x), SynthesisId: id, Reason: str(params, "reason")})
+	if err != nil {
+		return p.dependencyFailure(x, "rcnssvc", err)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, contractJSON(r.GetContract()))
+}
+
+// revokeStaleContracts runs REVOKE target=stale-contracts (core
+// §7.2.16.2); mode is grandfather or invalidate, anything else 400.
+func (p *Pipeline) revokeStaleContracts(x *exchange, params map[string]any) *agtp.Response {
+	if p.RCNS == nil {
+		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"evicted": 0})
+	}
+	r, err := p.RCNS.RevokeStaleContracts(x.ctx, &rcnsv1.RevokeStaleContractsRequest{Caller: p.rcnsCaller(x), Mode: str(params, "mode")})
+	if err != nil {
+		return p.dependencyFailure(x, "rcnssvc", err)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"evicted": r.GetEvicted(), "synthesis_ids": r.GetSynthesisIds()})
+}

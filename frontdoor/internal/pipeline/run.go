@@ -167,6 +167,11 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 		in.RequestFingerprint = fingerprint(method, x.req.Path, input)
 	}
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
+	in.TrustTier = x.caller.GetTrustTier()
+	in.BudgetLimit = x.req.Header.Get(agtp.HeaderBudgetLimit)
+	in.ZoneId = x.req.Header.Get(agtp.HeaderZoneID)
+	in.MerchantId = x.req.Header.Get(agtp.HeaderMerchantID)
+	in.MerchantManifestFingerprint = x.req.Header.Get(agtp.HeaderMerchantManifestFingerprint)
 	out, err := p.Policy.Authorize(x.ctx, in)
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
