@@ -8,7 +8,7 @@ BIN       := bin
 SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
 PKGS      := ./...
 
-.PHONY: all build run test test-unit lint generate generate-check bench redis-server clean
+.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server clean
 
 all: build
 
@@ -80,6 +80,16 @@ deploy-check:
 		$(TOOL) kustomize build $$o >/dev/null || exit 1; \
 	done
 	cd deploy/check && $(GO) test -count=1 ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (seed corpora are committed and run by make test)
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for target in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$pkg/*_test.go | sed 's/^func //'); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
 
 clean:
 	rm -rf $(BIN)
