@@ -86,6 +86,9 @@ type Options struct {
 	// redis+cluster:// URL, or another Cluster's RedisURL to run replicas
 	// against one store); empty starts a fresh redis-server.
 	RedisURL string
+	// RedisArgs are extra redis-server arguments for the fresh server
+	// (e.g. "--appendonly", "yes" for tests that restart it).
+	RedisArgs []string
 }
 
 var (
@@ -128,7 +131,7 @@ func Start(tb testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{RedisURL: opts.RedisURL, PKI: testkit.PKI(tb), Procs: map[string]*Proc{}, bin: binaries(tb)}
 	if c.RedisURL == "" {
-		c.Redis = testkit.StartRedis(tb)
+		c.Redis = testkit.StartRedis(tb, opts.RedisArgs...)
 		c.RedisURL = c.Redis.URL()
 	}
 	var err error

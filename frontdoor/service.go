@@ -31,6 +31,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -146,6 +147,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		Audit:    auditv1.NewAuditServiceClient(auditConn),
 		Identity: identityClient,
 		RCNS:     rcnsClient,
+		Tasks:    taskv1.NewTaskServiceClient(policyConn),
 		Handlers: o.handlers,
 		Bindings: s.bindings,
 		Log:      base.Log,

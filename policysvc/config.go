@@ -4,6 +4,7 @@ import (
 	"flag"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
+	"github.com/agtpsuite/agtp/policysvc/internal/tasks"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -16,6 +17,9 @@ type Config struct {
 	OptionsFile string
 	// Options are used when no file is given (the suite sets them in code).
 	Options server.Options
+	// Tasks configure the task service (ESCALATE, CONFIRM, NOTIFY,
+	// DELEGATE bookkeeping; docs/mechanics.md). Zero values take defaults.
+	Tasks tasks.Options
 }
 
 // DefaultConfig returns the defaults used by make run.

@@ -9,17 +9,24 @@ import (
 	"os"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
+	"github.com/agtpsuite/agtp/policysvc/internal/tasks"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // HealthName is the gRPC health service name of policysvc.
 const HealthName = "agtp.policy.v1.PolicyService"
 
+// TaskHealthName is the gRPC health service name of the task service
+// policysvc also serves.
+const TaskHealthName = "agtp.task.v1.TaskService"
+
 // Service is a running policysvc.
 type Service struct {
 	base *kit.Base
 	srv  *server.Server
+	task *tasks.Server
 }
 
 // New provisions policysvc from a configuration; nothing listens on failure.
@@ -47,13 +54,20 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		_ = base.Close(ctx)
 		return nil, fmt.Errorf("policysvc: %w", err)
 	}
+	tasksrv, err := tasks.New(base.Redis, base.Log, cfg.Tasks)
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("policysvc tasks: %w", err)
+	}
 	policyv1.RegisterPolicyServiceServer(base.Server.GRPC(), srv)
 	base.Server.Register(HealthName, policyv1.RegisterPolicyServiceHandler)
-	return &Service{base: base, srv: srv}, nil
+	taskv1.RegisterTaskServiceServer(base.Server.GRPC(), tasksrv)
+	base.Server.Register(TaskHealthName, taskv1.RegisterTaskServiceHandler)
+	return &Service{base: base, srv: srv, task: tasksrv}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
-func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx, s.srv.Run) }
+func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx, s.srv.Run, s.task.Run) }
 
 // GRPCAddr is the bound gRPC address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }

@@ -297,13 +297,15 @@ func (s *quicSender) send(ctx context.Context, req *agtp.Request) (*agtp.Respons
 	}
 	bw.Reset(nil)
 	writerPool.Put(bw)
-	if err == nil {
-		err = st.Close() // our side is done: FIN
-	}
 	if err != nil {
 		st.CancelRead(0)
 		return nil, classify(errWrite, err)
 	}
+	// Our side is done: FIN. Its error is ignored: the request is written,
+	// and a server that has already answered (when this goroutine was
+	// descheduled between Write and Close) stops our send side with
+	// STOP_SENDING, which makes Close fail although the response is there.
+	_ = st.Close()
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(st)
 	defer func() { br.Reset(nil); readerPool.Put(br) }()

@@ -22,7 +22,7 @@ const (
 	OpCreate     = "create"      // CREATE /orders with a fresh Idempotency-Key
 	OpReplay     = "replay"      // CREATE /orders again with an earlier key and body
 	OpInspect    = "inspect"     // INSPECT /?target=chain_head&agent_id=<caller>
-	OpPropose    = "propose"     // PROPOSE / (a synthesis proposal)
+	OpPropose    = "propose"     // PROPOSE / for SUMMARIZE /orders/{order_id} (core §7.2.7 form)
 )
 
 // Ops lists every operation in report order.
@@ -211,7 +211,7 @@ func staticRequest(op, agent string) *agtp.Request {
 		return mustRequest("INSPECT", "/?target=chain_head&agent_id="+agent, agtp.HeaderAgentID, agent)
 	case OpPropose:
 		return withBody(mustRequest("PROPOSE", "/", agtp.HeaderAgentID, agent),
-			`{"proposed_method":"RANK","intent":"Rank my open orders by total value.","scope_requested":["orders:read"]}`)
+			`{"proposed_method":"SUMMARIZE","intent":"Summarize one order in a sentence.","signature":{"path":"/orders/{order_id}"}}`)
 	}
 	return nil // dynamic
 }

@@ -87,7 +87,12 @@ func WriteOps(w io.Writer, r *Result) {
 		for i, k := range keys {
 			parts[i] = fmt.Sprintf("%s: %d", k, r.TransportErrors[k])
 		}
-		fmt.Fprintf(w, "\nRequests without a response, by transport error: %s.\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "\nRequests without a response, by transport error: %s. First messages:\n\n", strings.Join(parts, ", "))
+		for _, k := range keys {
+			for _, m := range r.ErrorExamples[k] {
+				fmt.Fprintf(w, "- `%s`\n", strings.ReplaceAll(m, "`", "'"))
+			}
+		}
 	}
 }
 

@@ -155,7 +155,9 @@ type Result struct {
 	Latency         Summary
 	Statuses        map[int]uint64
 	TransportErrors map[string]uint64
-	PerOp           map[string]OpResult
+	// ErrorExamples are the first few messages of each transport error.
+	ErrorExamples map[string][]string
+	PerOp         map[string]OpResult
 	// CPU is the CPU time (user+system) each measured process used during
 	// the window; "loadgen" is this process.
 	CPU map[string]time.Duration
@@ -205,11 +207,15 @@ type opStats struct {
 }
 
 type recorder struct {
-	all  Histogram
-	ops  []opStats
-	mu   sync.Mutex
-	errs map[string]uint64
+	all      Histogram
+	ops      []opStats
+	mu       sync.Mutex
+	errs     map[string]uint64
+	examples map[string][]string
 }
+
+// maxErrorExamples bounds the messages kept per transport error kind.
+const maxErrorExamples = 3
 
 func (r *recorder) record(op int, resp *agtp.Response, err error, d time.Duration) {
 	s := &r.ops[op]
@@ -222,6 +228,9 @@ func (r *recorder) record(op int, resp *agtp.Response, err error, d time.Duratio
 		}
 		r.mu.Lock()
 		r.errs[kind]++
+		if len(r.examples[kind]) < maxErrorExamples {
+			r.examples[kind] = append(r.examples[kind], Ops[op]+": "+err.Error())
+		}
 		r.mu.Unlock()
 		return
 	}
@@ -255,7 +264,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer closeAll()
 
-	rec := &recorder{ops: make([]opStats, len(Ops)), errs: map[string]uint64{}}
+	rec := &recorder{ops: make([]opStats, len(Ops)), errs: map[string]uint64{}, examples: map[string][]string{}}
 	static := staticRequests(c.Agents)
 	pick := newPicker(c.Mix)
 	load, _ := LoadAvg()
@@ -342,7 +351,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{
 		Name: c.Name, Transport: c.Transport, Concurrency: c.Concurrency, Connections: c.Connections,
 		Rate: c.Rate, Mix: c.Mix.String(), Elapsed: elapsed, Unsent: unsent.Load(),
-		Latency: rec.all.Summarize(), Statuses: map[int]uint64{}, TransportErrors: rec.errs,
+		Latency: rec.all.Summarize(), Statuses: map[int]uint64{}, TransportErrors: rec.errs, ErrorExamples: rec.examples,
 		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, LoadAvg: load,
 		MachineBusy: Utilisation(first.machine, stop.machine),
 	}

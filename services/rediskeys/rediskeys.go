@@ -185,3 +185,44 @@ func RCNSNegotiation(agentID, negotiationID string) string {
 func RCNSRecipe(name, version string) string {
 	return Prefix + "recipe:{" + name + "}:" + version
 }
+
+// taskTag is the hash tag of one task of one owner: the task, its
+// escalations and its confirmations share a slot, so a CONFIRM resolves
+// an escalation and resumes its task in one transaction. Task-IDs are
+// chosen by the caller, so the tag is a digest of (owner, Task-ID).
+func taskTag(ownerAgentID, taskID string) string {
+	sum := sha256.Sum256([]byte(ownerAgentID + "\x00" + taskID))
+	return Prefix + "task:{" + hex.EncodeToString(sum[:16]) + "}"
+}
+
+// Task is a task's state (JSON: status, owner, history).
+func Task(ownerAgentID, taskID string) string { return taskTag(ownerAgentID, taskID) + ":state" }
+
+// TaskEscalation is one escalation of a task (JSON).
+func TaskEscalation(ownerAgentID, taskID, escalationID string) string {
+	return taskTag(ownerAgentID, taskID) + ":esc:" + escalationID
+}
+
+// TaskConfirmation is the CONFIRM of a task or of one of its escalations
+// (JSON), kept so that CONFIRM replays.
+func TaskConfirmation(ownerAgentID, taskID, targetID string) string {
+	return taskTag(ownerAgentID, taskID) + ":confirm:" + targetID
+}
+
+// EscalationIndex maps an escalation_id to its owner and Task-ID.
+func EscalationIndex(escalationID string) string { return Prefix + "escidx:{" + escalationID + "}" }
+
+// EscalationsPending is a sorted set of pending escalation_ids scored by
+// creation time (ms), for the admin listing.
+const EscalationsPending = Prefix + "{escalations}:pending"
+
+// Notification is one NOTIFY with its delivery state (JSON).
+func Notification(notificationID string) string { return Prefix + "notif:{" + notificationID + "}" }
+
+// NotificationsDue is a sorted set of notification_ids scored by the time
+// (ms) of their next delivery attempt; the retry worker leases from it.
+const NotificationsDue = Prefix + "{notify}:due"
+
+// NotificationsLog is the Redis stream of accepted notifications and their
+// delivery outcomes.
+const NotificationsLog = Prefix + "{notify}:log"

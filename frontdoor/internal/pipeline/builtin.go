@@ -33,8 +33,13 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 	case "PROPOSE":
 		return p.propose(x, input)
 	case "QUERY":
-		if ep.GetPath() == "/proposals/{proposal_id}" {
+		switch ep.GetPath() {
+		case "/proposals/{proposal_id}":
 			return p.proposal(x, str(params, "proposal_id"))
+		case "/tasks/{task_id}":
+			return p.queryTask(x, params)
+		case "/notifications/{notification_id}":
+			return p.queryNotification(x, params)
 		}
 	case "QUOTE":
 		return p.quote(x, params)
@@ -42,6 +47,14 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.suspend(x, params)
 	case "RESUME":
 		return p.resume(x, params)
+	case "ESCALATE":
+		return p.escalate(x, params)
+	case "CONFIRM":
+		return p.confirm(x, params)
+	case "NOTIFY":
+		return p.notify(x, params)
+	case "DELEGATE":
+		return p.delegate(x, params)
 	}
 	return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 }

@@ -24,6 +24,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 )
 
 // Options configure the pipeline.
@@ -53,6 +54,9 @@ type Deps struct {
 	Audit    auditv1.AuditServiceClient
 	Identity identityv1.IdentityServiceClient
 	RCNS     rcnsv1.RcnsServiceClient
+	// Tasks is policysvc's task service (ESCALATE, CONFIRM, NOTIFY,
+	// DELEGATE); nil answers those 501.
+	Tasks    taskv1.TaskServiceClient
 	Handlers *handler.Registry
 	// Bindings run external_service and composition endpoints and
 	// carried framework payloads; nil answers them 501.

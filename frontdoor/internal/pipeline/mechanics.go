@@ -1,0 +1,379 @@
+package pipeline
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/jcs"
+)
+
+// The mechanics verbs (core §7.2.9–§7.2.13, docs/mechanics.md): task state
+// lives in policysvc's TaskService; attestations and delegation hops are
+// signed records in auditsvc.
+
+// Audit streams of the mechanics records.
+const (
+	confirmStream  = "confirm"
+	delegateStream = "delegate"
+)
+
+func (p *Pipeline) mechanicsReady(x *exchange, method string) *agtp.Response {
+	if x.agentID == "" {
+		return x.fail(agtp.StatusUnauthorized, "agent-unauthenticated", method+" needs Agent-ID", nil)
+	}
+	if p.Tasks == nil {
+		return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", method+" needs the task service, which this front door is not wired to", nil)
+	}
+	return nil
+}
+
+// rfc3339 reads an optional RFC 3339 time parameter.
+func rfc3339(x *exchange, params map[string]any, name string) (*timestamppb.Timestamp, *agtp.Response) {
+	v := str(params, name)
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, x.fail(agtp.StatusBadRequest, name+"-invalid", name+" must be an RFC 3339 time", nil)
+	}
+	return timestamppb.New(t), nil
+}
+
+func rawParam(params map[string]any, name string) []byte {
+	v, ok := params[name]
+	if !ok || v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func timeString(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// escalate runs ESCALATE (core §7.2.10): the task pauses until a CONFIRM
+// of the escalation resolves it.
+func (p *Pipeline) escalate(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "ESCALATE"); r != nil {
+		return r
+	}
+	deadline, bad := rfc3339(x, params, "deadline")
+	if bad != nil {
+		return bad
+	}
+	r, err := p.Tasks.Escalate(x.ctx, &taskv1.EscalateRequest{
+		CallerAgentId: x.agentID, TaskId: str(params, "task_id"), Reason: str(params, "reason"),
+		ContextJson: rawParam(params, "context"), Priority: str(params, "priority"), Recipient: str(params, "recipient"), Deadline: deadline,
+	})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	e := r.GetEscalation()
+	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
+		"escalation_id":       e.GetEscalationId(),
+		"task_id":             e.GetTaskId(),
+		"routed_to":           e.GetRoutedTo(),
+		"status":              e.GetStatus(),
+		"task_paused":         true,
+		"priority":            e.GetPriority(),
+		"estimated_review_by": timeString(e.GetEstimatedReviewBy()),
+	})
+}
+
+// confirm runs CONFIRM (core §7.2.11): claim the confirmation, have
+// auditsvc sign the attestation into the confirmer's "confirm" stream,
+// then apply it. A repeated CONFIRM answers the stored attestation.
+func (p *Pipeline) confirm(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "CONFIRM"); r != nil {
+		return r
+	}
+	targetID, status, reason := str(params, "target_id"), str(params, "status"), str(params, "reason")
+	if status != "accepted" && strings.TrimSpace(reason) == "" {
+		return x.fail(agtp.StatusBadRequest, "reason-required", "CONFIRM with status "+status+" needs a reason (core §7.2.11)", nil)
+	}
+	begin, err := p.Tasks.BeginConfirm(x.ctx, &taskv1.BeginConfirmRequest{CallerAgentId: x.agentID, TargetId: targetID, Status: status, Reason: reason})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	if c := begin.GetConfirmation(); c != nil {
+		return p.confirmed(x, c, nil, true)
+	}
+	now := time.Now().UTC()
+	claims := map[string]any{
+		"method": "CONFIRM", "type": "confirm", "target_id": targetID, "target_kind": begin.GetTargetKind(), "task_id": begin.GetTaskId(),
+		"confirm_status": status, "confirmer_agent_id": x.agentID, "timestamp": now.Format(time.RFC3339Nano),
+	}
+	if reason != "" {
+		claims["reason"] = reason
+	}
+	if a := rawParam(params, "attestation"); a != nil {
+		claims["attestation"] = json.RawMessage(a)
+	}
+	cj, err := json.Marshal(claims)
+	if err != nil {
+		return x.fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
+	}
+	rec, err := p.Audit.AppendSignedRecord(x.ctx, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: confirmStream, ClaimsJson: cj})
+	if err != nil {
+		return p.dependencyFailure(x, "auditsvc", err)
+	}
+	done, err := p.Tasks.CompleteConfirm(x.ctx, &taskv1.CompleteConfirmRequest{
+		CallerAgentId: x.agentID, TargetId: targetID, ClaimToken: begin.GetClaimToken(), AttestationId: rec.GetAuditId(), ConfirmedAt: timestamppb.New(now),
+	})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	return p.confirmed(x, done.GetConfirmation(), done.GetTask(), false)
+}
+
+func (p *Pipeline) confirmed(x *exchange, c *taskv1.Confirmation, t *taskv1.Task, replayed bool) *agtp.Response {
+	body := map[string]any{
+		"attestation_id": c.GetAttestationId(),
+		"timestamp":      timeString(c.GetConfirmedAt()),
+		"target_id":      c.GetTargetId(),
+		"target_kind":    c.GetTargetKind(),
+		"status":         c.GetStatus(),
+		"task_id":        c.GetTaskId(),
+	}
+	if t != nil {
+		body["task_status"] = t.GetStatus()
+	}
+	if replayed {
+		body["replayed"] = true
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, body)
+}
+
+// notify runs NOTIFY (core §7.2.13): a receipt now, delivery by
+// policysvc's retry worker.
+func (p *Pipeline) notify(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "NOTIFY"); r != nil {
+		return r
+	}
+	expiry, bad := rfc3339(x, params, "expiry")
+	if bad != nil {
+		return bad
+	}
+	r, err := p.Tasks.Notify(x.ctx, &taskv1.NotifyRequest{
+		SenderAgentId: x.agentID, Recipient: str(params, "recipient"), ContentJson: rawParam(params, "content"),
+		Urgency: str(params, "urgency"), DeliveryGuarantee: str(params, "delivery_guarantee"), Expiry: expiry,
+	})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
+}
+
+func notificationJSON(n *taskv1.Notification) map[string]any {
+	out := map[string]any{
+		"notification_id": n.GetNotificationId(), "recipient": n.GetRecipient(), "status": n.GetStatus(),
+		"urgency": n.GetUrgency(), "delivery_guarantee": n.GetDeliveryGuarantee(), "expiry": timeString(n.GetExpiry()),
+		"attempts": n.GetAttempts(),
+	}
+	if d := timeString(n.GetDeliveredAt()); d != "" {
+		out["delivered_at"] = d
+	}
+	if n.GetLastError() != "" {
+		out["last_error"] = n.GetLastError()
+	}
+	return out
+}
+
+// queryTask serves QUERY /tasks/{task_id}: the caller's own task.
+func (p *Pipeline) queryTask(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "QUERY /tasks"); r != nil {
+		return r
+	}
+	r, err := p.Tasks.GetTask(x.ctx, &taskv1.GetTaskRequest{CallerAgentId: x.agentID, TaskId: str(params, "task_id")})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, taskJSON(r.GetTask()))
+}
+
+// queryNotification serves QUERY /notifications/{notification_id}.
+func (p *Pipeline) queryNotification(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "QUERY /notifications"); r != nil {
+		return r
+	}
+	r, err := p.Tasks.GetNotification(x.ctx, &taskv1.GetNotificationRequest{CallerAgentId: x.agentID, NotificationId: str(params, "notification_id")})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
+}
+
+func taskJSON(t *taskv1.Task) map[string]any {
+	history := []map[string]any{}
+	for _, e := range t.GetHistory() {
+		h := map[string]any{"at": timeString(e.GetAt()), "event": e.GetEvent(), "status": e.GetStatus()}
+		for k, v := range map[string]string{"actor": e.GetActor(), "ref": e.GetRef(), "detail": e.GetDetail()} {
+			if v != "" {
+				h[k] = v
+			}
+		}
+		history = append(history, h)
+	}
+	return map[string]any{
+		"task_id": t.GetTaskId(), "owner_agent_id": t.GetOwnerAgentId(), "status": t.GetStatus(),
+		"paused":     t.GetStatus() == "escalated" || t.GetStatus() == "paused",
+		"created_at": timeString(t.GetCreatedAt()), "updated_at": timeString(t.GetUpdatedAt()), "history": history,
+	}
+}
+
+// DelegationClaims is the payload of a delegation_token: a compact JWS,
+// alg EdDSA, signed with the delegator's agent key (the Ed25519 key of its
+// Genesis issuer_public_key).
+type DelegationClaims struct {
+	Delegator string   `json:"delegator"`
+	Delegatee string   `json:"delegatee"`
+	Scope     []string `json:"scope"`
+	// TaskHash is the SHA-256 of the JCS form of the task, lowercase hex.
+	TaskHash string `json:"task_hash"`
+	// Exp is the expiry, Unix seconds.
+	Exp int64 `json:"exp"`
+}
+
+// delegateeID is the Agent-ID of target_agent_id: an Agent-ID or an
+// agtp://<agent-id>@host URI.
+func delegateeID(target string) string {
+	if rest, ok := strings.CutPrefix(target, "agtp://"); ok {
+		id, _, _ := strings.Cut(rest, "@")
+		return id
+	}
+	return target
+}
+
+// delegate runs DELEGATE (core §7.2.9, §10.4.2, §10.4.3): the granted
+// scope must be a strict subset of the delegator's, the token must verify
+// against the delegator's Genesis key, and the hop is signed into the
+// delegator's "delegate" audit stream and recorded on its task.
+func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "DELEGATE"); r != nil {
+		return r
+	}
+	target := str(params, "target_agent_id")
+	delegatee := delegateeID(target)
+	if !isAgentID(delegatee) {
+		return x.fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>@host", nil)
+	}
+	var scopes []string
+	if list, ok := params["authority_scope"].([]any); ok {
+		for _, v := range list {
+			if s, ok := v.(string); ok {
+				scopes = append(scopes, s)
+			}
+		}
+	}
+	granted, err := agtp.ParseScopeList(scopes)
+	if err != nil || len(granted) == 0 {
+		return x.fail(agtp.StatusBadRequest, "authority-scope-invalid", "authority_scope must be a non-empty list of scope tokens", nil)
+	}
+	own, err := agtp.ParseScopeList(p.effectiveScopes(x))
+	if err != nil {
+		own = nil
+	}
+	if bad, ok := own.CoversAll(granted); !ok {
+		p.Log.WarnContext(x.ctx, "delegation refused: scope escalation", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes)
+		return x.fail(agtp.StatusAuthorizationRequired, "scope-required",
+			"authority_scope "+string(bad)+" is not within the delegator's own scopes (core §10.4.2)", nil)
+	}
+	if _, ok := granted.CoversAll(own); ok {
+		return x.fail(agtp.StatusAuthorizationRequired, "scope-required",
+			"authority_scope must be a strict subset of the delegator's scopes (core §7.2.9)", nil)
+	}
+	taskJSONBytes := rawParam(params, "task")
+	canon, err := jcs.Canonicalize(taskJSONBytes)
+	if err != nil || len(taskJSONBytes) == 0 {
+		return x.fail(agtp.StatusBadRequest, "task-invalid", "task is required: a JSON value", nil)
+	}
+	sum := sha256.Sum256(canon)
+	taskHash := hex.EncodeToString(sum[:])
+	if resp := p.verifyDelegationToken(x, str(params, "delegation_token"), delegatee, scopes, taskHash); resp != nil {
+		return resp
+	}
+	hop, _ := json.Marshal(map[string]any{
+		"method": "DELEGATE", "type": "delegate", "delegator_agent_id": x.agentID, "delegatee_agent_id": delegatee, "target": target,
+		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
+		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	rec, err := p.Audit.AppendSignedRecord(x.ctx, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: delegateStream, ClaimsJson: hop})
+	if err != nil {
+		return p.dependencyFailure(x, "auditsvc", err)
+	}
+	r, err := p.Tasks.RecordDelegation(x.ctx, &taskv1.RecordDelegationRequest{
+		DelegatorAgentId: x.agentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
+		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(),
+	})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	p.Log.InfoContext(x.ctx, "delegation hop", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(), "delegation_id", r.GetDelegationId())
+	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
+		"delegation_id": r.GetDelegationId(), "task_id": r.GetTask().GetTaskId(), "status": "delegated",
+		"delegatee_agent_id": delegatee, "authority_scope": scopes, "task_hash": taskHash, "audit_id": rec.GetAuditId(),
+	})
+}
+
+// verifyDelegationToken checks the token against the delegator's Genesis
+// key and the request; any mismatch is 551, logged (core §5.6).
+func (p *Pipeline) verifyDelegationToken(x *exchange, token, delegatee string, scopes []string, taskHash string) *agtp.Response {
+	broken := func(link string) *agtp.Response {
+		p.Log.WarnContext(x.ctx, "authority chain broken", "delegator", x.agentID, "delegatee", delegatee, "link", link)
+		return x.fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the delegation token does not verify: "+link, map[string]any{"failing_link": link})
+	}
+	jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return broken("delegation_token is not a compact EdDSA JWS")
+	}
+	g, err := p.Identity.GetGenesis(x.ctx, &identityv1.GetGenesisRequest{AgentId: x.agentID})
+	if err != nil {
+		return p.dependencyFailure(x, "identitysvc", err)
+	}
+	gen, err := genesis.Parse(g.GetGenesisJson())
+	if err != nil {
+		return broken("the delegator's Genesis cannot be read")
+	}
+	payload, err := jws.Verify(gen.IssuerPublicKey)
+	if err != nil {
+		return broken("signature does not verify against the delegator's Genesis issuer_public_key")
+	}
+	var c DelegationClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return broken("payload is not a delegation claim set")
+	}
+	want := slices.Clone(scopes)
+	slices.Sort(want)
+	got := slices.Clone(c.Scope)
+	slices.Sort(got)
+	switch {
+	case c.Delegator != x.agentID:
+		return broken("delegator does not match Agent-ID")
+	case c.Delegatee != delegatee:
+		return broken("delegatee does not match target_agent_id")
+	case !slices.Equal(want, got):
+		return broken("scope does not match authority_scope")
+	case c.TaskHash != taskHash:
+		return broken("task_hash does not match the task")
+	case c.Exp == 0 || time.Now().Unix() >= c.Exp:
+		return broken("token expired")
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// ListEscalations lists pending escalations oldest first, for a human
+// principal working the review queue. Access to the admin API is the
+// service's mTLS: only suite peers and operators reach it.
+func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalationsRequest) (*taskv1.ListEscalationsResponse, error) {
+	limit := int64(in.GetLimit())
+	if limit <= 0 || limit > 500 {
+		limit = 100
+	}
+	out := &taskv1.ListEscalationsResponse{}
+	var start int64
+	for int64(len(out.Escalations)) < limit {
+		ids, err := s.rdb.ZRange(ctx, rediskeys.EscalationsPending, start, start+limit-1).Result()
+		if err != nil {
+			return nil, storeErr("list escalations", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		start += int64(len(ids))
+		for _, id := range ids {
+			e, err := s.loadEscalation(ctx, id)
+			if err != nil {
+				if errors.Is(err, errNoTarget) {
+					continue // expired with its task
+				}
+				return nil, err
+			}
+			if e.Status != PendingReview && e.Status != Deferred {
+				continue
+			}
+			if in.GetRoutedTo() != "" && e.RoutedTo != in.GetRoutedTo() {
+				continue
+			}
+			out.Escalations = append(out.Escalations, e.proto())
+			if int64(len(out.Escalations)) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) loadEscalation(ctx context.Context, id string) (*escalation, error) {
+	v, err := s.rdb.Get(ctx, rediskeys.EscalationIndex(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, errNoTarget
+	}
+	if err != nil {
+		return nil, storeErr("escalation index", err)
+	}
+	owner, taskID, _ := strings.Cut(v, "\x00")
+	var e escalation
+	ok, err := getJSON(ctx, s.rdb, rediskeys.TaskEscalation(owner, taskID, id), &e)
+	if err != nil {
+		return nil, storeErr("escalation", err)
+	}
+	if !ok {
+		return nil, errNoTarget
+	}
+	return &e, nil
+}
+
+// ResolveEscalation resolves a pending escalation as a human principal.
+// It applies the same transition as a CONFIRM by the recipient; the
+// resolution is recorded in the task's history under "admin:<principal>"
+// (no signed attestation: policysvc holds no signing key).
+func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscalationRequest) (*taskv1.ResolveEscalationResponse, error) {
+	if in.GetPrincipal() == "" || len(in.GetPrincipal()) > maxID {
+		return nil, grpcerr.InvalidArgument("principal-required", "name the resolving principal (at most 128 characters)")
+	}
+	if err := validConfirmStatus(in.GetStatus(), in.GetReason()); err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(in.GetEscalationId(), escalationPrefix) {
+		return nil, errNoTarget
+	}
+	tg, err := s.resolveTarget(ctx, "", in.GetEscalationId())
+	if err != nil {
+		return nil, err
+	}
+	actor := "admin:" + in.GetPrincipal()
+	now := s.opts.Now().UTC()
+	taskKey, escKey, confirmKey := tg.keys()
+	var t task
+	var e escalation
+	err = s.watch(ctx, func(tx *redis.Tx) error {
+		t, e = task{}, escalation{}
+		ok, err := getJSON(ctx, tx, escKey, &e)
+		if err != nil || !ok {
+			if err == nil {
+				err = errNoTarget
+			}
+			return err
+		}
+		if ok, err = getJSON(ctx, tx, taskKey, &t); err != nil || !ok {
+			if err == nil {
+				err = errNoTarget
+			}
+			return err
+		}
+		if e.Status != PendingReview && e.Status != Deferred {
+			if e.Status == in.GetStatus() {
+				return nil
+			}
+			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status)
+		}
+		c := confirmation{TargetID: e.ID, TargetKind: "escalation", TaskID: e.TaskID, Status: in.GetStatus(), Reason: in.GetReason(), Confirmer: actor, At: now}
+		s.apply(&t, &e, "escalation", in.GetStatus(), actor, e.ID, in.GetReason(), now)
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, confirmKey, mustJSON(c), s.opts.TaskTTL)
+			p.Set(ctx, taskKey, mustJSON(t), s.opts.TaskTTL)
+			p.Set(ctx, escKey, mustJSON(e), s.opts.TaskTTL)
+			return nil
+		})
+		return err
+	}, taskKey, escKey, confirmKey)
+	if err != nil {
+		return nil, storeErr("resolve escalation", err)
+	}
+	if e.Status != Deferred {
+		if err := s.rdb.ZRem(ctx, rediskeys.EscalationsPending, e.ID).Err(); err != nil {
+			s.log.WarnContext(ctx, "escalation listing not updated", "escalation_id", e.ID, "error", err)
+		}
+	}
+	s.log.InfoContext(ctx, "escalation resolved by admin", "escalation_id", e.ID, "principal", in.GetPrincipal(), "status", e.Status, "task_status", t.Status)
+	return &taskv1.ResolveEscalationResponse{Escalation: e.proto(), Task: t.proto()}, nil
+}
+
+// RecordDelegation records one verified DELEGATE hop on the delegator's
+// task (a new task when none is named).
+func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegationRequest) (*taskv1.RecordDelegationResponse, error) {
+	owner := in.GetDelegatorAgentId()
+	if owner == "" || in.GetDelegateeAgentId() == "" {
+		return nil, grpcerr.InvalidArgument("delegation-invalid", "delegator and delegatee are required")
+	}
+	taskID := in.GetTaskId()
+	if taskID == "" {
+		taskID = newID("task-")
+	}
+	if !validID(taskID) {
+		return nil, grpcerr.InvalidArgument("task-id-invalid", "task_id must be 1-128 characters of letters, digits and ._:-")
+	}
+	status := in.GetStatus()
+	if status == "" {
+		status = StatusDelegated
+	}
+	if status != StatusDelegated && status != StatusFailed {
+		return nil, grpcerr.InvalidArgument("status-invalid", "a delegation is delegated or failed")
+	}
+	id := newID("dlg-")
+	now := s.opts.Now().UTC()
+	key := rediskeys.Task(owner, taskID)
+	var t task
+	err := s.watch(ctx, func(tx *redis.Tx) error {
+		t = task{}
+		found, err := getJSON(ctx, tx, key, &t)
+		if err != nil {
+			return err
+		}
+		if !found {
+			t = task{TaskID: taskID, Owner: owner, Created: now}
+			s.record(&t, now, "created", StatusRunning, owner, "", "")
+		}
+		if t.Status == StatusEscalated {
+			return grpcerr.FailedPrecondition("task-paused", "task "+taskID+" is paused by an escalation")
+		}
+		detail := "to " + in.GetDelegateeAgentId() + " scope " + strings.Join(in.GetAuthorityScope(), " ") + " task_hash " + in.GetTaskHash()
+		if in.GetAuditId() != "" {
+			detail += " audit_id " + in.GetAuditId()
+		}
+		if in.GetDetail() != "" {
+			detail += ": " + in.GetDetail()
+		}
+		s.record(&t, now, "delegated", status, owner, id, detail)
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, mustJSON(t), s.opts.TaskTTL)
+			return nil
+		})
+		return err
+	}, key)
+	if err != nil {
+		return nil, storeErr("record delegation", err)
+	}
+	s.log.InfoContext(ctx, "delegation hop", "delegation_id", id, "delegator", owner, "delegatee", in.GetDelegateeAgentId(),
+		"scope", in.GetAuthorityScope(), "task_id", taskID, "audit_id", in.GetAuditId(), "status", status)
+	return &taskv1.RecordDelegationResponse{DelegationId: id, Task: t.proto()}, nil
+}
