@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,19 +90,19 @@ func DefaultConfig() Config {
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Common.BindFlags(fs)
 	fs.StringVar(&c.AGTPAddr, "agtp-addr", c.AGTPAddr, "AGTP listen address, TCP and UDP (env AGTP_ADDR)")
-	fs.BoolVar(&c.QUIC, "quic", c.QUIC, "serve AGTP over QUIC too")
+	fs.BoolVar(&c.QUIC, "quic", c.QUIC, "serve AGTP over QUIC too (env AGTP_QUIC)")
 	fs.StringVar(&c.HTTPSAddr, "https-addr", c.HTTPSAddr, "HTTPS listen address for .well-known, JWKS, health and REST (env HTTPS_ADDR)")
 	fs.StringVar(&c.ServerCertFile, "server-cert", c.ServerCertFile, "AGTP server certificate, PEM (env AGTP_SERVER_CERT_FILE)")
 	fs.StringVar(&c.ServerKeyFile, "server-key", c.ServerKeyFile, "AGTP server key, PEM (env AGTP_SERVER_KEY_FILE)")
-	fs.StringVar(&c.ClientCAFile, "client-ca", c.ClientCAFile, "CA for optional AGTP client certificates (default: the suite CA)")
+	fs.StringVar(&c.ClientCAFile, "client-ca", c.ClientCAFile, "CA for optional AGTP client certificates (default: the suite CA) (env AGTP_CLIENT_CA_FILE)")
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
-	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server")
-	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only")
+	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
+	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only (env AGTP_INSPECT_ACL)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long (env AGTP_IDLE_TIMEOUT)")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section (env AGTP_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
-	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit")
-	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit (env AGTP_MAX_CONNECTIONS)")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections (env AGTP_MAX_IN_FLIGHT)")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers and recipes")
 	fs.StringVar(&c.RecipesDir, "recipes-dir", c.RecipesDir, "directory of composition recipes (env AGTP_RECIPES_DIR)")
 	fs.StringVar(&c.UpstreamCAFile, "upstream-ca", c.UpstreamCAFile, "extra CA roots for external_service upstreams, PEM (env AGTP_UPSTREAM_CA_FILE)")
@@ -117,6 +118,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		"AGTP_RECIPES_DIR": &c.RecipesDir, "AGTP_UPSTREAM_CA_FILE": &c.UpstreamCAFile,
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
+		"AGTP_CLIENT_CA_FILE": &c.ClientCAFile, "AGTP_OWNER_ID": &c.OwnerID,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -131,6 +133,24 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 				return fmt.Errorf("%s: %w", key, err)
 			}
 			*dst = d
+		}
+	}
+	for key, dst := range map[string]*bool{"AGTP_DEMO": &c.Demo, "AGTP_QUIC": &c.QUIC} {
+		if v, ok := lookup(key); ok && v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			*dst = b
+		}
+	}
+	for key, dst := range map[string]*int{"AGTP_MAX_CONNECTIONS": &c.MaxConnections, "AGTP_MAX_IN_FLIGHT": &c.MaxInFlight} {
+		if v, ok := lookup(key); ok && v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			*dst = n
 		}
 	}
 	if v, ok := lookup("AGTP_OPERATOR_FINGERPRINTS"); ok && v != "" {

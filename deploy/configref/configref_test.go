@@ -65,7 +65,7 @@ func TestReferenceSeesEverySetting(t *testing.T) {
 		return slices.ContainsFunc(ref.Settings, func(s Setting) bool { return s.Flag == flagName && s.Env == env })
 	}
 	common := Common()
-	for _, c := range [][2]string{{"grpc-addr", "GRPC_ADDR"}, {"redis-url", "REDIS_URL"}, {"ca", "AGTP_CA_FILE"}, {"shutdown-timeout", ""}, {"", "OTEL_EXPORTER_OTLP_ENDPOINT"}} {
+	for _, c := range [][2]string{{"grpc-addr", "GRPC_ADDR"}, {"redis-url", "REDIS_URL"}, {"ca", "AGTP_CA_FILE"}, {"shutdown-timeout", "SHUTDOWN_TIMEOUT"}, {"", "OTEL_EXPORTER_OTLP_ENDPOINT"}} {
 		if !find(common, c[0], c[1]) {
 			t.Errorf("common settings lack -%s / %s", c[0], c[1])
 		}

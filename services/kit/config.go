@@ -119,7 +119,7 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis://, rediss:// or redis+cluster:// (env REDIS_URL)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env LOG_LEVEL)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env LOG_FORMAT)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline (env SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
 	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
 		return c.addPeers(v)
@@ -144,6 +144,13 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.LogLevel, "LOG_LEVEL")
 	set(&c.LogFormat, "LOG_FORMAT")
 	set(&c.PprofAddr, "PPROF_ADDR")
+	if v, ok := lookup("SHUTDOWN_TIMEOUT"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("SHUTDOWN_TIMEOUT: %w", err)
+		}
+		c.ShutdownTimeout = d
+	}
 	if v, ok := lookup("OTEL_EXPORTER_OTLP_ENDPOINT"); ok && v != "" {
 		c.Telemetry.OTLPExport = true
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -66,6 +67,9 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log)),
 		grpc.ChainStreamInterceptor(recoverStream(s.log), logStream(s.log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Callers hold long-lived connections; ageing them out spreads
+		// load onto replicas added later. Watch streams reconnect.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: time.Minute}),
 		grpc.MaxRecvMsgSize(8<<20),
 	)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -135,6 +139,12 @@ func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.Client
 			otelgrpc.WithMeterProvider(tel.MeterProvider),
 		)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		// A peer that restarts is back within seconds; the default 120 s
+		// reconnect ceiling would keep answering 503 long after.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s at %s: %w", serverName, addr, err)

@@ -48,7 +48,12 @@ func init() {
 // own providers, so that several services in one process (make run) still
 // report under their own service.name.
 func NewTelemetry(ctx context.Context, service string, cfg TelemetryConfig) (*Telemetry, error) {
-	res := resource.NewSchemaless(attribute.String("service.name", service))
+	// The standard OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by
+	// the SDK, override the defaults (the service's own name).
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", service)), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	t := &Telemetry{}
 	if cfg.OTLPExport {

@@ -339,7 +339,7 @@ func (p *Pipeline) verifyDelegationToken(x *exchange, token, delegatee string, s
 		p.Log.WarnContext(x.ctx, "authority chain broken", "delegator", x.agentID, "delegatee", delegatee, "link", link)
 		return x.fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the delegation token does not verify: "+link, map[string]any{"failing_link": link})
 	}
-	jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
 		return broken("delegation_token is not a compact EdDSA JWS")
 	}

@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/jcs"
+)
+
+// registerAgentKey is registerAgent that also returns the agent's key,
+// which signs its delegation tokens.
+func (c *Cluster) registerAgentKey(t *testing.T, name string, scopes ...string) (string, ed25519.PrivateKey) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := genesis.Create(genesis.Template{
+		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
+	}, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
+		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	return resp.GetAgent().GetAgentId(), priv
+}
+
+// delegationToken signs the DELEGATE token of docs/mechanics.md.
+func delegationToken(t *testing.T, key ed25519.PrivateKey, delegator, delegatee string, scope []string, task string, exp time.Time) string {
+	t.Helper()
+	canon, err := jcs.Canonicalize([]byte(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(canon)
+	payload, _ := json.Marshal(map[string]any{"delegator": delegator, "delegatee": delegatee, "scope": scope,
+		"task_hash": hex.EncodeToString(sum[:]), "exp": exp.Unix()})
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jws.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestMechanics(t *testing.T) {
+	c := Start(t, Options{InProcess: true})
+	worker, workerKey := c.registerAgentKey(t, "e2e-worker", "orders:read", "orders:write", "documents:read")
+	reviewer := c.registerAgent(t, "e2e-reviewer", "orders:read")
+	sub := c.registerAgent(t, "e2e-sub", "orders:read")
+
+	call := func(agent, method, path, body string) (*agtp.Response, map[string]any) {
+		t.Helper()
+		req := request(t, method, path, agtp.HeaderAgentID, agent)
+		if body != "" {
+			withJSON(req, body)
+		}
+		resp := c.roundTrip(t, req)
+		return resp, errorBody(t, resp)
+	}
+
+	t.Run("an escalation pauses its task and a CONFIRM by the recipient resumes it", func(t *testing.T) {
+		resp, esc := call(worker, "ESCALATE", "/", `{"task_id":"refund-77","reason":"ethical_flag","context":{"amount":9000},"priority":"urgent","recipient":"`+reviewer+`"}`)
+		if resp.Status != agtp.StatusAccepted || esc["status"] != "pending_review" || esc["task_paused"] != true || esc["routed_to"] != reviewer {
+			t.Fatalf("ESCALATE = %d %v", resp.Status, esc)
+		}
+		escID, _ := esc["escalation_id"].(string)
+		if resp, task := call(worker, "QUERY", "/tasks/refund-77", ""); resp.Status != 200 || task["status"] != "escalated" || task["paused"] != true {
+			t.Fatalf("task after ESCALATE = %d %v", resp.Status, task)
+		}
+		if resp, _ := call(reviewer, "QUERY", "/tasks/refund-77", ""); resp.Status != agtp.StatusNotFound {
+			t.Fatalf("another agent's task = %d, want 404", resp.Status)
+		}
+		if resp, body := call(worker, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`); resp.Status != agtp.StatusForbidden {
+			t.Fatalf("self-CONFIRM = %d %v, want 403", resp.Status, body)
+		}
+		resp, conf := call(reviewer, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`)
+		att, _ := conf["attestation_id"].(string)
+		if resp.Status != 200 || len(att) != 64 || conf["timestamp"] == "" || conf["task_status"] != "running" {
+			t.Fatalf("CONFIRM = %d %v", resp.Status, conf)
+		}
+		if resp, task := call(worker, "QUERY", "/tasks/refund-77", ""); task["status"] != "running" || task["paused"] != false {
+			t.Fatalf("task after CONFIRM = %d %v", resp.Status, task)
+		}
+		resp, again := call(reviewer, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`)
+		if resp.Status != 200 || again["attestation_id"] != att || again["replayed"] != true {
+			t.Fatalf("second CONFIRM = %d %v, want the same attestation %s", resp.Status, again, att)
+		}
+		// The attestation is a signed record in the reviewer's confirm stream.
+		resp, rec := call(reviewer, "INSPECT", "/?target=audit&audit_id="+att, "")
+		if resp.Status != 200 || !strings.Contains(string(resp.Body), escID) {
+			t.Fatalf("INSPECT attestation = %d %v", resp.Status, rec)
+		}
+	})
+
+	t.Run("CONFIRM of an unknown target is 404 and a rejection needs a reason", func(t *testing.T) {
+		if resp, body := call(reviewer, "CONFIRM", "/", `{"target_id":"esc-00000000-0000-0000-0000-000000000000","status":"accepted"}`); resp.Status != agtp.StatusNotFound {
+			t.Fatalf("unknown target = %d %v", resp.Status, body)
+		}
+		if resp, body := call(reviewer, "CONFIRM", "/", `{"target_id":"whatever","status":"rejected"}`); resp.Status != agtp.StatusBadRequest || body["reason"] == nil && body["code"] == nil {
+			t.Fatalf("rejected without reason = %d %v", resp.Status, body)
+		}
+	})
+
+	t.Run("NOTIFY answers a delivery receipt", func(t *testing.T) {
+		resp, body := call(worker, "NOTIFY", "/", `{"recipient":"https://hooks.invalid/agtp","content":{"msg":"done"},"urgency":"informational","delivery_guarantee":"at_least_once"}`)
+		id, _ := body["notification_id"].(string)
+		if resp.Status != agtp.StatusAccepted || !strings.HasPrefix(id, "ntf-") {
+			t.Fatalf("NOTIFY = %d %v", resp.Status, body)
+		}
+		if resp, n := call(worker, "QUERY", "/notifications/"+id, ""); resp.Status != 200 || n["notification_id"] != id {
+			t.Fatalf("QUERY notification = %d %v", resp.Status, n)
+		}
+		if resp, _ := call(reviewer, "QUERY", "/notifications/"+id, ""); resp.Status != agtp.StatusNotFound {
+			t.Fatalf("another agent's notification = %d, want 404", resp.Status)
+		}
+	})
+
+	task := `{"method":"QUERY","path":"/orders"}`
+	delegate := func(scope []string, token string) (*agtp.Response, map[string]any) {
+		s, _ := json.Marshal(scope)
+		return call(worker, "DELEGATE", "/", `{"target_agent_id":"`+sub+`","task":`+task+`,"authority_scope":`+string(s)+`,"delegation_token":"`+token+`","task_id":"batch-1"}`)
+	}
+	exp := time.Now().Add(time.Hour)
+
+	t.Run("DELEGATE with a scope wider than the delegator's is 262 scope-required", func(t *testing.T) {
+		scope := []string{"orders:read", "payments:write"}
+		resp, body := delegate(scope, delegationToken(t, workerKey, worker, sub, scope, task, exp))
+		if resp.Status != agtp.StatusAuthorizationRequired || !strings.Contains(string(resp.Body), "scope-required") {
+			t.Fatalf("wide DELEGATE = %d %v", resp.Status, body)
+		}
+	})
+
+	t.Run("DELEGATE with a forged token is 551 authority-chain-broken", func(t *testing.T) {
+		_, forger, _ := ed25519.GenerateKey(rand.Reader)
+		scope := []string{"orders:read"}
+		resp, body := delegate(scope, delegationToken(t, forger, worker, sub, scope, task, exp))
+		if resp.Status != agtp.StatusAuthorityChainBroken || !strings.Contains(string(resp.Body), "authority-chain-broken") {
+			t.Fatalf("forged DELEGATE = %d %v", resp.Status, body)
+		}
+	})
+
+	t.Run("a valid DELEGATE is recorded as a hop on the task and in the audit store", func(t *testing.T) {
+		scope := []string{"orders:read"}
+		resp, body := delegate(scope, delegationToken(t, workerKey, worker, sub, scope, task, exp))
+		if resp.Status != agtp.StatusAccepted || body["status"] != "delegated" {
+			t.Fatalf("DELEGATE = %d %v", resp.Status, body)
+		}
+		auditID, _ := body["audit_id"].(string)
+		resp, rec := call(worker, "INSPECT", "/?target=audit&audit_id="+auditID, "")
+		if resp.Status != 200 || !strings.Contains(string(resp.Body), sub) {
+			t.Fatalf("INSPECT hop = %d %v", resp.Status, rec)
+		}
+		if resp, tk := call(worker, "QUERY", "/tasks/batch-1", ""); tk["status"] != "delegated" {
+			t.Fatalf("task after DELEGATE = %d %v", resp.Status, tk)
+		}
+	})
+}

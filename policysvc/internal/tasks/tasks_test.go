@@ -1,0 +1,341 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/testkit"
+)
+
+const (
+	owner    = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	reviewer = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	stranger = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+)
+
+func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
+	t.Helper()
+	rdb := testkit.StartRedis(t).Client(t)
+	srv, err := New(rdb, slog.New(slog.DiscardHandler), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	taskv1.RegisterTaskServiceServer(g, srv)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return taskv1.NewTaskServiceClient(conn), srv
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+func escalate(t *testing.T, c taskv1.TaskServiceClient, taskID string) *taskv1.EscalateResponse {
+	t.Helper()
+	r, err := c.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: taskID,
+		Reason: "ethical_flag", ContextJson: []byte(`{"why":"refund over limit"}`), Recipient: reviewer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func confirm(t *testing.T, c taskv1.TaskServiceClient, caller, target, st, reason, attestation string) (*taskv1.CompleteConfirmResponse, *taskv1.BeginConfirmResponse) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := c.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: caller, TargetId: target, Status: st, Reason: reason})
+	if err != nil {
+		t.Fatalf("begin confirm: %v", err)
+	}
+	if b.GetConfirmation() != nil {
+		return nil, b
+	}
+	r, err := c.CompleteConfirm(ctx, &taskv1.CompleteConfirmRequest{CallerAgentId: caller, TargetId: target, ClaimToken: b.GetClaimToken(), AttestationId: attestation})
+	if err != nil {
+		t.Fatalf("complete confirm: %v", err)
+	}
+	return r, b
+}
+
+func TestEscalationPausesUntilConfirmResolvesIt(t *testing.T) {
+	for _, tc := range []struct {
+		status, reason, wantTask, wantEsc string
+	}{
+		{Accepted, "", StatusRunning, Accepted},
+		{Rejected, "no", StatusRejected, Rejected},
+		{Deferred, "later", StatusEscalated, Deferred},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			c, _ := start(t, Options{})
+			r := escalate(t, c, "t-1")
+			if r.GetTask().GetStatus() != StatusEscalated || r.GetEscalation().GetStatus() != PendingReview || r.GetEscalation().GetRoutedTo() != reviewer {
+				t.Fatalf("escalate = %v", r)
+			}
+			list, err := c.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{Principal: "ops"})
+			if err != nil || len(list.GetEscalations()) != 1 {
+				t.Fatalf("pending = %v, %v", list, err)
+			}
+			done, _ := confirm(t, c, reviewer, r.GetEscalation().GetEscalationId(), tc.status, tc.reason, "att-1")
+			if done.GetTask().GetStatus() != tc.wantTask {
+				t.Fatalf("task status %q, want %q", done.GetTask().GetStatus(), tc.wantTask)
+			}
+			list, _ = c.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{Principal: "ops"})
+			if want := map[bool]int{true: 1, false: 0}[tc.status == Deferred]; len(list.GetEscalations()) != want {
+				t.Fatalf("pending after %s = %d, want %d", tc.status, len(list.GetEscalations()), want)
+			}
+		})
+	}
+}
+
+func TestConfirmIsIdempotent(t *testing.T) {
+	c, _ := start(t, Options{})
+	id := escalate(t, c, "t-2").GetEscalation().GetEscalationId()
+	first, _ := confirm(t, c, reviewer, id, Accepted, "", "att-1")
+	_, again := confirm(t, c, reviewer, id, Accepted, "", "att-2")
+	if again.GetConfirmation().GetAttestationId() != first.GetConfirmation().GetAttestationId() {
+		t.Fatalf("replayed attestation %q, want %q", again.GetConfirmation().GetAttestationId(), first.GetConfirmation().GetAttestationId())
+	}
+	_, err := c.BeginConfirm(context.Background(), &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Rejected, Reason: "changed mind"})
+	if code(err) != codes.AlreadyExists && code(err) != codes.Aborted && code(err) != codes.FailedPrecondition {
+		t.Fatalf("conflicting confirm = %v, want a conflict", err)
+	}
+}
+
+func TestConfirmRefusals(t *testing.T) {
+	c, _ := start(t, Options{})
+	id := escalate(t, c, "t-3").GetEscalation().GetEscalationId()
+	for _, tc := range []struct {
+		name   string
+		in     *taskv1.BeginConfirmRequest
+		wantCo codes.Code
+	}{
+		{"unknown escalation is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "esc-nope", Status: Accepted}, codes.NotFound},
+		{"unknown task is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "nope", Status: Accepted}, codes.NotFound},
+		{"a stranger does not see the escalation", &taskv1.BeginConfirmRequest{CallerAgentId: stranger, TargetId: id, Status: Accepted}, codes.NotFound},
+		{"the owner may not resolve its own escalation", &taskv1.BeginConfirmRequest{CallerAgentId: owner, TargetId: id, Status: Accepted}, codes.PermissionDenied},
+		{"rejected needs a reason", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Rejected}, codes.InvalidArgument},
+		{"status vocabulary", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: "maybe"}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.BeginConfirm(context.Background(), tc.in)
+			if code(err) != tc.wantCo {
+				t.Fatalf("err = %v, want %v", err, tc.wantCo)
+			}
+		})
+	}
+}
+
+func TestTaskIsReadableByItsOwnerOnly(t *testing.T) {
+	c, _ := start(t, Options{})
+	escalate(t, c, "t-4")
+	r, err := c.GetTask(context.Background(), &taskv1.GetTaskRequest{CallerAgentId: owner, TaskId: "t-4"})
+	if err != nil || r.GetTask().GetStatus() != StatusEscalated || len(r.GetTask().GetHistory()) != 2 {
+		t.Fatalf("owner read = %v, %v", r, err)
+	}
+	if _, err := c.GetTask(context.Background(), &taskv1.GetTaskRequest{CallerAgentId: stranger, TaskId: "t-4"}); code(err) != codes.NotFound {
+		t.Fatalf("stranger read = %v, want NotFound", err)
+	}
+}
+
+func TestEscalateValidatesParameters(t *testing.T) {
+	c, _ := start(t, Options{})
+	base := func() *taskv1.EscalateRequest {
+		return &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t", Reason: "scope_limit", ContextJson: []byte(`{}`)}
+	}
+	for _, tc := range []struct {
+		name string
+		mut  func(*taskv1.EscalateRequest)
+	}{
+		{"reason vocabulary", func(r *taskv1.EscalateRequest) { r.Reason = "bored" }},
+		{"context required", func(r *taskv1.EscalateRequest) { r.ContextJson = nil }},
+		{"priority vocabulary", func(r *taskv1.EscalateRequest) { r.Priority = "asap" }},
+		{"task id charset", func(r *taskv1.EscalateRequest) { r.TaskId = "a b" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.mut(in)
+			if _, err := c.Escalate(context.Background(), in); code(err) != codes.InvalidArgument {
+				t.Fatalf("err = %v, want InvalidArgument", err)
+			}
+		})
+	}
+	in := base()
+	r1, err := c.Escalate(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.GetEscalation().GetRoutedTo() != "admin" {
+		t.Fatalf("default recipient = %q", r1.GetEscalation().GetRoutedTo())
+	}
+	r2, err := c.Escalate(context.Background(), in)
+	if err != nil || r2.GetEscalation().GetEscalationId() != r1.GetEscalation().GetEscalationId() {
+		t.Fatalf("repeated ESCALATE = %v, %v; want the pending escalation", r2, err)
+	}
+	res, err := c.ResolveEscalation(context.Background(), &taskv1.ResolveEscalationRequest{Principal: "alice", EscalationId: r1.GetEscalation().GetEscalationId(), Status: Accepted})
+	if err != nil || res.GetTask().GetStatus() != StatusRunning {
+		t.Fatalf("admin resolve = %v, %v", res, err)
+	}
+}
+
+// webhook is a receiver that is down for its first failures and
+// de-duplicates on Notification-ID.
+type webhook struct {
+	failures atomic.Int32
+	mu       sync.Mutex
+	seen     map[string]int
+	handled  []string
+}
+
+func (w *webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if w.failures.Add(-1) >= 0 {
+		http.Error(rw, "down", http.StatusServiceUnavailable)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	id := r.Header.Get(HeaderNotificationID)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen[id]++
+	if w.seen[id] == 1 && m["notification_id"] == id {
+		w.handled = append(w.handled, id)
+	}
+}
+
+func TestNotifyAtLeastOnceSurvivesADownRecipient(t *testing.T) {
+	wh := &webhook{seen: map[string]int{}}
+	wh.failures.Store(3)
+	ts := httptest.NewTLSServer(wh)
+	t.Cleanup(ts.Close)
+	c, srv := start(t, Options{HTTPClient: ts.Client(), NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond, NotifyMaxBackoff: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL + "/hook",
+		ContentJson: []byte(`{"msg":"hi"}`), DeliveryGuarantee: AtLeastOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.GetNotification().GetNotificationId()
+	deadline := time.Now().Add(5 * time.Second)
+	var n *taskv1.Notification
+	for time.Now().Before(deadline) {
+		g, err := c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n = g.GetNotification(); n.GetStatus() != NotifyQueued {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n.GetStatus() != NotifyDelivered || n.GetAttempts() != 4 {
+		t.Fatalf("notification = %v, want delivered on attempt 4", n)
+	}
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	if len(wh.handled) != 1 || wh.handled[0] != id {
+		t.Fatalf("handled = %v, want exactly [%s]", wh.handled, id)
+	}
+	if _, err := c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: stranger, NotificationId: id}); code(err) != codes.NotFound {
+		t.Fatalf("stranger read = %v", err)
+	}
+}
+
+func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
+	wh := &webhook{seen: map[string]int{}}
+	wh.failures.Store(100)
+	ts := httptest.NewTLSServer(wh)
+	t.Cleanup(ts.Close)
+	now := time.Now()
+	c, srv := start(t, Options{HTTPClient: ts.Client(), Now: func() time.Time { return now }})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, ContentJson: []byte(`1`), DeliveryGuarantee: AtMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.deliverDue(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: r.GetNotification().GetNotificationId()})
+	if g.GetNotification().GetStatus() != NotifyFailed || g.GetNotification().GetAttempts() != 1 {
+		t.Fatalf("at_most_once = %v", g.GetNotification())
+	}
+	r, err = c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, ContentJson: []byte(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(48 * time.Hour) // past the default expiry
+	if err := srv.deliverDue(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g, _ = c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: r.GetNotification().GetNotificationId()})
+	if g.GetNotification().GetStatus() != NotifyExpired || g.GetNotification().GetAttempts() != 0 {
+		t.Fatalf("expired = %v", g.GetNotification())
+	}
+	if _, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "http://plain.example", ContentJson: []byte(`1`)}); code(err) != codes.InvalidArgument {
+		t.Fatalf("plain http recipient = %v", err)
+	}
+}
+
+func TestRecordDelegationKeepsTheHopInHistory(t *testing.T) {
+	c, _ := start(t, Options{})
+	r, err := c.RecordDelegation(context.Background(), &taskv1.RecordDelegationRequest{DelegatorAgentId: owner, DelegateeAgentId: reviewer,
+		TaskId: "t-9", AuthorityScope: []string{"orders:read"}, TaskHash: "ab", AuditId: "cd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.GetTask().GetHistory()
+	if r.GetTask().GetStatus() != StatusDelegated || h[len(h)-1].GetRef() != r.GetDelegationId() {
+		t.Fatalf("task = %v", r.GetTask())
+	}
+}
+
+func BenchmarkEscalateConfirm(b *testing.B) {
+	rdb := testkit.StartRedis(b).Client(b)
+	srv, err := New(rdb, slog.New(slog.DiscardHandler), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		r, err := srv.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "bench-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000000"),
+			Reason: "scope_limit", ContextJson: []byte(`{}`), Recipient: reviewer})
+		if err != nil {
+			b.Fatal(err)
+		}
+		id := r.GetEscalation().GetEscalationId()
+		bc, err := srv.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Accepted})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := srv.CompleteConfirm(ctx, &taskv1.CompleteConfirmRequest{CallerAgentId: reviewer, TargetId: id, ClaimToken: bc.GetClaimToken(), AttestationId: "a"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
