@@ -166,19 +166,51 @@ func TestMechanics(t *testing.T) {
 		}
 	})
 
-	t.Run("a valid DELEGATE is recorded as a hop on the task and in the audit store", func(t *testing.T) {
+	t.Run("a valid DELEGATE runs on the sub-agent with the narrowed scope and the hops can be rebuilt from INSPECT", func(t *testing.T) {
 		scope := []string{"orders:read"}
 		resp, body := delegate(scope, delegationToken(t, workerKey, worker, sub, scope, task, exp))
-		if resp.Status != agtp.StatusAccepted || body["status"] != "delegated" {
+		if resp.Status != agtp.StatusOK || body["status"] != "delegated" || body["executed"] != true {
 			t.Fatalf("DELEGATE = %d %v", resp.Status, body)
 		}
+		results, _ := body["results"].([]any)
+		if len(results) != 1 || results[0].(map[string]any)["status"] != float64(200) {
+			t.Fatalf("sub-agent results = %v", body["results"])
+		}
+		// Hop 1: the delegator's signed hop record names the sub-agent and the scope.
 		auditID, _ := body["audit_id"].(string)
-		resp, rec := call(worker, "INSPECT", "/?target=audit&audit_id="+auditID, "")
-		if resp.Status != 200 || !strings.Contains(string(resp.Body), sub) {
-			t.Fatalf("INSPECT hop = %d %v", resp.Status, rec)
+		resp, _ = call(worker, "INSPECT", "/?target=audit&audit_id="+auditID, "")
+		if resp.Status != 200 || !strings.Contains(string(resp.Body), sub) || !strings.Contains(string(resp.Body), "orders:read") {
+			t.Fatalf("INSPECT hop = %d %s", resp.Status, resp.Body)
+		}
+		// Hop 2: the sub-agent's own Attribution-Record of the call it ran.
+		subAudit, _ := results[0].(map[string]any)["audit_id"].(string)
+		resp, rec := call(worker, "INSPECT", "/?target=audit&audit_id="+subAudit, "")
+		if resp.Status != 200 || rec["chain_agent_id"] != sub {
+			t.Fatalf("INSPECT sub-agent record = %d %v", resp.Status, rec)
 		}
 		if resp, tk := call(worker, "QUERY", "/tasks/batch-1", ""); tk["status"] != "delegated" {
 			t.Fatalf("task after DELEGATE = %d %v", resp.Status, tk)
+		}
+	})
+
+	t.Run("a DELEGATE the sub-agent cannot carry out is 550 with its error", func(t *testing.T) {
+		// documents:read is within the delegator's scopes but the sub-agent
+		// does not hold it, so its call is refused.
+		scope := []string{"documents:read"}
+		resp, body := delegate(scope, delegationToken(t, workerKey, worker, sub, scope, task, exp))
+		if resp.Status != agtp.StatusDelegationFailure || !strings.Contains(string(resp.Body), "delegation-failure") || !strings.Contains(string(resp.Body), "results") {
+			t.Fatalf("failing DELEGATE = %d %v", resp.Status, body)
+		}
+	})
+
+	t.Run("a DELEGATE to an agent on another host is recorded and answered 202", func(t *testing.T) {
+		scope := []string{"orders:read"}
+		target := "agtp://" + sub + "@agents.example:4480"
+		s, _ := json.Marshal(scope)
+		resp, body := call(worker, "DELEGATE", "/", `{"target_agent_id":"`+target+`","task":`+task+`,"authority_scope":`+string(s)+`,"delegation_token":"`+
+			delegationToken(t, workerKey, worker, sub, scope, task, exp)+`"}`)
+		if resp.Status != agtp.StatusAccepted || body["executed"] != false || body["delegation_id"] == nil {
+			t.Fatalf("remote DELEGATE = %d %v", resp.Status, body)
 		}
 	})
 }

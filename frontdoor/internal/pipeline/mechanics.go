@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -318,18 +319,96 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	if err != nil {
 		return p.dependencyFailure(x, "auditsvc", err)
 	}
+	// A sub-agent hosted here runs the task now, as itself, with the
+	// narrowed Authority-Scope; one on another host (agtp://id@host) is
+	// recorded only (docs/mechanics.md).
+	var results []map[string]any
+	failed := ""
+	local := !strings.Contains(target, "@")
+	if local {
+		results, failed = p.runDelegated(x, delegatee, granted, str(params, "task_id"), taskJSONBytes)
+	}
+	status := "delegated"
+	if failed != "" {
+		status = "failed"
+	}
 	r, err := p.Tasks.RecordDelegation(x.ctx, &taskv1.RecordDelegationRequest{
 		DelegatorAgentId: x.agentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
-		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(),
+		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Status: status, Detail: failed,
 	})
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
-	p.Log.InfoContext(x.ctx, "delegation hop", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(), "delegation_id", r.GetDelegationId())
-	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
-		"delegation_id": r.GetDelegationId(), "task_id": r.GetTask().GetTaskId(), "status": "delegated",
+	p.Log.InfoContext(x.ctx, "delegation hop", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(),
+		"delegation_id", r.GetDelegationId(), "executed", local, "status", status)
+	body := map[string]any{
+		"delegation_id": r.GetDelegationId(), "task_id": r.GetTask().GetTaskId(), "status": status,
 		"delegatee_agent_id": delegatee, "authority_scope": scopes, "task_hash": taskHash, "audit_id": rec.GetAuditId(),
-	})
+		"executed": local,
+	}
+	if !local {
+		return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, body)
+	}
+	body["results"] = results
+	if failed != "" {
+		return x.fail(agtp.StatusDelegationFailure, "delegation-failure", "the sub-agent failed: "+failed, body)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, body)
+}
+
+// delegatedCall is one AGTP call of a DELEGATE task.
+type delegatedCall struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Body   json.RawMessage `json:"body,omitempty"`
+}
+
+const maxDelegatedCalls = 16
+
+// runDelegated runs a task (one call or a sequence) through this pipeline
+// as the sub-agent with the narrowed scope, stopping at the first failure.
+// It returns each call's outcome and, on failure, what failed.
+func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeSet, taskID string, raw []byte) ([]map[string]any, string) {
+	var calls []delegatedCall
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		var one delegatedCall
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return nil, "task is neither an AGTP call {method, path, body} nor a list of them"
+		}
+		calls = []delegatedCall{one}
+	}
+	if len(calls) == 0 || len(calls) > maxDelegatedCalls {
+		return nil, "a task holds 1 to 16 calls"
+	}
+	results := []map[string]any{}
+	for i, c := range calls {
+		if c.Method == "DELEGATE" {
+			return results, "a delegated task may not DELEGATE again through this hop"
+		}
+		req, err := agtp.NewRequest(c.Method, c.Path)
+		if err != nil {
+			return results, "call " + strconv.Itoa(i) + ": " + err.Error()
+		}
+		req.Header.Set(agtp.HeaderAgentID, delegatee)
+		req.Header.Set(agtp.HeaderAuthorityScope, scope.String())
+		if taskID != "" {
+			req.Header.Set(agtp.HeaderTaskID, taskID)
+		}
+		if len(c.Body) > 0 {
+			req.Body = c.Body
+			req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
+		}
+		resp := p.ServeAGTP(x.ctx, x.conn, req)
+		out := map[string]any{"method": c.Method, "path": c.Path, "status": resp.Status, "audit_id": resp.Header.Get(agtp.HeaderAuditID)}
+		if json.Valid(resp.Body) {
+			out["body"] = json.RawMessage(resp.Body)
+		}
+		results = append(results, out)
+		if resp.Status < 200 || resp.Status >= agtp.StatusNegotiationInProgress { // 261-263 are not outcomes
+			return results, c.Method + " " + c.Path + " answered " + strconv.Itoa(resp.Status)
+		}
+	}
+	return results, ""
 }
 
 // verifyDelegationToken checks the token against the delegator's Genesis
