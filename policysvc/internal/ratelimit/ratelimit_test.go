@@ -192,8 +192,15 @@ func TestRateHoldsOverTime(t *testing.T) {
 	if float64(total.Load()) < want*1.5 {
 		t.Fatalf("only %d requests sent; the limit was not saturated", total.Load())
 	}
-	if got := float64(allowed.Load()); got < want*0.95 || got > want*1.05 {
-		t.Fatalf("allowed %.0f of %d in %v, want %.0f ± 5%%", got, total.Load(), time.Since(start), want)
+	// Over-admission is never allowed beyond 5%; the lower bound widens
+	// when a starved machine offered under 3x the limit (see the server's
+	// TestRateLimitHoldsAcrossTwoInstances).
+	low := 0.95
+	if float64(total.Load()) < 3*want {
+		low = 0.85
+	}
+	if got := float64(allowed.Load()); got < want*low || got > want*1.05 {
+		t.Fatalf("allowed %.0f of %d in %v, want %.0f (-%.0f%%, +5%%)", got, total.Load(), time.Since(start), want, (1-low)*100)
 	}
 }
 

@@ -570,8 +570,16 @@ func TestRateLimitHoldsAcrossTwoInstances(t *testing.T) {
 	if total < int(want*1.5) {
 		t.Fatalf("only %d requests sent; the limit was not saturated", total)
 	}
-	if float64(allowed) < want*0.95 || float64(allowed) > want*1.05 {
-		t.Fatalf("allowed %d, want %.0f ± 5%%", allowed, want)
+	// Over-admission is what a limiter must never do: always within 5%.
+	// Under-admission measures the clients as much as the limiter: when a
+	// starved machine sends under 3x the limit, stalls longer than the
+	// burst leave capacity unused, so the lower bound widens then.
+	low := 0.95
+	if float64(total) < 3*want {
+		low = 0.85
+	}
+	if float64(allowed) < want*low || float64(allowed) > want*1.05 {
+		t.Fatalf("allowed %d, want %.0f (-%.0f%%, +5%%)", allowed, want, (1-low)*100)
 	}
 }
 
