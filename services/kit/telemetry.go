@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // TelemetryConfig says where traces and metrics go.
@@ -54,8 +55,16 @@ func NewTelemetry(ctx context.Context, service string, cfg TelemetryConfig) (*Te
 	if err != nil {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	t := &Telemetry{}
+	if !cfg.OTLPExport && len(cfg.SpanProcessors) == 0 {
+		// Nothing would receive the spans, so none are recorded: a no-op
+		// provider still carries an incoming W3C trace context through to
+		// outgoing calls, at no cost per request.
+		t.TracerProvider = tracenoop.NewTracerProvider()
+		t.MeterProvider = metricnoop.NewMeterProvider()
+		return t, nil
+	}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if cfg.OTLPExport {
 		exp, err := otlptracegrpc.New(ctx)
 		if err != nil {
