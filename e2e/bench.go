@@ -26,6 +26,7 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
 )
@@ -55,6 +56,10 @@ type BenchOptions struct {
 	IdleConns int
 	// Mix is the realistic mix; default loadgen.DefaultMix.
 	Mix loadgen.Mix
+	// TunedEnv is the environment of the "tuned" scenario's second suite:
+	// runtime and telemetry settings that need no code change. Default
+	// DefaultTunedEnv.
+	TunedEnv []string
 	// Only, when set, runs just the named scenarios (see Scenarios).
 	Only []string
 	// Env is added to every service's environment.
@@ -82,11 +87,18 @@ const (
 	ScenarioQUICThroughput = "quic-throughput"  // QUERY /orders/{id}, QUIC, Concurrency in flight
 	ScenarioSweep          = "sweep"            // the mix, open loop at rising offered loads
 	ScenarioIdle           = "idle"             // front-door memory with IdleConns idle TLS connections
+	ScenarioTuned          = "tuned"            // latency and throughput again, on a suite started with TunedEnv
 )
 
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputMix,
-	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle}
+	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioTuned}
+
+// DefaultTunedEnv is what the "tuned" scenario changes, each found by
+// profiling (docs/performance.md): one P per service, because seven Go
+// processes share two cores and idle Ps only spin; and a less eager GC,
+// since the heaps are small and GC was a tenth of the CPU.
+var DefaultTunedEnv = []string{"GOMAXPROCS=1", "GOGC=400"}
 
 // ProcNames are the measured processes in report order; "redis" is the
 // redis-server and "loadgen" the benchmark itself.
@@ -121,6 +133,9 @@ func (o BenchOptions) withDefaults() BenchOptions {
 	}
 	if len(o.Mix) == 0 {
 		o.Mix = loadgen.DefaultMix
+	}
+	if o.TunedEnv == nil {
+		o.TunedEnv = DefaultTunedEnv
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -187,75 +202,16 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 		return nil, fmt.Errorf("raise the open-file limit: %w", err)
 	}
 
-	progress("starting the suite (six service processes and redis-server)")
-	// Warn level: the harness keeps process output in memory, and per-request
-	// logging is not what is being measured.
-	copts := Options{Env: append([]string{"LOG_LEVEL=warn"}, o.Env...), ServiceEnv: map[string][]string{}}
-	pprofAddrs := map[string]string{}
-	if o.ProfileDir != "" {
-		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
-			return nil, err
-		}
-		for _, n := range devpki.ServiceNames {
-			a, err := freeAddr()
-			if err != nil {
-				return nil, err
-			}
-			pprofAddrs[n] = a
-			copts.ServiceEnv[n] = []string{"PPROF_ADDR=" + a}
-		}
-	}
-	// One retry: the harness picks free ports by listening and closing,
-	// and another program on the machine can take one in between.
-	c, stop, err := StartCluster(copts)
-	if err != nil && ctx.Err() == nil {
-		progress("the suite did not start, retrying once: %v", firstLine(err))
-		c, stop, err = StartCluster(copts)
-	}
+	s, err := startSuite(ctx, o, nil, progress)
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
+	defer func() {
+		if s != nil { // nil when the tuned suite failed to start
+			s.stop()
+		}
+	}()
 
-	target := loadgen.Target{Addr: c.Procs["frontdoor"].AGTPAddr, ServerName: "localhost", Roots: c.Admin.Pool()}
-	if err := loadgen.Check(ctx, target); err != nil {
-		return nil, fmt.Errorf("the front door does not answer: %w", err)
-	}
-	procs, err := c.pids(ctx)
-	if err != nil {
-		return nil, err
-	}
-	progress("registering %d agents", o.Agents)
-	agents := make([]string, o.Agents)
-	for i := range agents {
-		if agents[i], err = c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), "orders:read", "orders:write", "documents:read", "reports:run"); err != nil {
-			return nil, err
-		}
-	}
-
-	run := func(name string, cfg loadgen.Config) (*loadgen.Result, error) {
-		resume := cfg.Target.Resume
-		cfg.Name, cfg.Target, cfg.Agents, cfg.Procs = name, target, agents, procs
-		cfg.Target.Resume = resume
-		if cfg.Warmup == 0 {
-			cfg.Warmup = o.Warmup
-		}
-		if cfg.Duration == 0 {
-			cfg.Duration = o.Duration
-		}
-		progress("%s: %s, %d in flight, offered %s, mix %s", name, cfg.Transport, max(cfg.Concurrency, 1), offered(cfg.Rate), mixName(cfg.Mix))
-		profiled := profile(ctx, o.ProfileDir, name, pprofAddrs, cfg.Warmup, cfg.Duration)
-		r, err := loadgen.Run(ctx, cfg)
-		if perr := profiled(); perr != nil {
-			progress("%s: profiling: %v", name, perr)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, %.1f%% 2xx, front door %.0f req per CPU-second",
-			name, r.Throughput, loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), 100*r.SuccessRatio(), r.PerCPUSecond("frontdoor"))
-		return r, nil
-	}
 	closed := []struct {
 		name string
 		cfg  loadgen.Config
@@ -272,26 +228,26 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	}
 	if o.runs(ScenarioLatency) {
 		progress("floors: round trips without work, one at a time")
-		if rep.Floors, err = c.floors(ctx, target, floorSamples); err != nil {
+		if rep.Floors, err = s.c.floors(ctx, s.target, floorSamples); err != nil {
 			return rep, fmt.Errorf("floors: %w", err)
 		}
 	}
-	for _, s := range closed {
-		if !o.runs(s.name) {
+	for _, sc := range closed {
+		if !o.runs(sc.name) {
 			continue
 		}
-		r, err := run(s.name, s.cfg)
+		r, err := s.run(ctx, sc.name, sc.cfg)
 		if err != nil {
 			return rep, err
 		}
-		rep.Runs[s.name] = r
-		rep.Order = append(rep.Order, s.name)
+		rep.Runs[sc.name] = r
+		rep.Order = append(rep.Order, sc.name)
 	}
 
 	if o.runs(ScenarioSweep) {
 		peak := rep.Runs[ScenarioThroughputMix]
 		if peak == nil {
-			if peak, err = run("sweep-peak", loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix, Duration: o.SweepDuration}); err != nil {
+			if peak, err = s.run(ctx, "sweep-peak", loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix, Duration: o.SweepDuration}); err != nil {
 				return rep, err
 			}
 		}
@@ -299,7 +255,7 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			rate := max(10, roundRate(f*peak.Throughput))
 			// Enough workers that queueing happens in the server, not in
 			// the generator, up to twice the closed-loop concurrency.
-			r, err := run(fmt.Sprintf("sweep %.0f%%", 100*f), loadgen.Config{
+			r, err := s.run(ctx, fmt.Sprintf("sweep %.0f%%", 100*f), loadgen.Config{
 				Transport: loadgen.TransportTCP, Concurrency: 2 * o.Concurrency, Rate: rate, Mix: o.Mix,
 				Warmup: time.Second, Duration: o.SweepDuration,
 			})
@@ -312,15 +268,131 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 
 	if o.runs(ScenarioIdle) && o.IdleConns > 0 {
 		progress("idle: opening %d TLS connections and holding them", o.IdleConns)
-		rep.Idle, err = loadgen.MeasureIdle(ctx, loadgen.IdleConfig{Target: target, Conns: o.IdleConns, PID: procs["frontdoor"], Hold: 5 * time.Second})
+		rep.Idle, err = loadgen.MeasureIdle(ctx, loadgen.IdleConfig{Target: s.target, Conns: o.IdleConns, PID: s.procs["frontdoor"], Hold: 5 * time.Second})
 		if err != nil {
 			return rep, fmt.Errorf("idle: %w", err)
 		}
 		progress("idle: %d open (%d established), front door RSS %s before, %s held (%s per connection)",
 			rep.Idle.Opened, rep.Idle.Established, mib(rep.Idle.RSSBefore), mib(rep.Idle.RSSHeld), kib(rep.Idle.PerConn()))
 	}
+
+	if o.runs(ScenarioTuned) && len(o.TunedEnv) > 0 {
+		// A fresh suite, so that nothing of the first one (its Redis
+		// contents, its processes' heaps) is measured again.
+		s.stop()
+		if s, err = startSuite(ctx, o, o.TunedEnv, progress); err != nil {
+			return rep, fmt.Errorf("tuned: %w", err)
+		}
+		for _, sc := range closed[:3] { // latency, latency-mix, throughput
+			if sc.name == ScenarioLatencyMix {
+				continue
+			}
+			name := "tuned " + sc.name
+			r, err := s.run(ctx, name, sc.cfg)
+			if err != nil {
+				return rep, err
+			}
+			rep.Runs[name] = r
+			rep.Order = append(rep.Order, name)
+		}
+	}
 	rep.Finished = time.Now()
 	return rep, nil
+}
+
+// benchSuite is one running suite with its registered agents.
+type benchSuite struct {
+	o        BenchOptions
+	c        *Cluster
+	stop     func()
+	target   loadgen.Target
+	procs    map[string]int
+	agents   []string
+	pprof    map[string]string
+	progress func(string, ...any)
+}
+
+// startSuite starts the services with env added to their environment and
+// registers the agents.
+func startSuite(ctx context.Context, o BenchOptions, env []string, progress func(string, ...any)) (_ *benchSuite, err error) {
+	what := "the suite (six service processes and redis-server)"
+	if len(env) > 0 {
+		what += " with " + strings.Join(env, " ")
+	}
+	progress("starting %s", what)
+	// Warn level: the harness keeps process output in memory, and
+	// per-request logging is not what is being measured.
+	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
+	s := &benchSuite{o: o, pprof: map[string]string{}, progress: progress}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+		for _, n := range devpki.ServiceNames {
+			a, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			s.pprof[n] = a
+			copts.ServiceEnv[n] = []string{"PPROF_ADDR=" + a}
+		}
+	}
+	// One retry: the harness picks free ports by listening and closing,
+	// and another program on the machine can take one in between.
+	s.c, s.stop, err = StartCluster(copts)
+	if err != nil && ctx.Err() == nil {
+		progress("the suite did not start, retrying once: %v", firstLine(err))
+		s.c, s.stop, err = StartCluster(copts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	s.target = loadgen.Target{Addr: s.c.Procs["frontdoor"].AGTPAddr, ServerName: "localhost", Roots: s.c.Admin.Pool()}
+	if err := loadgen.Check(ctx, s.target); err != nil {
+		return nil, fmt.Errorf("the front door does not answer: %w", err)
+	}
+	if s.procs, err = s.c.pids(ctx); err != nil {
+		return nil, err
+	}
+	progress("registering %d agents", o.Agents)
+	s.agents = make([]string, o.Agents)
+	for i := range s.agents {
+		if s.agents[i], err = s.c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), "orders:read", "orders:write", "documents:read", "reports:run"); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// run is one load run against the suite, with the suite's target,
+// agents and processes filled in.
+func (s *benchSuite) run(ctx context.Context, name string, cfg loadgen.Config) (*loadgen.Result, error) {
+	resume := cfg.Target.Resume
+	cfg.Name, cfg.Target, cfg.Agents, cfg.Procs = name, s.target, s.agents, s.procs
+	cfg.Target.Resume = resume
+	if cfg.Warmup == 0 {
+		cfg.Warmup = s.o.Warmup
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = s.o.Duration
+	}
+	s.progress("%s: %s, %d in flight, offered %s, mix %s", name, cfg.Transport, max(cfg.Concurrency, 1), offered(cfg.Rate), mixName(cfg.Mix))
+	profiled := profile(ctx, s.o.ProfileDir, name, s.pprof, cfg.Warmup, cfg.Duration)
+	r, err := loadgen.Run(ctx, cfg)
+	if perr := profiled(); perr != nil {
+		s.progress("%s: profiling: %v", name, perr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, %.1f%% 2xx, front door %.0f req per CPU-second",
+		name, r.Throughput, loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), 100*r.SuccessRatio(), r.PerCPUSecond("frontdoor"))
+	return r, nil
 }
 
 func offered(rate float64) string {
@@ -527,6 +599,11 @@ func (c *Cluster) floors(ctx context.Context, target loadgen.Target, n int) ([]F
 		conn.Close()
 		out = append(out, Floor{"gRPC unary call over mTLS (health Check on " + svc + ")", h.Summarize(), nil})
 	}
+	if f, err := c.policyFloor(ctx, n); err == nil {
+		out = append(out, f)
+	} else {
+		out = append(out, Floor{Name: "policysvc Authorize called directly: not measured (" + firstLine(err) + ")"})
+	}
 	if f, err := c.auditFloor(ctx, n); err == nil {
 		out = append(out, f)
 	} else {
@@ -585,4 +662,36 @@ func (c *Cluster) auditFloor(ctx context.Context, n int) (Floor, error) {
 		}
 	}
 	return Floor{Name: "auditsvc SignAndAppend called directly (gRPC, server chain)", Latency: h.Summarize()}, nil
+}
+
+// policyFloor calls policysvc Authorize directly, one at a time, with the
+// request the front door sends for QUERY /orders/{order_id}: the policy
+// hop on its own.
+func (c *Cluster) policyFloor(ctx context.Context, n int) (Floor, error) {
+	conn, err := kit.DialService(c.Procs["policysvc"].GRPCAddr, "policysvc", c.Admin, c.tel)
+	if err != nil {
+		return Floor{}, err
+	}
+	defer conn.Close()
+	pc := policyv1.NewPolicyServiceClient(conn)
+	req := &policyv1.AuthorizeRequest{
+		AgentId: strings.Repeat("ab", 32), AgentScopes: []string{"orders:read", "orders:write"},
+		Method: "QUERY", PathTemplate: "/orders/{order_id}", RequiredScopes: []string{"orders:read"},
+		EndpointIdempotent: true, ClientIp: "127.0.0.1", Principal: "bench@example.test",
+	}
+	var h loadgen.Histogram
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		begin := time.Now()
+		out, err := pc.Authorize(ctx, req)
+		if err != nil {
+			return Floor{}, err
+		}
+		if out.GetDecision() != policyv1.Decision_DECISION_ALLOW {
+			return Floor{}, fmt.Errorf("decision %v", out.GetDecision())
+		}
+		if i > 0 {
+			h.Record(time.Since(begin))
+		}
+	}
+	return Floor{Name: "policysvc Authorize called directly (gRPC, QUERY /orders/{order_id})", Latency: h.Summarize()}, nil
 }

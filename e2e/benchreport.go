@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/agtpsuite/agtp/e2e/loadgen"
@@ -32,15 +33,21 @@ type Verdict struct {
 // whose scenario did not run are left out.
 func (r *BenchReport) Verdicts() []Verdict {
 	var v []Verdict
-	if t := r.Runs[ScenarioThroughput]; t != nil {
-		pc := t.PerCPUSecond("frontdoor")
-		note := fmt.Sprintf("%.0f req/s over %d persistent connections; the aim is %d", t.Throughput, t.Connections, AimPerCore)
-		v = append(v, Verdict{fmt.Sprintf("≥ %d req/s per front-door core, full pipeline, persistent connections", TargetPerCore),
-			fmt.Sprintf("%.0f", pc), pc >= TargetPerCore, note})
-	}
-	if t := r.Runs[ScenarioLatency]; t != nil {
-		v = append(v, Verdict{"one request in flight: p50 ≤ 1 ms", loadgen.Ms(t.Latency.P50) + " ms", t.Latency.P50 <= TargetP50, ""})
-		v = append(v, Verdict{"one request in flight: p99 ≤ 5 ms", loadgen.Ms(t.Latency.P99) + " ms", t.Latency.P99 <= TargetP99, ""})
+	for _, prefix := range []string{"", "tuned "} {
+		label := ""
+		if prefix != "" {
+			label = " (tuned: " + strings.Join(r.Options.TunedEnv, " ") + ")"
+		}
+		if t := r.Runs[prefix+ScenarioThroughput]; t != nil {
+			pc := t.PerCPUSecond("frontdoor")
+			note := fmt.Sprintf("%.0f req/s over %d persistent connections; the aim is %d", t.Throughput, t.Connections, AimPerCore)
+			v = append(v, Verdict{fmt.Sprintf("≥ %d req/s per front-door core, full pipeline, persistent connections%s", TargetPerCore, label),
+				fmt.Sprintf("%.0f", pc), pc >= TargetPerCore, note})
+		}
+		if t := r.Runs[prefix+ScenarioLatency]; t != nil {
+			v = append(v, Verdict{"one request in flight: p50 ≤ 1 ms" + label, loadgen.Ms(t.Latency.P50) + " ms", t.Latency.P50 <= TargetP50, ""})
+			v = append(v, Verdict{"one request in flight: p99 ≤ 5 ms" + label, loadgen.Ms(t.Latency.P99) + " ms", t.Latency.P99 <= TargetP99, ""})
+		}
 	}
 	if t := r.Runs[ScenarioNewConn]; t != nil {
 		pc := t.PerCPUSecond("frontdoor")
@@ -105,7 +112,9 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		fmt.Fprintf(w, "## Closed-loop runs\n\n")
 		fmt.Fprintf(w, "`latency*` and `throughput*` use persistent TLS connections, one request in flight per connection; "+
 			"runs without `-mix` send only QUERY /orders/{order_id} (the full pipeline: identity cache, policysvc Authorize, "+
-			"handler, auditsvc SignAndAppend); `-mix` runs send the realistic mix `%s`.\n\n", r.Options.Mix)
+			"handler, auditsvc SignAndAppend); `-mix` runs send the realistic mix `%s`. "+
+			"`tuned` runs use a second suite started with `%s` (environment only, no code change).\n\n",
+			r.Options.Mix, strings.Join(r.Options.TunedEnv, " "))
 		loadgen.WriteTable(w, runs, "frontdoor")
 		fmt.Fprintf(w, "\n### CPU time per request by process (µs)\n\n")
 		loadgen.WriteCPU(w, append(runs, r.Sweep...), ProcNames)

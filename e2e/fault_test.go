@@ -118,7 +118,7 @@ func TestFaultsDuringLoad(t *testing.T) {
 	// Every acknowledged record is stored, and the chain verifies.
 	inspector := c.dialAGTP(t)
 	for _, id := range acked {
-		if resp := inspector.do( request(t, "INSPECT", "/?target=audit&audit_id="+id)); resp.Status != agtp.StatusOK {
+		if resp := inspector.do(request(t, "INSPECT", "/?target=audit&audit_id="+id)); resp.Status != agtp.StatusOK {
 			t.Fatalf("acknowledged record %s: INSPECT = %d %s", id, resp.Status, resp.Body)
 		}
 	}

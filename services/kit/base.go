@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Base is what every service is built on: logger, mTLS material,
@@ -39,7 +40,7 @@ func NewBase(ctx context.Context, cfg Common) (_ *Base, err error) {
 		return nil, err
 	}
 	if cfg.RedisURL != "" {
-		if b.Redis, err = NewRedis(ctx, cfg.RedisURL, b.Telemetry.TracerProvider); err != nil {
+		if b.Redis, err = NewRedis(ctx, cfg.RedisURL, b.Telemetry.redisTracer()); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 	}
@@ -78,4 +79,13 @@ func (b *Base) Run(ctx context.Context, extra ...Task) error {
 		err = cerr
 	}
 	return err
+}
+
+// redisTracer is the tracer provider for Redis commands, or nil (no
+// instrumentation) when nothing records spans.
+func (t *Telemetry) redisTracer() trace.TracerProvider {
+	if !t.Recording {
+		return nil
+	}
+	return t.TracerProvider
 }

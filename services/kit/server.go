@@ -58,12 +58,19 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: deps.Logger, mtls: deps.MTLS, tel: deps.Telemetry}
 	s.health = health.NewServer()
-	s.grpc = grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig())),
-		grpc.StatsHandler(otelgrpc.NewServerHandler(
+	sopts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig()))}
+	if deps.Telemetry.Recording {
+		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(deps.Telemetry.TracerProvider),
 			otelgrpc.WithMeterProvider(deps.Telemetry.MeterProvider),
-		)),
+		)))
+	} else {
+		// Without instrumentation the caller's W3C trace context is still
+		// passed on, so a downstream service that does export continues
+		// the caller's trace.
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(propagateUnary), grpc.ChainStreamInterceptor(propagateStream))
+	}
+	s.grpc = grpc.NewServer(append(sopts,
 		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log)),
 		grpc.ChainStreamInterceptor(recoverStream(s.log), logStream(s.log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -71,7 +78,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		// load onto replicas added later. Watch streams reconnect.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: time.Minute}),
 		grpc.MaxRecvMsgSize(8<<20),
-	)
+	)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	// Until Run marks it ready, the service reports NOT_SERVING.
@@ -132,12 +139,16 @@ func (s *Server) Dial(peer string) (*grpc.ClientConn, error) {
 // DialService connects to a service at addr whose certificate names
 // serverName, presenting this process's certificate.
 func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName))),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+	copts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName)))}
+	if tel.Recording {
+		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
 			otelgrpc.WithMeterProvider(tel.MeterProvider),
-		)),
+		)))
+	} else {
+		copts = append(copts, grpc.WithChainUnaryInterceptor(injectUnary), grpc.WithChainStreamInterceptor(injectStream))
+	}
+	conn, err := grpc.NewClient(addr, append(copts,
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		// A peer that restarts is back within seconds; the default 120 s
 		// reconnect ceiling would keep answering 503 long after.
@@ -145,7 +156,7 @@ func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.Client
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s at %s: %w", serverName, addr, err)
 	}

@@ -34,7 +34,10 @@ type TelemetryConfig struct {
 type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
-	shutdown       []func(context.Context) error
+	// Recording is false when nothing receives spans or metrics; then the
+	// gRPC and Redis instrumentation is left out of the hot path.
+	Recording bool
+	shutdown  []func(context.Context) error
 }
 
 // Propagator is the W3C trace-context and baggage propagator the suite
@@ -64,6 +67,7 @@ func NewTelemetry(ctx context.Context, service string, cfg TelemetryConfig) (*Te
 		t.MeterProvider = metricnoop.NewMeterProvider()
 		return t, nil
 	}
+	t.Recording = true
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if cfg.OTLPExport {
 		exp, err := otlptracegrpc.New(ctx)

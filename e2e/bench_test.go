@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agtpsuite/agtp/e2e/loadgen"
+)
+
+// TestBenchRunsEveryScenarioAgainstTheProcesses runs the load benchmark
+// with tiny durations, so that `make bench` cannot rot unnoticed: every
+// scenario gets responses, with no transport errors, and the report
+// holds every section.
+func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Bench(ctx, BenchOptions{
+		Warmup: 100 * time.Millisecond, Duration: 400 * time.Millisecond, SweepDuration: 300 * time.Millisecond,
+		SweepFractions: []float64{0.5}, Concurrency: 4, NewConnConcurrency: 2, Agents: 2, IdleConns: 200,
+		Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	want := []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputMix, ScenarioNewConn,
+		ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, "tuned " + ScenarioLatency, "tuned " + ScenarioThroughput}
+	for _, name := range want {
+		r := rep.Runs[name]
+		if r == nil {
+			t.Errorf("no %s run", name)
+			continue
+		}
+		if r.Completed == 0 || r.Failed != 0 {
+			t.Errorf("%s: %d responses, %d without (%v)", name, r.Completed, r.Failed, r.ErrorExamples)
+		}
+		if !strings.Contains(name, "mix") && r.Statuses[200] != r.Completed {
+			t.Errorf("%s: statuses %v, want only 200 for QUERY /orders/{order_id}", name, r.Statuses)
+		}
+		if r.CPU["frontdoor"] <= 0 && r.Completed > 100 {
+			t.Errorf("%s: no front-door CPU time measured: %v", name, r.CPU)
+		}
+	}
+	if mix := rep.Runs[ScenarioThroughputMix]; mix != nil {
+		if mix.PerOp[loadgen.OpReplay].Completed+mix.PerOp[loadgen.OpCreate].Completed == 0 {
+			t.Errorf("the mix sent no CREATE: %v", mix.PerOp)
+		}
+	}
+	if len(rep.Floors) != 7 {
+		t.Errorf("%d floors, want 7", len(rep.Floors))
+	}
+	for _, f := range rep.Floors {
+		if f.Latency.P50 <= 0 {
+			t.Errorf("floor %q was not measured", f.Name)
+		}
+	}
+	if len(rep.Sweep) != 1 || rep.Sweep[0].Rate <= 0 || rep.Sweep[0].Completed == 0 {
+		t.Errorf("sweep = %+v", rep.Sweep)
+	}
+	if rep.Idle == nil || rep.Idle.Opened != 200 || rep.Idle.Established < 200 || rep.Idle.RSSHeld <= 0 {
+		t.Errorf("idle = %+v", rep.Idle)
+	}
+	var md bytes.Buffer
+	rep.WriteMarkdown(&md, "test", "plot.svg")
+	for _, section := range []string{"## Targets", "## Round trips without work", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "tuned throughput"} {
+		if !strings.Contains(md.String(), section) {
+			t.Errorf("report lacks %q", section)
+		}
+	}
+	if !bytes.Contains(rep.SVG(), []byte("<path ")) {
+		t.Error("the plot has no lines")
+	}
+}
+
+func TestStartClusterReportsAFailedStartAndLeavesNothingRunning(t *testing.T) {
+	c, stop, err := StartCluster(Options{Services: []string{"no-such-service"}})
+	if err == nil {
+		stop()
+		t.Fatalf("a cluster of a service without a binary started: %+v", c)
+	}
+	if c != nil || stop != nil {
+		t.Fatal("a failed start returned a cluster")
+	}
+}
