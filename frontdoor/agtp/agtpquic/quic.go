@@ -60,3 +60,20 @@ func HandshakeComplete(conn *quic.Conn) bool {
 func RefuseEarly(conn *quic.Conn, method string) bool {
 	return !agtp.AllowedIn0RTT(method) && !HandshakeComplete(conn)
 }
+
+// QUIC application error codes of AGTP. The drafts define none
+// (digest-core §7); these are the project's, shared by the front door and
+// the client.
+const (
+	// CodeNoError closes a connection normally (idle timeout, drain
+	// complete).
+	CodeNoError quic.ApplicationErrorCode = 0x0
+	// CodeShutdown closes the connections left when a server's drain runs
+	// out of time.
+	CodeShutdown quic.ApplicationErrorCode = 0x1
+	// StreamNoError stops reading the rest of a served stream.
+	StreamNoError quic.StreamErrorCode = 0x0
+	// StreamAbandoned resets a stream whose request never completed: the
+	// server got no complete request, or the client gave up on it.
+	StreamAbandoned quic.StreamErrorCode = 0x1
+)

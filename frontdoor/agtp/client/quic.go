@@ -18,15 +18,6 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// QUIC error codes the client uses. The drafts define none; these match
-// the front door's (frontdoor/internal/transport).
-const (
-	quicCodeNoError   quic.ApplicationErrorCode = 0x0
-	quicStreamNoError quic.StreamErrorCode      = 0x0
-	// quicStreamCancelled resets a stream whose request was abandoned.
-	quicStreamCancelled quic.StreamErrorCode = 0x1
-)
-
 // finWait bounds how long a client waits for the FIN that follows the
 // last response on a stream before it stops reading the stream anyway.
 const finWait = time.Second
@@ -88,7 +79,7 @@ func (p *quicPool) close() error {
 		select {
 		case <-e.ready:
 			if e.conn != nil {
-				e.current().CloseWithError(quicCodeNoError, "client closed")
+				e.current().CloseWithError(agtpquic.CodeNoError, "client closed")
 			}
 		default:
 		}
@@ -346,8 +337,8 @@ func (p *quicPool) exchange(ctx context.Context, str *quic.Stream, req *agtp.Req
 	}
 	if ctx.Done() != nil {
 		x.stop = context.AfterFunc(ctx, func() {
-			str.CancelRead(quicStreamCancelled)
-			str.CancelWrite(quicStreamCancelled)
+			str.CancelRead(agtpquic.StreamAbandoned)
+			str.CancelWrite(agtpquic.StreamAbandoned)
 		})
 	}
 	var rw io.ReadWriter = str
@@ -413,10 +404,10 @@ func (x *quicExchange) finish(last *agtp.Response) {
 		last = nil // cancelled: the stream is already reset
 	}
 	if last == nil {
-		x.str.CancelRead(quicStreamCancelled)
-		x.str.CancelWrite(quicStreamCancelled)
+		x.str.CancelRead(agtpquic.StreamAbandoned)
+		x.str.CancelWrite(agtpquic.StreamAbandoned)
 	} else if x.br.Buffered() > 0 {
-		x.str.CancelRead(quicStreamNoError) // bytes after the last response
+		x.str.CancelRead(agtpquic.StreamNoError) // bytes after the last response
 	} else {
 		wait := time.Now().Add(finWait)
 		if !x.deadline.IsZero() && x.deadline.Before(wait) {
@@ -424,7 +415,7 @@ func (x *quicExchange) finish(last *agtp.Response) {
 		}
 		x.str.SetReadDeadline(wait)
 		if _, err := x.br.Peek(1); err != io.EOF {
-			x.str.CancelRead(quicStreamNoError)
+			x.str.CancelRead(agtpquic.StreamNoError)
 		}
 	}
 	if x.br != nil {

@@ -15,23 +15,6 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// QUIC application error codes. The drafts define none (digest-core §7);
-// these are the project's.
-const (
-	// quicCodeNoError closes a connection or ends reading a stream
-	// normally: idle timeout, drain complete, request fully read.
-	quicCodeNoError quic.ApplicationErrorCode = 0x0
-	// quicCodeShutdown closes the connections left when a drain runs
-	// out of time.
-	quicCodeShutdown quic.ApplicationErrorCode = 0x1
-	// quicStreamIncomplete resets a stream whose request never arrived
-	// complete (deadline, reset, end of stream): there is nothing to
-	// answer.
-	quicStreamIncomplete quic.StreamErrorCode = 0x1
-	// quicStreamNoError stops reading the rest of a served stream.
-	quicStreamNoError quic.StreamErrorCode = 0x0
-)
-
 var errConnLimit = errors.New("transport: connection limit reached")
 
 // quicConfig is agtpquic.Config with the server's limits.
@@ -111,7 +94,7 @@ func (s *Server) startQUIC(qc *quic.Conn) {
 	s.mu.Lock()
 	if s.shutting.Load() {
 		s.mu.Unlock()
-		qc.CloseWithError(quicCodeNoError, "server shutting down")
+		qc.CloseWithError(agtpquic.CodeNoError, "server shutting down")
 		return
 	}
 	s.quicConns[c] = struct{}{}
@@ -124,7 +107,7 @@ func (s *Server) startQUIC(qc *quic.Conn) {
 
 func (c *quicConn) serve() {
 	s := c.s
-	code, reason := quicCodeNoError, "closed"
+	code, reason := agtpquic.CodeNoError, "closed"
 	defer func() {
 		c.streams.Wait()
 		c.qc.CloseWithError(code, reason)
@@ -259,8 +242,8 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 				s.stats.headerTimeouts.Add(1)
 			}
 		}
-		str.CancelRead(quicStreamIncomplete)
-		str.CancelWrite(quicStreamIncomplete)
+		str.CancelRead(agtpquic.StreamAbandoned)
+		str.CancelWrite(agtpquic.StreamAbandoned)
 		return
 	}
 	s.stats.quicRequests.Add(1)
@@ -273,8 +256,8 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 	}
 	putWriter(bw)
 	if err != nil {
-		str.CancelRead(quicStreamIncomplete)
-		str.CancelWrite(quicStreamIncomplete)
+		str.CancelRead(agtpquic.StreamAbandoned)
+		str.CancelWrite(agtpquic.StreamAbandoned)
 		return
 	}
 	str.Close()
@@ -293,5 +276,5 @@ func (c *quicConn) finishRead(str *quic.Stream, extra bool) {
 			return
 		}
 	}
-	str.CancelRead(quicStreamNoError)
+	str.CancelRead(agtpquic.StreamNoError)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
 	"github.com/quic-go/quic-go"
 )
 
@@ -88,8 +89,8 @@ func TestQUICHeaderDeadlineResetsStream(t *testing.T) {
 	var b [1]byte
 	_, err = str.Read(b[:])
 	var se *quic.StreamError
-	if !errors.As(err, &se) || se.ErrorCode != quicStreamIncomplete {
-		t.Fatalf("read = %v, want stream reset with code %d", err, quicStreamIncomplete)
+	if !errors.As(err, &se) || se.ErrorCode != agtpquic.StreamAbandoned {
+		t.Fatalf("read = %v, want stream reset with code %d", err, agtpquic.StreamAbandoned)
 	}
 	if resp := quicRoundTrip(t, qc, rawRequest(t, "QUERY", "/x")); resp.Status != 200 {
 		t.Fatalf("other stream: %d", resp.Status)
@@ -268,7 +269,7 @@ func TestQUICIdleTimeoutClosesConnection(t *testing.T) {
 		t.Fatal("connection still open after the idle timeout")
 	}
 	var ae *quic.ApplicationError
-	if err := context.Cause(qc.Context()); !errors.As(err, &ae) || ae.ErrorCode != quic.ApplicationErrorCode(quicCodeNoError) || !ae.Remote {
+	if err := context.Cause(qc.Context()); !errors.As(err, &ae) || ae.ErrorCode != quic.ApplicationErrorCode(agtpquic.CodeNoError) || !ae.Remote {
 		t.Fatalf("closed with %v, want the server's application close 0", err)
 	}
 	waitFor(t, "idle timeout counted", func() bool { return ts.Stats().IdleTimeouts == 1 })

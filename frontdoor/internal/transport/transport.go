@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
 	"github.com/quic-go/quic-go"
 )
 
@@ -552,7 +553,7 @@ func (s *Server) forceClose() {
 	}
 	var wg sync.WaitGroup
 	for _, c := range qc {
-		wg.Go(func() { c.qc.CloseWithError(quicCodeShutdown, "server shutdown") })
+		wg.Go(func() { c.qc.CloseWithError(agtpquic.CodeShutdown, "server shutdown") })
 	}
 	wg.Wait()
 }
