@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/services/kit"
 )
@@ -171,10 +172,8 @@ func (c Config) Validate() error {
 	if c.ServerID == "" {
 		errs = append(errs, errors.New("server id is empty"))
 	}
-	switch c.InspectACL {
-	case "public", "agent_only", "operator_only":
-	default:
-		errs = append(errs, fmt.Errorf("inspect acl %q is not public, agent_only or operator_only", c.InspectACL))
+	if _, err := inspect.ParseMode(c.InspectACL); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range []string{"catalogsvc", "identitysvc", "policysvc", "auditsvc"} {
 		if _, err := c.Peer(p); err != nil {

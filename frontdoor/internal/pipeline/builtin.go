@@ -2,14 +2,13 @@ package pipeline
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
 
+	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
@@ -232,12 +231,12 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 	if name == "" {
 		name = str(params, "agent_id")
 	}
-	if looksLikeCanonicalID(name) && !isAgentID(name) {
+	if looksLikeCanonicalID(name) && !agtp.IsCanonicalID(name) {
 		return x.fail(agtp.StatusBadRequest, "invalid-canonical-id",
 			"a canonical Agent-ID is exactly 64 lowercase hexadecimal characters (core §6.1.8.1)", nil)
 	}
 	req := &identityv1.ResolveAgentRequest{Name: name}
-	if isAgentID(name) {
+	if agtp.IsCanonicalID(name) {
 		req = &identityv1.ResolveAgentRequest{AgentId: name}
 	}
 	rec, err := p.Identity.ResolveAgent(x.ctx, req)
@@ -255,13 +254,16 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 // inspect reads the audit store (core §7.2.4).
 func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 	target := str(params, "target")
-	if resp := p.inspectAllowed(x, str(params, "agent_id")); resp != nil {
-		return resp
+	caller := inspectCaller(x)
+	// The ACL is checked before any lookup, so a refused caller cannot
+	// learn whether a record exists.
+	if err := p.acl.Precheck(caller); err != nil {
+		return p.dependencyFailure(x, "inspect", err)
 	}
 	switch target {
 	case "audit":
 		id := str(params, "audit_id")
-		if !isAgentID(id) {
+		if !agtp.IsCanonicalID(id) {
 			return x.fail(agtp.StatusBadRequest, "audit-id-required", "target=audit needs audit_id: 64 lowercase hexadecimal characters", nil)
 		}
 		r, err := p.Audit.GetRecord(x.ctx, &auditv1.GetRecordRequest{AuditId: id})
@@ -269,6 +271,9 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 			return p.dependencyFailure(x, "auditsvc", err)
 		}
 		rec := r.GetRecord()
+		if err := p.acl.Allow(caller, rec.GetChainAgentId()); err != nil {
+			return p.dependencyFailure(x, "inspect", err)
+		}
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
 			"audit_id": rec.GetAuditId(), "jws": rec.GetJws(), "payload": json.RawMessage(rec.GetPayloadJson()),
 			"chain_agent_id": rec.GetChainAgentId(), "sequence": rec.GetSequence(),
@@ -277,6 +282,9 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 		id := str(params, "agent_id")
 		if id == "" {
 			return x.fail(agtp.StatusBadRequest, "agent-id-required", "target=chain_head needs agent_id", nil)
+		}
+		if err := p.acl.Allow(caller, id); err != nil {
+			return p.dependencyFailure(x, "inspect", err)
 		}
 		r, err := p.Audit.GetChainHead(x.ctx, &auditv1.GetChainHeadRequest{AgentId: id})
 		if err != nil {
@@ -287,6 +295,9 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 		id := str(params, "agent_id")
 		if id == "" {
 			return x.fail(agtp.StatusBadRequest, "agent-id-required", "target=lifecycle needs agent_id", nil)
+		}
+		if err := p.acl.Allow(caller, id); err != nil {
+			return p.dependencyFailure(x, "inspect", err)
 		}
 		limit, _ := strconv.Atoi(str(params, "limit"))
 		r, err := p.Audit.ListLifecycleEvents(x.ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, Limit: int32(limit)})
@@ -326,50 +337,27 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 	return x.fail(agtp.StatusUnprocessable, "target-unknown", "INSPECT target "+strconv.Quote(target)+" is not one of audit, chain_head, lifecycle, contract, rcns-attempt", nil)
 }
 
-// inspectAllowed applies the INSPECT read ACL (core §7.2.4).
-func (p *Pipeline) inspectAllowed(x *exchange, about string) *agtp.Response {
-	switch p.opts.InspectACL {
-	case "agent_only":
-		fp := clientKeyFingerprint(x)
-		if fp == "" || x.agentID == "" {
-			return x.fail(agtp.StatusUnauthorized, "acl-anonymous-blocked", "INSPECT on this server is agent_only: authenticate with a client certificate and Agent-ID", map[string]any{"mode": "agent_only"})
-		}
-		if about != "" && about != x.agentID {
-			return x.fail(agtp.StatusForbidden, "forbidden", "INSPECT on this server is agent_only: you may read only records about yourself", map[string]any{"mode": "agent_only"})
-		}
-	case "operator_only":
-		fp := clientKeyFingerprint(x)
-		if fp == "" {
-			return x.fail(agtp.StatusUnauthorized, "acl-anonymous-blocked", "INSPECT on this server is operator_only: authenticate with an operator client certificate", map[string]any{"mode": "operator_only"})
-		}
-		for _, allowed := range p.opts.OperatorFingerprints {
-			if fp == allowed {
-				return nil
-			}
-		}
-		return x.fail(agtp.StatusForbidden, "forbidden", "INSPECT on this server is operator_only", map[string]any{"mode": "operator_only"})
+// inspectCaller is the verified identity INSPECT's read ACL judges: the
+// TLS client certificate, and the Agent-ID only when it came with one.
+func inspectCaller(x *exchange) inspect.Caller {
+	if x.conn == nil || x.conn.TLS == nil || len(x.conn.TLS.PeerCertificates) == 0 {
+		return inspect.Caller{}
 	}
-	return nil
+	return inspect.Caller{AgentID: x.agentID, KeyFingerprint: inspect.KeyFingerprint(x.conn.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)}
 }
 
-// clientKeyFingerprint is the SHA-256 of the TLS client certificate's raw
-// Ed25519 key (core §7.2.19), or of its SPKI for other key types, which
-// can then never match a Genesis issuer.
+// clientKeyFingerprint is the Genesis-issuer form of the TLS client
+// certificate's key (core §7.2.19): SHA-256 of the raw Ed25519 key. Other
+// key types get the SPKI's hash, which can never match an issuer.
 func clientKeyFingerprint(x *exchange) string {
 	if x.conn == nil || x.conn.TLS == nil || len(x.conn.TLS.PeerCertificates) == 0 {
 		return ""
 	}
-	return KeyFingerprint(x.conn.TLS.PeerCertificates[0])
-}
-
-// KeyFingerprint is the fingerprint of a certificate's public key.
-func KeyFingerprint(cert *x509.Certificate) string {
+	cert := x.conn.TLS.PeerCertificates[0]
 	if k, ok := cert.PublicKey.(ed25519.PublicKey); ok {
-		sum := sha256.Sum256(k)
-		return hex.EncodeToString(sum[:])
+		return genesis.Fingerprint(k)
 	}
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return hex.EncodeToString(sum[:])
+	return inspect.KeyFingerprint(cert.RawSubjectPublicKeyInfo)
 }
 
 var lifecycleTransitions = map[string]identityv1.LifecycleTransition{

@@ -272,7 +272,7 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	}
 	target := str(params, "target_agent_id")
 	delegatee := delegateeID(target)
-	if !isAgentID(delegatee) {
+	if !agtp.IsCanonicalID(delegatee) {
 		return x.fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>@host", nil)
 	}
 	var scopes []string

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
@@ -41,8 +42,8 @@ type Options struct {
 	DelegationEnabled bool
 	// InspectACL is public, agent_only or operator_only (core §7.2.4).
 	InspectACL string
-	// OperatorFingerprints are the client-certificate key fingerprints
-	// allowed operator access (INSPECT operator_only, lifecycle).
+	// OperatorFingerprints are the SHA-256 of the SubjectPublicKeyInfo of
+	// the client certificates allowed to read under INSPECT operator_only.
 	OperatorFingerprints []string
 }
 
@@ -73,6 +74,7 @@ type Pipeline struct {
 	metrics  *metrics
 	costs    *costTracker
 	sessions sessionCache
+	acl      inspect.ACL
 }
 
 // New builds a pipeline.
@@ -80,14 +82,15 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 15 * time.Second
 	}
-	if opts.InspectACL == "" {
-		opts.InspectACL = "public"
+	mode, err := inspect.ParseMode(opts.InspectACL)
+	if err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(deps.Meter)
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{opts: opts, Deps: deps, metrics: m, costs: newCostTracker()}, nil
+	return &Pipeline{opts: opts, Deps: deps, metrics: m, costs: newCostTracker(), acl: inspect.NewACL(mode, opts.OperatorFingerprints...)}, nil
 }
 
 var _ transport.Handler = (*Pipeline)(nil)

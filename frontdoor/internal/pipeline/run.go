@@ -103,7 +103,7 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
 			"this endpoint is not anonymous: send Agent-ID with your canonical Agent-ID", nil)
 	}
-	if !isAgentID(id) {
+	if !agtp.IsCanonicalID(id) {
 		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
 			"Agent-ID must be a canonical Agent-ID: 64 lowercase hexadecimal characters", nil)
 	}
@@ -133,19 +133,6 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 		}
 	}
 	return nil
-}
-
-func isAgentID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // authorize asks policysvc for the decision.
