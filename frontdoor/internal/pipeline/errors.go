@@ -1,14 +1,10 @@
 package pipeline
 
 import (
-	"fmt"
-
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"google.golang.org/grpc/codes"
 )
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 // dependencyFailure answers a failed call to an internal service. The
 // service's own AGTP reason (from grpcerr) is passed on for refusals; an

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -88,10 +90,10 @@ func decodeJSON(b []byte) (any, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, errorf("not valid JSON: %v", err)
+		return nil, fmt.Errorf("not valid JSON: %v", err)
 	}
 	if dec.More() {
-		return nil, errorf("more than one JSON value")
+		return nil, errors.New("more than one JSON value")
 	}
 	return v, nil
 }
@@ -100,11 +102,11 @@ func decodeJSON(b []byte) (any, error) {
 func bodyParameters(body []byte) (map[string]any, error) {
 	v, err := decodeJSON(body)
 	if err != nil {
-		return nil, errorf("the body is %v", err)
+		return nil, fmt.Errorf("the body is %v", err)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, errorf("the body must be a JSON object")
+		return nil, errors.New("the body must be a JSON object")
 	}
 	if params, ok := obj["parameters"].(map[string]any); ok {
 		envelope := true
