@@ -584,3 +584,16 @@ func BenchmarkSignAndAppendRPC(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(startT).Seconds(), "records/s")
 }
+
+// BenchmarkSignAndAppendRPCSequential is one SignAndAppend at a time on one
+// chain: the latency a front door with one request in flight waits for.
+func BenchmarkSignAndAppendRPCSequential(b *testing.B) {
+	f := start(b, Options{Keys: keySet(b, genKey(b))})
+	body := claims(b, response("agent-0", 0))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.client.SignAndAppend(context.Background(), &auditv1.SignAndAppendRequest{ChainAgentId: "agent-0", ClaimsJson: body}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
