@@ -152,16 +152,33 @@ func conformance(t *testing.T, c *Cluster) {
 		}
 	})
 
-	t.Run("Supported-Methods on the first response of a connection only", func(t *testing.T) {
+	t.Run("Supported-Methods on the first response of a connection only, with the 18 floor methods", func(t *testing.T) {
 		conn := c.dialAGTP(t)
 		first := conn.do(request(t, "DISCOVER", "/"))
 		second := conn.do(request(t, "DISCOVER", "/"))
-		if !strings.Contains(first.Header.Get(agtp.HeaderSupportedMethods), "QUERY") {
-			t.Errorf("first response Supported-Methods = %q", first.Header.Get(agtp.HeaderSupportedMethods))
+		supported := map[string]bool{}
+		for _, m := range strings.Split(first.Header.Get(agtp.HeaderSupportedMethods), ",") {
+			supported[strings.TrimSpace(m)] = true
+		}
+		// core 32 (all 18 floor methods), companions 22 (QUOTE, implemented here).
+		for _, m := range append(agtp.FloorMethods(), "QUOTE") {
+			if !supported[m] {
+				t.Errorf("first response Supported-Methods %q lacks %s", first.Header.Get(agtp.HeaderSupportedMethods), m)
+			}
 		}
 		if second.Header.Has(agtp.HeaderSupportedMethods) {
 			t.Error("second response carries Supported-Methods")
 		}
+	})
+
+	t.Run("DISCOVER /genesis with no agent named is 404", func(t *testing.T) {
+		// api 45: this server has no server-level Genesis; an anonymous
+		// caller names no agent, so none is loaded for it.
+		resp := c.roundTrip(t, request(t, "DISCOVER", "/genesis"))
+		if resp.Status != 404 || errorBody(t, resp)["reason"] != "genesis-not-found" {
+			t.Fatalf("DISCOVER /genesis without Agent-ID = %d %s", resp.Status, resp.Body)
+		}
+		verify(t, resp)
 	})
 
 	t.Run("a call runs its handler and chains the caller's records", func(t *testing.T) {
@@ -215,7 +232,7 @@ func conformance(t *testing.T, c *Cluster) {
 	})
 
 	t.Run("QUOTE estimates without running the call", func(t *testing.T) {
-		resp := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/orders/ord-1001"}`))
+		resp := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/orders/ord-1001","parameters":{}}`))
 		if resp.Status != 200 || !strings.Contains(resp.Header.Get(agtp.HeaderCostEstimate), "compute-seconds=") ||
 			!strings.Contains(string(resp.Body), `"estimated_cost"`) {
 			t.Fatalf("QUOTE = %d %q %s", resp.Status, resp.Header.Get(agtp.HeaderCostEstimate), resp.Body)
@@ -223,9 +240,18 @@ func conformance(t *testing.T, c *Cluster) {
 		if _, err := agtp.ParseBudget(resp.Header.Get(agtp.HeaderCostEstimate)); err != nil {
 			t.Errorf("Cost-Estimate is not in Budget-Limit format: %v", err)
 		}
-		unknown := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/nowhere"}`))
+		unknown := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), `{"method":"QUERY","path":"/nowhere","parameters":{}}`))
 		if unknown.Status != 404 {
 			t.Fatalf("QUOTE of an unknown target = %d %s", unknown.Status, unknown.Body)
+		}
+		// companions 24: method and parameters are required (400).
+		for body, reason := range map[string]string{
+			`{"path":"/orders/ord-1001","parameters":{}}`:  "method-required",
+			`{"method":"QUERY","path":"/orders/ord-1001"}`: "parameters-required",
+		} {
+			if resp := c.roundTrip(t, withJSON(request(t, "QUOTE", "/"), body)); resp.Status != 400 || errorBody(t, resp)["reason"] != reason {
+				t.Fatalf("QUOTE %s = %d %s, want 400 %s", body, resp.Status, resp.Body, reason)
+			}
 		}
 	})
 
@@ -307,6 +333,38 @@ func conformance(t *testing.T, c *Cluster) {
 		// Without Allow-RCNS the pair stays structurally refused for others.
 		if resp := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1001", agtp.HeaderAgentID, agent)); resp.Status != 405 {
 			t.Fatalf("without a contract = %d %s, want 405", resp.Status, resp.Body)
+		}
+	})
+
+	t.Run("REVOKE target=contract makes the contract 464 contract-revoked; a bogus stale-contracts mode is 400", func(t *testing.T) {
+		negotiator := c.registerAgent(t, "e2e-revoker", "orders:read", "documents:read", "rcns:negotiate")
+		gate := c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1002", agtp.HeaderAgentID, negotiator, agtp.HeaderAllowRCNS, "true"))
+		id, _ := errorBody(t, gate)["synthesis_id"].(string)
+		if gate.Status != agtp.StatusRCNSContractAvailable || id == "" {
+			t.Fatalf("gate = %d %s, want 461 with a synthesis_id", gate.Status, gate.Body)
+		}
+		present := func() *agtp.Response {
+			return c.roundTrip(t, request(t, "SUMMARIZE", "/orders/ord-1002", agtp.HeaderAgentID, negotiator, agtp.HeaderContractSynthesized, id))
+		}
+		if run := present(); run.Status != 200 {
+			t.Fatalf("presented contract before REVOKE = %d %s", run.Status, run.Body)
+		}
+		revoke := c.roundTrip(t, withJSON(request(t, "REVOKE", "/", agtp.HeaderAgentID, negotiator),
+			`{"target":"contract","synthesis_id":"`+id+`","reason":"no longer needed"}`))
+		if revoke.Status != 200 || errorBody(t, revoke)["synthesis_id"] != id {
+			t.Fatalf("REVOKE target=contract = %d %s", revoke.Status, revoke.Body)
+		}
+		verify(t, revoke)
+		// api 97, companions 21: presenting it afterwards is 464 contract-revoked.
+		after := present()
+		if after.Status != agtp.StatusRCNSNoContract || errorBody(t, after)["reason"] != "contract-revoked" || !after.Header.Has(agtp.HeaderRCNSAttemptID) {
+			t.Fatalf("presented after REVOKE = %d %s %v", after.Status, after.Body, after.Header)
+		}
+		// core 109: the stale-contract sweep refuses an unknown mode.
+		operator := c.registerAgent(t, "e2e-contract-operator", "inspect:all")
+		bogus := c.roundTrip(t, withJSON(request(t, "REVOKE", "/", agtp.HeaderAgentID, operator), `{"target":"stale-contracts","mode":"bogus"}`))
+		if bogus.Status != 400 || errorBody(t, bogus)["reason"] != "mode-invalid" {
+			t.Fatalf("REVOKE target=stale-contracts mode=bogus = %d %s", bogus.Status, bogus.Body)
 		}
 	})
 

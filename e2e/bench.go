@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // BenchOptions configure the suite load benchmark. The zero value is the
@@ -64,6 +64,25 @@ type BenchOptions struct {
 	Only []string
 	// Env is added to every service's environment.
 	Env []string
+	// AbuseRate is the offered load of the abuse scenario's
+	// persistent-connection client (its new-connection and QUIC clients
+	// offer a tenth each). Default 400 req/s: well under the machine's
+	// capacity, so that what the abuse costs shows.
+	AbuseRate float64
+	// AbuseDuration is each measured window of the abuse scenario.
+	// Default 5s.
+	AbuseDuration time.Duration
+	// AbuseKinds are the abusers run, in order; default every kind
+	// (loadgen.AbuseKinds).
+	AbuseKinds []string
+	// AbuseRamp overrides each abuser's ramp-up before measuring (a kind's
+	// default lets held connections build up); negative means none, and
+	// no settling between phases either (for tests).
+	AbuseRamp time.Duration
+	// AbuseCommand, when set, runs each abuser as a child process: the
+	// command, to which the loadgen.FlagAbuse* flags are added, must run
+	// loadgen.ServeAbuseChild (agtpbench does). In-process otherwise.
+	AbuseCommand []string
 	// ProfileDir, when set, starts every service with a loopback pprof
 	// listener (PPROF_ADDR) and saves a CPU profile of each service over
 	// the measured part of every closed-loop run, as
@@ -87,12 +106,13 @@ const (
 	ScenarioQUICThroughput = "quic-throughput"  // QUERY /orders/{id}, QUIC, Concurrency in flight
 	ScenarioSweep          = "sweep"            // the mix, open loop at rising offered loads
 	ScenarioIdle           = "idle"             // front-door memory with IdleConns idle TLS connections
+	ScenarioAbuse          = "abuse"            // well-behaved clients' latency with each kind of abuse alongside
 	ScenarioTuned          = "tuned"            // latency and throughput again, on a suite started with TunedEnv
 )
 
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputMix,
-	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioTuned}
+	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned}
 
 // DefaultTunedEnv is what the "tuned" scenario changes, each found by
 // profiling (docs/performance.md): one P per service, because seven Go
@@ -134,6 +154,15 @@ func (o BenchOptions) withDefaults() BenchOptions {
 	if len(o.Mix) == 0 {
 		o.Mix = loadgen.DefaultMix
 	}
+	if o.AbuseRate <= 0 {
+		o.AbuseRate = 400
+	}
+	if o.AbuseDuration <= 0 {
+		o.AbuseDuration = 5 * time.Second
+	}
+	if len(o.AbuseKinds) == 0 {
+		o.AbuseKinds = loadgen.AbuseKinds
+	}
 	if o.TunedEnv == nil {
 		o.TunedEnv = DefaultTunedEnv
 	}
@@ -169,6 +198,7 @@ type BenchReport struct {
 	// Sweep is the open-loop latency-against-load series.
 	Sweep []*loadgen.Result
 	Idle  *loadgen.IdleResult
+	Abuse *AbuseReport
 	// FileLimit is the soft RLIMIT_NOFILE the services were started with.
 	FileLimit uint64
 	// Floors are round trips that do no work, measured one at a time
@@ -190,8 +220,11 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	o := opts.withDefaults()
 	rep := &BenchReport{Started: time.Now(), Machine: loadgen.DescribeMachine(), Options: o, Runs: map[string]*loadgen.Result{}}
 	rep.Load, _ = loadgen.LoadAvg()
+	var progressMu sync.Mutex // the abuse scenario runs its clients at once
 	progress := func(format string, args ...any) {
 		l, _ := loadgen.LoadAvg()
+		progressMu.Lock()
+		defer progressMu.Unlock()
 		fmt.Fprintf(o.Progress, "%s  [load %.2f]  %s\n", time.Now().Format("15:04:05"), l[0], fmt.Sprintf(format, args...))
 	}
 
@@ -268,12 +301,20 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 
 	if o.runs(ScenarioIdle) && o.IdleConns > 0 {
 		progress("idle: opening %d TLS connections and holding them", o.IdleConns)
-		rep.Idle, err = loadgen.MeasureIdle(ctx, loadgen.IdleConfig{Target: s.target, Conns: o.IdleConns, PID: s.procs["frontdoor"], Hold: 5 * time.Second})
+		rep.Idle, err = loadgen.MeasureIdle(ctx, loadgen.IdleConfig{Target: s.target, Conns: o.IdleConns, PID: s.procs["frontdoor"], Hold: 5 * time.Second,
+			Sources: idleSources(o.IdleConns)})
 		if err != nil {
 			return rep, fmt.Errorf("idle: %w", err)
 		}
 		progress("idle: %d open (%d established), front door RSS %s before, %s held (%s per connection)",
 			rep.Idle.Opened, rep.Idle.Established, mib(rep.Idle.RSSBefore), mib(rep.Idle.RSSHeld), kib(rep.Idle.PerConn()))
+	}
+
+	if o.runs(ScenarioAbuse) {
+		progress("abuse: %s alongside clients at %.0f req/s", strings.Join(o.AbuseKinds, ", "), o.AbuseRate)
+		if rep.Abuse, err = s.abuse(ctx); err != nil {
+			return rep, err
+		}
 	}
 
 	if o.runs(ScenarioTuned) && len(o.TunedEnv) > 0 {
@@ -298,6 +339,18 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	}
 	rep.Finished = time.Now()
 	return rep, nil
+}
+
+// idleSources spreads n idle connections over loopback addresses
+// 127.0.1.x, at most 500 from each: the front door allows 1000
+// connections per address by default, and the test measures memory, not
+// that limit.
+func idleSources(n int) []string {
+	out := make([]string, max(1, (n+499)/500))
+	for i := range out {
+		out[i] = fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250)
+	}
+	return out
 }
 
 // benchSuite is one running suite with its registered agents.
@@ -544,12 +597,11 @@ func fetchProfile(ctx context.Context, url, file string) error {
 }
 
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testkit.PickPort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 // floorSamples is how many round trips each floor measures.

@@ -21,6 +21,7 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	rep, err := Bench(ctx, BenchOptions{
 		Warmup: 100 * time.Millisecond, Duration: 400 * time.Millisecond, SweepDuration: 300 * time.Millisecond,
 		SweepFractions: []float64{0.5}, Concurrency: 4, NewConnConcurrency: 2, Agents: 2, IdleConns: 200,
+		AbuseRate: 100, AbuseDuration: 300 * time.Millisecond, AbuseKinds: []string{loadgen.AbuseSlowloris, loadgen.AbuseQUICHandshakeFlood}, AbuseRamp: -1,
 		Progress: &progress,
 	})
 	if err != nil {
@@ -63,9 +64,25 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	if rep.Idle == nil || rep.Idle.Opened != 200 || rep.Idle.Established < 200 || rep.Idle.RSSHeld <= 0 {
 		t.Errorf("idle = %+v", rep.Idle)
 	}
+	if a := rep.Abuse; a == nil || len(a.Pairs) != 2 {
+		t.Errorf("abuse = %+v, want two kinds", a)
+	} else {
+		for _, p := range a.Pairs {
+			for _, c := range []string{ClientTCP, ClientTCPNew, ClientQUIC} {
+				for _, r := range []*loadgen.Result{p.Without[c], p.With[c]} {
+					if r == nil || r.Completed == 0 || r.Statuses[200] != r.Completed {
+						t.Errorf("abuse %s, %s client: %+v", p.Kind, c, r)
+					}
+				}
+			}
+			if p.Abuse == nil || p.Abuse.Attempts == 0 {
+				t.Errorf("the %s abuser made no attempt: %+v", p.Kind, p.Abuse)
+			}
+		}
+	}
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md, "test", "plot.svg")
-	for _, section := range []string{"## Targets", "## Round trips without work", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "tuned throughput"} {
+	for _, section := range []string{"## Targets", "## Round trips without work", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput"} {
 		if !strings.Contains(md.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

@@ -54,6 +54,12 @@ func (r *BenchReport) Verdicts() []Verdict {
 		v = append(v, Verdict{fmt.Sprintf("new TLS connection per request: ≥ %d req/s per front-door core", TargetNewConnPerCore),
 			fmt.Sprintf("%.0f", pc), pc >= TargetNewConnPerCore, fmt.Sprintf("%.0f req/s with %d workers", t.Throughput, t.Concurrency)})
 	}
+	if a := r.Abuse; a != nil && len(a.Pairs) > 0 {
+		ratio, kind, client := a.Worst()
+		v = append(v, Verdict{fmt.Sprintf("abuse: other clients' p99 within %.0f× of its value without abuse (issue 11)", AbuseLimit),
+			fmt.Sprintf("worst ×%.2f", ratio), ratio <= AbuseLimit,
+			fmt.Sprintf("%s, %s client; %d kinds of abuse, well-behaved load %.0f req/s", kind, client, len(a.Pairs), a.Rate)})
+	}
 	if i := r.Idle; i != nil {
 		met := i.Opened >= TargetIdleConns && i.Established >= TargetIdleConns && i.RSSHeld < TargetIdleRSS
 		v = append(v, Verdict{fmt.Sprintf("%d idle connections in < 1 GiB of front-door memory", TargetIdleConns),
@@ -79,7 +85,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		"request (open loop: from when it was due) to reading the whole response.\n\n", m.CPUs, r.Options.Warmup, r.Options.Duration)
 
 	if v := r.Verdicts(); len(v) > 0 {
-		fmt.Fprintf(w, "## Targets (issue 8)\n\n| target | measured | met | |\n|---|---:|---|---|\n")
+		fmt.Fprintf(w, "## Targets (issues 8 and 11)\n\n| target | measured | met | |\n|---|---:|---|---|\n")
 		for _, x := range v {
 			met := "**no**"
 			if x.Met {
@@ -133,6 +139,10 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		}
 		loadgen.WriteTable(w, r.Sweep, "frontdoor")
 		fmt.Fprintln(w)
+	}
+
+	if a := r.Abuse; a != nil {
+		a.write(w)
 	}
 
 	if i := r.Idle; i != nil {

@@ -10,7 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,6 +23,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	catalogdemo "github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
@@ -863,11 +868,128 @@ func TestConformanceExtra(t *testing.T) {
 		}
 	})
 
-	t.Run("companions 4: HEAD and OPTIONS get 459", func(t *testing.T) {
+	t.Run("companions 4: HEAD and OPTIONS get 459; CONNECT and TRACE are catalog verbs", func(t *testing.T) {
 		for _, m := range []string{"HEAD", "OPTIONS"} {
 			if r := c.roundTrip(t, request(t, m, "/orders")); r.Status != 459 {
 				t.Errorf("%s: %d %s", m, r.Status, r.Body)
 			}
+		}
+		// The pinned catalog 1.0.0 lists CONNECT and TRACE, and DECISIONS.md
+		// makes it authoritative (docs/catalogsvc.md): they are admitted, so a
+		// path that exposes other methods answers 405 and an unknown one 404.
+		for _, m := range []string{"CONNECT", "TRACE"} {
+			r := c.roundTrip(t, request(t, m, "/orders"))
+			if r.Status != 405 || !slices.Contains(errorBody(t, r)["allowed_methods_for_path"].([]any), any("QUERY")) {
+				t.Errorf("%s /orders: %d %s", m, r.Status, r.Body)
+			}
+			if r := c.roundTrip(t, request(t, m, "/nothing-here")); r.Status != 404 {
+				t.Errorf("%s /nothing-here: %d %s", m, r.Status, r.Body)
+			}
+		}
+	})
+
+	t.Run("companions 24: QUOTE needs method and parameters (400); parameters the target refuses are 422", func(t *testing.T) {
+		for _, tc := range []struct {
+			body, reason string
+			status       int
+		}{
+			{`{"path":"/orders","parameters":{}}`, "method-required", 400},
+			{`{"method":"QUERY","parameters":{"status":"open"},"path":"/orders"}`, "", 200},
+			{`{"method":"QUERY","path":"/orders"}`, "parameters-required", 400},
+			{`{"method":"QUERY","path":"/orders","parameters":{"status":"lost"}}`, "quote-parameters-invalid", 422},
+			{`{"method":"QUERY","path":"/orders?limit=1000","parameters":{}}`, "quote-parameters-invalid", 422},
+			{`{"method":"QUERY","path":"/nothing-here","parameters":{}}`, "quote-target-unknown", 404},
+		} {
+			r := c.roundTrip(t, withJSON(request(t, "QUOTE", "/", agtp.HeaderAgentID, buyer), tc.body))
+			if r.Status != tc.status || tc.reason != "" && errorBody(t, r)["reason"] != tc.reason {
+				t.Errorf("QUOTE %s = %d %s, want %d %s", tc.body, r.Status, r.Body, tc.status, tc.reason)
+			}
+		}
+	})
+
+	t.Run("core 80: DISCOVER /agents candidates carry description, principal and relevance, best first", func(t *testing.T) {
+		scout := c.registerAgent(t, "extra-scout", "reports:run")
+		list := func(target string) []map[string]any {
+			r := c.roundTrip(t, request(t, "DISCOVER", target))
+			var out []map[string]any
+			if err := json.Unmarshal(r.Body, &out); r.Status != 200 || err != nil {
+				t.Fatalf("DISCOVER %s = %d %s", target, r.Status, r.Body)
+			}
+			return out
+		}
+		all := list("/agents")
+		if len(all) < 2 {
+			t.Fatalf("%d agents listed", len(all))
+		}
+		for _, e := range all {
+			desc, _ := e["description"].(string)
+			principal, _ := e["principal"].(string)
+			if desc == "" || principal == "" || e["relevance"] != 1.0 {
+				t.Fatalf("entry without criteria: %v", e)
+			}
+		}
+		// Criteria rank: the scout matches both words, others at most one;
+		// agents matching none are left out.
+		ranked := list("/agents?criteria=" + url.QueryEscape("extra-scout reports"))
+		if len(ranked) == 0 || ranked[0]["agent_id"] != scout || ranked[0]["relevance"] != 1.0 {
+			t.Fatalf("ranked by criteria: %v", ranked)
+		}
+		for i, e := range ranked {
+			rel, _ := e["relevance"].(float64)
+			if rel <= 0 || i > 0 && rel > ranked[i-1]["relevance"].(float64) {
+				t.Fatalf("relevance not positive and descending: %v", ranked)
+			}
+		}
+		if one := list("/agents?max_results=1"); len(one) != 1 {
+			t.Fatalf("max_results=1 listed %d", len(one))
+		}
+	})
+
+	t.Run("core 63-64: the namespace document lists active agents only, total_active is their count, generated_at is fresh", func(t *testing.T) {
+		hidden := c.registerAgent(t, "extra-ns-hidden", "orders:read")
+		lifecycle(t, c, "DEACTIVATE", hidden, "not in the namespace")
+		var ns struct {
+			DocumentType string           `json:"document_type"`
+			GeneratedAt  time.Time        `json:"generated_at"`
+			TotalActive  *int             `json:"total_active"`
+			Agents       []map[string]any `json:"agents"`
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			r := c.roundTrip(t, request(t, "DESCRIBE", "/agents"))
+			if err := json.Unmarshal(r.Body, &ns); r.Status != 200 || err != nil || ns.DocumentType != "agtp-namespace" {
+				t.Fatalf("DESCRIBE /agents = %d %s (%v)", r.Status, r.Body, err)
+			}
+			if !strings.Contains(string(r.Body), hidden) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("63: a suspended agent is still in the namespace document")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ns.TotalActive == nil || *ns.TotalActive != len(ns.Agents) || len(ns.Agents) == 0 {
+			t.Fatalf("63: total_active %v for %d entries", ns.TotalActive, len(ns.Agents))
+		}
+		listed := false
+		for _, e := range ns.Agents {
+			if !strings.EqualFold(fmt.Sprint(e["lifecycle_state"]), "active") {
+				t.Fatalf("63: entry %v is not active", e)
+			}
+			listed = listed || e["canonical_id"] == buyer
+		}
+		if !listed {
+			t.Fatal("63: an active agent is missing")
+		}
+		if age := time.Since(ns.GeneratedAt); ns.GeneratedAt.IsZero() || age > 300*time.Second || age < -5*time.Second {
+			t.Fatalf("64: generated_at %v is %v old", ns.GeneratedAt, age)
+		}
+	})
+
+	t.Run("core 95: CONFIRM with status maybe is 422 before the handler runs", func(t *testing.T) {
+		r := c.roundTrip(t, withJSON(request(t, "CONFIRM", "/", agtp.HeaderAgentID, buyer), `{"target_id":"task-1","status":"maybe"}`))
+		if r.Status != 422 || errorBody(t, r)["reason"] != "input-invalid" || !strings.Contains(string(r.Body), "/status") {
+			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 	})
 
@@ -1062,4 +1184,94 @@ func ordersBy(t *testing.T, c *Cluster, agent string) int {
 		}
 	}
 	return n
+}
+
+// TestConformanceManifestPolicies checks over the wire the manifest
+// toggles that need a catalog configuration (digest-api §9 items 65 and
+// 77), against the suite as processes whose catalog reads an endpoints
+// directory: the demo endpoints plus a _service.yaml that turns anonymous
+// discovery off and explicit scopes on.
+func TestConformanceManifestPolicies(t *testing.T) {
+	dir := t.TempDir()
+	files, err := fs.ReadDir(catalogdemo.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := fs.ReadFile(catalogdemo.FS, f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	service := "policies:\n  anonymous_discovery: false\n  scope_required_for_invocation: true\n"
+	if err := os.WriteFile(filepath.Join(dir, "_service.yaml"), []byte(service), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Start(t, Options{ServiceEnv: map[string][]string{"catalogsvc": {"AGTP_ENDPOINTS_DIR=" + dir}}})
+	buyer := c.registerAgent(t, "policy-buyer", "orders:read", "orders:write", "documents:read")
+
+	t.Run("api 65: anonymous discovery off is 262 anonymous-discovery-disabled", func(t *testing.T) {
+		for _, tc := range []struct{ method, target string }{{"DISCOVER", "/"}, {"DISCOVER", "/methods"}, {"DISCOVER", "/agents"}, {"DESCRIBE", "/"}} {
+			r := c.roundTrip(t, request(t, tc.method, tc.target))
+			if r.Status != 262 || errorBody(t, r)["reason"] != "anonymous-discovery-disabled" {
+				t.Errorf("anonymous %s %s = %d %s", tc.method, tc.target, r.Status, r.Body)
+			}
+		}
+		// An identified caller still discovers; a non-discovery endpoint
+		// keeps core's 401.
+		if r := c.roundTrip(t, request(t, "DISCOVER", "/", agtp.HeaderAgentID, buyer)); r.Status != 200 || !strings.Contains(string(r.Body), `"directory"`) {
+			t.Errorf("DISCOVER / with Agent-ID = %d %s", r.Status, r.Body)
+		}
+		if r := c.roundTrip(t, request(t, "QUERY", "/orders")); r.Status != 401 || errorBody(t, r)["reason"] != "agent-unauthenticated" {
+			t.Errorf("anonymous QUERY /orders = %d %s", r.Status, r.Body)
+		}
+	})
+
+	t.Run("api 77: scope_required_for_invocation refuses a scope-gated call without Authority-Scope, with no side effect", func(t *testing.T) {
+		count := func() int {
+			t.Helper()
+			r := c.roundTrip(t, request(t, "QUERY", "/orders?limit=100", agtp.HeaderAgentID, buyer, agtp.HeaderAuthorityScope, "orders:read"))
+			var b struct {
+				Result struct {
+					Orders []struct {
+						CreatedBy string `json:"created_by"`
+					} `json:"orders"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal(r.Body, &b); err != nil || r.Status != 200 {
+				t.Fatalf("QUERY /orders with Authority-Scope = %d %s", r.Status, r.Body)
+			}
+			n := 0
+			for _, o := range b.Result.Orders {
+				if o.CreatedBy == buyer {
+					n++
+				}
+			}
+			return n
+		}
+		before := count()
+		create := func(headers ...string) *agtp.Response {
+			return c.roundTrip(t, withJSON(request(t, "CREATE", "/orders", append([]string{agtp.HeaderAgentID, buyer}, headers...)...), `{"lines":[{"sku":"gizmo","quantity":1}]}`))
+		}
+		r := create(agtp.HeaderIdempotencyKey, "policy-1")
+		if r.Status != 262 || errorBody(t, r)["reason"] != "scope-required" || errorBody(t, r)["scope"] != "orders:write" {
+			t.Fatalf("CREATE without Authority-Scope = %d %s", r.Status, r.Body)
+		}
+		if n := count(); n != before {
+			t.Fatalf("the refused CREATE created %d orders", n-before)
+		}
+		if r := create(agtp.HeaderIdempotencyKey, "policy-2", agtp.HeaderAuthorityScope, "orders:write"); r.Status != 200 {
+			t.Fatalf("CREATE with Authority-Scope = %d %s", r.Status, r.Body)
+		}
+		if n := count(); n != before+1 {
+			t.Fatalf("%d orders created, want 1", n-before)
+		}
+		// An endpoint with no required_scopes is not scope-gated.
+		if r := c.roundTrip(t, withJSON(request(t, "SUMMARIZE", "/documents", agtp.HeaderAgentID, buyer), `{"text":"One. Two."}`)); r.Status != 200 {
+			t.Fatalf("SUMMARIZE /documents without Authority-Scope = %d %s", r.Status, r.Body)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // registerAgentKey is registerAgent that also returns the agent's key,
@@ -70,6 +72,10 @@ func delegationToken(t *testing.T, key ed25519.PrivateKey, delegator, delegatee 
 }
 
 func TestMechanics(t *testing.T) {
+	// The in-process suite reads the outbound lists from the environment:
+	// the NOTIFY below names this webhook (loopback AGTP hosts are on the
+	// suite's own list).
+	t.Setenv(outbound.EnvWebhooks, "https://hooks.invalid/agtp")
 	c := Start(t, Options{InProcess: true})
 	worker, workerKey := c.registerAgentKey(t, "e2e-worker", "orders:read", "orders:write", "documents:read")
 	reviewer := c.registerAgent(t, "e2e-reviewer", "orders:read")
@@ -77,12 +83,7 @@ func TestMechanics(t *testing.T) {
 
 	call := func(agent, method, path, body string) (*agtp.Response, map[string]any) {
 		t.Helper()
-		req := request(t, method, path, agtp.HeaderAgentID, agent)
-		if body != "" {
-			withJSON(req, body)
-		}
-		resp := c.roundTrip(t, req)
-		return resp, errorBody(t, resp)
+		return c.call(t, agent, method, path, body)
 	}
 
 	t.Run("an escalation pauses its task and a CONFIRM by the recipient resumes it", func(t *testing.T) {
@@ -203,14 +204,43 @@ func TestMechanics(t *testing.T) {
 		}
 	})
 
-	t.Run("a DELEGATE to an agent on another host is recorded and answered 202", func(t *testing.T) {
+	t.Run("a DELEGATE to a sub-agent on a host that cannot be reached is 550 and the hop stays recorded", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := ln.Addr().String()
+		_ = ln.Close()
 		scope := []string{"orders:read"}
-		target := "agtp://" + sub + "@agents.example:4480"
+		target := "agtp://" + sub + "@" + dead
 		s, _ := json.Marshal(scope)
-		resp, body := call(worker, "DELEGATE", "/", `{"target_agent_id":"`+target+`","task":`+task+`,"authority_scope":`+string(s)+`,"delegation_token":"`+
+		resp, body := call(worker, "DELEGATE", "/", `{"target_agent_id":"`+target+`","task":`+task+`,"authority_scope":`+string(s)+`,"task_id":"batch-dead","delegation_token":"`+
 			delegationToken(t, workerKey, worker, sub, scope, task, exp)+`"}`)
-		if resp.Status != agtp.StatusAccepted || body["executed"] != false || body["delegation_id"] == nil {
-			t.Fatalf("remote DELEGATE = %d %v", resp.Status, body)
+		if resp.Status != agtp.StatusDelegationFailure || body["delegation_id"] == nil || body["audit_id"] == nil {
+			t.Fatalf("DELEGATE to a dead host = %d %v", resp.Status, body)
+		}
+		if resp, tk := call(worker, "QUERY", "/tasks/batch-dead", ""); tk["status"] != "failed" {
+			t.Fatalf("task after a failed remote hop = %d %v", resp.Status, tk)
+		}
+	})
+
+	t.Run("CONFIRM with status maybe is refused", func(t *testing.T) {
+		if resp, body := call(reviewer, "CONFIRM", "/", `{"target_id":"anything","status":"maybe"}`); resp.Status != agtp.StatusBadRequest && resp.Status != agtp.StatusUnprocessable {
+			t.Fatalf("CONFIRM maybe = %d %v, want 400 or 422", resp.Status, body)
+		}
+	})
+
+	t.Run("a NOTIFY to an agent hosted here lands in its inbox; an unknown one is 404", func(t *testing.T) {
+		resp, body := call(worker, "NOTIFY", "/", `{"recipient":"agtp://`+reviewer+`","content":{"msg":"look"}}`)
+		if resp.Status != agtp.StatusAccepted || body["status"] != "delivered" || body["recipient_kind"] != "agent" {
+			t.Fatalf("NOTIFY to a local agent = %d %v", resp.Status, body)
+		}
+		unknown := strings.Repeat("d", 64)
+		if resp, body := call(worker, "NOTIFY", "/", `{"recipient":"`+unknown+`","content":1}`); resp.Status != agtp.StatusNotFound || body["reason"] != "recipient-not-found" {
+			t.Fatalf("NOTIFY to an unknown agent = %d %v", resp.Status, body)
+		}
+		if resp, body := call(worker, "NOTIFY", "/", `{"recipient":"group:nobody","content":1}`); resp.Status != agtp.StatusNotFound {
+			t.Fatalf("NOTIFY to an unknown group = %d %v", resp.Status, body)
 		}
 	})
 }

@@ -77,6 +77,18 @@ func withJSON(req *agtp.Request, body string) *agtp.Request {
 	return req
 }
 
+// call sends method path as agent (with a JSON body unless body is empty)
+// on a new connection and returns the response with its decoded body.
+func (c *Cluster) call(t *testing.T, agent, method, path, body string, headers ...string) (*agtp.Response, map[string]any) {
+	t.Helper()
+	req := request(t, method, path, append([]string{agtp.HeaderAgentID, agent}, headers...)...)
+	if body != "" {
+		withJSON(req, body)
+	}
+	resp := c.roundTrip(t, req)
+	return resp, errorBody(t, resp)
+}
+
 // errorBody decodes an AGTP error body.
 func errorBody(t *testing.T, resp *agtp.Response) map[string]any {
 	t.Helper()

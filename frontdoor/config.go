@@ -10,7 +10,9 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // Config is the front door's configuration.
@@ -46,6 +48,14 @@ type Config struct {
 	// MaxConnections and MaxInFlight bound concurrency.
 	MaxConnections int
 	MaxInFlight    int
+	// MaxConnectionsPerIP bounds one source's connections (an IPv4
+	// address or an IPv6 /64); 0 means no limit (behind a load balancer
+	// that hides client addresses).
+	MaxConnectionsPerIP int
+	// MaxHandshakes bounds TLS and QUIC handshakes in progress;
+	// HandshakeTimeout bounds one.
+	MaxHandshakes    int
+	HandshakeTimeout time.Duration
 	// RequestTimeout bounds the pipeline of one request.
 	RequestTimeout time.Duration
 	// InspectACL is public, agent_only or operator_only.
@@ -60,10 +70,24 @@ type Config struct {
 	// UpstreamCAFile adds roots trusted for external_service upstreams to
 	// the system roots.
 	UpstreamCAFile string
+	// PeerCAFile adds roots trusted for other AGTP servers this front
+	// door calls (a DELEGATE to a sub-agent on another host) to the
+	// system roots.
+	PeerCAFile string
+	// Outbound lists the destinations callers may name (escalation
+	// webhooks, DELEGATE hosts) and whether they may be private
+	// (docs/mechanics.md, "Outbound destinations").
+	Outbound outbound.Options
 	// LookupEnv resolves ${VAR} placeholders of external_service
 	// bindings. ApplyEnv keeps the lookup it is given (os.LookupEnv in
 	// the command layer); nil resolves none.
 	LookupEnv func(string) (string, bool)
+	// AGP serves the Agent Gateway Protocol on the HTTPS side
+	// (docs/agp.md).
+	AGP bool
+	// AGPKeyCacheTTL is how long a resolved AGP API key is trusted before
+	// policysvc is asked again (a revoked key works this long at most).
+	AGPKeyCacheTTL time.Duration
 }
 
 // DefaultConfig returns the defaults used by make run.
@@ -84,6 +108,13 @@ func DefaultConfig() Config {
 		RequestTimeout: 15 * time.Second,
 		InspectACL:     "public",
 		Demo:           true,
+		AGP:            true,
+		AGPKeyCacheTTL: 10 * time.Second,
+
+		// The transport's defaults, spelled out for the flag help.
+		MaxConnectionsPerIP: transport.DefaultMaxConnsPerIP,
+		MaxHandshakes:       transport.DefaultMaxHandshakes,
+		HandshakeTimeout:    transport.DefaultHandshakeTimeout,
 	}
 }
 
@@ -104,9 +135,16 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit (env AGTP_MAX_CONNECTIONS)")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections (env AGTP_MAX_IN_FLIGHT)")
+	fs.IntVar(&c.MaxConnectionsPerIP, "max-connections-per-ip", c.MaxConnectionsPerIP, "connections from one IPv4 address or IPv6 /64, 0 for no limit (env AGTP_MAX_CONNECTIONS_PER_IP)")
+	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "TLS and QUIC handshakes in progress (env AGTP_MAX_HANDSHAKES)")
+	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time allowed for a TLS or QUIC handshake (env AGTP_HANDSHAKE_TIMEOUT)")
 	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers and recipes")
 	fs.StringVar(&c.RecipesDir, "recipes-dir", c.RecipesDir, "directory of composition recipes (env AGTP_RECIPES_DIR)")
 	fs.StringVar(&c.UpstreamCAFile, "upstream-ca", c.UpstreamCAFile, "extra CA roots for external_service upstreams, PEM (env AGTP_UPSTREAM_CA_FILE)")
+	fs.StringVar(&c.PeerCAFile, "peer-ca", c.PeerCAFile, "extra CA roots for other AGTP servers (remote DELEGATE), PEM (env AGTP_PEER_CA_FILE)")
+	c.Outbound.BindFlags(fs)
+	fs.BoolVar(&c.AGP, "agp", c.AGP, "serve the Agent Gateway Protocol (/agp/...) on the HTTPS side (env AGTP_AGP)")
+	fs.DurationVar(&c.AGPKeyCacheTTL, "agp-key-cache-ttl", c.AGPKeyCacheTTL, "how long a resolved AGP API key is cached; a revoked key works this long at most (env AGTP_AGP_KEY_CACHE_TTL)")
 }
 
 // ApplyEnv reads the front door's environment.
@@ -116,7 +154,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	c.LookupEnv = lookup
 	for key, dst := range map[string]*string{
-		"AGTP_RECIPES_DIR": &c.RecipesDir, "AGTP_UPSTREAM_CA_FILE": &c.UpstreamCAFile,
+		"AGTP_RECIPES_DIR": &c.RecipesDir, "AGTP_UPSTREAM_CA_FILE": &c.UpstreamCAFile, "AGTP_PEER_CA_FILE": &c.PeerCAFile,
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
 		"AGTP_CLIENT_CA_FILE": &c.ClientCAFile, "AGTP_OWNER_ID": &c.OwnerID,
@@ -127,6 +165,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	for key, dst := range map[string]*time.Duration{
 		"AGTP_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_HEADER_TIMEOUT": &c.HeaderTimeout, "AGTP_REQUEST_TIMEOUT": &c.RequestTimeout,
+		"AGTP_AGP_KEY_CACHE_TTL": &c.AGPKeyCacheTTL, "AGTP_HANDSHAKE_TIMEOUT": &c.HandshakeTimeout,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			d, err := time.ParseDuration(v)
@@ -136,7 +175,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			*dst = d
 		}
 	}
-	for key, dst := range map[string]*bool{"AGTP_DEMO": &c.Demo, "AGTP_QUIC": &c.QUIC} {
+	for key, dst := range map[string]*bool{"AGTP_DEMO": &c.Demo, "AGTP_QUIC": &c.QUIC, "AGTP_AGP": &c.AGP} {
 		if v, ok := lookup(key); ok && v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -145,7 +184,10 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			*dst = b
 		}
 	}
-	for key, dst := range map[string]*int{"AGTP_MAX_CONNECTIONS": &c.MaxConnections, "AGTP_MAX_IN_FLIGHT": &c.MaxInFlight} {
+	for key, dst := range map[string]*int{
+		"AGTP_MAX_CONNECTIONS": &c.MaxConnections, "AGTP_MAX_IN_FLIGHT": &c.MaxInFlight,
+		"AGTP_MAX_CONNECTIONS_PER_IP": &c.MaxConnectionsPerIP, "AGTP_MAX_HANDSHAKES": &c.MaxHandshakes,
+	} {
 		if v, ok := lookup(key); ok && v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
@@ -157,7 +199,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := lookup("AGTP_OPERATOR_FINGERPRINTS"); ok && v != "" {
 		c.OperatorFingerprints = strings.Split(v, ",")
 	}
-	return nil
+	return c.Outbound.ApplyEnv(lookup)
 }
 
 // Validate reports every problem at once.
@@ -180,11 +222,26 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.IdleTimeout <= 0 || c.HeaderTimeout <= 0 || c.RequestTimeout <= 0 {
+	if c.IdleTimeout <= 0 || c.HeaderTimeout <= 0 || c.RequestTimeout <= 0 || c.HandshakeTimeout <= 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
 	}
-	if c.MaxConnections <= 0 || c.MaxInFlight <= 0 {
-		errs = append(errs, errors.New("connection and in-flight limits must be positive"))
+	if c.MaxConnections <= 0 || c.MaxInFlight <= 0 || c.MaxHandshakes <= 0 {
+		errs = append(errs, errors.New("connection, handshake and in-flight limits must be positive"))
+	}
+	if err := c.Outbound.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxConnectionsPerIP < 0 {
+		errs = append(errs, errors.New("the per-address connection limit must not be negative (0 means no limit)"))
 	}
 	return errors.Join(errs...)
+}
+
+// perIPLimit maps the configured per-address limit, where 0 means none,
+// to the transport's, where 0 means its default and negative none.
+func perIPLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -6,26 +6,34 @@ package frontdoor
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
 
 	"github.com/agtpsuite/agtp/frontdoor/demo"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
+	"github.com/agtpsuite/agtp/frontdoor/internal/agp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/httpsapi"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
@@ -33,6 +41,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // HealthName is the gRPC health service name of the front door.
@@ -52,6 +61,8 @@ type Service struct {
 	httpsLn   net.Listener
 	ready     chan struct{}
 	bindings  *pipeline.Bindings
+	peers     *client.Client
+	outbound  *pipeline.Outbound
 }
 
 // Option adjusts a front door being built.
@@ -132,6 +143,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if s.bindings, err = newBindings(cfg, o, rcnsClient, base.Telemetry.TracerProvider, base.Log); err != nil {
 		return nil, err
 	}
+	if s.outbound, err = newOutbound(cfg, base.Telemetry.TracerProvider, base.Log); err != nil {
+		return nil, err
+	}
+	if s.peers, err = newPeerClient(cfg.PeerCAFile, s.outbound.Policy); err != nil {
+		return nil, err
+	}
 	tracer := base.Telemetry.TracerProvider.Tracer("github.com/agtpsuite/agtp/frontdoor")
 	meter := base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/frontdoor")
 	s.pipeline, err = pipeline.New(pipeline.Options{
@@ -148,6 +165,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		Identity: identityClient,
 		RCNS:     rcnsClient,
 		Tasks:    taskv1.NewTaskServiceClient(policyConn),
+		Peers:    s.peers,
+		Outbound: s.outbound,
 		Handlers: o.handlers,
 		Bindings: s.bindings,
 		Log:      base.Log,
@@ -178,6 +197,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		MaxInFlight:   cfg.MaxInFlight,
 		DrainTimeout:  cfg.ShutdownTimeout,
 		Logger:        base.Log,
+
+		MaxConnsPerIP:    perIPLimit(cfg.MaxConnectionsPerIP),
+		MaxHandshakes:    cfg.MaxHandshakes,
+		HandshakeTimeout: cfg.HandshakeTimeout,
 	}, s.pipeline)
 	if err != nil {
 		return nil, err
@@ -186,10 +209,21 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		return nil, err
 	}
 	if cfg.HTTPSAddr != "" {
-		h, err := httpsapi.Handler(ctx, httpsapi.Options{
+		hopts := httpsapi.Options{
 			Domain: cfg.Domain, AGTPHost: s.AGTPAddr(), Ready: s.Ready, Log: base.Log,
 			Catalog: catalogConn, Identity: identityConn, Policy: policyConn, Audit: auditConn, RCNS: rcnsConn,
-		})
+		}
+		if cfg.AGP {
+			ttl := cfg.AGPKeyCacheTTL
+			if ttl == 0 {
+				ttl = -1 // zero configured: no cache
+			}
+			hopts.AGP = agp.New(agp.Options{
+				ServerID: cfg.ServerID, Pipeline: s.pipeline, Catalog: s.catalog,
+				Keys: agpv1.NewAgpServiceClient(policyConn), KeyCacheTTL: ttl, MaxBody: cfg.Limits.MaxBody, Log: base.Log,
+			})
+		}
+		h, err := httpsapi.Handler(ctx, hopts)
 		if err != nil {
 			return nil, err
 		}
@@ -317,6 +351,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.bindings != nil {
 		_ = s.bindings.Upstream.Close()
 	}
+	if s.peers != nil {
+		_ = s.peers.Close()
+	}
+	if s.outbound != nil {
+		_ = s.outbound.Webhooks.Close()
+	}
 	return err
 }
 
@@ -328,6 +368,12 @@ func (s *Service) Close() error {
 	if s.bindings != nil {
 		_ = s.bindings.Upstream.Close()
 	}
+	if s.peers != nil {
+		_ = s.peers.Close()
+	}
+	if s.outbound != nil {
+		_ = s.outbound.Webhooks.Close()
+	}
 	if s.transport != nil {
 		sctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -337,4 +383,47 @@ func (s *Service) Close() error {
 		_ = s.httpsLn.Close()
 	}
 	return s.base.Close(context.Background())
+}
+
+// newOutbound builds what reaches caller-named destinations: the
+// outbound policy and the executor that pushes escalations through it
+// (its own: the operator's bindings may reach internal upstreams, and
+// resolve ${VAR} placeholders, which a caller-named URL must not).
+func newOutbound(cfg Config, tp trace.TracerProvider, log *slog.Logger) (*pipeline.Outbound, error) {
+	pol, err := outbound.New(cfg.Outbound)
+	if err != nil {
+		return nil, fmt.Errorf("frontdoor: %w", err)
+	}
+	hooks, err := upstream.New(upstream.Options{
+		CAFile:         cfg.UpstreamCAFile,
+		DialContext:    pol.DialContext,
+		TracerProvider: tp,
+		Propagator:     kit.Propagator,
+		UserAgent:      "agtp-frontdoor",
+		Log:            log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("frontdoor: escalation webhooks: %w", err)
+	}
+	return &pipeline.Outbound{Policy: pol, Webhooks: hooks}, nil
+}
+
+// newPeerClient is the AGTP client for other servers (DELEGATE to a
+// sub-agent on another host), trusting the system roots plus caFile and
+// dialling through the outbound policy.
+func newPeerClient(caFile string, pol *outbound.Policy) (*client.Client, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("frontdoor: peer CA file: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("frontdoor: peer CA file %s holds no PEM certificate", caFile)
+		}
+	}
+	return client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 8, DialContext: pol.DialContext})
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/agtpsuite/agtp/policysvc/internal/agp"
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	"github.com/agtpsuite/agtp/policysvc/internal/tasks"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -21,6 +23,10 @@ const HealthName = "agtp.policy.v1.PolicyService"
 // TaskHealthName is the gRPC health service name of the task service
 // policysvc also serves.
 const TaskHealthName = "agtp.task.v1.TaskService"
+
+// AGPHealthName is the gRPC health service name of the AGP state service
+// policysvc also serves.
+const AGPHealthName = "agtp.agp.v1.AgpService"
 
 // Service is a running policysvc.
 type Service struct {
@@ -63,6 +69,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	base.Server.Register(HealthName, policyv1.RegisterPolicyServiceHandler)
 	taskv1.RegisterTaskServiceServer(base.Server.GRPC(), tasksrv)
 	base.Server.Register(TaskHealthName, taskv1.RegisterTaskServiceHandler)
+	agpsrv, err := agp.New(base.Redis, base.Log, cfg.AGP)
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("policysvc agp: %w", err)
+	}
+	agpv1.RegisterAgpServiceServer(base.Server.GRPC(), agpsrv)
+	base.Server.Register(AGPHealthName, agpv1.RegisterAgpServiceHandler)
 	return &Service{base: base, srv: srv, task: tasksrv}, nil
 }
 

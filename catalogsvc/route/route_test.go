@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agtpsuite/agtp/catalogsvc/internal/catalog"
+	"github.com/agtpsuite/agtp/catalogsvc/internal/catalogdata"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 )
@@ -336,7 +338,9 @@ func TestCompanionAdmission(t *testing.T) {
 	t.Run("3 BOOKING on an unknown path gets 459", func(t *testing.T) {
 		check(t, tb.Decide("BOOKING", "/nowhere"), want{outcome: MethodViolation})
 	})
-	for _, m := range []string{"HEAD", "OPTIONS", "CONNECT", "TRACE"} {
+	// CONNECT and TRACE are verbs of the pinned catalog 1.0.0, which
+	// DECISIONS.md makes authoritative: TestPinnedCatalogAdmitsConnectAndTrace.
+	for _, m := range []string{"HEAD", "OPTIONS"} {
 		t.Run("4 "+m+" always gets 459", func(t *testing.T) {
 			check(t, tb.Decide(m, "/catalog"), want{outcome: MethodViolation})
 		})
@@ -353,6 +357,37 @@ func TestCompanionAdmission(t *testing.T) {
 	t.Run("9 literal /orders/latest beats /orders/{id}", func(t *testing.T) {
 		check(t, tb.Decide("FETCH", "/orders/latest"), want{outcome: Matched, path: "/orders/latest"})
 	})
+}
+
+// TestPinnedCatalogAdmitsConnectAndTrace pins the decision on
+// digest-companions §5 item 4 (docs/catalogsvc.md): the digest expects 459
+// for CONNECT and TRACE because it takes them for non-catalog verbs, but
+// the catalog 1.0.0 that DECISIONS.md pins lists both, so they are
+// admitted like any catalog verb (405 on a path that exposes other
+// methods, 404 on an unknown one). HEAD and OPTIONS are not in it: 459.
+func TestPinnedCatalogAdmitsConnectAndTrace(t *testing.T) {
+	cat, err := catalog.Load(catalogdata.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := New(&catalogv1.Snapshot{CatalogVersion: catalogdata.DefaultVersion, Methods: cat.Proto(nil), Endpoints: []*catalogv1.Endpoint{ep("QUERY", "/orders"), ep("FETCH", "/orders")},
+		MethodPolicy: &catalogv1.MethodPolicy{Allow: []string{"*"}, Aliases: defaultAliases()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		want         want
+	}{
+		{"CONNECT", "/orders", want{outcome: MethodNotAllowed}},
+		{"TRACE", "/orders", want{outcome: MethodNotAllowed}},
+		{"CONNECT", "/nowhere", want{outcome: NotFound}},
+		{"TRACE", "/nowhere", want{outcome: NotFound}},
+		{"HEAD", "/orders", want{outcome: MethodViolation, reason: ReasonMethodNotInCatalog}},
+		{"OPTIONS", "/orders", want{outcome: MethodViolation, reason: ReasonMethodNotInCatalog}},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) { check(t, tb.Decide(tc.method, tc.path), tc.want) })
+	}
 }
 
 // TestTemplateRegistration pins the registration-time rules of

@@ -41,6 +41,19 @@ type Target struct {
 	// Resume lets new-connection runs resume TLS sessions (one cache per
 	// worker); without it every connection is a full handshake.
 	Resume bool
+	// Source, when set, is the local IP address TCP connections are
+	// opened from (any 127.0.0.0/8 address works on Linux loopback), so
+	// that a server's per-address limits see distinct clients.
+	Source string
+}
+
+// dialer opens TCP connections from t.Source.
+func (t Target) dialer() *net.Dialer {
+	d := &net.Dialer{Timeout: ioTimeout}
+	if t.Source != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(t.Source)}
+	}
+	return d
 }
 
 func (t Target) tlsConfig() *tls.Config {
@@ -102,8 +115,7 @@ func classify(kind errKind, err error) error {
 }
 
 func dialTLS(ctx context.Context, t Target, conf *tls.Config) (*tls.Conn, error) {
-	d := net.Dialer{Timeout: ioTimeout}
-	raw, err := d.DialContext(ctx, "tcp", t.Addr)
+	raw, err := t.dialer().DialContext(ctx, "tcp", t.Addr)
 	if err != nil {
 		return nil, classify(errDial, err)
 	}

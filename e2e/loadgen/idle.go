@@ -37,6 +37,10 @@ type IdleConfig struct {
 	// the idle ones are held, to show the server still answers. Default
 	// 200.
 	Probes int
+	// Sources are local addresses the connections are opened from, in
+	// turn, so that a server's per-address limit (the front door's
+	// default is 1000) does not cap the test; default Target.Source.
+	Sources []string
 }
 
 // IdleResult is what the idle-connection test measured.
@@ -109,7 +113,11 @@ func MeasureIdle(ctx context.Context, cfg IdleConfig) (*IdleResult, error) {
 				if i >= len(conns) {
 					return
 				}
-				tc, err := dialTLS(ctx, cfg.Target, conf)
+				t := cfg.Target
+				if len(cfg.Sources) > 0 {
+					t.Source = cfg.Sources[i%len(cfg.Sources)]
+				}
+				tc, err := dialTLS(ctx, t, conf)
 				if err != nil {
 					mu.Lock()
 					res.Errors[err.Error()]++

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,16 @@ func (d *desk) get(_ context.Context, _ *handler.Call, in orderRef) (*Order, err
 	return &c, nil
 }
 
+// defaultListLimit bounds a list without limit: the answer to a growing
+// store must not grow with it.
+const defaultListLimit = 20
+
+// orderSeq is the number of an order ID ("ord-1001" → 1001).
+func orderSeq(id string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "ord-"))
+	return n
+}
+
 type listInput struct {
 	Status string `json:"status"`
 	Limit  int    `json:"limit"`
@@ -110,9 +121,14 @@ func (d *desk) list(_ context.Context, _ *handler.Call, in listInput) (map[strin
 			out = append(out, *o)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].OrderID < out[j].OrderID })
-	if in.Limit > 0 && len(out) > in.Limit {
-		out = out[:in.Limit]
+	// Newest first: IDs are issued in increasing numeric order.
+	sort.Slice(out, func(i, j int) bool { return orderSeq(out[i].OrderID) > orderSeq(out[j].OrderID) })
+	limit := in.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	return map[string][]Order{"orders": out}, nil
 }

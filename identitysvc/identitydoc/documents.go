@@ -115,7 +115,7 @@ func Identity(a Agent, p Params) (map[string]any, error) {
 		"document_version":           p.DocumentVersion,
 		"agent_id":                   rec.GetAgentId(),
 		"name":                       rec.GetName(),
-		"description":                description(rec),
+		"description":                Description(rec),
 		"principal":                  g.Owner,
 		"principal_id":               rec.GetOwnerId(),
 		"issuer":                     p.IssuerURL,
@@ -175,7 +175,9 @@ func addLifecycleSignal(doc map[string]any, a Agent) {
 	}
 }
 
-func description(rec *identityv1.AgentRecord) string {
+// Description is an agent's one-line description, the same in its identity
+// document and in the DISCOVER /agents listing (core §7.2.2).
+func Description(rec *identityv1.AgentRecord) string {
 	return "AGTP agent " + rec.GetName() + " (" + rec.GetArchetype() + ") governed by " + rec.GetOwner() + "."
 }
 

@@ -226,3 +226,39 @@ const NotificationsDue = Prefix + "{notify}:due"
 // NotificationsLog is the Redis stream of accepted notifications and their
 // delivery outcomes.
 const NotificationsLog = Prefix + "{notify}:log"
+
+// Inbox is the Redis stream of the notifications delivered to an agent
+// hosted here (NOTIFY to an Agent-ID), oldest first.
+func Inbox(agentID string) string { return tag(agentID) + ":inbox" }
+
+// InboxSeen marks a notification_id of one sender as delivered to an
+// agent, so that a relayed delivery that arrives again is not delivered
+// twice (receiver-side de-duplication). It shares the agent's tag, so the
+// check and the append are one script on one slot.
+func InboxSeen(agentID, senderAgentID, notificationID string) string {
+	sum := sha256.Sum256([]byte(senderAgentID + "\x00" + notificationID))
+	return tag(agentID) + ":inbox:seen:" + hex.EncodeToString(sum[:16])
+}
+
+// AGP binding keys (docs/agp.md). API keys are few and managed by an
+// operator, so they share one hash tag: creating or revoking a key updates
+// the key record and the index in one transaction.
+
+// AGPKey is an API key record (a hash: id, label, agent_id, scopes,
+// created), found by the SHA-256 (hex) of the key's secret.
+func AGPKey(secretSHA256 string) string { return Prefix + "{agpkeys}:key:" + secretSHA256 }
+
+// AGPKeyIndex maps an API key's id to the SHA-256 of its secret (a hash).
+const AGPKeyIndex = Prefix + "{agpkeys}:index"
+
+// AGPConfirmation is an execute confirmation token of one caller (a hash:
+// business, request, expires), under the caller's tag so one script checks
+// and consumes it. token is a server-minted UUID, checked before use.
+func AGPConfirmation(agentID, token string) string { return tag(agentID) + ":agp:confirm:" + token }
+
+// AGPTransaction is one AGP transaction record of its owner (JSON).
+// transactionID is a server-minted UUID, checked before use; keying by
+// owner makes another caller's lookup a plain miss.
+func AGPTransaction(agentID, transactionID string) string {
+	return tag(agentID) + ":agp:tx:" + transactionID
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -22,10 +23,13 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc"
 	identitydemo "github.com/agtpsuite/agtp/identitysvc/demo"
 	"github.com/agtpsuite/agtp/policysvc"
+	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/rcnssvc"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // Config is the suite's configuration.
@@ -71,6 +75,8 @@ type Suite struct {
 
 	agtpAddr, httpsAddr string
 	demoAgent           *identitydemo.Agent
+	// agpKeyPath holds the demo agent's AGP API key.
+	agpKeyPath string
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -136,8 +142,21 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	rcns := rcnssvc.DefaultConfig()
 	common(&rcns.Common)
 	rcns.Demo = true
+	// A development suite on loopback: callers may name loopback
+	// webhooks and AGTP hosts (listed exactly, so the address check lets
+	// them through) and nothing else; AGTP_OUTBOUND_* replace the lists
+	// (docs/mechanics.md, "Outbound destinations").
+	dest := outbound.Options{
+		Webhooks: []string{"https://127.0.0.1:*", "https://localhost:*", "https://[::1]:*"},
+		Peers:    []string{"127.0.0.1:*", "localhost:*", "[::1]:*"},
+	}
+	if err := dest.ApplyEnv(os.LookupEnv); err != nil {
+		return nil, err
+	}
+	policy.Tasks.Outbound = dest
 	front := frontdoor.DefaultConfig()
 	common(&front.Common)
+	front.Outbound = dest
 	front.ServerCertFile = s.layout.Cert(devpki.AGTPServer)
 	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
 	front.UpstreamCAFile = s.layout.CA()
@@ -271,8 +290,46 @@ func (s *Suite) registerDemoAgent(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	if err := s.ensureAGPKey(ctx, admin, tel); err != nil {
+		return err
+	}
 	s.banner()
 	<-ctx.Done()
+	return nil
+}
+
+// ensureAGPKey gives the demo agent an AGP API key (docs/agp.md): the
+// secret is generated once and kept in the state directory; policysvc
+// holds only its SHA-256, imported under the id "demo" on every start (the
+// embedded Redis forgets it between runs).
+func (s *Suite) ensureAGPKey(ctx context.Context, admin *kit.MTLS, tel *kit.Telemetry) error {
+	path := filepath.Join(s.layout.Dir, "demo-agent", "agp-api-key")
+	b, err := os.ReadFile(path)
+	secret := strings.TrimSpace(string(b))
+	if errors.Is(err, os.ErrNotExist) || secret == "" {
+		if secret, err = agpkey.NewSecret(); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("demo AGP key: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("demo AGP key: %w", err)
+	}
+	conn, err := kit.DialService(s.Addrs["policysvc"], "policysvc", admin, tel)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := agpv1.NewAgpServiceClient(conn).ImportApiKey(rctx, &agpv1.ImportApiKeyRequest{
+		Id: "demo", Label: "make run demo key", AgentId: s.demoAgent.AgentID,
+		Scopes: []string{"discover", "query", "execute"}, KeySha256: agpkey.Hash(secret),
+	}); err != nil {
+		return fmt.Errorf("demo AGP key: %w", err)
+	}
+	s.agpKeyPath = path
 	return nil
 }
 
@@ -296,5 +353,6 @@ Try:
   go run ./frontdoor/cmd/agtp --cacert %[3]s -v DISCOVER agtp://%[1]s/
   go run ./frontdoor/cmd/agtp --cacert %[3]s --agent-id %[4]s QUERY agtp://%[1]s/orders/ord-1001
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
-`, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath)
+  curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
+`, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath)
 }

@@ -6,11 +6,15 @@ package testkit
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,14 +113,93 @@ func ping(addr string) bool {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(tb testing.TB) int { return freePort(tb) }
 
+// Ports are picked below the kernel's ephemeral range: a port the kernel
+// hands out for ":0" is also one it hands out as the source port of
+// outgoing connections, so under a test that opens thousands of them it
+// was often taken again between the pick and the service's bind. Outside
+// that range only another test process picking the same random port can
+// collide, and handed-out ports are never reused in this process.
+var ports struct {
+	sync.Mutex
+	given map[int]bool
+	rng   *rand.Rand
+}
+
 func freePort(tb testing.TB) int {
 	tb.Helper()
+	port, err := PickPort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return port
+}
+
+// PickPort is FreePort for code without a testing.TB (the load benchmark).
+func PickPort() (int, error) {
+	low := ephemeralLow()
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.given == nil {
+		ports.given = map[int]bool{}
+		ports.rng = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano())))
+	}
+	const floor = 10000
+	for range 200 {
+		var port int
+		if low-floor >= 1000 {
+			port = floor + ports.rng.IntN(low-floor)
+		} else {
+			var err error
+			if port, err = kernelPort(); err != nil {
+				return 0, err
+			}
+		}
+		if ports.given[port] || !bindable(port) {
+			continue
+		}
+		ports.given[port] = true
+		return port, nil
+	}
+	return 0, errors.New("find a free port: none of 200 tries was free")
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
+}
+
+func kernelPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("find a free port: %v", err)
+		return 0, fmt.Errorf("find a free port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// bindable reports whether both TCP and UDP (QUIC) can bind port now.
+func bindable(port int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	pc.Close()
+	return true
 }
 
 // WaitFor polls cond until it is true or the timeout passes.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agtpsuite/agtp/services/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,7 +60,7 @@ func Start(t testing.TB, cfg Config) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not installed: %v", err)
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	s := &Server{t: t, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: t.TempDir()}
 	s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", s.Dir,
 		"--protected-mode", "no", "--loglevel", "warning"}
@@ -76,15 +77,6 @@ func Start(t testing.TB, cfg Config) *Server {
 		}
 	})
 	return s
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *Server) start() {

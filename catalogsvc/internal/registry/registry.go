@@ -42,9 +42,13 @@ type Toggles struct {
 	MaxSynthesisDepth          int
 }
 
-// DefaultToggles are the draft's defaults (§8.2 example, §8.7, §18).
+// DefaultToggles are the draft's defaults (§8.2 example, §8.7, §18),
+// except scope_required_for_invocation, which defaults to false: core
+// §5.5.3 lets a request without Authority-Scope inherit the identity
+// document's scopes (digest-core §13 item 54), and the front door enforces
+// the toggle when an operator sets it (docs/catalogsvc.md).
 func DefaultToggles() Toggles {
-	return Toggles{AnonymousDiscovery: true, ScopeRequiredForInvocation: true, SynthesisEnabled: true, MaxSynthesisDepth: 10}
+	return Toggles{AnonymousDiscovery: true, ScopeRequiredForInvocation: false, SynthesisEnabled: true, MaxSynthesisDepth: 10}
 }
 
 // ManifestInfo are the manifest fields the operator configures (§8.2-§8.6).

@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
@@ -44,13 +45,34 @@ func run() int {
 		o.Env = append(o.Env, v)
 		return nil
 	})
+	flag.Float64Var(&o.AbuseRate, "abuse-rate", 400, "offered load of the abuse scenario's persistent-connection client, req/s (its new-connection and QUIC clients offer a tenth each)")
+	abuse := flag.String("abuse-kinds", strings.Join(loadgen.AbuseKinds, ","), "abusers the abuse scenario runs, in order")
+	flag.DurationVar(&o.AbuseDuration, "abuse-duration", 5*time.Second, "measured window of each abuse-scenario measurement")
+	flag.DurationVar(&o.AbuseRamp, "abuse-ramp", 0, "ramp-up of every abuser before measuring (default: each kind's own)")
+	var child loadgen.AbuseConfig
+	caFile := flag.String(loadgen.FlagAbuseCA, "", "child mode: PEM roots of the target's certificate")
+	flag.StringVar(&child.Kind, loadgen.FlagAbuseChild, "", "child mode (used by the abuse scenario): run this abuser until stdin ends, then print its result as JSON")
+	flag.StringVar(&child.Target.Addr, loadgen.FlagAbuseAddr, "", "child mode: AGTP address to abuse")
+	flag.StringVar(&child.Target.ServerName, loadgen.FlagAbuseServerName, "localhost", "child mode: the target's certificate name")
 	flag.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every service during each closed-loop run (go tool pprof); empty disables")
 	flag.Parse()
+	if child.Kind != "" {
+		return abuseChild(child, *caFile)
+	}
 
 	var err error
 	if o.Mix, err = loadgen.ParseMix(*mix); err != nil {
 		fmt.Fprintln(os.Stderr, "agtpbench:", err)
 		return 2
+	}
+	if *abuse != "" {
+		o.AbuseKinds = strings.Split(*abuse, ",")
+		for _, k := range o.AbuseKinds {
+			if _, ok := loadgen.AbuseDefaults[k]; !ok {
+				fmt.Fprintf(os.Stderr, "agtpbench: abuse kind %q is not one of %s\n", k, strings.Join(loadgen.AbuseKinds, ","))
+				return 2
+			}
+		}
 	}
 	if *only != "" {
 		o.Only = strings.Split(*only, ",")
@@ -66,6 +88,9 @@ func run() int {
 		}
 	}
 	o.Progress = os.Stderr
+	if exe, err := os.Executable(); err == nil {
+		o.AbuseCommand = []string{exe}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -88,6 +113,27 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "agtpbench: wrote %s\n", filepath.Join(*out, "results.md"))
 	}
 	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// abuseChild is the abuse scenario's child process.
+func abuseChild(cfg loadgen.AbuseConfig, caFile string) int {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agtpbench:", err)
+		return 2
+	}
+	cfg.Target.Roots = x509.NewCertPool()
+	if !cfg.Target.Roots.AppendCertsFromPEM(pem) {
+		fmt.Fprintln(os.Stderr, "agtpbench: no certificate in", caFile)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := loadgen.ServeAbuseChild(ctx, cfg, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "agtpbench:", err)
 		return 1
 	}
 	return 0

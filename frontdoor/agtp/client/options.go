@@ -1,10 +1,12 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -68,6 +70,12 @@ type Options struct {
 	// DialTimeout bounds the TCP connect (or UDP address resolution).
 	// Default 10 s.
 	DialTimeout time.Duration
+	// DialContext, when set, makes the TCP connections in place of a
+	// plain net.Dialer (within DialTimeout): a server that dials hosts
+	// its callers name passes one that refuses internal addresses
+	// (services/outbound). QUIC does not use it, so the two do not go
+	// together.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// HandshakeTimeout bounds the TLS or QUIC handshake. Default 10 s.
 	HandshakeTimeout time.Duration
 	// MaxConnsPerHost bounds the TCP connections open to one address
@@ -142,6 +150,9 @@ func (o Options) Validate() error {
 	}
 	if o.CAFile != "" && o.RootCAs != nil {
 		errs = append(errs, errors.New("roots: set RootCAs or CAFile, not both"))
+	}
+	if o.QUIC && o.DialContext != nil {
+		errs = append(errs, errors.New("DialContext applies to TCP; it cannot be used with QUIC"))
 	}
 	if o.MaxPipeline > 1<<10 {
 		errs = append(errs, fmt.Errorf("MaxPipeline %d is above 1024", o.MaxPipeline))

@@ -109,8 +109,16 @@ func (c *tcpConn) closeIdle() {
 
 func (p *tcpPool) dial(ctx context.Context) (*tcpConn, error) {
 	opts := &p.c.opts
-	d := net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	var nc net.Conn
+	var err error
+	if opts.DialContext != nil {
+		dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		nc, err = opts.DialContext(dctx, "tcp", p.addr)
+		cancel()
+	} else {
+		d := net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
+		nc, err = d.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agtp client: connect to %s: %w", p.addr, err)
 	}

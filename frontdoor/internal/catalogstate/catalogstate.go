@@ -18,6 +18,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/catalogsvc/watch"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
 )
 
 // State is one snapshot, ready to serve from.
@@ -27,8 +28,10 @@ type State struct {
 	// Endpoints are the compiled endpoints (schemas ready), aligned with
 	// the snapshot's endpoints by route.Endpoint.Index.
 	Endpoints []*endpoint.Endpoint
-	// SupportedMethods is the Supported-Methods header value: every method
-	// with an endpoint on this server, sorted.
+	// SupportedMethods is the Supported-Methods header value: the 18
+	// floor methods (digest-core §13 item 32; they are always admitted and
+	// always dispatched) and every other method with an endpoint on this
+	// server, sorted.
 	SupportedMethods string
 }
 
@@ -53,17 +56,28 @@ func (s *Store) Set(snap *catalogv1.Snapshot) error {
 			return fmt.Errorf("catalog snapshot %d: endpoint %s %s: %w", snap.GetRevision(), e.GetMethod(), e.GetPath(), err)
 		}
 	}
+	s.cur.Store(&State{Snapshot: snap, Table: t, Endpoints: compiled, SupportedMethods: supportedMethods(snap)})
+	return nil
+}
+
+// supportedMethods is the floor plus every method with an endpoint.
+func supportedMethods(snap *catalogv1.Snapshot) string {
 	seen := map[string]bool{}
 	var methods []string
-	for _, e := range snap.GetEndpoints() {
-		if !seen[e.GetMethod()] {
-			seen[e.GetMethod()] = true
-			methods = append(methods, e.GetMethod())
+	add := func(m string) {
+		if !seen[m] {
+			seen[m] = true
+			methods = append(methods, m)
 		}
 	}
+	for _, m := range agtp.FloorMethods() {
+		add(m)
+	}
+	for _, e := range snap.GetEndpoints() {
+		add(e.GetMethod())
+	}
 	sort.Strings(methods)
-	s.cur.Store(&State{Snapshot: snap, Table: t, Endpoints: compiled, SupportedMethods: strings.Join(methods, ", ")})
-	return nil
+	return strings.Join(methods, ", ")
 }
 
 // Watch follows catalogsvc's WatchSnapshot until ctx is done; ready is

@@ -1,7 +1,8 @@
 // Package httpsapi is the front door's HTTPS side: the organisation's
 // /.well-known/agtp bootstrap document (core §6.1.14), the JWKS that
-// verifies Attribution-Records, health and readiness, and the suite's REST
-// gateway routes, which need a client certificate from the suite CA.
+// verifies Attribution-Records, health and readiness, the suite's REST
+// gateway routes, which need a client certificate from the suite CA, and
+// the Agent Gateway Protocol binding (frontdoor/internal/agp).
 package httpsapi
 
 import (
@@ -14,6 +15,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
@@ -33,6 +35,9 @@ type Options struct {
 	// and the JWKS.
 	Catalog, Identity, Policy, Audit, RCNS *grpc.ClientConn
 	Log                                    *slog.Logger
+	// AGP, when set, adds the Agent Gateway Protocol's routes (/agp/...,
+	// /health, /keys; docs/agp.md).
+	AGP interface{ Register(*http.ServeMux) }
 }
 
 // Handler builds the HTTPS handler.
@@ -84,6 +89,7 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		{o.Catalog, catalogv1.RegisterCatalogServiceHandler},
 		{o.Identity, identityv1.RegisterIdentityServiceHandler},
 		{o.Policy, policyv1.RegisterPolicyServiceHandler},
+		{o.Policy, agpv1.RegisterAgpServiceHandler},
 		{o.Audit, auditv1.RegisterAuditServiceHandler},
 		{o.RCNS, rcnsv1.RegisterRcnsServiceHandler},
 	}
@@ -96,6 +102,9 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		}
 	}
 	mux.Handle("/v1/", requireClientCert(gw))
+	if o.AGP != nil {
+		o.AGP.Register(mux)
+	}
 	return mux, nil
 }
 

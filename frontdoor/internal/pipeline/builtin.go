@@ -3,15 +3,22 @@ package pipeline
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
+	"unicode"
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 )
 
 // builtin runs a protocol-native (Tier A) endpoint. They are dispatched on
@@ -39,9 +46,11 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 			return p.queryTask(x, params)
 		case "/notifications/{notification_id}":
 			return p.queryNotification(x, params)
+		case "/inbox":
+			return p.queryInbox(x, params)
 		}
 	case "QUOTE":
-		return p.quote(x, params)
+		return p.quote(x, input)
 	case "SUSPEND":
 		return p.suspend(x, params)
 	case "RESUME":
@@ -114,18 +123,7 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 		if err != nil {
 			return p.dependencyFailure(x, "identitysvc", err)
 		}
-		out := []map[string]any{}
-		for _, a := range resp.GetAgents() {
-			e := map[string]any{"agent_id": a.GetAgentId(), "name": a.GetName(), "trust_tier": a.GetTrustTier(), "verification_path": a.GetVerificationPath()}
-			if a.GetOwnerId() != "" {
-				e["owner_id"] = a.GetOwnerId()
-			}
-			if a.GetTrustTier() == 2 && a.GetTrustWarning() != "" {
-				e["trust_warning"] = a.GetTrustWarning()
-			}
-			out = append(out, e)
-		}
-		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
+		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, agentListing(resp.GetAgents(), str(params, "criteria"), str(params, "max_results")))
 	case "/genesis":
 		id := str(params, "agent_id")
 		if id == "" {
@@ -165,6 +163,71 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
 	}
 	return x.fail(agtp.StatusNotFound, "not-found", "no DISCOVER built-in at "+path, nil)
+}
+
+// agentListing is the DISCOVER /agents body: the AGTP-API §5.8.2 members
+// plus the core §7.2.2 candidate members (description, principal and a
+// relevance score), best match first. Without criteria every agent is
+// equally relevant (1) and the registry's order stands.
+func agentListing(agents []*identityv1.AgentRecord, criteria, maxResults string) []map[string]any {
+	terms := criteriaTerms(criteria)
+	out := []map[string]any{}
+	for _, a := range agents {
+		desc := identitydoc.Description(a)
+		rel := relevance(terms, a.GetName(), desc, a.GetOwner(), a.GetOwnerId(), a.GetArchetype(), strings.Join(a.GetScopes(), " "))
+		if rel == 0 {
+			continue
+		}
+		e := map[string]any{
+			"agent_id": a.GetAgentId(), "name": a.GetName(), "description": desc, "principal": a.GetOwner(),
+			"relevance": rel, "trust_tier": a.GetTrustTier(), "verification_path": a.GetVerificationPath(),
+		}
+		if a.GetOwnerId() != "" {
+			e["owner_id"] = a.GetOwnerId()
+		}
+		if a.GetTrustTier() == 2 && a.GetTrustWarning() != "" {
+			e["trust_warning"] = a.GetTrustWarning()
+		}
+		out = append(out, e)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i]["relevance"].(float64) > out[j]["relevance"].(float64) })
+	// The input schema bounds max_results to 1..1000.
+	if n, err := strconv.Atoi(maxResults); err == nil && n > 0 && n < len(out) {
+		out = out[:n]
+	}
+	return out
+}
+
+// maxCriteriaTerms bounds the work one DISCOVER's criteria can ask for.
+const maxCriteriaTerms = 32
+
+// criteriaTerms splits DISCOVER criteria into distinct lowercase words.
+func criteriaTerms(criteria string) []string {
+	var terms []string
+	seen := map[string]bool{}
+	for _, w := range strings.FieldsFunc(strings.ToLower(criteria), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+		if !seen[w] && len(terms) < maxCriteriaTerms {
+			seen[w] = true
+			terms = append(terms, w)
+		}
+	}
+	return terms
+}
+
+// relevance is the share of the terms found in the fields, rounded to two
+// decimals; 1 when there are no terms.
+func relevance(terms []string, fields ...string) float64 {
+	if len(terms) == 0 {
+		return 1
+	}
+	hay := strings.ToLower(strings.Join(fields, " "))
+	hits := 0
+	for _, t := range terms {
+		if strings.Contains(hay, t) {
+			hits++
+		}
+	}
+	return math.Round(float64(hits)/float64(len(terms))*100) / 100
 }
 
 // looksLikeCanonicalID says whether a name is meant as a canonical
@@ -414,4 +477,79 @@ func (p *Pipeline) lifecycle(x *exchange, method string, params map[string]any) 
 
 func stateName(s identityv1.AgentStatus) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
+}
+
+// anonymousDiscoveryClosed applies policies.anonymous_discovery=false
+// (AGTP-API §8.7): an anonymous call to a read-only discovery built-in
+// (DISCOVER and DESCRIBE, Tier A) gets 262 anonymous-discovery-disabled
+// (digest-api §9 item 65, digest-core C36) rather than the plain 401 any
+// other non-anonymous endpoint gives. /contracts is per caller and never
+// anonymous, so it keeps the 401.
+func (p *Pipeline) anonymousDiscoveryClosed(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	if x.state.Snapshot.GetPolicies().GetAnonymousDiscovery() || ep.GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_A ||
+		ep.GetMethod() != agtp.MethodDiscover && ep.GetMethod() != agtp.MethodDescribe || ep.GetPath() == "/contracts" {
+		return nil
+	}
+	if _, present := x.req.Header.Lookup(agtp.HeaderAgentID); present {
+		return nil
+	}
+	return x.fail(agtp.StatusAuthorizationRequired, agtp.ReasonAnonymousDiscoveryDisabled,
+		"this server does not serve discovery to anonymous callers (policies.anonymous_discovery is false); send an Agent-ID", nil)
+}
+
+// explicitScopeMissing applies policies.scope_required_for_invocation
+// (AGTP-API §8.7): when it is true, an identified caller invoking an
+// endpoint that declares required_scopes must carry Authority-Scope; the
+// handler is not run and the answer is 262 scope-required naming the first
+// required scope. When it is false (the default, docs/frontdoor.md), a
+// request without Authority-Scope inherits the identity document's scopes
+// (core §5.5.3).
+func (p *Pipeline) explicitScopeMissing(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	if !x.state.Snapshot.GetPolicies().GetScopeRequiredForInvocation() || len(ep.GetRequiredScopes()) == 0 || x.agentID == "" {
+		return nil
+	}
+	if _, present := x.req.Header.Lookup(agtp.HeaderAuthorityScope); present {
+		return nil
+	}
+	return x.fail(agtp.StatusAuthorizationRequired, agtp.ReasonScopeRequired,
+		"this server requires Authority-Scope on every scope-gated call (policies.scope_required_for_invocation); claim "+strings.Join(ep.GetRequiredScopes(), ", "),
+		map[string]any{"scope": ep.GetRequiredScopes()[0]})
+}
+
+// queryInbox serves QUERY /inbox: the caller's own inbox only, so an agent
+// reads what other agents sent it without an operator in between.
+func (p *Pipeline) queryInbox(x *exchange, params map[string]any) *agtp.Response {
+	if r := p.mechanicsReady(x, "QUERY /inbox"); r != nil {
+		return r
+	}
+	limit, _ := params["limit"].(float64) // the input schema bounds it to 1..100
+	r, err := p.Tasks.ListInbox(x.ctx, &taskv1.ListInboxRequest{AgentId: x.agentID, Cursor: str(params, "cursor"), Limit: int32(limit)})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	now := time.Now()
+	entries := make([]map[string]any, 0, len(r.GetEntries()))
+	for _, e := range r.GetEntries() {
+		if e.GetExpiry() != nil && e.GetExpiry().AsTime().Before(now) {
+			continue // core §7.2.12: an expired notification is not delivered
+		}
+		entry := map[string]any{
+			"notification_id": e.GetNotificationId(), "sender_agent_id": e.GetSenderAgentId(),
+			"urgency": e.GetUrgency(), "delivery_guarantee": e.GetDeliveryGuarantee(),
+			"received_at": e.GetReceivedAt().AsTime().UTC().Format(time.RFC3339Nano),
+			"content":     json.RawMessage(e.GetContentJson()),
+		}
+		if !json.Valid(e.GetContentJson()) {
+			entry["content"] = nil
+		}
+		if e.GetExpiry() != nil {
+			entry["expiry"] = e.GetExpiry().AsTime().UTC().Format(time.RFC3339Nano)
+		}
+		entries = append(entries, entry)
+	}
+	out := map[string]any{"entries": entries}
+	if c := r.GetNextCursor(); c != "" {
+		out["next_cursor"] = c
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -60,11 +61,27 @@ func (c *costTracker) estimate(method, template string) (endpointCost, bool) {
 	return *e, true
 }
 
-// quote answers QUOTE: the structural decision for the proposed call
-// (unknown target 404, anything else the decision's own code as 422), then
-// the estimate in the Cost-Estimate header and the body.
-func (p *Pipeline) quote(x *exchange, params map[string]any) *agtp.Response {
+// quote answers QUOTE (digest-companions §2.4): method, path and
+// parameters are required (400 naming the missing one, companions §5 item
+// 24), then the structural decision for the proposed call (unknown target
+// 404, anything else the decision's own code as 422), then the parameters
+// against the target's input schema (422 with the violations), then the
+// estimate in the Cost-Estimate header and the body. Nothing is run.
+func (p *Pipeline) quote(x *exchange, input []byte) *agtp.Response {
+	var params map[string]any
+	if v, err := decodeJSON(input); err == nil {
+		params, _ = v.(map[string]any)
+	}
 	method, path := str(params, "method"), str(params, "path")
+	proposed, hasParams := params["parameters"].(map[string]any)
+	switch {
+	case method == "":
+		return x.fail(agtp.StatusBadRequest, "method-required", "QUOTE needs method: the method of the call to estimate", nil)
+	case path == "":
+		return x.fail(agtp.StatusBadRequest, "path-required", "QUOTE needs path: the path of the call to estimate", nil)
+	case !hasParams:
+		return x.fail(agtp.StatusBadRequest, "parameters-required", "QUOTE needs parameters: the arguments the call would receive ({} for none)", nil)
+	}
 	d := x.state.Table.Decide(method, path)
 	switch d.Outcome {
 	case route.Matched:
@@ -72,6 +89,16 @@ func (p *Pipeline) quote(x *exchange, params map[string]any) *agtp.Response {
 		return x.fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+path, nil)
 	default:
 		return x.fail(agtp.StatusUnprocessable, "quote-target-invalid", method+" "+path+" could not be called: "+d.Explanation(), map[string]any{"target_status": d.Status()})
+	}
+	var query url.Values
+	if _, raw, ok := strings.Cut(path, "?"); ok {
+		var err error
+		if query, err = url.ParseQuery(raw); err != nil {
+			return x.fail(agtp.StatusBadRequest, "path-invalid", "the query string of path is not valid percent-encoded form data", nil)
+		}
+	}
+	if _, report := x.state.Endpoints[d.Endpoint.Index].BuildInput(d.Params(), query, proposed); report != nil {
+		return x.fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+report.Error(), map[string]any{"violations": report.Violations})
 	}
 	template := d.Endpoint.Proto.GetPath()
 	e, seen := p.costs.estimate(d.Method, template)

@@ -58,6 +58,9 @@ type exchange struct {
 
 	// rejection is the reason token of an error response, for metrics.
 	rejection string
+
+	// bound is set for a request of another protocol (agp.go).
+	bound *Bound
 }
 
 // headerCarrier adapts an AGTP header to the propagation API, so a W3C

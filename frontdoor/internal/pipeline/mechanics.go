@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,10 +88,21 @@ func (p *Pipeline) escalate(x *exchange, params map[string]any) *agtp.Response {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
 	e := r.GetEscalation()
+	routing := e.GetRoutingStatus()
+	switch {
+	case routing == routingPending || routing == routingFailed:
+		// A webhook recipient: pushed now, and again on a repeated
+		// ESCALATE until it is delivered. The escalation stays listed
+		// for the admin API meanwhile, so a failed push drops nothing.
+		routing = p.pushEscalation(x, e)
+	case routing == routingListed && e.GetStatus() == "pending_review":
+		routing = p.escalationToInbox(x, e)
+	}
 	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
 		"escalation_id":       e.GetEscalationId(),
 		"task_id":             e.GetTaskId(),
-		"routed_to":           e.GetRoutedTo(),
+		"routed_to":           redactURL(e.GetRoutedTo()),
+		"routing":             routing,
 		"status":              e.GetStatus(),
 		"task_paused":         true,
 		"priority":            e.GetPriority(),
@@ -172,9 +184,17 @@ func (p *Pipeline) notify(x *exchange, params map[string]any) *agtp.Response {
 	if bad != nil {
 		return bad
 	}
+	rcpt := str(params, "recipient")
+	if resp := p.checkLocalRecipient(x, rcpt); resp != nil {
+		return resp
+	}
+	// A Notification-ID is a delivery another server relays (its retry
+	// worker); policysvc de-duplicates it for the recipient.
+	relayedID := x.req.Header.Get(headerNotificationID)
 	r, err := p.Tasks.Notify(x.ctx, &taskv1.NotifyRequest{
-		SenderAgentId: x.agentID, Recipient: str(params, "recipient"), ContentJson: rawParam(params, "content"),
+		SenderAgentId: x.agentID, Recipient: rcpt, ContentJson: rawParam(params, "content"),
 		Urgency: str(params, "urgency"), DeliveryGuarantee: str(params, "delivery_guarantee"), Expiry: expiry,
+		NotificationId: relayedID,
 	})
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
@@ -184,15 +204,25 @@ func (p *Pipeline) notify(x *exchange, params map[string]any) *agtp.Response {
 
 func notificationJSON(n *taskv1.Notification) map[string]any {
 	out := map[string]any{
-		"notification_id": n.GetNotificationId(), "recipient": n.GetRecipient(), "status": n.GetStatus(),
+		"notification_id": n.GetNotificationId(), "recipient": redactURL(n.GetRecipient()), "status": n.GetStatus(),
 		"urgency": n.GetUrgency(), "delivery_guarantee": n.GetDeliveryGuarantee(), "expiry": timeString(n.GetExpiry()),
-		"attempts": n.GetAttempts(),
+		"attempts": n.GetAttempts(), "recipient_kind": n.GetRecipientKind(),
 	}
 	if d := timeString(n.GetDeliveredAt()); d != "" {
 		out["delivered_at"] = d
 	}
 	if n.GetLastError() != "" {
 		out["last_error"] = n.GetLastError()
+	}
+	if n.GetDuplicate() {
+		out["duplicate"] = true
+	}
+	if ds := n.GetDeliveries(); len(ds) > 0 {
+		list := make([]map[string]any, 0, len(ds))
+		for _, d := range ds {
+			list = append(list, notificationJSON(d))
+		}
+		out["deliveries"] = list
 	}
 	return out
 }
@@ -252,14 +282,24 @@ type DelegationClaims struct {
 	Exp int64 `json:"exp"`
 }
 
-// delegateeID is the Agent-ID of target_agent_id: an Agent-ID or an
-// agtp://<agent-id>@host URI.
-func delegateeID(target string) string {
-	if rest, ok := strings.CutPrefix(target, "agtp://"); ok {
-		id, _, _ := strings.Cut(rest, "@")
-		return id
+// delegateeOf reads target_agent_id: an Agent-ID or agtp://<agent-id>
+// (a sub-agent hosted here, addr empty), or agtp://<agent-id>@host[:port]
+// (a sub-agent on that host).
+func delegateeOf(target string) (id, addr string, ok bool) {
+	if agtp.IsCanonicalID(target) {
+		return target, "", true
 	}
-	return target
+	u, err := agtp.ParseURI(target)
+	if err != nil || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		return "", "", false
+	}
+	switch u.Form {
+	case agtp.FormCanonical:
+		return u.AgentID, "", true
+	case agtp.FormCanonicalHost:
+		return u.AgentID, u.Address(), true
+	}
+	return "", "", false
 }
 
 // delegate runs DELEGATE (core §7.2.9, §10.4.2, §10.4.3): the granted
@@ -271,9 +311,14 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 		return r
 	}
 	target := str(params, "target_agent_id")
-	delegatee := delegateeID(target)
-	if !agtp.IsCanonicalID(delegatee) {
-		return x.fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>@host", nil)
+	delegatee, addr, ok := delegateeOf(target)
+	if !ok {
+		return x.fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>[@host[:port]]", nil)
+	}
+	if addr != "" {
+		if resp := p.checkPeer(x, addr); resp != nil {
+			return resp
+		}
 	}
 	var scopes []string
 	if list, ok := params["authority_scope"].([]any); ok {
@@ -320,37 +365,48 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 		return p.dependencyFailure(x, "auditsvc", err)
 	}
 	// A sub-agent hosted here runs the task now, as itself, with the
-	// narrowed Authority-Scope; one on another host (agtp://id@host) is
-	// recorded only (docs/mechanics.md).
+	// narrowed Authority-Scope; one on another host (agtp://id@host) runs
+	// it there, over an AGTP session this server opens to that host
+	// (docs/mechanics.md).
 	var results []map[string]any
-	failed := ""
-	local := !strings.Contains(target, "@")
-	if local {
+	var remote map[string]any
+	failed, remoteBroken := "", ""
+	if addr == "" {
 		results, failed = p.runDelegated(x, delegatee, granted, str(params, "task_id"), taskJSONBytes)
+	} else {
+		results, remote, failed, remoteBroken = p.runRemoteDelegated(x, addr, delegatee, scopes, str(params, "task_id"), taskJSONBytes, str(params, "delegation_token"))
 	}
 	status := "delegated"
-	if failed != "" {
+	if failed != "" || remoteBroken != "" {
 		status = "failed"
+	}
+	detail := failed + remoteBroken
+	if remote != nil {
+		detail = strings.TrimSpace("remote " + addr + " delegation " + fmt.Sprint(remote["delegation_id"]) + " audit_id " + fmt.Sprint(remote["audit_id"]) + " " + detail)
 	}
 	r, err := p.Tasks.RecordDelegation(x.ctx, &taskv1.RecordDelegationRequest{
 		DelegatorAgentId: x.agentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
-		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Status: status, Detail: failed,
+		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Status: status, Detail: detail,
 	})
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
 	p.Log.InfoContext(x.ctx, "delegation hop", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(),
-		"delegation_id", r.GetDelegationId(), "executed", local, "status", status)
+		"delegation_id", r.GetDelegationId(), "host", addr, "status", status, "remote", remote)
 	body := map[string]any{
 		"delegation_id": r.GetDelegationId(), "task_id": r.GetTask().GetTaskId(), "status": status,
 		"delegatee_agent_id": delegatee, "authority_scope": scopes, "task_hash": taskHash, "audit_id": rec.GetAuditId(),
-		"executed": local,
+		"executed": true, "results": results,
 	}
-	if !local {
-		return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, body)
+	if remote != nil {
+		body["remote"] = remote
 	}
-	body["results"] = results
-	if failed != "" {
+	switch {
+	case remoteBroken != "":
+		p.Log.WarnContext(x.ctx, "authority chain broken at the sub-agent's host", "delegator", x.agentID, "delegatee", delegatee, "host", addr, "link", remoteBroken)
+		body["failing_link"] = remoteBroken
+		return x.fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the sub-agent's host could not verify the delegation: "+remoteBroken, body)
+	case failed != "":
 		return x.fail(agtp.StatusDelegationFailure, "delegation-failure", "the sub-agent failed: "+failed, body)
 	}
 	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, body)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
@@ -57,7 +58,13 @@ type Deps struct {
 	RCNS     rcnsv1.RcnsServiceClient
 	// Tasks is policysvc's task service (ESCALATE, CONFIRM, NOTIFY,
 	// DELEGATE); nil answers those 501.
-	Tasks    taskv1.TaskServiceClient
+	Tasks taskv1.TaskServiceClient
+	// Peers is the AGTP client for other servers (a DELEGATE to a
+	// sub-agent on another host); nil answers such hops 550.
+	Peers *client.Client
+	// Outbound decides which caller-named destinations (webhooks, AGTP
+	// hosts) the mechanics verbs may reach; nil reaches none.
+	Outbound *Outbound
 	Handlers *handler.Registry
 	// Bindings run external_service and composition endpoints and
 	// carried framework payloads; nil answers them 501.

@@ -46,8 +46,16 @@ func (p *Pipeline) run(x *exchange) *agtp.Response {
 	x.matched = true
 	ep := x.decision.Endpoint.Proto
 
-	// Identity: the caller named by Agent-ID (core §5.5.3, §6.5.1).
+	// Identity: the caller named by Agent-ID (core §5.5.3, §6.5.1), with
+	// the manifest's anonymous_discovery and scope_required_for_invocation
+	// toggles (AGTP-API §8.7) on either side of it.
+	if resp := p.anonymousDiscoveryClosed(x, ep); resp != nil {
+		return resp
+	}
 	if resp := p.identify(x, ep.GetAnonymous()); resp != nil {
+		return resp
+	}
+	if resp := p.explicitScopeMissing(x, ep); resp != nil {
 		return resp
 	}
 
@@ -65,6 +73,9 @@ func (p *Pipeline) run(x *exchange) *agtp.Response {
 	}
 	if x.replayed {
 		return p.replay(x)
+	}
+	if resp := p.intercept(x); resp != nil {
+		return resp
 	}
 
 	return p.dispatch(x, input)

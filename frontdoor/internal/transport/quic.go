@@ -15,7 +15,11 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-var errConnLimit = errors.New("transport: connection limit reached")
+var (
+	errConnLimit      = errors.New("transport: connection limit reached")
+	errAddrLimit      = errors.New("transport: per-address connection limit reached")
+	errHandshakeLimit = errors.New("transport: handshake limit reached")
+)
 
 // quicConfig is agtpquic.Config with the server's limits.
 func (s *Server) quicConfig() *quic.Config {
@@ -35,30 +39,65 @@ func (s *Server) quicConfig() *quic.Config {
 // configured rate of new connection attempts, clients must echo a Retry
 // token first, so a spoofed-source flood costs the server one stateless
 // packet per attempt instead of a handshake.
+//
+// It also requires a Retry while the handshake backlog is three quarters
+// full: a client that never reads the server's answer (a half-open flood)
+// cannot echo the token, so it stops adding handshakes there, and the
+// last quarter stays for clients that can (RFC 9000 §8.1.2).
 func (s *Server) verifySourceAddress(net.Addr) bool {
-	if s.retry != nil && s.retry.allow() {
+	if s.hs.len() < s.retryAbove && s.retry != nil && s.retry.allow() {
 		return false
 	}
 	s.stats.quicRetry.Add(1)
 	return true
 }
 
-// quicConnContext is quic.Transport.ConnContext: it takes a connection
-// slot (shared with TCP) or refuses the connection, and gives the slot
-// back when quic-go ends the connection's context.
-func (s *Server) quicConnContext(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+// quicConnContext is quic.Transport.ConnContext, called for a connection
+// attempt that passed the Retry check. It counts the attempt against the
+// source's limit, takes a connection slot (shared with TCP) and a place in
+// the handshake backlog, or refuses the attempt (CONNECTION_REFUSED). All
+// three are given back when quic-go ends the connection's context; the
+// backlog place earlier, when the handshake completes (startQUIC).
+//
+// It runs on quic-go's packet loop, so it must not wait: where the TCP
+// accept loop pauses, QUIC refuses.
+func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 	if s.shutting.Load() {
 		return nil, ErrServerClosed
+	}
+	key, ok := s.perAddr.acquire(ci.RemoteAddr)
+	if !ok {
+		s.stats.perAddrRefused.Add(1)
+		return nil, errAddrLimit
 	}
 	select {
 	case s.connSlots <- struct{}{}:
 	default:
+		s.perAddr.release(key)
 		s.stats.quicRefused.Add(1)
 		return nil, errConnLimit
 	}
-	context.AfterFunc(ctx, func() { <-s.connSlots })
-	return ctx, nil
+	p, shed, ok := s.hs.admit(time.Now(), nil)
+	if !ok {
+		<-s.connSlots
+		s.perAddr.release(key)
+		s.stats.handshakeLimit.Add(1)
+		return nil, errHandshakeLimit
+	}
+	if shed {
+		s.stats.handshakesShed.Add(1)
+	}
+	context.AfterFunc(ctx, func() {
+		s.hs.done(p)
+		<-s.connSlots
+		s.perAddr.release(key)
+	})
+	return context.WithValue(ctx, pendingKey{}, p), nil
 }
+
+// pendingKey carries a QUIC connection's handshake backlog entry from
+// quicConnContext to startQUIC.
+type pendingKey struct{}
 
 func (s *Server) acceptQUIC(ln *quic.EarlyListener) error {
 	defer s.live.Add(-1)
@@ -86,11 +125,30 @@ type quicConn struct {
 	requests  atomic.Uint64                       // streams accepted
 	active    atomic.Int64                        // streams being served
 	lastWrite atomic.Int64                        // unix nanoseconds of the last response
+	wasShed   atomic.Bool                         // closed to make room in the handshake backlog
 	streams   sync.WaitGroup
 }
 
 func (s *Server) startQUIC(qc *quic.Conn) {
 	c := &quicConn{s: s, qc: qc, id: s.nextID.Add(1)}
+	if p, _ := qc.Context().Value(pendingKey{}).(*pending); p != nil {
+		// Early connections are handed over as soon as the ClientHello is
+		// processed; from here the handshake can be shed, and it leaves
+		// the backlog when it completes.
+		s.hs.setShed(p, func() {
+			if !agtpquic.HandshakeComplete(qc) {
+				c.wasShed.Store(true)
+				qc.CloseWithError(agtpquic.CodeNoError, "handshake shed")
+			}
+		})
+		go func() {
+			select {
+			case <-qc.HandshakeComplete():
+			case <-qc.Context().Done():
+			}
+			s.hs.done(p)
+		}()
+	}
 	s.mu.Lock()
 	if s.shutting.Load() {
 		s.mu.Unlock()
@@ -111,7 +169,7 @@ func (c *quicConn) serve() {
 	defer func() {
 		c.streams.Wait()
 		c.qc.CloseWithError(code, reason)
-		if !agtpquic.HandshakeComplete(c.qc) {
+		if !agtpquic.HandshakeComplete(c.qc) && !c.wasShed.Load() {
 			s.stats.handshakeFailed.Add(1)
 		}
 		s.mu.Lock()

@@ -14,6 +14,9 @@ type Stats struct {
 	RequestsTCP, RequestsQUIC uint64
 	// InFlight is the number of requests in the handler now.
 	InFlight int
+	// Handshakes is the number of TLS and QUIC handshakes in progress now
+	// (bounded by MaxHandshakes).
+	Handshakes int
 
 	// Rejections and abnormal closes, by reason.
 	Busy             uint64 // 503 server-busy: MaxInFlight full for BusyWait
@@ -25,6 +28,9 @@ type Stats struct {
 	IdleTimeouts     uint64 // connections closed after IdleTimeout without a request
 	ConnLimitWaits   uint64 // TCP accept loop paused at MaxConns
 	QUICRefused      uint64 // QUIC connections refused at MaxConns
+	PerIPRefused     uint64 // TCP connections reset and QUIC attempts refused at MaxConnsPerIP
+	HandshakesShed   uint64 // handshakes older than a second closed to make room at MaxHandshakes
+	HandshakeLimit   uint64 // TCP accept paused, or QUIC attempt refused, at MaxHandshakes with none to shed
 	QUICRetries      uint64 // QUIC Retry required (handshake rate above QUICRetryAbove)
 	Panics           uint64 // handler (or error responder) panics, answered 500
 	InvalidResponses uint64 // nil or unwritable handler responses, answered 500
@@ -46,6 +52,9 @@ func (st Stats) Rejections() map[string]uint64 {
 		"idle_timeout":      st.IdleTimeouts,
 		"conn_limit":        st.ConnLimitWaits,
 		"quic_refused":      st.QUICRefused,
+		"per_ip_refused":    st.PerIPRefused,
+		"handshake_shed":    st.HandshakesShed,
+		"handshake_limit":   st.HandshakeLimit,
 		"quic_retry":        st.QUICRetries,
 		"panic":             st.Panics,
 		"invalid_response":  st.InvalidResponses,
@@ -61,6 +70,8 @@ type counters struct {
 	handshakeFailed                         atomic.Uint64
 	headerTimeouts, bodyTimeouts, idleTimes atomic.Uint64
 	connLimitWaits, quicRefused, quicRetry  atomic.Uint64
+	perAddrRefused                          atomic.Uint64
+	handshakesShed, handshakeLimit          atomic.Uint64
 	panics, invalidResponses                atomic.Uint64
 	certReloads, certReloadFailures         atomic.Uint64
 }
@@ -73,6 +84,7 @@ func (s *Server) Stats() Stats {
 		AcceptedTCP: c.tcpAccepted.Load(), AcceptedQUIC: c.quicAccepted.Load(),
 		RequestsTCP: c.tcpRequests.Load(), RequestsQUIC: c.quicRequests.Load(),
 		InFlight:           len(s.inflight),
+		Handshakes:         s.hs.len(),
 		Busy:               c.busy.Load(),
 		TooEarly:           c.tooEarly.Load(),
 		ProtocolErrors:     c.protocolErrors.Load(),
@@ -82,6 +94,9 @@ func (s *Server) Stats() Stats {
 		IdleTimeouts:       c.idleTimes.Load(),
 		ConnLimitWaits:     c.connLimitWaits.Load(),
 		QUICRefused:        c.quicRefused.Load(),
+		PerIPRefused:       c.perAddrRefused.Load(),
+		HandshakesShed:     c.handshakesShed.Load(),
+		HandshakeLimit:     c.handshakeLimit.Load(),
 		QUICRetries:        c.quicRetry.Load(),
 		Panics:             c.panics.Load(),
 		InvalidResponses:   c.invalidResponses.Load(),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,10 @@ type tcpConn struct {
 	first    [1]byte
 	hasFirst bool
 	inBody   bool // ReadRequest has passed the header section
+
+	addrKey netip.Addr // the source's per-address count, if limited
+	pending *pending   // the handshake backlog entry
+	wasShed atomic.Bool
 }
 
 func (s *Server) acceptTCP(ln net.Listener) error {
@@ -76,6 +81,13 @@ func (s *Server) acceptTCP(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		key, ok := s.perAddr.acquire(nc.RemoteAddr())
+		if !ok {
+			s.stats.perAddrRefused.Add(1)
+			s.log.Debug("agtp connection refused: per-address limit", "remote", nc.RemoteAddr().String(), "max_conns_per_ip", s.opts.MaxConnsPerIP)
+			resetClose(nc)
+			continue
+		}
 		// Backpressure at MaxConns: the accept loop waits here, holding
 		// the one connection it accepted (its handshake not started),
 		// until a connection ends. Further connections queue in the
@@ -89,24 +101,72 @@ func (s *Server) acceptTCP(ln net.Listener) error {
 			select {
 			case s.connSlots <- struct{}{}:
 			case <-s.stopCtx.Done():
+				s.perAddr.release(key)
 				nc.Close()
 				return nil
 			}
 		}
-		s.startTCP(nc)
+		c := s.newTCPConn(nc, key)
+		if !s.admitHandshake(c) {
+			<-s.connSlots
+			s.perAddr.release(key)
+			nc.Close()
+			return nil
+		}
+		s.startTCP(c)
 	}
 }
 
-func (s *Server) startTCP(nc net.Conn) {
-	c := &tcpConn{s: s, raw: nc, tc: tls.Server(nc, s.tlsConf)}
+// admitHandshake puts c in the handshake backlog, shedding the oldest
+// handshake if it is old enough, or waiting until one finishes or ages.
+// It reports false when the server stops meanwhile.
+func (s *Server) admitHandshake(c *tcpConn) bool {
+	waited := false
+	for {
+		p, shed, ok := s.hs.admit(time.Now(), c.shed)
+		if ok {
+			if shed {
+				s.stats.handshakesShed.Add(1)
+			}
+			c.pending = p
+			return true
+		}
+		if !waited {
+			waited = true
+			s.stats.handshakeLimit.Add(1)
+			s.log.Debug("agtp handshake limit reached; accept paused", "max_handshakes", s.opts.MaxHandshakes)
+		}
+		wait := min(max(time.Until(s.hs.nextShed()), 10*time.Millisecond), handshakeShedAge)
+		t := time.NewTimer(wait)
+		select {
+		case <-s.hs.free:
+		case <-t.C:
+		case <-s.stopCtx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+}
+
+func (s *Server) newTCPConn(nc net.Conn, key netip.Addr) *tcpConn {
+	c := &tcpConn{s: s, raw: nc, tc: tls.Server(nc, s.tlsConf), addrKey: key}
 	c.info = ConnInfo{Transport: TransportTCP, RemoteAddr: nc.RemoteAddr(), ID: s.nextID.Add(1)}
 	c.lim = s.lim
 	c.lim.BodyLimit = c.bodyLimit
+	return c
+}
+
+// startTCP registers c, which holds a connection slot, its source's count
+// and a handshake slot, and serves it.
+func (s *Server) startTCP(c *tcpConn) {
 	s.mu.Lock()
 	if s.shutting.Load() {
 		s.mu.Unlock()
-		nc.Close()
+		s.hs.done(c.pending)
+		c.raw.Close()
 		<-s.connSlots
+		s.perAddr.release(c.addrKey)
 		return
 	}
 	s.tcpConns[c] = struct{}{}
@@ -115,6 +175,14 @@ func (s *Server) startTCP(nc net.Conn) {
 	s.stats.tcpAccepted.Add(1)
 	s.stats.tcpOpen.Add(1)
 	go c.serve()
+}
+
+// shed ends a handshake to make room in the backlog (MaxHandshakes).
+func (c *tcpConn) shed() {
+	if c.state.CompareAndSwap(stateNew, stateClosed) {
+		c.wasShed.Store(true)
+		resetClose(c.raw)
+	}
 }
 
 // closeIdleTCP closes connections that are between requests or still in
@@ -147,6 +215,7 @@ func (c *tcpConn) serve() {
 		s.mu.Unlock()
 		s.stats.tcpOpen.Add(-1)
 		<-s.connSlots
+		s.perAddr.release(c.addrKey)
 		s.log.Debug("agtp conn closed", "transport", TransportTCP, "conn", c.info.ID,
 			"remote", c.info.RemoteAddr.String(), "requests", c.info.Requests, "reason", reason)
 		s.live.Add(-1) // last: Shutdown returns when it reaches zero
@@ -154,17 +223,27 @@ func (c *tcpConn) serve() {
 	s.log.Debug("agtp conn open", "transport", TransportTCP, "conn", c.info.ID, "remote", c.info.RemoteAddr.String())
 
 	c.raw.SetDeadline(time.Now().Add(s.opts.HandshakeTimeout))
-	if err := c.tc.Handshake(); err != nil {
-		if c.state.Load() != stateClosed {
+	err := c.tc.Handshake()
+	s.hs.done(c.pending)
+	if err != nil {
+		switch {
+		case c.wasShed.Load():
+			reason = "handshake shed"
+		case c.state.Load() != stateClosed:
 			s.stats.handshakeFailed.Add(1)
+			reason = "handshake: " + err.Error()
+		default:
+			reason = "shutdown"
 		}
-		reason = "handshake: " + err.Error()
 		return
 	}
 	st := c.tc.ConnectionState()
 	c.info.TLS = &st
 	if !c.state.CompareAndSwap(stateNew, stateIdle) {
 		reason = "shutdown"
+		if c.wasShed.Load() {
+			reason = "handshake shed"
+		}
 		return
 	}
 

@@ -123,6 +123,8 @@ const (
 	DefaultDrainTimeout      = 25 * time.Second
 	DefaultCertCheckInterval = time.Second
 	DefaultQUICRetryAbove    = 1000
+	DefaultMaxConnsPerIP     = 1000
+	DefaultMaxHandshakes     = 1024
 )
 
 // Options configure a Server. The zero value of every field but CertFile
@@ -173,6 +175,23 @@ type Options struct {
 	// kernel's backlog) and new QUIC connections are refused. Default
 	// 20,000.
 	MaxConns int
+	// MaxConnsPerIP bounds open connections (TCP and QUIC together,
+	// handshakes included) from one source: an IPv4 address or an IPv6
+	// /64. A connection over the limit is refused before its handshake: a
+	// TCP connection is reset as soon as it is accepted, a QUIC connection
+	// attempt is answered CONNECTION_REFUSED. It keeps one host from
+	// taking the connection slots every other client needs. Behind a load
+	// balancer that hides client addresses, or a large NAT, raise it.
+	// Negative: no limit. Default 1000.
+	MaxConnsPerIP int
+	// MaxHandshakes bounds TLS and QUIC handshakes in progress, TCP and
+	// QUIC together. At the limit a new connection sheds the oldest
+	// handshake if it has run for a second (a real client is done in a
+	// few round trips); otherwise the TCP accept loop waits for one to
+	// finish or become sheddable, and a QUIC attempt is refused. It bounds
+	// what connections that never finish their handshake can hold, well
+	// below MaxConns. Default 1024.
+	MaxHandshakes int
 	// MaxInFlight bounds requests being served across all connections. A
 	// request that finds it full waits up to BusyWait for a slot, then is
 	// answered 503 server-busy. Default 2048.
@@ -227,6 +246,12 @@ func (o Options) withDefaults() Options {
 	if o.QUICRetryAbove == 0 {
 		o.QUICRetryAbove = DefaultQUICRetryAbove
 	}
+	if o.MaxConnsPerIP == 0 {
+		o.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if o.MaxHandshakes <= 0 {
+		o.MaxHandshakes = DefaultMaxHandshakes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -259,8 +284,8 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("transport: %s must not be negative", d.name))
 		}
 	}
-	if o.MaxConns < 0 || o.MaxInFlight < 0 || o.MaxStreamsPerConn < 0 {
-		errs = append(errs, errors.New("transport: MaxConns, MaxInFlight and MaxStreamsPerConn must not be negative"))
+	if o.MaxConns < 0 || o.MaxInFlight < 0 || o.MaxStreamsPerConn < 0 || o.MaxHandshakes < 0 {
+		errs = append(errs, errors.New("transport: MaxConns, MaxHandshakes, MaxInFlight and MaxStreamsPerConn must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -279,9 +304,13 @@ type Server struct {
 
 	inflight  chan struct{} // request slots (MaxInFlight)
 	connSlots chan struct{} // connection slots (MaxConns)
-	retry     *tokenBucket
-	stats     counters
-	nextID    atomic.Uint64
+	perAddr   *perAddr      // connections per source (MaxConnsPerIP)
+	hs        *handshakes   // handshakes in progress (MaxHandshakes)
+	// retryAbove is the backlog length from which QUIC needs a Retry.
+	retryAbove int
+	retry      *tokenBucket
+	stats      counters
+	nextID     atomic.Uint64
 
 	// baseCtx parents every TCP connection's context; it is cancelled
 	// when a drain runs out of time.
@@ -324,8 +353,12 @@ func New(opts Options, h Handler) (*Server, error) {
 		log:       opts.Logger,
 		inflight:  make(chan struct{}, opts.MaxInFlight),
 		connSlots: make(chan struct{}, opts.MaxConns),
-		tcpConns:  make(map[*tcpConn]struct{}),
-		quicConns: make(map[*quicConn]struct{}),
+		perAddr:   newPerAddr(opts.MaxConnsPerIP),
+		hs:        newHandshakes(opts.MaxHandshakes),
+		// Three quarters, but at least one place short of full.
+		retryAbove: min(opts.MaxHandshakes*3/4, opts.MaxHandshakes-1),
+		tcpConns:   make(map[*tcpConn]struct{}),
+		quicConns:  make(map[*quicConn]struct{}),
 	}
 	s.errResp, _ = h.(ErrorResponder)
 	s.lim = opts.Limits

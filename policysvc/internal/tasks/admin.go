@@ -199,3 +199,63 @@ func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegati
 		"scope", in.GetAuthorityScope(), "task_id", taskID, "audit_id", in.GetAuditId(), "status", status)
 	return &taskv1.RecordDelegationResponse{DelegationId: id, Task: t.proto()}, nil
 }
+
+// RecordEscalationRouting records how the push of an escalation to its
+// webhook went; the task's history gets an event, its status is kept. A
+// failed push leaves the escalation listed for the admin API.
+func (s *Server) RecordEscalationRouting(ctx context.Context, in *taskv1.RecordEscalationRoutingRequest) (*taskv1.RecordEscalationRoutingResponse, error) {
+	st := in.GetStatus()
+	if st != RoutingDelivered && st != RoutingFailed {
+		return nil, grpcerr.InvalidArgument("status-invalid", "routing status is delivered or failed")
+	}
+	if len(in.GetDetail()) > maxReason {
+		return nil, grpcerr.InvalidArgument("detail-invalid", "detail is too long")
+	}
+	if !strings.HasPrefix(in.GetEscalationId(), escalationPrefix) {
+		return nil, errNoTarget
+	}
+	tg, err := s.resolveTarget(ctx, "", in.GetEscalationId())
+	if err != nil {
+		return nil, err
+	}
+	taskKey, escKey, _ := tg.keys()
+	now := s.opts.Now().UTC()
+	var e escalation
+	err = s.watch(ctx, func(tx *redis.Tx) error {
+		var t task
+		e = escalation{}
+		ok, err := getJSON(ctx, tx, escKey, &e)
+		if err != nil || !ok {
+			if err == nil {
+				err = errNoTarget
+			}
+			return err
+		}
+		if ok, err = getJSON(ctx, tx, taskKey, &t); err != nil || !ok {
+			if err == nil {
+				err = errNoTarget
+			}
+			return err
+		}
+		if e.Routing == RoutingDelivered {
+			return nil // a late report of an earlier attempt changes nothing
+		}
+		e.Routing, e.RoutingDetail, e.RoutedAt = st, in.GetDetail(), now
+		event := "routed"
+		if st == RoutingFailed {
+			event = "routing_failed"
+		}
+		s.record(&t, now, event, t.Status, "server", e.ID, in.GetDetail())
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, escKey, mustJSON(e), s.opts.TaskTTL)
+			p.Set(ctx, taskKey, mustJSON(t), s.opts.TaskTTL)
+			return nil
+		})
+		return err
+	}, taskKey, escKey)
+	if err != nil {
+		return nil, storeErr("record escalation routing", err)
+	}
+	s.log.InfoContext(ctx, "escalation routed", "escalation_id", e.ID, "routed_to", e.RoutedTo, "routing", e.Routing, "detail", e.RoutingDetail)
+	return &taskv1.RecordEscalationRoutingResponse{Escalation: e.proto()}, nil
+}

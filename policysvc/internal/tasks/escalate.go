@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -30,14 +31,36 @@ type escalation struct {
 	Created   time.Time       `json:"created"`
 	ReviewBy  time.Time       `json:"review_by"`
 	PrevState string          `json:"previous_task_status"`
+	// Routing is how the escalation reached its recipient (routing
+	// statuses); RoutingDetail says why a push failed.
+	Routing       string    `json:"routing,omitempty"`
+	RoutingDetail string    `json:"routing_detail,omitempty"`
+	RoutedAt      time.Time `json:"routed_at,omitzero"`
 }
+
+// Routing statuses of an escalation. The admin API lists every pending
+// escalation whatever its routing, so a failed push is never a dropped
+// escalation.
+const (
+	// RoutingListed: the recipient is the admin API or an agent, which
+	// find it listed (ListEscalations).
+	RoutingListed = "listed"
+	// RoutingPending: a webhook recipient the front door is pushing to.
+	RoutingPending   = "pending"
+	RoutingDelivered = "delivered"
+	RoutingFailed    = "failed"
+)
 
 func (e *escalation) proto() *taskv1.Escalation {
 	out := &taskv1.Escalation{EscalationId: e.ID, TaskId: e.TaskID, OwnerAgentId: e.Owner, Reason: e.Reason,
 		ContextJson: e.Context, Priority: e.Priority, RoutedTo: e.RoutedTo, Status: e.Status,
-		CreatedAt: timestamppb.New(e.Created), EstimatedReviewBy: timestamppb.New(e.ReviewBy)}
+		CreatedAt: timestamppb.New(e.Created), EstimatedReviewBy: timestamppb.New(e.ReviewBy),
+		RoutingStatus: e.Routing, RoutingDetail: e.RoutingDetail}
 	if !e.Deadline.IsZero() {
 		out.Deadline = timestamppb.New(e.Deadline)
+	}
+	if !e.RoutedAt.IsZero() {
+		out.RoutedAt = timestamppb.New(e.RoutedAt)
 	}
 	return out
 }
@@ -98,10 +121,22 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	if routed == "" {
 		routed = s.opts.DefaultRecipient
 	}
+	routing := RoutingListed
+	if strings.HasPrefix(routed, "https://") {
+		if u, err := url.Parse(routed); err != nil || u.Host == "" || u.User != nil {
+			return nil, grpcerr.InvalidArgument("recipient-invalid", "a webhook recipient is an https:// URL with a host and no credentials")
+		}
+		// The front door pushes it: a caller-named webhook must be one
+		// this server may reach (the configured default is trusted).
+		if err := s.checkDestination(ctx, owner, routed, dest{kind: KindWebhook}); err != nil {
+			return nil, err
+		}
+		routing = RoutingPending
+	}
 	now := s.opts.Now().UTC()
 	e := &escalation{ID: newID(escalationPrefix), TaskID: in.GetTaskId(), Owner: owner, Reason: in.GetReason(),
 		Context: in.GetContextJson(), Priority: priority, RoutedTo: routed, Status: PendingReview, Created: now,
-		ReviewBy: now.Add(s.opts.ReviewWindow)}
+		ReviewBy: now.Add(s.opts.ReviewWindow), Routing: routing}
 	if d := in.GetDeadline(); d != nil {
 		e.Deadline = d.AsTime().UTC()
 		if e.Deadline.Before(e.ReviewBy) {

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -43,6 +44,9 @@ type notification struct {
 	ID        string          `json:"notification_id"`
 	Sender    string          `json:"sender"`
 	Recipient string          `json:"recipient"`
+	Kind      string          `json:"kind,omitempty"` // "" is a webhook (records from before kinds)
+	Addr      string          `json:"addr,omitempty"` // host:port of a remote agent's server
+	AgentID   string          `json:"agent_id,omitempty"`
 	Content   json.RawMessage `json:"content"`
 	Urgency   string          `json:"urgency"`
 	Guarantee string          `json:"delivery_guarantee"`
@@ -52,21 +56,33 @@ type notification struct {
 	LastError string          `json:"last_error,omitempty"`
 	Created   time.Time       `json:"created"`
 	Delivered time.Time       `json:"delivered,omitzero"`
+	// Members are a group notification's deliveries (their ids); Parent
+	// is the group notification of a delivery.
+	Members []string `json:"members,omitempty"`
+	Parent  string   `json:"parent,omitempty"`
+}
+
+func (n *notification) kind() string {
+	if n.Kind == "" {
+		return KindWebhook
+	}
+	return n.Kind
 }
 
 func (n *notification) proto() *taskv1.Notification {
 	out := &taskv1.Notification{NotificationId: n.ID, SenderAgentId: n.Sender, Recipient: n.Recipient, ContentJson: n.Content,
 		Urgency: n.Urgency, DeliveryGuarantee: n.Guarantee, Expiry: timestamppb.New(n.Expiry), Status: n.Status,
-		Attempts: int32(n.Attempts), LastError: n.LastError, CreatedAt: timestamppb.New(n.Created)}
+		Attempts: int32(n.Attempts), LastError: n.LastError, CreatedAt: timestamppb.New(n.Created), RecipientKind: n.kind()}
 	if !n.Delivered.IsZero() {
 		out.DeliveredAt = timestamppb.New(n.Delivered)
 	}
 	return out
 }
 
-// Notify validates and queues a notification. Only https webhook
-// recipients are delivered by this worker; agent and broadcast recipients
-// are refused until AGTP delivery lands (docs/mechanics.md).
+// Notify validates a notification and queues it, or delivers it at once
+// to an agent hosted here (its inbox). A group fans out into one delivery
+// per member. With notification_id set it is an inbound delivery relayed
+// by another server, de-duplicated on (sender, notification_id).
 func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.NotifyResponse, error) {
 	if in.GetSenderAgentId() == "" {
 		return nil, grpcerr.Unauthenticated("agent-unauthenticated", "NOTIFY needs Agent-ID")
@@ -75,9 +91,9 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 	if rcpt == "" || len(rcpt) > maxRecipient {
 		return nil, grpcerr.InvalidArgument("recipient-invalid", fmt.Sprintf("recipient is required, at most %d characters", maxRecipient))
 	}
-	u, err := url.Parse(rcpt)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
-		return nil, grpcerr.InvalidArgument("recipient-unsupported", "this server delivers NOTIFY to https:// webhook recipients only")
+	d, err := s.classify(rcpt)
+	if err != nil {
+		return nil, err
 	}
 	if len(in.GetContentJson()) == 0 || len(in.GetContentJson()) > maxContext || !json.Valid(in.GetContentJson()) {
 		return nil, grpcerr.InvalidArgument("content-invalid", fmt.Sprintf("content is required: a JSON value of at most %d bytes", maxContext))
@@ -106,35 +122,148 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 			return nil, grpcerr.InvalidArgument("expiry-passed", "expiry is in the past")
 		}
 	}
-	n := &notification{ID: newID("ntf-"), Sender: in.GetSenderAgentId(), Recipient: rcpt, Content: in.GetContentJson(),
+	n := &notification{Sender: in.GetSenderAgentId(), Recipient: rcpt, Content: in.GetContentJson(),
 		Urgency: urgency, Guarantee: g, Expiry: expiry, Status: NotifyQueued, Created: now}
-	ttl := expiry.Sub(now) + s.opts.TaskTTL
-	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), ttl).Err(); err != nil {
-		return nil, storeErr("notify", err)
+	if id := in.GetNotificationId(); id != "" {
+		if !validID(id) {
+			return nil, grpcerr.InvalidArgument("notification-id-invalid", "Notification-ID must be 1-128 characters of letters, digits and ._:-")
+		}
+		if d.kind != KindAgent {
+			return nil, grpcerr.InvalidArgument("recipient-not-hosted", "a relayed notification (Notification-ID) must name an agent hosted on this server")
+		}
+		n.ID = id
+		n.Kind, n.AgentID = KindAgent, d.agentID
+		dup, err := s.deliverInbox(ctx, n, now)
+		if err != nil {
+			return nil, err
+		}
+		n.Status, n.Attempts, n.Delivered = NotifyDelivered, 1, now
+		out := n.proto()
+		out.Duplicate = dup
+		s.log.InfoContext(ctx, "notification received", "notification_id", id, "sender", n.Sender, "recipient", d.agentID, "duplicate", dup)
+		return &taskv1.NotifyResponse{Notification: out}, nil
 	}
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: rediskeys.NotificationsLog, MaxLen: 100_000, Approx: true,
-			Values: map[string]any{"notification_id": n.ID, "event": "queued", "sender": n.Sender, "recipient": rcpt, "guarantee": g}})
-		p.ZAdd(ctx, rediskeys.NotificationsDue, redis.Z{Score: float64(now.UnixMilli()), Member: n.ID})
-		return nil
-	})
-	if err != nil {
-		return nil, storeErr("notify queue", err)
+	if err := s.checkDestination(ctx, in.GetSenderAgentId(), rcpt, d); err != nil {
+		return nil, err
+	}
+	n.ID = newID("ntf-")
+	if d.kind == KindGroup {
+		return s.notifyGroup(ctx, n, d.group)
+	}
+	if err := s.queue(ctx, n, d, now); err != nil {
+		return nil, err
 	}
 	return &taskv1.NotifyResponse{Notification: n.proto()}, nil
 }
 
-// GetNotification reads a notification's delivery state for its sender.
+// queue stores one delivery: an agent hosted here gets it in its inbox at
+// once; the others are put in the due set for the retry worker.
+func (s *Server) queue(ctx context.Context, n *notification, d dest, now time.Time) error {
+	n.Kind, n.AgentID, n.Addr = d.kind, d.agentID, d.addr
+	if d.kind == KindAgent {
+		if _, err := s.deliverInbox(ctx, n, now); err != nil {
+			return err
+		}
+		n.Status, n.Attempts, n.Delivered = NotifyDelivered, 1, now
+	}
+	ttl := n.Expiry.Sub(now) + s.opts.TaskTTL
+	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), ttl).Err(); err != nil {
+		return storeErr("notify", err)
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: rediskeys.NotificationsLog, MaxLen: 100_000, Approx: true,
+			Values: map[string]any{"notification_id": n.ID, "event": n.Status, "sender": n.Sender, "recipient": n.Recipient, "kind": n.Kind, "guarantee": n.Guarantee}})
+		if n.Status == NotifyQueued {
+			p.ZAdd(ctx, rediskeys.NotificationsDue, redis.Z{Score: float64(now.UnixMilli()), Member: n.ID})
+		}
+		return nil
+	})
+	if err != nil {
+		return storeErr("notify queue", err)
+	}
+	return nil
+}
+
+// notifyGroup fans a notification out to the members of a broadcast
+// group: one delivery each, with its own id (<id>.<n>), state and retries.
+func (s *Server) notifyGroup(ctx context.Context, n *notification, group string) (*taskv1.NotifyResponse, error) {
+	now := n.Created
+	members := s.opts.Groups[group]
+	n.Kind = KindGroup
+	out := n.proto()
+	for i, m := range members {
+		d, err := s.classify(m)
+		if err != nil {
+			return nil, grpcerr.Internal(fmt.Errorf("group %s member %d: %w", group, i, err))
+		}
+		c := *n
+		c.ID, c.Recipient, c.Parent, c.Members = n.ID+"."+strconv.Itoa(i), m, n.ID, nil
+		if err := s.queue(ctx, &c, d, now); err != nil {
+			return nil, err
+		}
+		n.Members = append(n.Members, c.ID)
+		out.Deliveries = append(out.Deliveries, c.proto())
+	}
+	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), n.Expiry.Sub(now)+s.opts.TaskTTL).Err(); err != nil {
+		return nil, storeErr("notify group", err)
+	}
+	s.summarize(n, out.Deliveries)
+	out.Status, out.Attempts = n.Status, int32(n.Attempts)
+	return &taskv1.NotifyResponse{Notification: out}, nil
+}
+
+// summarize sets a group notification's status from its deliveries:
+// queued while any is, delivered when all are, failed otherwise.
+func (s *Server) summarize(n *notification, deliveries []*taskv1.Notification) {
+	n.Status, n.Attempts = NotifyDelivered, 0
+	failed := false
+	for _, d := range deliveries {
+		n.Attempts += int(d.GetAttempts())
+		switch d.GetStatus() {
+		case NotifyQueued:
+			n.Status = NotifyQueued
+		case NotifyFailed, NotifyExpired:
+			failed = true
+		}
+	}
+	if failed && n.Status != NotifyQueued {
+		n.Status = NotifyFailed
+	}
+}
+
+// GetNotification reads a notification's delivery state for its sender;
+// a group's answer lists every member's delivery.
 func (s *Server) GetNotification(ctx context.Context, in *taskv1.GetNotificationRequest) (*taskv1.GetNotificationResponse, error) {
+	notFound := grpcerr.NotFound("notification-not-found", "no notification with that notification_id")
+	if !validID(in.GetNotificationId()) {
+		return nil, notFound
+	}
 	var n notification
 	ok, err := getJSON(ctx, s.rdb, rediskeys.Notification(in.GetNotificationId()), &n)
 	if err != nil {
 		return nil, storeErr("get notification", err)
 	}
-	if !ok || !validID(in.GetNotificationId()) || n.Sender != in.GetCallerAgentId() {
-		return nil, grpcerr.NotFound("notification-not-found", "no notification with that notification_id")
+	if !ok || n.Sender != in.GetCallerAgentId() {
+		return nil, notFound
 	}
-	return &taskv1.GetNotificationResponse{Notification: n.proto()}, nil
+	if n.kind() != KindGroup {
+		return &taskv1.GetNotificationResponse{Notification: n.proto()}, nil
+	}
+	var deliveries []*taskv1.Notification
+	for _, id := range n.Members {
+		var c notification
+		ok, err := getJSON(ctx, s.rdb, rediskeys.Notification(id), &c)
+		if err != nil {
+			return nil, storeErr("get notification", err)
+		}
+		if ok {
+			deliveries = append(deliveries, c.proto())
+		}
+	}
+	s.summarize(&n, deliveries)
+	out := n.proto()
+	out.Deliveries = deliveries
+	return &taskv1.GetNotificationResponse{Notification: out}, nil
 }
 
 // leaseScript moves up to ARGV[2] due notifications (score <= ARGV[1]) to
@@ -151,6 +280,9 @@ const notifyBatch = 32
 func (s *Server) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.NotifyPoll)
 	defer tick.Stop()
+	if s.opts.AGTPClient == nil {
+		defer func() { _ = s.agtp.Close() }()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -196,12 +328,28 @@ func (s *Server) attempt(ctx context.Context, id string) error {
 		return s.settle(ctx, &n, 0)
 	}
 	n.Attempts++
-	err = s.post(ctx, &n)
+	switch {
+	case n.Parent == "" && !s.stillListed(&n):
+		// Queued before the lists were narrowed. (A group's members are
+		// the operator's own; addresses are checked as they are dialled.)
+		err = &outbound.Error{Destination: n.Recipient, Why: "no longer on this server's outbound lists"}
+	case n.kind() == KindRemoteAgent:
+		err = s.sendAGTP(ctx, &n)
+	default:
+		err = s.post(ctx, &n)
+	}
+	var perm *permanentError
 	switch {
 	case err == nil:
 		n.Status, n.Delivered, n.LastError = NotifyDelivered, now, ""
 		return s.settle(ctx, &n, 0)
-	case n.Guarantee == AtMostOnce || n.Attempts >= s.opts.NotifyMaxAttempts:
+	case errors.Is(err, outbound.ErrNotAllowed):
+		// The recipient's name resolved to an internal address: no
+		// retry changes the policy.
+		s.log.WarnContext(ctx, "notification refused at dial time", "notification_id", n.ID, "error", err)
+		n.Status, n.LastError = NotifyFailed, err.Error()
+		return s.settle(ctx, &n, 0)
+	case n.Guarantee == AtMostOnce || n.Attempts >= s.opts.NotifyMaxAttempts || errors.As(err, &perm):
 		n.Status, n.LastError = NotifyFailed, err.Error()
 		return s.settle(ctx, &n, 0)
 	}
@@ -250,7 +398,7 @@ func (s *Server) post(ctx context.Context, n *notification) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderNotificationID, n.ID)
 	req.Header.Set("Idempotency-Key", n.ID)
-	resp, err := s.opts.HTTPClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -76,8 +78,29 @@ type Options struct {
 	NotifyTimeout time.Duration `json:"notify_timeout,omitempty"`
 	// NotifyDefaultExpiry applies when a NOTIFY names no expiry (default 24h).
 	NotifyDefaultExpiry time.Duration `json:"notify_default_expiry,omitempty"`
-	// HTTPClient posts webhooks; nil uses a client with system roots.
+	// CAFile is a PEM bundle of roots trusted, besides the system roots,
+	// for webhook recipients and for the AGTP servers of remote agent
+	// recipients.
+	CAFile string `json:"ca_file,omitempty"`
+	// Groups are the broadcast groups a NOTIFY may name as
+	// group:<name>: each member an Agent-ID or agtp:// agent URI, or an
+	// https:// webhook.
+	Groups map[string][]string `json:"groups,omitempty"`
+	// GroupsFile is a JSON object of more groups ({"name": [members]}),
+	// read by New.
+	GroupsFile string `json:"groups_file,omitempty"`
+	// Outbound lists the webhooks and AGTP hosts a caller may name as a
+	// recipient and whether they may be private (docs/mechanics.md,
+	// "Outbound destinations"). DefaultRecipient and the group members
+	// are the operator's own and need no entry.
+	Outbound outbound.Options `json:"outbound,omitzero"`
+	// HTTPClient posts webhooks; nil builds one trusting the system roots
+	// and CAFile that dials through the outbound policy (tests only: an
+	// injected client skips the dial-time address check).
 	HTTPClient *http.Client `json:"-"`
+	// AGTPClient delivers to remote agents; nil builds one trusting the
+	// system roots and CAFile that dials through the outbound policy.
+	AGTPClient *client.Client `json:"-"`
 	// Now is the clock (tests).
 	Now func() time.Time `json:"-"`
 }
@@ -105,9 +128,6 @@ func (o *Options) defaults() {
 	if o.NotifyMaxAttempts <= 0 {
 		o.NotifyMaxAttempts = 20
 	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -130,6 +150,9 @@ type Server struct {
 	rdb  redis.UniversalClient
 	log  *slog.Logger
 	opts Options
+	http *http.Client
+	agtp *client.Client
+	out  *outbound.Policy
 }
 
 // New builds the task service.
@@ -144,7 +167,21 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{rdb: rdb, log: log, opts: opts}, nil
+	s := &Server{rdb: rdb, log: log, opts: opts}
+	if err := s.loadGroups(); err != nil {
+		return nil, fmt.Errorf("tasks: %w", err)
+	}
+	if err := s.validateGroups(); err != nil {
+		return nil, fmt.Errorf("tasks: groups: %w", err)
+	}
+	var err error
+	if s.out, err = s.outboundPolicy(); err != nil {
+		return nil, fmt.Errorf("tasks: %w", err)
+	}
+	if s.http, s.agtp, err = deliveryClients(opts, s.out); err != nil {
+		return nil, fmt.Errorf("tasks: %w", err)
+	}
+	return s, nil
 }
 
 var _ taskv1.TaskServiceServer = (*Server)(nil)

@@ -231,7 +231,7 @@ func TestNotifyAtLeastOnceSurvivesADownRecipient(t *testing.T) {
 	wh.failures.Store(3)
 	ts := httptest.NewTLSServer(wh)
 	t.Cleanup(ts.Close)
-	c, srv := start(t, Options{HTTPClient: ts.Client(), NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond, NotifyMaxBackoff: 50 * time.Millisecond})
+	c, srv := start(t, Options{HTTPClient: ts.Client(), Outbound: loopbackPeers, NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond, NotifyMaxBackoff: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -274,7 +274,7 @@ func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
 	ts := httptest.NewTLSServer(wh)
 	t.Cleanup(ts.Close)
 	now := time.Now()
-	c, srv := start(t, Options{HTTPClient: ts.Client(), Now: func() time.Time { return now }})
+	c, srv := start(t, Options{HTTPClient: ts.Client(), Outbound: loopbackPeers, Now: func() time.Time { return now }})
 	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, ContentJson: []byte(`1`), DeliveryGuarantee: AtMostOnce})
 	if err != nil {
 		t.Fatal(err)

@@ -87,6 +87,11 @@ type Options struct {
 	MaxIdleConnsPerHost int
 	// IdleConnTimeout closes idle upstream connections. Default 90 s.
 	IdleConnTimeout time.Duration
+	// DialContext, when set, makes the TCP connections of HTTP upstreams
+	// in place of a plain net.Dialer: an executor that calls URLs its
+	// callers name passes one that refuses internal addresses
+	// (services/outbound).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// TracerProvider makes the client spans; default the global one.
 	TracerProvider trace.TracerProvider
 	// Propagator injects the trace context; default the global one.
@@ -192,11 +197,15 @@ func New(opts Options) (*Executor, error) {
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	if opts.DialContext != nil {
+		dial = opts.DialContext
+	}
 	tr := &http.Transport{
 		// No proxy: the environment is the command layer's business, and
 		// upstreams are named by the operator.
 		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
+		DialContext:            dial,
 		TLSClientConfig:        tlsConfig.Clone(),
 		TLSHandshakeTimeout:    10 * time.Second,
 		ForceAttemptHTTP2:      true,

@@ -215,8 +215,14 @@ type Escalation struct {
 	Status            string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	EstimatedReviewBy *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=estimated_review_by,json=estimatedReviewBy,proto3" json:"estimated_review_by,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How the escalation reached its recipient: listed (admin API and
+	// agent recipients, which find it there or in their inbox), delivered
+	// or failed (a webhook push; a failed one stays listed).
+	RoutingStatus string                 `protobuf:"bytes,12,opt,name=routing_status,json=routingStatus,proto3" json:"routing_status,omitempty"`
+	RoutingDetail string                 `protobuf:"bytes,13,opt,name=routing_detail,json=routingDetail,proto3" json:"routing_detail,omitempty"`
+	RoutedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=routed_at,json=routedAt,proto3" json:"routed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Escalation) Reset() {
@@ -322,6 +328,27 @@ func (x *Escalation) GetCreatedAt() *timestamppb.Timestamp {
 func (x *Escalation) GetEstimatedReviewBy() *timestamppb.Timestamp {
 	if x != nil {
 		return x.EstimatedReviewBy
+	}
+	return nil
+}
+
+func (x *Escalation) GetRoutingStatus() string {
+	if x != nil {
+		return x.RoutingStatus
+	}
+	return ""
+}
+
+func (x *Escalation) GetRoutingDetail() string {
+	if x != nil {
+		return x.RoutingDetail
+	}
+	return ""
+}
+
+func (x *Escalation) GetRoutedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RoutedAt
 	}
 	return nil
 }
@@ -1187,11 +1214,18 @@ type Notification struct {
 	DeliveryGuarantee string                 `protobuf:"bytes,6,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expiry,proto3" json:"expiry,omitempty"`
 	// queued, delivered, failed, expired.
-	Status        string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
-	Attempts      int32                  `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	DeliveredAt   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	Status      string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	Attempts    int32                  `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastError   string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DeliveredAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	// webhook, agent (an inbox here), remote_agent (over AGTP) or group.
+	RecipientKind string `protobuf:"bytes,13,opt,name=recipient_kind,json=recipientKind,proto3" json:"recipient_kind,omitempty"`
+	// A group's deliveries, one per member.
+	Deliveries []*Notification `protobuf:"bytes,14,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Set on an inbound delivery whose notification_id this recipient
+	// already holds: it was not delivered again.
+	Duplicate     bool `protobuf:"varint,15,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1310,6 +1344,27 @@ func (x *Notification) GetDeliveredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Notification) GetRecipientKind() string {
+	if x != nil {
+		return x.RecipientKind
+	}
+	return ""
+}
+
+func (x *Notification) GetDeliveries() []*Notification {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+func (x *Notification) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
 // NotifyRequest carries NOTIFY's parameters.
 type NotifyRequest struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -1319,8 +1374,13 @@ type NotifyRequest struct {
 	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
 	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expiry,proto3" json:"expiry,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set on an inbound delivery relayed by another server (its
+	// Notification-ID): the recipient must be an agent hosted here, and a
+	// notification_id it already holds from this sender is not delivered
+	// again.
+	NotificationId string `protobuf:"bytes,7,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NotifyRequest) Reset() {
@@ -1393,6 +1453,13 @@ func (x *NotifyRequest) GetExpiry() *timestamppb.Timestamp {
 		return x.Expiry
 	}
 	return nil
+}
+
+func (x *NotifyRequest) GetNotificationId() string {
+	if x != nil {
+		return x.NotificationId
+	}
+	return ""
 }
 
 // NotifyResponse is the delivery receipt.
@@ -1696,6 +1763,321 @@ func (x *RecordDelegationResponse) GetTask() *Task {
 	return nil
 }
 
+// RecordEscalationRoutingRequest names an escalation and how its push went.
+type RecordEscalationRoutingRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	EscalationId string                 `protobuf:"bytes,1,opt,name=escalation_id,json=escalationId,proto3" json:"escalation_id,omitempty"`
+	// delivered or failed.
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordEscalationRoutingRequest) Reset() {
+	*x = RecordEscalationRoutingRequest{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEscalationRoutingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEscalationRoutingRequest) ProtoMessage() {}
+
+func (x *RecordEscalationRoutingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEscalationRoutingRequest.ProtoReflect.Descriptor instead.
+func (*RecordEscalationRoutingRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RecordEscalationRoutingRequest) GetEscalationId() string {
+	if x != nil {
+		return x.EscalationId
+	}
+	return ""
+}
+
+func (x *RecordEscalationRoutingRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *RecordEscalationRoutingRequest) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// RecordEscalationRoutingResponse returns the escalation.
+type RecordEscalationRoutingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Escalation    *Escalation            `protobuf:"bytes,1,opt,name=escalation,proto3" json:"escalation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordEscalationRoutingResponse) Reset() {
+	*x = RecordEscalationRoutingResponse{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEscalationRoutingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEscalationRoutingResponse) ProtoMessage() {}
+
+func (x *RecordEscalationRoutingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEscalationRoutingResponse.ProtoReflect.Descriptor instead.
+func (*RecordEscalationRoutingResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RecordEscalationRoutingResponse) GetEscalation() *Escalation {
+	if x != nil {
+		return x.Escalation
+	}
+	return nil
+}
+
+// InboxEntry is one notification delivered to an agent.
+type InboxEntry struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	NotificationId    string                 `protobuf:"bytes,1,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	SenderAgentId     string                 `protobuf:"bytes,2,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
+	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
+	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
+	Expiry            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expiry,proto3" json:"expiry,omitempty"`
+	ReceivedAt        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *InboxEntry) Reset() {
+	*x = InboxEntry{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxEntry) ProtoMessage() {}
+
+func (x *InboxEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxEntry.ProtoReflect.Descriptor instead.
+func (*InboxEntry) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *InboxEntry) GetNotificationId() string {
+	if x != nil {
+		return x.NotificationId
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetSenderAgentId() string {
+	if x != nil {
+		return x.SenderAgentId
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetContentJson() []byte {
+	if x != nil {
+		return x.ContentJson
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetUrgency() string {
+	if x != nil {
+		return x.Urgency
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetDeliveryGuarantee() string {
+	if x != nil {
+		return x.DeliveryGuarantee
+	}
+	return ""
+}
+
+func (x *InboxEntry) GetExpiry() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expiry
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetReceivedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAt
+	}
+	return nil
+}
+
+// ListInboxRequest pages an agent's inbox.
+type ListInboxRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Entries after this cursor (next_cursor of the previous page).
+	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxRequest) Reset() {
+	*x = ListInboxRequest{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxRequest) ProtoMessage() {}
+
+func (x *ListInboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxRequest.ProtoReflect.Descriptor instead.
+func (*ListInboxRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListInboxRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ListInboxRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ListInboxRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListInboxResponse lists entries oldest first.
+type ListInboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	NextCursor    string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxResponse) Reset() {
+	*x = ListInboxResponse{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxResponse) ProtoMessage() {}
+
+func (x *ListInboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxResponse.ProtoReflect.Descriptor instead.
+func (*ListInboxResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListInboxResponse) GetEntries() []*InboxEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListInboxResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
 var File_agtp_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_agtp_task_v1_task_proto_rawDesc = "" +
@@ -1716,7 +2098,7 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x121\n" +
-	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\"\xbb\x03\n" +
+	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\"\xc2\x04\n" +
 	"\n" +
 	"Escalation\x12#\n" +
 	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x17\n" +
@@ -1731,7 +2113,10 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12J\n" +
-	"\x13estimated_review_by\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11estimatedReviewBy\"\xff\x01\n" +
+	"\x13estimated_review_by\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11estimatedReviewBy\x12%\n" +
+	"\x0erouting_status\x18\f \x01(\tR\rroutingStatus\x12%\n" +
+	"\x0erouting_detail\x18\r \x01(\tR\rroutingDetail\x127\n" +
+	"\trouted_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\broutedAt\"\xff\x01\n" +
 	"\x0fEscalateRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x16\n" +
@@ -1797,7 +2182,7 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
 	"escalation\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xea\x03\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xeb\x04\n" +
 	"\fNotification\x12'\n" +
 	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
 	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12\x1c\n" +
@@ -1813,14 +2198,20 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	" \x01(\tR\tlastError\x129\n" +
 	"\n" +
 	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
-	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\"\xf5\x01\n" +
+	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12%\n" +
+	"\x0erecipient_kind\x18\r \x01(\tR\rrecipientKind\x12:\n" +
+	"\n" +
+	"deliveries\x18\x0e \x03(\v2\x1a.agtp.task.v1.NotificationR\n" +
+	"deliveries\x12\x1c\n" +
+	"\tduplicate\x18\x0f \x01(\bR\tduplicate\"\x9e\x02\n" +
 	"\rNotifyRequest\x12&\n" +
 	"\x0fsender_agent_id\x18\x01 \x01(\tR\rsenderAgentId\x12\x1c\n" +
 	"\trecipient\x18\x02 \x01(\tR\trecipient\x12!\n" +
 	"\fcontent_json\x18\x03 \x01(\fR\vcontentJson\x12\x18\n" +
 	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
 	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
-	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\"P\n" +
+	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12'\n" +
+	"\x0fnotification_id\x18\a \x01(\tR\x0enotificationId\"P\n" +
 	"\x0eNotifyResponse\x12>\n" +
 	"\fnotification\x18\x01 \x01(\v2\x1a.agtp.task.v1.NotificationR\fnotification\"i\n" +
 	"\x16GetNotificationRequest\x12&\n" +
@@ -1839,7 +2230,33 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x06detail\x18\b \x01(\tR\x06detail\"g\n" +
 	"\x18RecordDelegationResponse\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\tR\fdelegationId\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task2\xa5\x06\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"u\n" +
+	"\x1eRecordEscalationRoutingRequest\x12#\n" +
+	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"[\n" +
+	"\x1fRecordEscalationRoutingResponse\x128\n" +
+	"\n" +
+	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
+	"escalation\"\xba\x02\n" +
+	"\n" +
+	"InboxEntry\x12'\n" +
+	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
+	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12!\n" +
+	"\fcontent_json\x18\x03 \x01(\fR\vcontentJson\x12\x18\n" +
+	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
+	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
+	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12;\n" +
+	"\vreceived_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"receivedAt\"[\n" +
+	"\x10ListInboxRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"h\n" +
+	"\x11ListInboxResponse\x122\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor2\xeb\a\n" +
 	"\vTaskService\x12I\n" +
 	"\bEscalate\x12\x1d.agtp.task.v1.EscalateRequest\x1a\x1e.agtp.task.v1.EscalateResponse\x12U\n" +
 	"\fBeginConfirm\x12!.agtp.task.v1.BeginConfirmRequest\x1a\".agtp.task.v1.BeginConfirmResponse\x12^\n" +
@@ -1849,7 +2266,9 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x11ResolveEscalation\x12&.agtp.task.v1.ResolveEscalationRequest\x1a'.agtp.task.v1.ResolveEscalationResponse\x12C\n" +
 	"\x06Notify\x12\x1b.agtp.task.v1.NotifyRequest\x1a\x1c.agtp.task.v1.NotifyResponse\x12^\n" +
 	"\x0fGetNotification\x12$.agtp.task.v1.GetNotificationRequest\x1a%.agtp.task.v1.GetNotificationResponse\x12a\n" +
-	"\x10RecordDelegation\x12%.agtp.task.v1.RecordDelegationRequest\x1a&.agtp.task.v1.RecordDelegationResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/task/v1;taskv1b\x06proto3"
+	"\x10RecordDelegation\x12%.agtp.task.v1.RecordDelegationRequest\x1a&.agtp.task.v1.RecordDelegationResponse\x12v\n" +
+	"\x17RecordEscalationRouting\x12,.agtp.task.v1.RecordEscalationRoutingRequest\x1a-.agtp.task.v1.RecordEscalationRoutingResponse\x12L\n" +
+	"\tListInbox\x12\x1e.agtp.task.v1.ListInboxRequest\x1a\x1f.agtp.task.v1.ListInboxResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/task/v1;taskv1b\x06proto3"
 
 var (
 	file_agtp_task_v1_task_proto_rawDescOnce sync.Once
@@ -1863,83 +2282,98 @@ func file_agtp_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_agtp_task_v1_task_proto_rawDescData
 }
 
-var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_agtp_task_v1_task_proto_goTypes = []any{
-	(*TaskEvent)(nil),                 // 0: agtp.task.v1.TaskEvent
-	(*Task)(nil),                      // 1: agtp.task.v1.Task
-	(*Escalation)(nil),                // 2: agtp.task.v1.Escalation
-	(*EscalateRequest)(nil),           // 3: agtp.task.v1.EscalateRequest
-	(*EscalateResponse)(nil),          // 4: agtp.task.v1.EscalateResponse
-	(*BeginConfirmRequest)(nil),       // 5: agtp.task.v1.BeginConfirmRequest
-	(*BeginConfirmResponse)(nil),      // 6: agtp.task.v1.BeginConfirmResponse
-	(*Confirmation)(nil),              // 7: agtp.task.v1.Confirmation
-	(*CompleteConfirmRequest)(nil),    // 8: agtp.task.v1.CompleteConfirmRequest
-	(*CompleteConfirmResponse)(nil),   // 9: agtp.task.v1.CompleteConfirmResponse
-	(*GetTaskRequest)(nil),            // 10: agtp.task.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),           // 11: agtp.task.v1.GetTaskResponse
-	(*ListEscalationsRequest)(nil),    // 12: agtp.task.v1.ListEscalationsRequest
-	(*ListEscalationsResponse)(nil),   // 13: agtp.task.v1.ListEscalationsResponse
-	(*ResolveEscalationRequest)(nil),  // 14: agtp.task.v1.ResolveEscalationRequest
-	(*ResolveEscalationResponse)(nil), // 15: agtp.task.v1.ResolveEscalationResponse
-	(*Notification)(nil),              // 16: agtp.task.v1.Notification
-	(*NotifyRequest)(nil),             // 17: agtp.task.v1.NotifyRequest
-	(*NotifyResponse)(nil),            // 18: agtp.task.v1.NotifyResponse
-	(*GetNotificationRequest)(nil),    // 19: agtp.task.v1.GetNotificationRequest
-	(*GetNotificationResponse)(nil),   // 20: agtp.task.v1.GetNotificationResponse
-	(*RecordDelegationRequest)(nil),   // 21: agtp.task.v1.RecordDelegationRequest
-	(*RecordDelegationResponse)(nil),  // 22: agtp.task.v1.RecordDelegationResponse
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
+	(*TaskEvent)(nil),                       // 0: agtp.task.v1.TaskEvent
+	(*Task)(nil),                            // 1: agtp.task.v1.Task
+	(*Escalation)(nil),                      // 2: agtp.task.v1.Escalation
+	(*EscalateRequest)(nil),                 // 3: agtp.task.v1.EscalateRequest
+	(*EscalateResponse)(nil),                // 4: agtp.task.v1.EscalateResponse
+	(*BeginConfirmRequest)(nil),             // 5: agtp.task.v1.BeginConfirmRequest
+	(*BeginConfirmResponse)(nil),            // 6: agtp.task.v1.BeginConfirmResponse
+	(*Confirmation)(nil),                    // 7: agtp.task.v1.Confirmation
+	(*CompleteConfirmRequest)(nil),          // 8: agtp.task.v1.CompleteConfirmRequest
+	(*CompleteConfirmResponse)(nil),         // 9: agtp.task.v1.CompleteConfirmResponse
+	(*GetTaskRequest)(nil),                  // 10: agtp.task.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),                 // 11: agtp.task.v1.GetTaskResponse
+	(*ListEscalationsRequest)(nil),          // 12: agtp.task.v1.ListEscalationsRequest
+	(*ListEscalationsResponse)(nil),         // 13: agtp.task.v1.ListEscalationsResponse
+	(*ResolveEscalationRequest)(nil),        // 14: agtp.task.v1.ResolveEscalationRequest
+	(*ResolveEscalationResponse)(nil),       // 15: agtp.task.v1.ResolveEscalationResponse
+	(*Notification)(nil),                    // 16: agtp.task.v1.Notification
+	(*NotifyRequest)(nil),                   // 17: agtp.task.v1.NotifyRequest
+	(*NotifyResponse)(nil),                  // 18: agtp.task.v1.NotifyResponse
+	(*GetNotificationRequest)(nil),          // 19: agtp.task.v1.GetNotificationRequest
+	(*GetNotificationResponse)(nil),         // 20: agtp.task.v1.GetNotificationResponse
+	(*RecordDelegationRequest)(nil),         // 21: agtp.task.v1.RecordDelegationRequest
+	(*RecordDelegationResponse)(nil),        // 22: agtp.task.v1.RecordDelegationResponse
+	(*RecordEscalationRoutingRequest)(nil),  // 23: agtp.task.v1.RecordEscalationRoutingRequest
+	(*RecordEscalationRoutingResponse)(nil), // 24: agtp.task.v1.RecordEscalationRoutingResponse
+	(*InboxEntry)(nil),                      // 25: agtp.task.v1.InboxEntry
+	(*ListInboxRequest)(nil),                // 26: agtp.task.v1.ListInboxRequest
+	(*ListInboxResponse)(nil),               // 27: agtp.task.v1.ListInboxResponse
+	(*timestamppb.Timestamp)(nil),           // 28: google.protobuf.Timestamp
 }
 var file_agtp_task_v1_task_proto_depIdxs = []int32{
-	23, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
-	23, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	23, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
+	28, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	28, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
-	23, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
-	23, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
-	23, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
-	23, // 7: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 8: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
-	1,  // 9: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
-	7,  // 10: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	23, // 11: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
-	23, // 12: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
-	7,  // 13: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	1,  // 14: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
-	1,  // 15: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
-	2,  // 16: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
-	2,  // 17: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
-	1,  // 18: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
-	23, // 19: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
-	23, // 20: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
-	23, // 21: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
-	23, // 22: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
-	16, // 23: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
-	16, // 24: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
-	1,  // 25: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
-	3,  // 26: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
-	5,  // 27: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
-	8,  // 28: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
-	10, // 29: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
-	12, // 30: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
-	14, // 31: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
-	17, // 32: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
-	19, // 33: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
-	21, // 34: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
-	4,  // 35: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
-	6,  // 36: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
-	9,  // 37: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
-	11, // 38: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
-	13, // 39: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
-	15, // 40: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
-	18, // 41: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
-	20, // 42: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
-	22, // 43: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	28, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
+	28, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
+	28, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
+	28, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
+	28, // 8: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 9: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
+	1,  // 10: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
+	7,  // 11: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	28, // 12: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
+	28, // 13: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
+	7,  // 14: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	1,  // 15: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
+	1,  // 16: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
+	2,  // 17: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
+	2,  // 18: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
+	1,  // 19: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
+	28, // 20: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
+	28, // 21: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
+	28, // 22: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
+	16, // 23: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
+	28, // 24: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
+	16, // 25: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
+	16, // 26: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
+	1,  // 27: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
+	2,  // 28: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
+	28, // 29: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
+	28, // 30: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
+	25, // 31: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
+	3,  // 32: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
+	5,  // 33: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
+	8,  // 34: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
+	10, // 35: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
+	12, // 36: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
+	14, // 37: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
+	17, // 38: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
+	19, // 39: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
+	21, // 40: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
+	23, // 41: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
+	26, // 42: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
+	4,  // 43: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
+	6,  // 44: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
+	9,  // 45: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
+	11, // 46: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
+	13, // 47: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
+	15, // 48: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
+	18, // 49: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
+	20, // 50: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
+	22, // 51: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
+	24, // 52: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
+	27, // 53: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
+	43, // [43:54] is the sub-list for method output_type
+	32, // [32:43] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_agtp_task_v1_task_proto_init() }
@@ -1953,7 +2387,7 @@ func file_agtp_task_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_task_v1_task_proto_rawDesc), len(file_agtp_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskService_Escalate_FullMethodName          = "/agtp.task.v1.TaskService/Escalate"
-	TaskService_BeginConfirm_FullMethodName      = "/agtp.task.v1.TaskService/BeginConfirm"
-	TaskService_CompleteConfirm_FullMethodName   = "/agtp.task.v1.TaskService/CompleteConfirm"
-	TaskService_GetTask_FullMethodName           = "/agtp.task.v1.TaskService/GetTask"
-	TaskService_ListEscalations_FullMethodName   = "/agtp.task.v1.TaskService/ListEscalations"
-	TaskService_ResolveEscalation_FullMethodName = "/agtp.task.v1.TaskService/ResolveEscalation"
-	TaskService_Notify_FullMethodName            = "/agtp.task.v1.TaskService/Notify"
-	TaskService_GetNotification_FullMethodName   = "/agtp.task.v1.TaskService/GetNotification"
-	TaskService_RecordDelegation_FullMethodName  = "/agtp.task.v1.TaskService/RecordDelegation"
+	TaskService_Escalate_FullMethodName                = "/agtp.task.v1.TaskService/Escalate"
+	TaskService_BeginConfirm_FullMethodName            = "/agtp.task.v1.TaskService/BeginConfirm"
+	TaskService_CompleteConfirm_FullMethodName         = "/agtp.task.v1.TaskService/CompleteConfirm"
+	TaskService_GetTask_FullMethodName                 = "/agtp.task.v1.TaskService/GetTask"
+	TaskService_ListEscalations_FullMethodName         = "/agtp.task.v1.TaskService/ListEscalations"
+	TaskService_ResolveEscalation_FullMethodName       = "/agtp.task.v1.TaskService/ResolveEscalation"
+	TaskService_Notify_FullMethodName                  = "/agtp.task.v1.TaskService/Notify"
+	TaskService_GetNotification_FullMethodName         = "/agtp.task.v1.TaskService/GetNotification"
+	TaskService_RecordDelegation_FullMethodName        = "/agtp.task.v1.TaskService/RecordDelegation"
+	TaskService_RecordEscalationRouting_FullMethodName = "/agtp.task.v1.TaskService/RecordEscalationRouting"
+	TaskService_ListInbox_FullMethodName               = "/agtp.task.v1.TaskService/ListInbox"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -61,6 +63,12 @@ type TaskServiceClient interface {
 	GetNotification(ctx context.Context, in *GetNotificationRequest, opts ...grpc.CallOption) (*GetNotificationResponse, error)
 	// RecordDelegation records one DELEGATE hop on the delegator's task.
 	RecordDelegation(ctx context.Context, in *RecordDelegationRequest, opts ...grpc.CallOption) (*RecordDelegationResponse, error)
+	// RecordEscalationRouting records the outcome of pushing an escalation
+	// to its recipient (the front door pushes webhooks).
+	RecordEscalationRouting(ctx context.Context, in *RecordEscalationRoutingRequest, opts ...grpc.CallOption) (*RecordEscalationRoutingResponse, error)
+	// ListInbox lists the notifications delivered to an agent hosted here,
+	// oldest first.
+	ListInbox(ctx context.Context, in *ListInboxRequest, opts ...grpc.CallOption) (*ListInboxResponse, error)
 }
 
 type taskServiceClient struct {
@@ -161,6 +169,26 @@ func (c *taskServiceClient) RecordDelegation(ctx context.Context, in *RecordDele
 	return out, nil
 }
 
+func (c *taskServiceClient) RecordEscalationRouting(ctx context.Context, in *RecordEscalationRoutingRequest, opts ...grpc.CallOption) (*RecordEscalationRoutingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordEscalationRoutingResponse)
+	err := c.cc.Invoke(ctx, TaskService_RecordEscalationRouting_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) ListInbox(ctx context.Context, in *ListInboxRequest, opts ...grpc.CallOption) (*ListInboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListInboxResponse)
+	err := c.cc.Invoke(ctx, TaskService_ListInbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -192,6 +220,12 @@ type TaskServiceServer interface {
 	GetNotification(context.Context, *GetNotificationRequest) (*GetNotificationResponse, error)
 	// RecordDelegation records one DELEGATE hop on the delegator's task.
 	RecordDelegation(context.Context, *RecordDelegationRequest) (*RecordDelegationResponse, error)
+	// RecordEscalationRouting records the outcome of pushing an escalation
+	// to its recipient (the front door pushes webhooks).
+	RecordEscalationRouting(context.Context, *RecordEscalationRoutingRequest) (*RecordEscalationRoutingResponse, error)
+	// ListInbox lists the notifications delivered to an agent hosted here,
+	// oldest first.
+	ListInbox(context.Context, *ListInboxRequest) (*ListInboxResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -228,6 +262,12 @@ func (UnimplementedTaskServiceServer) GetNotification(context.Context, *GetNotif
 }
 func (UnimplementedTaskServiceServer) RecordDelegation(context.Context, *RecordDelegationRequest) (*RecordDelegationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecordDelegation not implemented")
+}
+func (UnimplementedTaskServiceServer) RecordEscalationRouting(context.Context, *RecordEscalationRoutingRequest) (*RecordEscalationRoutingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordEscalationRouting not implemented")
+}
+func (UnimplementedTaskServiceServer) ListInbox(context.Context, *ListInboxRequest) (*ListInboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListInbox not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -412,6 +452,42 @@ func _TaskService_RecordDelegation_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_RecordEscalationRouting_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordEscalationRoutingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).RecordEscalationRouting(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_RecordEscalationRouting_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).RecordEscalationRouting(ctx, req.(*RecordEscalationRoutingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_ListInbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListInboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).ListInbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_ListInbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).ListInbox(ctx, req.(*ListInboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -454,6 +530,14 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecordDelegation",
 			Handler:    _TaskService_RecordDelegation_Handler,
+		},
+		{
+			MethodName: "RecordEscalationRouting",
+			Handler:    _TaskService_RecordEscalationRouting_Handler,
+		},
+		{
+			MethodName: "ListInbox",
+			Handler:    _TaskService_ListInbox_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

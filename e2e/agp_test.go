@@ -1,0 +1,385 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+)
+
+// agpClient is an HTTP-only agent: it speaks AGP over HTTPS with an API key.
+type agpClient struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+	key  string
+}
+
+// agpResp is one AGP answer.
+type agpResp struct {
+	status int
+	header http.Header
+	body   []byte
+	json   map[string]any
+}
+
+func (r *agpResp) str(path ...string) string {
+	var v any = r.json
+	for _, p := range path {
+		m, _ := v.(map[string]any)
+		v = m[p]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+func (a *agpClient) do(method, path, body string, headers ...string) *agpResp {
+	a.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, a.base+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.key != "" {
+		req.Header.Set("X-Api-Key", a.key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := &agpResp{status: resp.StatusCode, header: resp.Header, body: b}
+	if err := json.Unmarshal(b, &out.json); err != nil {
+		a.t.Fatalf("%s %s: body %q is not a JSON object: %v", method, path, b, err)
+	}
+	return out
+}
+
+func (a *agpClient) with(key string) *agpClient { c := *a; c.key = key; return &c }
+
+// TestAGP drives the AGP binding with a real HTTPS client against the
+// suite as processes (digest-companions §5, AGP assertions; docs/agp.md).
+func TestAGP(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	// SUMMARIZE /documents is limited per agent to 2 a minute; nothing but
+	// the rate-limit subtest calls it.
+	if err := os.WriteFile(policy, []byte(`{"rate_limits":{"endpoints":[
+		{"method":"SUMMARIZE","path":"/documents","per_agent":true,"rate":{"limit":2,"period":60000000000}}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Start(t, Options{ServiceEnv: map[string][]string{
+		"policysvc": {"AGTP_POLICY_FILE=" + policy, "AGTP_AGP_EXECUTE_POLICY=strict", "AGTP_AGP_MAX_EXECUTE_AMOUNT=5000"},
+	}})
+	buyer := c.registerAgent(t, "agp-buyer", "orders:read", "orders:write", "documents:read")
+	other := c.registerAgent(t, "agp-other", "orders:read", "orders:write")
+	reader := c.registerAgent(t, "agp-reader", "orders:read")
+
+	keys := agpv1.NewAgpServiceClient(c.Dial(t, "policysvc"))
+	mint := func(agent string, scopes ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "e2e", AgentId: agent, Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetSecret()
+	}
+	full := []string{"discover", "query", "execute"}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.Admin.Pool()}}}
+	anon := &agpClient{t: t, base: "https://" + c.Procs["frontdoor"].HTTPSAddr, hc: hc}
+	a := anon.with(mint(buyer, full...))
+	b := anon.with(mint(other, full...))
+	queryOnly := anon.with(mint(buyer, "query"))
+	r := anon.with(mint(reader, full...))
+	jwks := c.signingKeys(t)
+
+	// signed checks that an AGP answer carries a verifiable
+	// Attribution-Record on the expected chain that covers its body.
+	signed := func(t *testing.T, res *agpResp, agent string) *attribution.Record {
+		t.Helper()
+		jws := res.header.Get("Attribution-Record")
+		rec, err := attribution.Verify(jws, attribution.VerifyOptions{Keys: jwks})
+		if err != nil {
+			t.Fatalf("Attribution-Record does not verify: %v (%v)", err, res.header)
+		}
+		sum := sha256.Sum256(res.body)
+		if rec.Payload.AgentID != agent || rec.Payload.Status != res.status || rec.Payload.ResultHash != hex.EncodeToString(sum[:]) {
+			t.Fatalf("record %+v does not describe the answer (agent %s, status %d)", rec.Payload, agent, res.status)
+		}
+		if res.header.Get("Audit-ID") != attribution.AuditID(jws) {
+			t.Fatalf("Audit-ID %s is not the record's", res.header.Get("Audit-ID"))
+		}
+		return rec
+	}
+	// agpError checks AGP §5.2's error body (companions 49).
+	agpError := func(t *testing.T, res *agpResp, status int, code string) {
+		t.Helper()
+		if res.status != status || res.str("code") != code || res.str("error") == "" {
+			t.Fatalf("got %d %s, want %d %s", res.status, res.body, status, code)
+		}
+		if rid := res.header.Get("X-Request-Id"); rid == "" || res.str("requestId") != rid {
+			t.Fatalf("requestId %q, X-Request-Id %q", res.str("requestId"), rid)
+		}
+	}
+	createBody := func(qty int, extra string) string {
+		return `{"businessId":"orders","request":{"method":"CREATE","path":"/orders","parameters":{"lines":[{"sku":"widget","quantity":` + strconv.Itoa(qty) + `}]}` + extra + `}}`
+	}
+	prepare := func(t *testing.T, cl *agpClient, body string) string {
+		t.Helper()
+		res := cl.do("POST", "/agp/execute/prepare", body)
+		if res.status != 200 || res.str("confirmationToken") == "" || res.str("expiresAt") == "" || res.str("summary") == "" {
+			t.Fatalf("prepare = %d %s", res.status, res.body)
+		}
+		exp, err := time.Parse(time.RFC3339, res.str("expiresAt"))
+		if d := time.Until(exp); err != nil || d < 4*time.Minute || d > 5*time.Minute+5*time.Second {
+			t.Fatalf("token expires at %s (in %v), want 5 minutes", res.str("expiresAt"), d)
+		}
+		return res.str("confirmationToken")
+	}
+
+	t.Run("health and the public directory need no key", func(t *testing.T) {
+		h := anon.do("GET", "/health", "")
+		if h.status != 200 || h.str("status") != "ok" {
+			t.Fatalf("health = %d %s", h.status, h.body)
+		}
+		dir := anon.do("GET", "/agp/businesses?category=NAMESPACE&platform=AGTP&q=ORD", "")
+		list, _ := dir.json["businesses"].([]any)
+		if dir.status != 200 || len(list) != 1 || list[0].(map[string]any)["id"] != "orders" {
+			t.Fatalf("directory filtered case-insensitively = %d %s", dir.status, dir.body)
+		}
+		signed(t, dir, "") // the server's chain: anonymous
+	})
+
+	t.Run("no key, a bad key and a missing scope are refused and audited", func(t *testing.T) {
+		res := anon.do("POST", "/agp/discover", `{"businessId":"orders"}`, "X-Request-Id", "e2e-req-1")
+		agpError(t, res, 401, "UNAUTHORIZED")
+		if res.header.Get("X-Request-Id") != "e2e-req-1" {
+			t.Errorf("client X-Request-Id not echoed: %q", res.header.Get("X-Request-Id"))
+		}
+		signed(t, res, "")
+		agpError(t, anon.with("agp_not-a-key").do("POST", "/agp/query", `{"businessId":"orders","request":{"path":"/orders"}}`), 401, "UNAUTHORIZED")
+		res = queryOnly.do("POST", "/agp/discover", `{"businessId":"orders"}`)
+		agpError(t, res, 403, "FORBIDDEN")
+		if !strings.Contains(res.str("message"), "discover") {
+			t.Errorf("403 does not name the missing scope: %s", res.body)
+		}
+		signed(t, res, buyer) // attributed to the key's agent
+		agpError(t, queryOnly.do("POST", "/agp/execute", createBody(1, "")), 403, "FORBIDDEN")
+		// The AGTP scopes of the key's agent still apply: 262 becomes 403.
+		// Policy answers before the confirmation token is looked at.
+		tok := prepare(t, r, createBody(1, ""))
+		res = r.do("POST", "/agp/execute", createBody(1, ""), "X-Confirmation-Token", tok)
+		agpError(t, res, 403, "FORBIDDEN")
+		if !strings.Contains(res.str("message"), "orders:write") {
+			t.Errorf("AGTP scope refusal does not name the scope: %s", res.body)
+		}
+		signed(t, res, reader)
+	})
+
+	t.Run("Authorization: Bearer works as well as X-Api-Key", func(t *testing.T) {
+		res := anon.do("POST", "/agp/discover", `{"businessId":"orders"}`, "Authorization", "Bearer "+a.key)
+		if res.status != 200 {
+			t.Fatalf("bearer discover = %d %s", res.status, res.body)
+		}
+	})
+
+	var discoverTx string
+	t.Run("discover lists the business's endpoints as capabilities", func(t *testing.T) {
+		res := a.do("POST", "/agp/discover", `{"businessId":"orders"}`)
+		if res.status != 200 || res.str("status") != "succeeded" || res.str("data", "business", "id") != "orders" {
+			t.Fatalf("discover = %d %s", res.status, res.body)
+		}
+		if _, err := uuid.Parse(res.str("transactionId")); err != nil {
+			t.Fatalf("transactionId %q is not a UUID", res.str("transactionId"))
+		}
+		discoverTx = res.str("transactionId")
+		caps, _ := res.json["data"].(map[string]any)["capabilities"].(map[string]any)
+		get, _ := caps["QUERY /orders/{order_id}"].(map[string]any)
+		create, _ := caps["CREATE /orders"].(map[string]any)
+		if get["operation"] != "query" || create["operation"] != "execute" || get["authRequired"] != true {
+			t.Fatalf("capabilities %v", caps)
+		}
+		signed(t, res, buyer)
+		agpError(t, a.do("POST", "/agp/discover", `{"businessId":"no-such-shop"}`), 400, "BUSINESS_NOT_FOUND")
+		agpError(t, a.do("POST", "/agp/discover", `{}`), 400, "VALIDATION_ERROR")
+	})
+
+	t.Run("query runs the endpoint's handler", func(t *testing.T) {
+		res := a.do("POST", "/agp/query", `{"businessId":"orders","request":{"path":"/orders/ord-1001"}}`)
+		if res.status != 200 || res.str("status") != "succeeded" || res.str("data", "order_id") != "ord-1001" {
+			t.Fatalf("query = %d %s", res.status, res.body)
+		}
+		signed(t, res, buyer)
+		agpError(t, a.do("POST", "/agp/query", createBody(1, "")), 400, "OPERATION_NOT_SUPPORTED")
+		agpError(t, a.do("POST", "/agp/query", `{"businessId":"orders","request":{"path":"/nowhere"}}`), 400, "CAPABILITY_NOT_FOUND")
+		agpError(t, a.do("POST", "/agp/query", `{"businessId":"documents","request":{"path":"/orders/ord-1001"}}`), 400, "CAPABILITY_NOT_FOUND")
+		bad := a.do("POST", "/agp/query", `{"businessId":"orders","request":{"path":"/orders/ord-1001","parameters":{"colour":"red"}}}`)
+		agpError(t, bad, 400, "VALIDATION_ERROR")
+		if d, _ := bad.json["details"].(map[string]any); d["violations"] == nil {
+			t.Errorf("schema violations not in details: %s", bad.body)
+		}
+	})
+
+	var orderTx, orderAudit string
+	t.Run("strict policy: execute needs a prepared token, used once", func(t *testing.T) {
+		orders := func() int {
+			t.Helper()
+			res := a.do("POST", "/agp/query", `{"businessId":"orders","request":{"path":"/orders","parameters":{"limit":100}}}`)
+			list, ok := res.json["data"].(map[string]any)["orders"].([]any)
+			if res.status != 200 || !ok {
+				t.Fatalf("list orders = %d %s", res.status, res.body)
+			}
+			return len(list)
+		}
+		before := orders()
+		agpError(t, a.do("POST", "/agp/execute", createBody(2, "")), 403, "CONFIRMATION_REQUIRED")
+		if after := orders(); after != before {
+			t.Fatalf("a refused execute ran its handler: %d orders, was %d", after, before)
+		}
+		tok := prepare(t, a, createBody(2, ""))
+		// The same request with its keys in another order matches the token.
+		reordered := `{"request":{"parameters":{"lines":[{"quantity":2,"sku":"widget"}]},"path":"/orders","method":"CREATE"},"businessId":"orders"}`
+		res := a.do("POST", "/agp/execute", reordered, "X-Confirmation-Token", tok, "Idempotency-Key", "agp-order-1")
+		if res.status != 200 || res.str("status") != "succeeded" || res.str("data", "status") != "open" {
+			t.Fatalf("execute = %d %s", res.status, res.body)
+		}
+		orderTx, orderAudit = res.str("transactionId"), res.header.Get("Audit-ID")
+		signed(t, res, buyer)
+
+		// A retry (same key, same body, the consumed token) is the stored answer.
+		again := a.do("POST", "/agp/execute", reordered, "X-Confirmation-Token", tok, "Idempotency-Key", "agp-order-1")
+		if again.status != 200 || again.header.Get("X-Idempotent-Replayed") != "true" || !bytes.Equal(again.body, res.body) {
+			t.Fatalf("retry = %d replayed=%q %s, want %s", again.status, again.header.Get("X-Idempotent-Replayed"), again.body, res.body)
+		}
+		if again.header.Get("Audit-ID") == orderAudit {
+			t.Error("the replay reused the Audit-ID")
+		}
+		signed(t, again, buyer)
+		// The token itself is spent.
+		spent := a.do("POST", "/agp/execute", reordered, "X-Confirmation-Token", tok, "Idempotency-Key", "agp-order-2")
+		agpError(t, spent, 403, "CONFIRMATION_INVALID")
+	})
+
+	t.Run("a mismatched token is refused and not used up", func(t *testing.T) {
+		tok := prepare(t, a, createBody(4, ""))
+		res := a.do("POST", "/agp/execute", createBody(5, ""), "X-Confirmation-Token", tok)
+		agpError(t, res, 403, "CONFIRMATION_MISMATCH")
+		if res.str("message") != "Confirmation token does not match this execute request." {
+			t.Errorf("message %q", res.str("message"))
+		}
+		if ok := a.do("POST", "/agp/execute", createBody(4, ""), "X-Confirmation-Token", tok); ok.status != 200 {
+			t.Fatalf("the right body after a mismatch = %d %s", ok.status, ok.body)
+		}
+		// Another caller cannot use someone's token.
+		tok = prepare(t, a, createBody(6, ""))
+		agpError(t, b.do("POST", "/agp/execute", createBody(6, ""), "X-Confirmation-Token", tok), 403, "CONFIRMATION_INVALID")
+	})
+
+	t.Run("strict ceiling refuses a larger amount even with a token", func(t *testing.T) {
+		body := createBody(1, `,"amount_cents":6000`)
+		tok := prepare(t, a, body)
+		agpError(t, a.do("POST", "/agp/execute", body, "X-Confirmation-Token", tok), 403, "AMOUNT_EXCEEDS_LIMIT")
+	})
+
+	t.Run("an Idempotency-Key reused with another body is 409; another caller's same key is independent", func(t *testing.T) {
+		tok := prepare(t, a, createBody(7, ""))
+		agpError(t, a.do("POST", "/agp/execute", createBody(7, ""), "X-Confirmation-Token", tok, "Idempotency-Key", "agp-order-1"), 409, "IDEMPOTENCY_KEY_REUSED")
+		// The refused request did not consume the token: policy answered first.
+		if res := a.do("POST", "/agp/execute", createBody(7, ""), "X-Confirmation-Token", tok); res.status != 200 {
+			t.Fatalf("token after the 409 = %d %s", res.status, res.body)
+		}
+		tokB := prepare(t, b, createBody(2, ""))
+		res := b.do("POST", "/agp/execute", createBody(2, ""), "X-Confirmation-Token", tokB, "Idempotency-Key", "agp-order-1")
+		if res.status != 200 || res.header.Get("X-Idempotent-Replayed") != "" || res.str("transactionId") == orderTx {
+			t.Fatalf("other caller, same key = %d %s", res.status, res.body)
+		}
+		signed(t, res, other)
+	})
+
+	t.Run("status: the owner reads the record, anyone else gets the same 404", func(t *testing.T) {
+		res := a.do("GET", "/agp/status/"+orderTx, "")
+		if res.status != 200 || res.str("id") != orderTx || res.str("operation") != "execute" || res.str("status") != "succeeded" ||
+			res.str("businessId") != "orders" || res.str("result", "status") != "open" || res.str("auditId") != orderAudit {
+			t.Fatalf("owner status = %d %s", res.status, res.body)
+		}
+		signed(t, res, buyer)
+		if d := a.do("GET", "/agp/status/"+discoverTx, ""); d.status != 200 || d.str("operation") != "discover" {
+			t.Fatalf("discover's record = %d %s", d.status, d.body)
+		}
+		stranger := b.do("GET", "/agp/status/"+orderTx, "")
+		agpError(t, stranger, 404, "TRANSACTION_NOT_FOUND")
+		unknown := b.do("GET", "/agp/status/"+uuid.NewString(), "")
+		agpError(t, unknown, 404, "TRANSACTION_NOT_FOUND")
+		if stranger.str("error") != unknown.str("error") || stranger.str("message") != unknown.str("message") {
+			t.Errorf("another owner's record is told apart from a missing one: %s vs %s", stranger.body, unknown.body)
+		}
+		agpError(t, anon.do("GET", "/agp/status/"+orderTx, ""), 401, "UNAUTHORIZED")
+	})
+
+	t.Run("AGP records are on the caller's chain and visible through INSPECT", func(t *testing.T) {
+		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+orderAudit))
+		if got.Status != 200 || !strings.Contains(string(got.Body), buyer) {
+			t.Fatalf("INSPECT audit = %d %s", got.Status, got.Body)
+		}
+		head := c.roundTrip(t, request(t, "INSPECT", "/?target=chain_head&agent_id="+buyer))
+		if head.Status != 200 {
+			t.Fatalf("INSPECT chain_head = %d %s", head.Status, head.Body)
+		}
+		// An AGTP request by the same agent continues the same chain.
+		q := c.roundTrip(t, request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, buyer))
+		rec, err := attribution.Verify(q.Header.Get(agtp.HeaderAttributionRecord), attribution.VerifyOptions{Keys: jwks})
+		if err != nil || !strings.Contains(string(head.Body), rec.Payload.PreviousAuditID) {
+			t.Fatalf("the AGTP record's previous_audit_id %v does not follow the AGP records' head %s (%v)", rec, head.Body, err)
+		}
+	})
+
+	t.Run("rate limits are policysvc's, with X-RateLimit headers", func(t *testing.T) {
+		body := `{"businessId":"documents","request":{"method":"SUMMARIZE","path":"/documents","parameters":{"text":"One. Two. Three."}}}`
+		first := a.do("POST", "/agp/query", body)
+		if first.status != 200 || first.header.Get("X-RateLimit-Limit") != "2" || first.header.Get("X-RateLimit-Remaining") != "1" {
+			t.Fatalf("first = %d %s %v", first.status, first.body, first.header)
+		}
+		if reset, err := strconv.ParseInt(first.header.Get("X-RateLimit-Reset"), 10, 64); err != nil || reset < time.Now().Unix() {
+			t.Errorf("X-RateLimit-Reset %q is not a future Unix time", first.header.Get("X-RateLimit-Reset"))
+		}
+		if second := a.do("POST", "/agp/query", body); second.status != 200 || second.header.Get("X-RateLimit-Remaining") != "0" {
+			t.Fatalf("second = %d %v", second.status, second.header)
+		}
+		third := a.do("POST", "/agp/query", body)
+		agpError(t, third, 429, "RATE_LIMITED")
+		if ra, _ := third.json["retryAfter"].(float64); ra < 1 || third.header.Get("X-RateLimit-Remaining") != "0" || third.header.Get("Retry-After") == "" {
+			t.Fatalf("429 = %s %v", third.body, third.header)
+		}
+		// The limit is per agent: another caller is not affected.
+		if res := b.do("POST", "/agp/query", body); res.status == 429 {
+			t.Fatalf("another agent was limited: %s", res.body)
+		}
+	})
+}

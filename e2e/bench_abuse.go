@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agtpsuite/agtp/e2e/loadgen"
+)
+
+// AbuseLimit is issue 11's bound: with abuse running, other clients' p99
+// latency stays within this factor of its value without it.
+const AbuseLimit = 2.0
+
+// Well-behaved clients of the abuse scenario, in report order.
+const (
+	ClientTCP     = "tcp"     // persistent TLS connections, at the scenario's rate
+	ClientTCPNew  = "tcp-new" // a new TLS connection per request, a tenth of the rate
+	ClientQUIC    = "quic"    // QUIC streams, a tenth of the rate
+	defaultSettle = 3 * time.Second
+)
+
+// AbuseReport is the abuse scenario: for each kind of abuse, the
+// well-behaved clients at a fixed offered load without abuse, then at once
+// with the abuse running alongside. Each kind is compared with the
+// measurement just before it, so that drift in what else the shared
+// machine runs is not counted against the abuse.
+type AbuseReport struct {
+	// Rate is the persistent-connection client's offered load; see
+	// wellBehaved for the others.
+	Rate     float64
+	Duration time.Duration
+	Pairs    []*AbusePair
+}
+
+// AbusePair is one kind of abuse: what the abuser did, and what the
+// well-behaved clients saw without and with it.
+type AbusePair struct {
+	Kind          string
+	Abuse         *loadgen.AbuseResult
+	Without, With map[string]*loadgen.Result
+}
+
+// Ratio is a client's p99 with the abuse against its p99 without; 0 when
+// either was not measured.
+func (p *AbusePair) Ratio(client string) float64 {
+	base, cur := p.Without[client], p.With[client]
+	if base == nil || cur == nil || base.Latency.P99 <= 0 {
+		return 0
+	}
+	return float64(cur.Latency.P99) / float64(base.Latency.P99)
+}
+
+// Worst is the largest ratio over every kind and client, and where.
+func (r *AbuseReport) Worst() (ratio float64, kind, client string) {
+	for _, p := range r.Pairs {
+		for _, c := range abuseClients {
+			if x := p.Ratio(c); x > ratio {
+				ratio, kind, client = x, p.Kind, c
+			}
+		}
+	}
+	return ratio, kind, client
+}
+
+var abuseClients = []string{ClientTCP, ClientTCPNew, ClientQUIC}
+
+// minorRates are the new-connection and QUIC clients' offered loads.
+func minorRates(rate float64) (tcpNew, quic float64) { return max(5, rate/10), max(5, rate/5) }
+
+// wellBehaved are the clients measured in every phase.
+func wellBehaved(rate float64) map[string]loadgen.Config {
+	tcpNew, quic := minorRates(rate)
+	return map[string]loadgen.Config{
+		ClientTCP:    {Transport: loadgen.TransportTCP, Concurrency: 16, Rate: rate, Mix: loadgen.PipelineMix},
+		ClientTCPNew: {Transport: loadgen.TransportTCPNew, Concurrency: 4, Rate: tcpNew, Mix: loadgen.PipelineMix},
+		ClientQUIC:   {Transport: loadgen.TransportQUIC, Concurrency: 4, Rate: quic, Mix: loadgen.PipelineMix},
+	}
+}
+
+// abuse runs the abuse scenario on the suite.
+func (s *benchSuite) abuse(ctx context.Context) (*AbuseReport, error) {
+	rep := &AbuseReport{Rate: s.o.AbuseRate, Duration: s.o.AbuseDuration}
+	// Unrecorded: the first seconds after start-up or after the previous
+	// scenario are not what "without abuse" means.
+	if _, err := s.clients(ctx, "abuse warm-up"); err != nil {
+		return rep, err
+	}
+	for _, kind := range s.o.AbuseKinds {
+		p, err := s.abusePair(ctx, kind)
+		if err != nil {
+			return rep, fmt.Errorf("abuse %s: %w", kind, err)
+		}
+		rep.Pairs = append(rep.Pairs, p)
+		s.progress("abuse %s: p99 ×%.2f (tcp), ×%.2f (tcp-new), ×%.2f (quic) of without", kind,
+			p.Ratio(ClientTCP), p.Ratio(ClientTCPNew), p.Ratio(ClientQUIC))
+	}
+	return rep, nil
+}
+
+// clients runs the well-behaved clients at once and returns their results.
+func (s *benchSuite) clients(ctx context.Context, name string) (map[string]*loadgen.Result, error) {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+		out  = map[string]*loadgen.Result{}
+	)
+	for client, cfg := range wellBehaved(s.o.AbuseRate) {
+		cfg.Warmup, cfg.Duration = time.Second, s.o.AbuseDuration
+		wg.Go(func() {
+			r, err := s.run(ctx, name+" "+client, cfg)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			out[client] = r
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, error) {
+	p := &AbusePair{Kind: kind}
+	var err error
+	if p.Without, err = s.clients(ctx, "abuse "+kind+" without"); err != nil {
+		return nil, err
+	}
+	cfg := loadgen.AbuseConfig{Kind: kind, Target: s.target}
+	var stop func() (*loadgen.AbuseResult, error)
+	if len(s.o.AbuseCommand) > 0 {
+		ap, err := loadgen.StartAbuseProcess(ctx, s.o.AbuseCommand, cfg, s.c.PKI.CA())
+		if err != nil {
+			return nil, err
+		}
+		stop = ap.Stop
+	} else {
+		ab, err := loadgen.StartAbuse(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		stop = func() (*loadgen.AbuseResult, error) { return ab.Stop(), nil }
+	}
+	d := loadgen.AbuseDefaults[kind]
+	ramp := d.Ramp
+	if s.o.AbuseRamp != 0 {
+		ramp = max(s.o.AbuseRamp, 0)
+	}
+	s.progress("abuse %s: %.0f attempts/s from %d address(es), ramping up for %v", kind, d.Rate, d.Sources, ramp)
+	sleep(ctx, ramp)
+	with, cerr := s.clients(ctx, "abuse "+kind+" with")
+	p.With = with
+	p.Abuse, err = stop()
+	if err = errors.Join(cerr, err); err != nil {
+		return nil, err
+	}
+	s.progress("abuse %s: %d attempts, at most %d held: %s", kind, p.Abuse.Attempts, p.Abuse.MaxHeld, p.Abuse.FormatOutcomes())
+	// Let the server's side of what the abuser held close before the next
+	// measurement. Half-open QUIC handshakes the client abandoned last
+	// until the front door's handshake timeout (10 s by default).
+	settle := defaultSettle
+	if kind == loadgen.AbuseQUICHandshakeFlood {
+		settle = 11 * time.Second
+	}
+	if s.o.AbuseRamp < 0 {
+		settle = 0
+	}
+	sleep(ctx, settle)
+	return p, ctx.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// write writes the abuse section of the report.
+func (r *AbuseReport) write(w io.Writer) {
+	if len(r.Pairs) == 0 {
+		return
+	}
+	tcpNew, quic := minorRates(r.Rate)
+	fmt.Fprintf(w, "## Abuse (issue 11)\n\n")
+	fmt.Fprintf(w, "Well-behaved clients from 127.0.0.1, open loop at a fixed offered load, `QUERY /orders/{order_id}` through the full pipeline: "+
+		"`tcp` %.0f req/s over 16 persistent TLS connections, `tcp-new` %.0f req/s with a new TLS connection per request, "+
+		"`quic` %.0f req/s on QUIC streams, each measured for %v after 1 s of warm-up. For each kind of abuse they are measured "+
+		"without it, then with the abuser running alongside (started before the warm-up and, for the kinds that hold connections, "+
+		"a ramp-up; stopped after the window). Each abuser is a separate process sending from its own loopback addresses "+
+		"(127.0.0.2 on) at a bounded rate chosen to exceed the front door's limits while leaving the two shared cores to the "+
+		"benchmark. **×** is p99 with the abuse over p99 without; above %.0f× is flagged.\n\n",
+		r.Rate, tcpNew, quic, r.Duration, AbuseLimit)
+	fmt.Fprintf(w, "| abuse | tcp p99 ms without → with | × | tcp-new p99 ms | × | quic p99 ms | × | tcp p50 ms with | 2xx with | no response | machine busy without → with | load avg | within %.0f× |\n", AbuseLimit)
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, p := range r.Pairs {
+		cells := []string{p.Kind}
+		within := true
+		var ok, completed, failed uint64
+		for _, c := range abuseClients {
+			without, with := p.Without[c], p.With[c]
+			if without == nil || with == nil {
+				cells = append(cells, "", "")
+				continue
+			}
+			ratio := p.Ratio(c)
+			cells = append(cells, loadgen.Ms(without.Latency.P99)+" → "+loadgen.Ms(with.Latency.P99), fmt.Sprintf("%.2f", ratio))
+			within = within && ratio <= AbuseLimit
+			completed += with.Completed
+			failed += with.Failed + with.Unsent
+			ok += uint64(with.SuccessRatio()*float64(with.Completed) + 0.5)
+		}
+		share := 0.0
+		if completed > 0 {
+			share = 100 * float64(ok) / float64(completed)
+		}
+		p50, busy, load := "", "", ""
+		if a, b := p.Without[ClientTCP], p.With[ClientTCP]; a != nil && b != nil {
+			p50 = loadgen.Ms(b.Latency.P50)
+			busy = fmt.Sprintf("%.0f%% → %.0f%%", 100*a.MachineBusy, 100*b.MachineBusy)
+			load = fmt.Sprintf("%.1f", a.LoadAvg[0])
+		}
+		verdict := "yes"
+		if !within {
+			verdict = "**no**"
+		}
+		cells = append(cells, p50, fmt.Sprintf("%.1f%%", share), fmt.Sprint(failed), busy, load, verdict)
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	fmt.Fprintf(w, "\n| abuse | attempts/s | sources | held at most | attempts | what the front door did with them |\n|---|---:|---:|---:|---:|---|\n")
+	for _, p := range r.Pairs {
+		if a := p.Abuse; a != nil {
+			held := "-"
+			if a.Hold > 0 {
+				held = fmt.Sprintf("%d (bound %d)", a.MaxHeld, a.Hold)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %d | %s | %d | %s |\n", a.Kind, a.Rate, len(a.Sources), held, a.Attempts, a.FormatOutcomes())
+		}
+	}
+	fmt.Fprintln(w)
+}

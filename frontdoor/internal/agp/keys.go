@@ -1,0 +1,263 @@
+package agp
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+)
+
+// maxKeyLen bounds a presented API key.
+const maxKeyLen = 256
+
+// presentedKey returns the API key of a request: X-Api-Key, else
+// Authorization: Bearer (AGP §4.1). ok is false when neither is present.
+func presentedKey(r *http.Request) (key string, ok bool) {
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return strings.TrimSpace(k), true
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return "", false
+	}
+	scheme, token, found := strings.Cut(auth, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(token), true
+}
+
+func wellFormedKey(k string) bool {
+	if k == "" || len(k) > maxKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// hasScope reports whether a key holds scope (or "*").
+func hasScope(k *agpv1.ApiKey, scope string) bool {
+	return slices.Contains(k.GetScopes(), scope) || slices.Contains(k.GetScopes(), "*")
+}
+
+// keyCache remembers resolved keys for a short time, so an AGP request
+// costs no extra hop to policysvc in the steady state. A revoked key stops
+// working here within the cache lifetime. Unknown keys are not cached:
+// they are refused after a lookup every time.
+type keyCache struct {
+	ttl time.Duration
+	max int
+	mu  sync.Mutex
+	m   map[string]cachedKey
+}
+
+type cachedKey struct {
+	key     *agpv1.ApiKey
+	expires time.Time
+}
+
+func (c *keyCache) get(hash string) *agpv1.ApiKey {
+	if c.ttl <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[hash]
+	if !ok {
+		return nil
+	}
+	if time.Now().After(e.expires) {
+		delete(c.m, hash)
+		return nil
+	}
+	return e.key
+}
+
+func (c *keyCache) put(hash string, k *agpv1.ApiKey) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= c.max {
+		// Bounded: start over rather than track recency; the next
+		// requests refill it with one lookup each.
+		c.m = map[string]cachedKey{}
+	}
+	c.m[hash] = cachedKey{key: k, expires: time.Now().Add(c.ttl)}
+}
+
+// authResult is the outcome of authenticating a request.
+type authResult struct {
+	key *agpv1.ApiKey
+	// err is set when the caller is not authenticated (401) or the key
+	// store is unreachable (503).
+	err *apiError
+}
+
+func unauthorized(msg string) *apiError {
+	return &apiError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Error: "Unauthorized", Message: msg}
+}
+
+// authenticate resolves the request's API key.
+func (h *Handler) authenticate(ctx context.Context, r *http.Request) authResult {
+	k, present := presentedKey(r)
+	if !present {
+		return authResult{err: unauthorized("Send an API key in X-Api-Key or Authorization: Bearer.")}
+	}
+	if !wellFormedKey(k) {
+		return authResult{err: unauthorized("The API key is malformed.")}
+	}
+	hash := agpkey.Hash(k)
+	if key := h.keys.get(hash); key != nil {
+		return authResult{key: key}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := h.o.Keys.ResolveApiKey(ctx, &agpv1.ResolveApiKeyRequest{KeySha256: hash})
+	if err != nil {
+		if status.Code(err) == codes.NotFound {
+			return authResult{err: unauthorized("The API key is not valid.")}
+		}
+		h.o.Log.WarnContext(ctx, "agp key store unavailable", "error", err)
+		return authResult{err: &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Error: "Service unavailable", Message: "API keys cannot be checked right now; retry shortly."}}
+	}
+	h.keys.put(hash, out.GetKey())
+	return authResult{key: out.GetKey()}
+}
+
+// Key management (AGP §14): an API key with the admin scope manages keys
+// over HTTPS; operators also reach policysvc's AgpService directly over
+// mTLS (REST /v1/agp/keys, and the agtp CLI). These answers are not AGP
+// operations and are not run through the pipeline; policysvc logs every
+// change.
+
+// keyView is a key as AGP shows it (never its secret).
+func keyView(k *agpv1.ApiKey) map[string]any {
+	return map[string]any{
+		"id": k.GetId(), "label": k.GetLabel(), "agentId": k.GetAgentId(), "scopes": k.GetScopes(),
+		"createdAt": k.GetCreatedAt().AsTime().UTC().Format(time.RFC3339),
+	}
+}
+
+// admin authenticates the caller and requires the admin scope.
+func (c *call) admin() bool {
+	a := c.h.authenticate(c.r.Context(), c.r)
+	if a.err != nil {
+		c.writeError(a.err)
+		return false
+	}
+	c.key = a.key
+	if !hasScope(c.key, ScopeAdmin) {
+		c.writeError(&apiError{Status: http.StatusForbidden, Code: CodeForbidden, Error: "Forbidden", Message: "Missing required scope: admin"})
+		return false
+	}
+	return true
+}
+
+func (c *call) rpcError(err error) {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.AlreadyExists, codes.Aborted:
+		c.writeError(validation(status.Convert(err).Message(), nil))
+	case codes.NotFound:
+		c.writeError(&apiError{Status: http.StatusNotFound, Code: "KEY_NOT_FOUND", Message: status.Convert(err).Message()})
+	default:
+		c.h.o.Log.WarnContext(c.r.Context(), "agp key management failed", "error", err)
+		c.writeError(&apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "API keys cannot be managed right now; retry shortly."})
+	}
+}
+
+// createKey serves POST /keys: {label, agentId, scopes}; the agent
+// defaults to the admin key's own, the scopes to discover, query, execute.
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
+	c := h.begin(w, r, "")
+	if !c.admin() {
+		return
+	}
+	m, e := c.readObject("label", "agentId", "scopes")
+	if e != nil {
+		c.writeError(e)
+		return
+	}
+	in := &agpv1.CreateApiKeyRequest{AgentId: c.key.GetAgentId(), Scopes: []string{"discover", "query", "execute"}}
+	in.Label, _ = m["label"].(string)
+	if v, ok := m["agentId"].(string); ok && v != "" {
+		in.AgentId = v
+	}
+	if v, ok := m["scopes"].([]any); ok {
+		in.Scopes = nil
+		for _, s := range v {
+			str, _ := s.(string)
+			in.Scopes = append(in.Scopes, str)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	out, err := h.o.Keys.CreateApiKey(ctx, in)
+	if err != nil {
+		c.rpcError(err)
+		return
+	}
+	v := keyView(out.GetKey())
+	v["key"] = out.GetSecret()
+	v["warning"] = "Store this key securely. It will not be shown again."
+	c.writeDirect(http.StatusCreated, v)
+}
+
+// listKeys serves GET /keys.
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
+	c := h.begin(w, r, "")
+	if !c.admin() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	out, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: r.URL.Query().Get("agentId")})
+	if err != nil {
+		c.rpcError(err)
+		return
+	}
+	list := []map[string]any{}
+	for _, k := range out.GetKeys() {
+		list = append(list, keyView(k))
+	}
+	c.writeDirect(http.StatusOK, map[string]any{"keys": list})
+}
+
+// revokeKey serves DELETE /keys/{id}.
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
+	c := h.begin(w, r, "")
+	if !c.admin() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := h.o.Keys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: r.PathValue("id")}); err != nil {
+		c.rpcError(err)
+		return
+	}
+	c.writeDirect(http.StatusOK, map[string]any{"id": r.PathValue("id"), "revoked": true})
+}
+
+// keyMe serves GET /keys/me: the caller's own key.
+func (h *Handler) keyMe(w http.ResponseWriter, r *http.Request) {
+	c := h.begin(w, r, "")
+	a := h.authenticate(r.Context(), r)
+	if a.err != nil {
+		c.writeError(a.err)
+		return
+	}
+	c.writeDirect(http.StatusOK, keyView(a.key))
+}

@@ -1,0 +1,189 @@
+package transport
+
+import (
+	"container/list"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// handshakeShedAge is how long a handshake must have run before a new
+// connection may shed it at MaxHandshakes. A real client finishes a TLS
+// 1.3 or QUIC handshake in a few round trips; one that has not after a
+// second is slow or is not trying, and the newcomer is more likely to be
+// served. Younger handshakes are never shed, so a burst of genuine
+// clients larger than the backlog queues instead of shedding each other
+// into a livelock.
+const handshakeShedAge = time.Second
+
+// addrKey is the source a per-address connection count is kept for: the
+// IPv4 address, or the /64 prefix of an IPv6 address (a single host is
+// routinely given a whole /64, so counting its addresses one by one would
+// not limit it).
+func addrKey(a net.Addr) (netip.Addr, bool) {
+	var ap netip.AddrPort
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	default:
+		return netip.Addr{}, false
+	}
+	ip := ap.Addr().Unmap()
+	if !ip.IsValid() {
+		return netip.Addr{}, false
+	}
+	if ip.Is6() {
+		p, err := ip.Prefix(64)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		ip = p.Addr()
+	}
+	return ip, true
+}
+
+// perAddr counts open connections (TCP and QUIC together, handshakes
+// included) per source address, for MaxConnsPerIP.
+type perAddr struct {
+	max int // <= 0: no limit
+	mu  sync.Mutex
+	n   map[netip.Addr]int
+}
+
+func newPerAddr(max int) *perAddr { return &perAddr{max: max, n: make(map[netip.Addr]int)} }
+
+// acquire counts a connection from a, or reports that a already has max.
+// Addresses that are not IP (never seen in practice) are not limited.
+func (p *perAddr) acquire(a net.Addr) (key netip.Addr, ok bool) {
+	key, valid := addrKey(a)
+	if p.max <= 0 || !valid {
+		return netip.Addr{}, true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[key] >= p.max {
+		return netip.Addr{}, false
+	}
+	p.n[key]++
+	return key, true
+}
+
+// release gives back what acquire counted; the zero key is a no-op.
+func (p *perAddr) release(key netip.Addr) {
+	if !key.IsValid() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[key] <= 1 {
+		delete(p.n, key)
+		return
+	}
+	p.n[key]--
+}
+
+// handshakes is the handshake backlog (MaxHandshakes), TCP and QUIC
+// together, oldest first.
+type handshakes struct {
+	max  int
+	mu   sync.Mutex
+	l    list.List     // of *pending
+	free chan struct{} // poked (never blocks) when an entry leaves
+}
+
+// pending is one handshake in the backlog.
+type pending struct {
+	start time.Time
+	elem  *list.Element // nil once done
+	// shed closes the connection; nil while it cannot be closed yet (a
+	// QUIC connection before the listener hands it over).
+	shed func()
+}
+
+func newHandshakes(max int) *handshakes {
+	return &handshakes{max: max, free: make(chan struct{}, 1)}
+}
+
+// admit adds a handshake to the backlog. At the limit it sheds the oldest
+// handshake if that one has run for handshakeShedAge, and otherwise
+// reports false without adding anything. shed, called outside the lock,
+// is the shed entry's closer.
+func (h *handshakes) admit(now time.Time, closer func()) (p *pending, shed bool, ok bool) {
+	h.mu.Lock()
+	var victim func()
+	if h.l.Len() >= h.max {
+		front := h.l.Front()
+		old := front.Value.(*pending)
+		if old.shed == nil || now.Sub(old.start) < handshakeShedAge {
+			h.mu.Unlock()
+			return nil, false, false
+		}
+		h.l.Remove(front)
+		old.elem = nil
+		victim = old.shed
+	}
+	p = &pending{start: now, shed: closer}
+	p.elem = h.l.PushBack(p)
+	h.mu.Unlock()
+	if victim != nil {
+		victim()
+	}
+	return p, victim != nil, true
+}
+
+// setShed makes a QUIC handshake sheddable once its connection exists.
+func (h *handshakes) setShed(p *pending, closer func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p.elem != nil {
+		p.shed = closer
+	}
+}
+
+// done takes a handshake out of the backlog: it completed, failed or was
+// shed. Calling it again is a no-op.
+func (h *handshakes) done(p *pending) {
+	if p == nil {
+		return
+	}
+	h.mu.Lock()
+	if p.elem != nil {
+		h.l.Remove(p.elem)
+		p.elem = nil
+	}
+	h.mu.Unlock()
+	select {
+	case h.free <- struct{}{}:
+	default:
+	}
+}
+
+// nextShed is when the oldest handshake becomes sheddable, for a waiting
+// accept loop; zero if the backlog is empty.
+func (h *handshakes) nextShed() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f := h.l.Front(); f != nil {
+		return f.Value.(*pending).start.Add(handshakeShedAge)
+	}
+	return time.Time{}
+}
+
+func (h *handshakes) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.l.Len()
+}
+
+// resetClose closes a connection the server refuses before its handshake
+// with a reset: the client learns at once, and the server keeps no
+// TIME_WAIT state for a flood of them.
+func resetClose(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	nc.Close()
+}

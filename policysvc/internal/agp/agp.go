@@ -1,0 +1,534 @@
+// Package agp keeps the state of the Agent Gateway Protocol binding
+// (docs/agp.md): API keys stored by the SHA-256 of their secret, execute
+// confirmation tokens (AGP §8) consumed atomically in Redis, and
+// transaction records (AGP §6.5) keyed by their owner. It implements
+// agtp.agp.v1.AgpService. Policy, rate limits and idempotency of AGP
+// traffic are not here: the front door runs every AGP operation through
+// the same Authorize call as an AGTP request.
+package agp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// Execute policies (AGP §8.1).
+const (
+	PolicyOpen    = "open"
+	PolicyConfirm = "confirm"
+	PolicyStrict  = "strict"
+)
+
+// Scopes an API key may hold (AGP §4.5); "*" grants all of them.
+const (
+	ScopeDiscover = "discover"
+	ScopeQuery    = "query"
+	ScopeExecute  = "execute"
+	ScopeAdmin    = "admin"
+	ScopeAll      = "*"
+)
+
+// Refusal reasons of ConsumeConfirmation.
+const (
+	ReasonRequired = "confirmation-required"
+	ReasonInvalid  = "confirmation-invalid"
+	ReasonExpired  = "confirmation-expired"
+	ReasonMismatch = "confirmation-mismatch"
+	ReasonAmount   = "amount-exceeds-limit"
+)
+
+// Options configure the AGP state.
+type Options struct {
+	// ExecutePolicy is open (default), confirm or strict (AGP §8.1).
+	ExecutePolicy string
+	// MaxExecuteAmountCents is strict's ceiling (default 100, AGP App. A).
+	MaxExecuteAmountCents float64
+	// ConfirmationTTL is a token's lifetime (default 5m, AGP §8.3).
+	ConfirmationTTL time.Duration
+	// TransactionTTL is how long a transaction record is kept (default 7 days).
+	TransactionTTL time.Duration
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.ExecutePolicy == "" {
+		o.ExecutePolicy = PolicyOpen
+	}
+	if o.MaxExecuteAmountCents == 0 {
+		o.MaxExecuteAmountCents = 100
+	}
+	if o.ConfirmationTTL <= 0 {
+		o.ConfirmationTTL = 5 * time.Minute
+	}
+	if o.TransactionTTL <= 0 {
+		o.TransactionTTL = 7 * 24 * time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate checks the options after defaults.
+func (o Options) Validate() error {
+	switch o.ExecutePolicy {
+	case PolicyOpen, PolicyConfirm, PolicyStrict:
+	default:
+		return fmt.Errorf("agp execute policy %q: want open, confirm or strict", o.ExecutePolicy)
+	}
+	if o.MaxExecuteAmountCents < 0 || math.IsNaN(o.MaxExecuteAmountCents) || math.IsInf(o.MaxExecuteAmountCents, 0) {
+		return errors.New("agp max execute amount must be a non-negative number of cents")
+	}
+	return nil
+}
+
+// expiredGrace keeps a confirmation token past its expiry, so that a late
+// presentation is told "expired" rather than "invalid".
+const expiredGrace = 10 * time.Minute
+
+// Bounds on what a caller controls.
+const (
+	maxLabel    = 128
+	maxBusiness = 256
+	maxKeyID    = 64
+	maxJSON     = 1 << 20
+	maxError    = 2048
+)
+
+// Server implements agpv1.AgpServiceServer.
+type Server struct {
+	agpv1.UnimplementedAgpServiceServer
+	rdb  redis.UniversalClient
+	log  *slog.Logger
+	opts Options
+}
+
+var _ agpv1.AgpServiceServer = (*Server)(nil)
+
+// New builds the server.
+func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, error) {
+	opts.defaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if rdb == nil {
+		return nil, errors.New("agp: redis client is nil")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{rdb: rdb, log: log, opts: opts}, nil
+}
+
+func storeErr(op string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if e := grpcerr.FromContext(err); e != nil {
+		return e
+	}
+	return grpcerr.Unavailable("policy-unavailable", fmt.Sprintf("the AGP store is unreachable (%s)", op))
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+func printable(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func checkAgent(id string) error {
+	if !agtp.IsCanonicalID(id) {
+		return grpcerr.InvalidArgument("invalid-agent-id", "agent_id must be a canonical Agent-ID (64 lowercase hex characters)")
+	}
+	return nil
+}
+
+// normalizeScopes checks and sorts a key's scopes.
+func normalizeScopes(in []string) ([]string, error) {
+	if len(in) == 0 {
+		return nil, grpcerr.InvalidArgument("invalid-scopes", "a key needs at least one scope: discover, query, execute, admin or *")
+	}
+	var out []string
+	for _, s := range in {
+		switch s {
+		case ScopeDiscover, ScopeQuery, ScopeExecute, ScopeAdmin, ScopeAll:
+		default:
+			return nil, grpcerr.InvalidArgument("invalid-scopes", fmt.Sprintf("unknown scope %q: want discover, query, execute, admin or *", s))
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Key records are hashes with these fields.
+const (
+	fieldID      = "id"
+	fieldLabel   = "label"
+	fieldAgent   = "agent_id"
+	fieldScopes  = "scopes"
+	fieldCreated = "created"
+)
+
+func keyFields(k *agpv1.ApiKey) []any {
+	return []any{fieldID, k.GetId(), fieldLabel, k.GetLabel(), fieldAgent, k.GetAgentId(),
+		fieldScopes, strings.Join(k.GetScopes(), " "), fieldCreated, strconv.FormatInt(k.GetCreatedAt().AsTime().UnixMilli(), 10)}
+}
+
+func keyFromHash(m map[string]string) *agpv1.ApiKey {
+	ms, _ := strconv.ParseInt(m[fieldCreated], 10, 64)
+	return &agpv1.ApiKey{
+		Id: m[fieldID], Label: m[fieldLabel], AgentId: m[fieldAgent],
+		Scopes: strings.Fields(m[fieldScopes]), CreatedAt: timestamppb.New(time.UnixMilli(ms)),
+	}
+}
+
+// CreateApiKey mints a key; the secret is returned once.
+func (s *Server) CreateApiKey(ctx context.Context, in *agpv1.CreateApiKeyRequest) (*agpv1.CreateApiKeyResponse, error) {
+	secret, err := agpkey.NewSecret()
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	k, err := s.store(ctx, "key_"+strings.ReplaceAll(uuid.NewString(), "-", "")[:20], in.GetLabel(), in.GetAgentId(), in.GetScopes(), agpkey.Hash(secret))
+	if err != nil {
+		return nil, err
+	}
+	return &agpv1.CreateApiKeyResponse{Key: k, Secret: secret}, nil
+}
+
+// ImportApiKey stores a key by the hash of a secret the caller generated.
+func (s *Server) ImportApiKey(ctx context.Context, in *agpv1.ImportApiKeyRequest) (*agpv1.ImportApiKeyResponse, error) {
+	if !isHex64(in.GetKeySha256()) {
+		return nil, grpcerr.InvalidArgument("invalid-key-hash", "key_sha256 must be 64 lowercase hex characters")
+	}
+	if in.GetId() == "" || !printable(in.GetId(), maxKeyID) || strings.ContainsAny(in.GetId(), " /{}") {
+		return nil, grpcerr.InvalidArgument("invalid-key-id", fmt.Sprintf("id must be 1–%d printable characters without spaces, '/' or braces", maxKeyID))
+	}
+	k, err := s.store(ctx, in.GetId(), in.GetLabel(), in.GetAgentId(), in.GetScopes(), in.GetKeySha256())
+	if err != nil {
+		return nil, err
+	}
+	return &agpv1.ImportApiKeyResponse{Key: k}, nil
+}
+
+// store writes a key record and its index entry in one transaction,
+// replacing an earlier key with the same id.
+func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []string, hash string) (*agpv1.ApiKey, error) {
+	if err := checkAgent(agentID); err != nil {
+		return nil, err
+	}
+	if !printable(label, maxLabel) {
+		return nil, grpcerr.InvalidArgument("invalid-label", fmt.Sprintf("label must be at most %d printable characters", maxLabel))
+	}
+	sc, err := normalizeScopes(scopes)
+	if err != nil {
+		return nil, err
+	}
+	k := &agpv1.ApiKey{Id: id, Label: label, AgentId: agentID, Scopes: sc, CreatedAt: timestamppb.New(s.opts.Now().UTC().Truncate(time.Millisecond))}
+	err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		old, err := tx.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		owner, err := tx.HGet(ctx, rediskeys.AGPKey(hash), fieldID).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		if owner != "" && owner != id {
+			return grpcerr.Conflict("api-key-exists", "another key already has this secret")
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			if old != "" && old != hash {
+				p.Del(ctx, rediskeys.AGPKey(old))
+			}
+			p.Del(ctx, rediskeys.AGPKey(hash))
+			p.HSet(ctx, rediskeys.AGPKey(hash), keyFields(k)...)
+			p.HSet(ctx, rediskeys.AGPKeyIndex, id, hash)
+			return nil
+		})
+		return err
+	}, rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash))
+	if err != nil {
+		return nil, storeErr("store key", err)
+	}
+	s.log.InfoContext(ctx, "agp api key stored", "key_id", id, "agent_id", agentID, "scopes", sc)
+	return k, nil
+}
+
+// ListApiKeys lists keys, oldest first.
+func (s *Server) ListApiKeys(ctx context.Context, in *agpv1.ListApiKeysRequest) (*agpv1.ListApiKeysResponse, error) {
+	idx, err := s.rdb.HGetAll(ctx, rediskeys.AGPKeyIndex).Result()
+	if err != nil {
+		return nil, storeErr("list keys", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, 0, len(idx))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, h := range idx {
+			cmds = append(cmds, p.HGetAll(ctx, rediskeys.AGPKey(h)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, storeErr("list keys", err)
+	}
+	out := &agpv1.ListApiKeysResponse{}
+	for _, c := range cmds {
+		m := c.Val()
+		if len(m) == 0 {
+			continue
+		}
+		k := keyFromHash(m)
+		if in.GetAgentId() != "" && k.GetAgentId() != in.GetAgentId() {
+			continue
+		}
+		out.Keys = append(out.Keys, k)
+	}
+	slices.SortFunc(out.Keys, func(a, b *agpv1.ApiKey) int {
+		if c := a.GetCreatedAt().AsTime().Compare(b.GetCreatedAt().AsTime()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GetId(), b.GetId())
+	})
+	return out, nil
+}
+
+// RevokeApiKey deletes a key; it stops authenticating at once here, and
+// within the front doors' key cache lifetime there.
+func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest) (*agpv1.RevokeApiKeyResponse, error) {
+	id := in.GetId()
+	if id == "" || len(id) > maxKeyID {
+		return nil, grpcerr.InvalidArgument("invalid-key-id", "id is required")
+	}
+	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		hash, err := tx.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
+		if errors.Is(err, redis.Nil) {
+			return grpcerr.NotFound("api-key-not-found", "no API key has this id")
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, rediskeys.AGPKey(hash))
+			p.HDel(ctx, rediskeys.AGPKeyIndex, id)
+			return nil
+		})
+		return err
+	}, rediskeys.AGPKeyIndex)
+	if err != nil {
+		return nil, storeErr("revoke key", err)
+	}
+	s.log.InfoContext(ctx, "agp api key revoked", "key_id", id)
+	return &agpv1.RevokeApiKeyResponse{}, nil
+}
+
+// ResolveApiKey finds a key by the hash of its secret.
+func (s *Server) ResolveApiKey(ctx context.Context, in *agpv1.ResolveApiKeyRequest) (*agpv1.ResolveApiKeyResponse, error) {
+	if !isHex64(in.GetKeySha256()) {
+		return nil, grpcerr.InvalidArgument("invalid-key-hash", "key_sha256 must be 64 lowercase hex characters")
+	}
+	m, err := s.rdb.HGetAll(ctx, rediskeys.AGPKey(in.GetKeySha256())).Result()
+	if err != nil {
+		return nil, storeErr("resolve key", err)
+	}
+	if len(m) == 0 {
+		return nil, grpcerr.NotFound("api-key-unknown", "no API key matches")
+	}
+	return &agpv1.ResolveApiKeyResponse{Key: keyFromHash(m)}, nil
+}
+
+func checkBinding(agentID, business, requestHash string) error {
+	if err := checkAgent(agentID); err != nil {
+		return err
+	}
+	if business == "" || len(business) > maxBusiness {
+		return grpcerr.InvalidArgument("invalid-business", fmt.Sprintf("business_id must be 1–%d bytes", maxBusiness))
+	}
+	if !isHex64(requestHash) {
+		return grpcerr.InvalidArgument("invalid-request-hash", "request_sha256 must be 64 lowercase hex characters")
+	}
+	return nil
+}
+
+// IssueConfirmation mints a token bound to the caller (its key is under
+// the caller's tag), the business and the request hash.
+func (s *Server) IssueConfirmation(ctx context.Context, in *agpv1.IssueConfirmationRequest) (*agpv1.IssueConfirmationResponse, error) {
+	if err := checkBinding(in.GetAgentId(), in.GetBusinessId(), in.GetRequestSha256()); err != nil {
+		return nil, err
+	}
+	token := uuid.NewString()
+	expires := s.opts.Now().Add(s.opts.ConfirmationTTL).UTC().Truncate(time.Millisecond)
+	key := rediskeys.AGPConfirmation(in.GetAgentId(), token)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "business", in.GetBusinessId(), "request", in.GetRequestSha256(), "expires", strconv.FormatInt(expires.UnixMilli(), 10))
+		p.PExpire(ctx, key, s.opts.ConfirmationTTL+expiredGrace)
+		return nil
+	})
+	if err != nil {
+		return nil, storeErr("issue confirmation", err)
+	}
+	return &agpv1.IssueConfirmationResponse{Token: token, ExpiresAt: timestamppb.New(expires), Policy: s.opts.ExecutePolicy}, nil
+}
+
+// consumeScript checks a token and deletes it only when it matches: a
+// mismatched presentation leaves it for the right request (AGP ref-impl),
+// an expired one is deleted. One script, so two concurrent executes
+// cannot both consume it.
+var consumeScript = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 'business', 'request', 'expires')
+if not h[1] then return 'invalid' end
+if tonumber(h[3]) <= tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[1])
+  return 'expired'
+end
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 'mismatch' end
+redis.call('DEL', KEYS[1])
+return 'ok'
+`)
+
+// ConsumeConfirmation applies the execute policy.
+func (s *Server) ConsumeConfirmation(ctx context.Context, in *agpv1.ConsumeConfirmationRequest) (*agpv1.ConsumeConfirmationResponse, error) {
+	if err := checkBinding(in.GetAgentId(), in.GetBusinessId(), in.GetRequestSha256()); err != nil {
+		return nil, err
+	}
+	pol := s.opts.ExecutePolicy
+	refuse := func(reason, msg string) (*agpv1.ConsumeConfirmationResponse, error) {
+		s.log.InfoContext(ctx, "agp execute refused", "reason", reason, "agent_id", in.GetAgentId(), "business_id", in.GetBusinessId())
+		return &agpv1.ConsumeConfirmationResponse{Policy: pol, Reason: reason, Message: msg}, nil
+	}
+	if pol == PolicyOpen {
+		return &agpv1.ConsumeConfirmationResponse{Allowed: true, Policy: pol}, nil
+	}
+	// The ceiling is checked before the token, so a refused amount does
+	// not use the token up.
+	if pol == PolicyStrict && in.GetAmountPresent() && !(in.GetAmountCents() <= s.opts.MaxExecuteAmountCents) {
+		return refuse(ReasonAmount, fmt.Sprintf("Execute amount exceeds policy limit (%s cents).", strconv.FormatFloat(s.opts.MaxExecuteAmountCents, 'f', -1, 64)))
+	}
+	if in.GetToken() == "" {
+		return refuse(ReasonRequired, "Execute confirmation required. Provide X-Confirmation-Token header.")
+	}
+	if !isUUID(in.GetToken()) {
+		return refuse(ReasonInvalid, "Invalid confirmation token.")
+	}
+	res, err := consumeScript.Run(ctx, s.rdb, []string{rediskeys.AGPConfirmation(in.GetAgentId(), in.GetToken())},
+		in.GetBusinessId(), in.GetRequestSha256(), s.opts.Now().UnixMilli()).Text()
+	if err != nil {
+		return nil, storeErr("consume confirmation", err)
+	}
+	switch res {
+	case "ok":
+		return &agpv1.ConsumeConfirmationResponse{Allowed: true, Policy: pol}, nil
+	case "expired":
+		return refuse(ReasonExpired, "Confirmation token expired. Prepare a new token.")
+	case "mismatch":
+		return refuse(ReasonMismatch, "Confirmation token does not match this execute request.")
+	}
+	return refuse(ReasonInvalid, "Invalid confirmation token.")
+}
+
+// Transaction operations and statuses (AGP §5.1, §6.5).
+var (
+	operations = []string{"discover", "query", "execute"}
+	statuses   = []string{"pending", "succeeded", "failed"}
+)
+
+// PutTransaction stores a record under its owner.
+func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionRequest) (*agpv1.PutTransactionResponse, error) {
+	t := in.GetTransaction()
+	switch {
+	case t == nil:
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "transaction is required")
+	case !isUUID(t.GetId()):
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "id must be a UUID")
+	case !slices.Contains(operations, t.GetOperation()):
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be discover, query or execute")
+	case !slices.Contains(statuses, t.GetStatus()):
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be pending, succeeded or failed")
+	case len(t.GetBusinessId()) > maxBusiness:
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "business_id is too long")
+	case len(t.GetInputJson()) > maxJSON || len(t.GetResultJson()) > maxJSON || len(t.GetError()) > maxError:
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "input, result or error is too large")
+	}
+	if err := checkAgent(t.GetAgentId()); err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(t)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if err := s.rdb.Set(ctx, rediskeys.AGPTransaction(t.GetAgentId(), t.GetId()), b, s.opts.TransactionTTL).Err(); err != nil {
+		return nil, storeErr("put transaction", err)
+	}
+	return &agpv1.PutTransactionResponse{}, nil
+}
+
+// GetTransaction reads a record; another owner's record is not found,
+// exactly like a missing one (AGP §6.5).
+func (s *Server) GetTransaction(ctx context.Context, in *agpv1.GetTransactionRequest) (*agpv1.GetTransactionResponse, error) {
+	notFound := grpcerr.NotFound("transaction-not-found", "No transaction exists for the provided ID.")
+	if err := checkAgent(in.GetAgentId()); err != nil {
+		return nil, err
+	}
+	if !isUUID(in.GetTransactionId()) {
+		return nil, notFound
+	}
+	b, err := s.rdb.Get(ctx, rediskeys.AGPTransaction(in.GetAgentId(), in.GetTransactionId())).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, storeErr("get transaction", err)
+	}
+	t := &agpv1.Transaction{}
+	if err := proto.Unmarshal(b, t); err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("transaction record: %w", err))
+	}
+	return &agpv1.GetTransactionResponse{Transaction: t}, nil
+}
