@@ -211,6 +211,16 @@ func (c *call) refuse(e *apiError) *pipeline.BoundOutcome {
 }
 
 // request synthesizes the AGTP request of a call.
+// shapeRefusal is the Shape of operations whose answer the binding writes
+// itself: an answer already in AGP form passes; anything else is a
+// refusal of the pipeline's, mapped to AGP's error model.
+func (c *call) shapeRefusal(_ context.Context, _ *pipeline.View, resp *agtp.Response) *agtp.Response {
+	if resp.Header.Get(agtp.HeaderContentType) == ContentType {
+		return resp
+	}
+	return fromAGTP(resp).response(c.rid)
+}
+
 func (c *call) request(method, target string, body []byte) *agtp.Request {
 	req, err := agtp.NewRequest(method, target)
 	if err != nil {
@@ -765,12 +775,7 @@ func (h *Handler) prepare(w http.ResponseWriter, r *http.Request) {
 			})
 			return agtp.NewResponse(http.StatusOK, ContentType, b)
 		},
-		Shape: func(_ context.Context, _ *pipeline.View, resp *agtp.Response) *agtp.Response {
-			if resp.Header.Get(agtp.HeaderContentType) == ContentType {
-				return resp
-			}
-			return fromAGTP(resp).response(c.rid)
-		},
+		Shape: c.shapeRefusal,
 	})
 	c.write(out)
 }
@@ -803,12 +808,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 			b, _ := json.Marshal(transactionView(res.GetTransaction()))
 			return agtp.NewResponse(http.StatusOK, ContentType, b)
 		},
-		Shape: func(_ context.Context, _ *pipeline.View, resp *agtp.Response) *agtp.Response {
-			if resp.Header.Get(agtp.HeaderContentType) == ContentType {
-				return resp
-			}
-			return fromAGTP(resp).response(c.rid)
-		},
+		Shape: c.shapeRefusal,
 	})
 	c.write(out)
 }
@@ -863,12 +863,7 @@ func (h *Handler) directory(w http.ResponseWriter, r *http.Request) {
 			b, _ := json.Marshal(map[string]any{"businesses": list})
 			return agtp.NewResponse(http.StatusOK, ContentType, b)
 		},
-		Shape: func(_ context.Context, _ *pipeline.View, resp *agtp.Response) *agtp.Response {
-			if resp.Header.Get(agtp.HeaderContentType) == ContentType {
-				return resp
-			}
-			return fromAGTP(resp).response(c.rid)
-		},
+		Shape: c.shapeRefusal,
 	})
 	c.write(out)
 }
