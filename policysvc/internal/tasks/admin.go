@@ -99,17 +99,10 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 	var e escalation
 	err = s.watch(ctx, func(tx *redis.Tx) error {
 		t, e = task{}, escalation{}
-		ok, err := getJSON(ctx, tx, escKey, &e)
-		if err != nil || !ok {
-			if err == nil {
-				err = errNoTarget
-			}
+		if err := getExisting(ctx, tx, escKey, &e); err != nil {
 			return err
 		}
-		if ok, err = getJSON(ctx, tx, taskKey, &t); err != nil || !ok {
-			if err == nil {
-				err = errNoTarget
-			}
+		if err := getExisting(ctx, tx, taskKey, &t); err != nil {
 			return err
 		}
 		if e.Status != PendingReview && e.Status != Deferred {
@@ -224,17 +217,10 @@ func (s *Server) RecordEscalationRouting(ctx context.Context, in *taskv1.RecordE
 	err = s.watch(ctx, func(tx *redis.Tx) error {
 		var t task
 		e = escalation{}
-		ok, err := getJSON(ctx, tx, escKey, &e)
-		if err != nil || !ok {
-			if err == nil {
-				err = errNoTarget
-			}
+		if err := getExisting(ctx, tx, escKey, &e); err != nil {
 			return err
 		}
-		if ok, err = getJSON(ctx, tx, taskKey, &t); err != nil || !ok {
-			if err == nil {
-				err = errNoTarget
-			}
+		if err := getExisting(ctx, tx, taskKey, &t); err != nil {
 			return err
 		}
 		if e.Routing == RoutingDelivered {

@@ -390,27 +390,17 @@ func (s *Server) CompleteConfirm(ctx context.Context, in *taskv1.CompleteConfirm
 			return errNoTarget
 		}
 		if c.Claim == "" && c.Attestation == in.GetAttestationId() {
-			ok, err = getJSON(ctx, tx, taskKey, &t)
-			if err == nil && !ok {
-				err = errNoTarget
-			}
-			return err // already completed: a retried CompleteConfirm
+			return getExisting(ctx, tx, taskKey, &t) // already completed: a retried CompleteConfirm
 		}
 		if c.Claim != in.GetClaimToken() {
 			return grpcerr.Conflict("claim-lost", "the CONFIRM claim was taken over; repeat the CONFIRM")
 		}
-		if ok, err = getJSON(ctx, tx, taskKey, &t); err != nil || !ok {
-			if err == nil {
-				err = errNoTarget
-			}
+		if err := getExisting(ctx, tx, taskKey, &t); err != nil {
 			return err
 		}
 		var e escalation
 		if escKey != "" {
-			if ok, err = getJSON(ctx, tx, escKey, &e); err != nil || !ok {
-				if err == nil {
-					err = errNoTarget
-				}
+			if err := getExisting(ctx, tx, escKey, &e); err != nil {
 				return err
 			}
 		}

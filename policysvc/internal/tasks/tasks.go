@@ -259,6 +259,16 @@ func getJSON(ctx context.Context, c redis.Cmdable, key string, v any) (bool, err
 	return true, json.Unmarshal(b, v)
 }
 
+// getExisting is getJSON for a record that must exist: a missing one is
+// errNoTarget (404 to the caller).
+func getExisting(ctx context.Context, c redis.Cmdable, key string, v any) error {
+	ok, err := getJSON(ctx, c, key, v)
+	if err == nil && !ok {
+		err = errNoTarget
+	}
+	return err
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
