@@ -6,14 +6,12 @@ package frontdoor
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -412,18 +410,9 @@ func newOutbound(cfg Config, tp trace.TracerProvider, log *slog.Logger) (*pipeli
 // sub-agent on another host), trusting the system roots plus caFile and
 // dialling through the outbound policy.
 func newPeerClient(caFile string, pol *outbound.Policy) (*client.Client, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("frontdoor: peer CA file: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("frontdoor: peer CA file %s holds no PEM certificate", caFile)
-		}
+	roots, err := outbound.RootCAs(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("frontdoor: peer %w", err)
 	}
 	return client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 8, DialContext: pol.DialContext})
 }

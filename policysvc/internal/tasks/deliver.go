@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -352,18 +351,9 @@ func reasonOf(body []byte) string {
 // outbound policy, which refuses internal addresses as they are
 // resolved.
 func deliveryClients(o Options, pol *outbound.Policy) (*http.Client, *client.Client, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ca_file: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("ca_file %s holds no PEM certificate", o.CAFile)
-		}
+	roots, err := outbound.RootCAs(o.CAFile)
+	if err != nil {
+		return nil, nil, err
 	}
 	hc := o.HTTPClient
 	if hc == nil {

@@ -28,7 +28,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,6 +44,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // The upstream failure names every external_service endpoint declares
@@ -182,18 +182,9 @@ func New(opts Options) (*Executor, error) {
 		return nil, err
 	}
 	opts.defaults()
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if opts.CAFile != "" {
-		pem, err := os.ReadFile(opts.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("upstream: CA file: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("upstream: CA file %s holds no PEM certificate", opts.CAFile)
-		}
+	roots, err := outbound.RootCAs(opts.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
