@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -27,7 +24,6 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
-	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 )
 
 // TestConformanceExtra checks over the wire the numbered conformance
@@ -1142,25 +1138,10 @@ func waitStatus(t *testing.T, c *Cluster, status int, req *agtp.Request) *agtp.R
 // its label must start with X- (core §6.1.9).
 func registerTier3(t *testing.T, c *Cluster, name string) string {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := genesis.Create(genesis.Template{
-		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
-		Scope: []string{"orders:read"}, TrustTier: genesis.TierExperimental, OrgLabel: name,
-	}, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
-	if err != nil {
-		t.Fatalf("register %s: %v", name, err)
-	}
-	return resp.GetAgent().GetAgentId()
+	tmpl := agentTemplate(name, "orders:read")
+	tmpl.TrustTier, tmpl.VerificationPath = genesis.TierExperimental, ""
+	g, _ := signGenesis(t, tmpl)
+	return c.registerGenesis(t, name, g)
 }
 
 // ordersBy counts the demo orders created by agent.

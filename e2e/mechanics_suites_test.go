@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/identitysvc/genesis"
-	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
 )
@@ -36,34 +34,18 @@ type portableAgent struct {
 
 func newPortableAgent(t *testing.T, name string, scopes ...string) *portableAgent {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := genesis.Create(genesis.Template{
-		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
-		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
-	}, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &portableAgent{key: priv, genesis: g.Bytes(), name: name}
+	g, priv := signGenesis(t, agentTemplate(name, scopes...))
+	return &portableAgent{key: priv, genesis: g, name: name}
 }
 
 // registerWith registers the agent with a suite.
 func (a *portableAgent) registerWith(t *testing.T, c *Cluster) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: a.genesis, Name: a.name, Activate: true})
-	if err != nil {
-		t.Fatalf("register %s: %v", a.name, err)
+	id := c.registerGenesis(t, a.name, a.genesis)
+	if a.id != "" && a.id != id {
+		t.Fatalf("%s has Agent-ID %s here and %s elsewhere", a.name, id, a.id)
 	}
-	if a.id != "" && a.id != resp.GetAgent().GetAgentId() {
-		t.Fatalf("%s has Agent-ID %s here and %s elsewhere", a.name, resp.GetAgent().GetAgentId(), a.id)
-	}
-	a.id = resp.GetAgent().GetAgentId()
+	a.id = id
 }
 
 // hook is an HTTPS receiver standing for a webhook: it answers the first

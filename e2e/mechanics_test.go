@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -15,36 +14,9 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/identitysvc/genesis"
-	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/jcs"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
-
-// registerAgentKey is registerAgent that also returns the agent's key,
-// which signs its delegation tokens.
-func (c *Cluster) registerAgentKey(t *testing.T, name string, scopes ...string) (string, ed25519.PrivateKey) {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := genesis.Create(genesis.Template{
-		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
-		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
-	}, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
-	if err != nil {
-		t.Fatalf("register %s: %v", name, err)
-	}
-	return resp.GetAgent().GetAgentId(), priv
-}
 
 // delegationToken signs the DELEGATE token of docs/mechanics.md.
 func delegationToken(t *testing.T, key ed25519.PrivateKey, delegator, delegatee string, scope []string, task string, exp time.Time) string {

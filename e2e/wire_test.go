@@ -99,29 +99,57 @@ func errorBody(t *testing.T, resp *agtp.Response) map[string]any {
 	return m
 }
 
-// registerAgent registers and activates a new agent with the given scopes
-// and returns its canonical Agent-ID.
-func (c *Cluster) registerAgent(t *testing.T, name string, scopes ...string) string {
+// agentTemplate is the Genesis template of a Tier 2 (org-asserted) test
+// agent holding scopes.
+func agentTemplate(name string, scopes ...string) genesis.Template {
+	return genesis.Template{
+		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
+	}
+}
+
+// signGenesis creates a Genesis from tmpl with a fresh key.
+func signGenesis(t *testing.T, tmpl genesis.Template) ([]byte, ed25519.PrivateKey) {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := genesis.Create(genesis.Template{
-		Owner: "e2e@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
-		Scope: scopes, TrustTier: genesis.TierOrgAsserted, VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
-	}, priv)
+	g, err := genesis.Create(tmpl, priv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g.Bytes(), priv
+}
+
+// registerGenesis registers and activates a Genesis with identitysvc and
+// returns its canonical Agent-ID.
+func (c *Cluster) registerGenesis(t *testing.T, name string, genesisJSON []byte) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+		&identityv1.RegisterGenesisRequest{GenesisJson: genesisJSON, Name: name, Activate: true})
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}
 	return resp.GetAgent().GetAgentId()
+}
+
+// registerAgent registers and activates a new Tier 2 agent with the given
+// scopes and returns its canonical Agent-ID.
+func (c *Cluster) registerAgent(t *testing.T, name string, scopes ...string) string {
+	t.Helper()
+	id, _ := c.registerAgentKey(t, name, scopes...)
+	return id
+}
+
+// registerAgentKey is registerAgent that also returns the agent's key,
+// which signs its delegation tokens.
+func (c *Cluster) registerAgentKey(t *testing.T, name string, scopes ...string) (string, ed25519.PrivateKey) {
+	t.Helper()
+	g, priv := signGenesis(t, agentTemplate(name, scopes...))
+	return c.registerGenesis(t, name, g), priv
 }
 
 // signingKeys fetches the JWKS from the front door's HTTPS side.
