@@ -343,6 +343,13 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	err := s.base.Run(ctx, tasks...)
+	s.closeClients()
+	return err
+}
+
+// closeClients closes the connections the front door dials: to the
+// internal services, to upstreams, to peer AGTP servers and to webhooks.
+func (s *Service) closeClients() {
 	for _, c := range s.conns {
 		_ = c.Close()
 	}
@@ -355,23 +362,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.outbound != nil {
 		_ = s.outbound.Webhooks.Close()
 	}
-	return err
 }
 
 // Close releases a front door that will not be run.
 func (s *Service) Close() error {
-	for _, c := range s.conns {
-		_ = c.Close()
-	}
-	if s.bindings != nil {
-		_ = s.bindings.Upstream.Close()
-	}
-	if s.peers != nil {
-		_ = s.peers.Close()
-	}
-	if s.outbound != nil {
-		_ = s.outbound.Webhooks.Close()
-	}
+	s.closeClients()
 	if s.transport != nil {
 		sctx, cancel := context.WithCancel(context.Background())
 		cancel()
