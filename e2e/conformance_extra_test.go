@@ -1144,10 +1144,11 @@ func registerTier3(t *testing.T, c *Cluster, name string) string {
 	return c.registerGenesis(t, name, g)
 }
 
-// ordersBy counts the demo orders created by agent.
-func ordersBy(t *testing.T, c *Cluster, agent string) int {
+// ordersBy counts the demo orders created by agent among the 100 newest
+// (headers are added to the QUERY).
+func ordersBy(t *testing.T, c *Cluster, agent string, headers ...string) int {
 	t.Helper()
-	r := c.roundTrip(t, request(t, "QUERY", "/orders?limit=100", agtp.HeaderAgentID, agent))
+	r := c.roundTrip(t, request(t, "QUERY", "/orders?limit=100", append([]string{agtp.HeaderAgentID, agent}, headers...)...))
 	var b struct {
 		Result struct {
 			Orders []struct {
@@ -1214,24 +1215,7 @@ func TestConformanceManifestPolicies(t *testing.T) {
 	t.Run("api 77: scope_required_for_invocation refuses a scope-gated call without Authority-Scope, with no side effect", func(t *testing.T) {
 		count := func() int {
 			t.Helper()
-			r := c.roundTrip(t, request(t, "QUERY", "/orders?limit=100", agtp.HeaderAgentID, buyer, agtp.HeaderAuthorityScope, "orders:read"))
-			var b struct {
-				Result struct {
-					Orders []struct {
-						CreatedBy string `json:"created_by"`
-					} `json:"orders"`
-				} `json:"result"`
-			}
-			if err := json.Unmarshal(r.Body, &b); err != nil || r.Status != 200 {
-				t.Fatalf("QUERY /orders with Authority-Scope = %d %s", r.Status, r.Body)
-			}
-			n := 0
-			for _, o := range b.Result.Orders {
-				if o.CreatedBy == buyer {
-					n++
-				}
-			}
-			return n
+			return ordersBy(t, c, buyer, agtp.HeaderAuthorityScope, "orders:read")
 		}
 		before := count()
 		create := func(headers ...string) *agtp.Response {
