@@ -174,6 +174,22 @@ type AbuseResult struct {
 	Outcomes map[string]uint64
 }
 
+// Count sums the outcomes whose description starts with any of prefixes.
+func (r *AbuseResult) Count(prefixes ...string) uint64 { return countOutcomes(r.Outcomes, prefixes) }
+
+func countOutcomes(outcomes map[string]uint64, prefixes []string) uint64 {
+	var n uint64
+	for k, v := range outcomes {
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				n += v
+				break
+			}
+		}
+	}
+	return n
+}
+
 // FormatOutcomes lists the outcomes, most frequent first.
 func (r *AbuseResult) FormatOutcomes() string {
 	type kv struct {
@@ -253,6 +269,14 @@ func (a *Abuser) Stop() *AbuseResult {
 	return &AbuseResult{Kind: a.cfg.Kind, Rate: a.cfg.Rate, Hold: a.cfg.Hold, Sources: a.cfg.Sources,
 		Elapsed: time.Since(a.start), Attempts: a.attempts.Load(), Skipped: a.skipped.Load(),
 		MaxHeld: a.maxHeld.Load(), Outcomes: maps.Clone(a.outcomes)}
+}
+
+// Count sums the outcomes so far whose description starts with any of
+// prefixes.
+func (a *Abuser) Count(prefixes ...string) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return countOutcomes(a.outcomes, prefixes)
 }
 
 // Held is the number of connections held now.
