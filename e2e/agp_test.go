@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -21,6 +22,8 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // agpClient is an HTTP-only agent: it speaks AGP over HTTPS with an API key.
@@ -357,6 +360,155 @@ func TestAGP(t *testing.T) {
 		rec, err := attribution.Verify(q.Header.Get(agtp.HeaderAttributionRecord), attribution.VerifyOptions{Keys: jwks})
 		if err != nil || !strings.Contains(string(head.Body), rec.Payload.PreviousAuditID) {
 			t.Fatalf("the AGTP record's previous_audit_id %v does not follow the AGP records' head %s (%v)", rec, head.Body, err)
+		}
+	})
+
+	t.Run("a revoked key is refused on the very next request", func(t *testing.T) {
+		// The operator's own watch shows each change leaving policysvc.
+		wctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		watch, err := keys.WatchKeyEvents(wctx, &agpv1.WatchKeyEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nextEvent := func(t *testing.T) *agpv1.WatchKeyEventsResponse {
+			t.Helper()
+			type res struct {
+				ev  *agpv1.WatchKeyEventsResponse
+				err error
+			}
+			ch := make(chan res, 1)
+			go func() { ev, err := watch.Recv(); ch <- res{ev, err} }()
+			select {
+			case r := <-ch:
+				if r.err != nil {
+					t.Fatalf("key watch: %v", r.err)
+				}
+				return r.ev
+			case <-time.After(2 * time.Second):
+				t.Fatal("no key event within 2s")
+			}
+			return nil
+		}
+		if first := nextEvent(t); !first.GetSubscribed() {
+			t.Fatalf("first watch message %v, want subscribed", first)
+		}
+		// The same stream over policysvc's REST gateway (client certificate
+		// required), one JSON object a line.
+		cert, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		restReq, err := http.NewRequestWithContext(wctx, "GET", "https://"+c.Procs["policysvc"].HTTPAddr+"/v1/agp/keys:watch", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restResp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{cert},
+		}}}).Do(restReq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer restResp.Body.Close()
+		restLines := bufio.NewScanner(restResp.Body)
+		// restEvent reads the next line: {"result": WatchKeyEventsResponse}.
+		restEvent := func(t *testing.T) (subscribed bool, change, keyID string) {
+			t.Helper()
+			ch := make(chan string, 1)
+			go func() {
+				if restLines.Scan() {
+					ch <- restLines.Text()
+				}
+				close(ch)
+			}()
+			var line string
+			select {
+			case line = <-ch:
+			case <-time.After(2 * time.Second):
+				t.Fatal("no line on the REST key watch within 2s")
+			}
+			var v struct {
+				Result struct {
+					Subscribed bool   `json:"subscribed"`
+					Change     string `json:"change"`
+					KeyID      string `json:"keyId"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatalf("REST watch line %q: %v", line, err)
+			}
+			return v.Result.Subscribed, v.Result.Change, v.Result.KeyID
+		}
+		if sub, _, _ := restEvent(t); restResp.StatusCode != 200 || !sub {
+			t.Fatalf("REST watch = %d, first message not subscribed", restResp.StatusCode)
+		}
+		var revoked []string
+		admin := anon.with(mint(buyer, "admin"))
+		for _, tc := range []struct {
+			name   string
+			revoke func(t *testing.T, id string)
+			// viaThisFrontDoor: the front door that revoked the key drops it
+			// itself; any other learns it from the watch.
+			viaThisFrontDoor bool
+		}{
+			{"revoked through policysvc, not through this front door", func(t *testing.T, id string) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, err := keys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: id}); err != nil {
+					t.Fatal(err)
+				}
+			}, false},
+			{"revoked through this front door's DELETE /keys/{id}", func(t *testing.T, id string) {
+				if res := admin.do("DELETE", "/keys/"+id, ""); res.status != 200 || res.json["revoked"] != true {
+					t.Fatalf("DELETE /keys/%s = %d %s", id, res.status, res.body)
+				}
+			}, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				created, err := keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "e2e revoke", AgentId: buyer, Scopes: full})
+				if err != nil {
+					t.Fatal(err)
+				}
+				id, k := created.GetKey().GetId(), anon.with(created.GetSecret())
+				// Used twice: the second answer comes from the front door's
+				// key cache, which before the watch kept a revoked key
+				// working for its whole TTL.
+				for range 2 {
+					if res := k.do("POST", "/agp/discover", `{"businessId":"orders"}`); res.status != 200 {
+						t.Fatalf("discover with a fresh key = %d %s", res.status, res.body)
+					}
+				}
+				start := time.Now()
+				tc.revoke(t, id)
+				var ev *agpv1.WatchKeyEventsResponse
+				if !tc.viaThisFrontDoor {
+					ev = nextEvent(t)
+					t.Logf("revocation to event on a watch: %v", time.Since(start))
+					applied := "key_id=" + id + " change=" + agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED.String()
+					testkit.WaitFor(t, 2*time.Second, "the front door to apply the revocation", func() bool {
+						return strings.Contains(c.Procs["frontdoor"].Logs(), applied)
+					})
+				}
+				res := k.do("POST", "/agp/discover", `{"businessId":"orders"}`)
+				agpError(t, res, 401, "UNAUTHORIZED")
+				t.Logf("revocation to refusal: %v", time.Since(start))
+				if ev == nil {
+					ev = nextEvent(t)
+				}
+				sum := sha256.Sum256([]byte(created.GetSecret()))
+				if ev.GetChange() != agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED || ev.GetKeyId() != id || ev.GetAgentId() != buyer ||
+					len(ev.GetKeySha256()) != 1 || ev.GetKeySha256()[0] != hex.EncodeToString(sum[:]) {
+					t.Fatalf("key event %v, want the revocation of %s", ev, id)
+				}
+				revoked = append(revoked, id)
+			})
+		}
+		for _, id := range revoked {
+			if sub, change, keyID := restEvent(t); sub || keyID != id || change != agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED.String() {
+				t.Errorf("REST watch: %s of %q, want the revocation of %s", change, keyID, id)
+			}
 		}
 	})
 

@@ -86,7 +86,8 @@ type Config struct {
 	// (docs/agp.md).
 	AGP bool
 	// AGPKeyCacheTTL is how long a resolved AGP API key is trusted before
-	// policysvc is asked again (a revoked key works this long at most).
+	// policysvc is asked again. Keys are cached only while the key watch is
+	// live, and a revocation evicts them at once: this is a safety net.
 	AGPKeyCacheTTL time.Duration
 }
 
@@ -144,7 +145,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PeerCAFile, "peer-ca", c.PeerCAFile, "extra CA roots for other AGTP servers (remote DELEGATE), PEM (env AGTP_PEER_CA_FILE)")
 	c.Outbound.BindFlags(fs)
 	fs.BoolVar(&c.AGP, "agp", c.AGP, "serve the Agent Gateway Protocol (/agp/...) on the HTTPS side (env AGTP_AGP)")
-	fs.DurationVar(&c.AGPKeyCacheTTL, "agp-key-cache-ttl", c.AGPKeyCacheTTL, "how long a resolved AGP API key is cached; a revoked key works this long at most (env AGTP_AGP_KEY_CACHE_TTL)")
+	fs.DurationVar(&c.AGPKeyCacheTTL, "agp-key-cache-ttl", c.AGPKeyCacheTTL, "how long a resolved AGP API key is cached at most; revocations evict it at once (env AGTP_AGP_KEY_CACHE_TTL)")
 }
 
 // ApplyEnv reads the front door's environment.

@@ -61,6 +61,7 @@ type Service struct {
 	bindings  *pipeline.Bindings
 	peers     *client.Client
 	outbound  *pipeline.Outbound
+	agp       *agp.Handler
 }
 
 // Option adjusts a front door being built.
@@ -216,10 +217,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 			if ttl == 0 {
 				ttl = -1 // zero configured: no cache
 			}
-			hopts.AGP = agp.New(agp.Options{
+			s.agp = agp.New(agp.Options{
 				ServerID: cfg.ServerID, Pipeline: s.pipeline, Catalog: s.catalog,
 				Keys: agpv1.NewAgpServiceClient(policyConn), KeyCacheTTL: ttl, MaxBody: cfg.Limits.MaxBody, Log: base.Log,
 			})
+			hopts.AGP = s.agp
 		}
 		h, err := httpsapi.Handler(ctx, hopts)
 		if err != nil {
@@ -323,6 +325,9 @@ func (s *Service) Run(ctx context.Context) error {
 		},
 		s.agents.Watch,
 		s.transport.Serve,
+	}
+	if s.agp != nil {
+		tasks = append(tasks, s.agp.WatchKeys)
 	}
 	if s.https != nil {
 		tasks = append(tasks, func(ctx context.Context) error {

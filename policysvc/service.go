@@ -33,6 +33,7 @@ type Service struct {
 	base *kit.Base
 	srv  *server.Server
 	task *tasks.Server
+	agp  *agp.Server
 }
 
 // New provisions policysvc from a configuration; nothing listens on failure.
@@ -76,11 +77,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	agpv1.RegisterAgpServiceServer(base.Server.GRPC(), agpsrv)
 	base.Server.Register(AGPHealthName, agpv1.RegisterAgpServiceHandler)
-	return &Service{base: base, srv: srv, task: tasksrv}, nil
+	return &Service{base: base, srv: srv, task: tasksrv, agp: agpsrv}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
-func (s *Service) Run(ctx context.Context) error { return s.base.Run(ctx, s.srv.Run, s.task.Run) }
+func (s *Service) Run(ctx context.Context) error {
+	return s.base.Run(ctx, s.srv.Run, s.task.Run, s.agp.Run)
+}
 
 // GRPCAddr is the bound gRPC address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }

@@ -1,6 +1,7 @@
 // Package agpkey defines AGP API key secrets (docs/agp.md): how they are
 // minted and how they are stored and looked up, by their SHA-256. Shared by
-// policysvc, the front door and the tools that import keys.
+// policysvc, the front door and the tools that import keys. Follow keeps a
+// cache of resolved keys in step with policysvc's key changes.
 package agpkey
 
 import (

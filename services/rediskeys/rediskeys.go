@@ -251,6 +251,13 @@ func AGPKey(secretSHA256 string) string { return Prefix + "{agpkeys}:key:" + sec
 // AGPKeyIndex maps an API key's id to the SHA-256 of its secret (a hash).
 const AGPKeyIndex = Prefix + "{agpkeys}:index"
 
+// AGPKeyEvents is the pub/sub channel of API key changes (revocations and
+// replacements): every policysvc replica subscribes and streams them to
+// its WatchKeyEvents watchers. A channel is not a key, so classic pub/sub
+// reaches every node of a Redis Cluster; the change and its PUBLISH run in
+// one script on the {agpkeys} slot.
+const AGPKeyEvents = Prefix + "events:agpkeys"
+
 // AGPConfirmation is an execute confirmation token of one caller (a hash:
 // business, request, expires), under the caller's tag so one script checks
 // and consumes it. token is a server-minted UUID, checked before use.

@@ -81,7 +81,9 @@ type Options struct {
 	// Keys is policysvc's AgpService.
 	Keys agpv1.AgpServiceClient
 	// KeyCacheTTL is how long a resolved API key is trusted without asking
-	// policysvc again (default 10s; negative disables the cache).
+	// policysvc again (default 10s; negative disables the cache). Keys are
+	// cached only while WatchKeys runs and its stream is live; a change
+	// evicts them at once, so this is only a safety net.
 	KeyCacheTTL time.Duration
 	// MaxBody bounds a request body (default 1 MiB).
 	MaxBody int64

@@ -190,24 +190,72 @@ func TestPresentedKey(t *testing.T) {
 }
 
 func TestKeyCache(t *testing.T) {
-	c := &keyCache{ttl: 50 * time.Millisecond, max: 2}
 	k := &agpv1.ApiKey{Id: "k1"}
-	c.put("h1", k)
-	if c.get("h1") != k {
-		t.Fatal("cached key not found")
+	live := func() *keyCache { c := &keyCache{ttl: time.Minute, max: 2}; c.reset(true); return c }
+	for _, tc := range []struct {
+		name   string
+		run    func(c *keyCache)
+		cached bool
+	}{
+		{"kept while the watch is live", func(c *keyCache) { c.put(c.generation(), "h1", k) }, true},
+		{"not kept while the watch is down", func(c *keyCache) {
+			c.reset(false)
+			c.put(c.generation(), "h1", k)
+		}, false},
+		{"evicted by hash", func(c *keyCache) {
+			c.put(c.generation(), "h1", k)
+			c.evict("", "h1")
+		}, false},
+		{"evicted by key id", func(c *keyCache) {
+			c.put(c.generation(), "h1", k)
+			c.evict("k1")
+		}, false},
+		{"another key's change leaves it", func(c *keyCache) {
+			c.put(c.generation(), "h1", k)
+			c.evict("k2", "h2")
+		}, true},
+		{"dropped when the watch breaks", func(c *keyCache) {
+			c.put(c.generation(), "h1", k)
+			c.reset(false)
+			c.reset(true)
+		}, false},
+		{"a lookup that raced a change is not put back", func(c *keyCache) {
+			gen := c.generation() // lookup starts
+			c.evict("k1", "h1")   // the revocation arrives first
+			c.put(gen, "h1", k)   // the lookup's stale answer
+		}, false},
+		{"a lookup that raced a reconnect is not put back", func(c *keyCache) {
+			gen := c.generation()
+			c.reset(false)
+			c.reset(true)
+			c.put(gen, "h1", k)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := live()
+			tc.run(c)
+			if got := c.get("h1") != nil; got != tc.cached {
+				t.Errorf("cached = %v, want %v", got, tc.cached)
+			}
+		})
 	}
+
+	c := &keyCache{ttl: 50 * time.Millisecond, max: 2}
+	c.reset(true)
+	c.put(c.generation(), "h1", k)
 	time.Sleep(60 * time.Millisecond)
 	if c.get("h1") != nil {
-		t.Error("expired entry still served: a revoked key would work past the TTL")
+		t.Error("expired entry still served: the TTL is the safety net")
 	}
-	c.put("a", k)
-	c.put("b", k)
-	c.put("c", k)
+	for _, h := range []string{"a", "b", "c"} {
+		c.put(c.generation(), h, k)
+	}
 	if len(c.m) > 2 {
 		t.Errorf("cache grew to %d entries past its bound 2", len(c.m))
 	}
 	off := &keyCache{ttl: -1, max: 2}
-	off.put("h", k)
+	off.reset(true)
+	off.put(off.generation(), "h", k)
 	if off.get("h") != nil {
 		t.Error("a disabled cache served a key")
 	}

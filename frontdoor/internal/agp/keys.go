@@ -52,15 +52,26 @@ func hasScope(k *agpv1.ApiKey, scope string) bool {
 	return slices.Contains(k.GetScopes(), scope) || slices.Contains(k.GetScopes(), "*")
 }
 
-// keyCache remembers resolved keys for a short time, so an AGP request
-// costs no extra hop to policysvc in the steady state. A revoked key stops
-// working here within the cache lifetime. Unknown keys are not cached:
-// they are refused after a lookup every time.
+// keyCache remembers resolved keys, so an AGP request costs no extra hop
+// to policysvc in the steady state. It keeps entries only while policysvc's
+// WatchKeyEvents stream is live (WatchKeys): a revoked or replaced key is
+// evicted as soon as its change arrives, and when the stream breaks the
+// whole cache is dropped and nothing is cached until it is back, so a
+// missed change cannot keep a revoked key working. The TTL is a safety net
+// on top. Unknown keys are not cached: they are refused after a lookup
+// every time.
 type keyCache struct {
 	ttl time.Duration
 	max int
 	mu  sync.Mutex
 	m   map[string]cachedKey
+	// watching is true while the key watch is live.
+	watching bool
+	// gen changes on every eviction and reset. A lookup remembers it
+	// before asking policysvc and its answer is kept only if it has not
+	// changed, so a key revoked while its lookup was in flight is not put
+	// back after the eviction.
+	gen uint64
 }
 
 type cachedKey struct {
@@ -85,18 +96,75 @@ func (c *keyCache) get(hash string) *agpv1.ApiKey {
 	return e.key
 }
 
-func (c *keyCache) put(hash string, k *agpv1.ApiKey) {
+// generation is taken before a lookup and handed to put.
+func (c *keyCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// put keeps a lookup's answer, unless the watch is down or a change
+// arrived since the lookup began (gen).
+func (c *keyCache) put(gen uint64, hash string, k *agpv1.ApiKey) {
 	if c.ttl <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.watching || gen != c.gen {
+		return
+	}
 	if c.m == nil || len(c.m) >= c.max {
 		// Bounded: start over rather than track recency; the next
 		// requests refill it with one lookup each.
 		c.m = map[string]cachedKey{}
 	}
 	c.m[hash] = cachedKey{key: k, expires: time.Now().Add(c.ttl)}
+}
+
+// evict drops the entries of a changed key: by the secrets' hashes the
+// change names, and any entry of the same key id.
+func (c *keyCache) evict(id string, hashes ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for _, h := range hashes {
+		delete(c.m, h)
+	}
+	if id == "" {
+		return
+	}
+	for h, e := range c.m {
+		if e.key.GetId() == id {
+			delete(c.m, h)
+		}
+	}
+}
+
+// reset drops every entry and records whether the watch is live.
+func (c *keyCache) reset(watching bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.m = nil
+	c.watching = watching
+}
+
+// WatchKeys follows policysvc's key changes until ctx is done, evicting
+// each changed key from the cache; while the watch is down the cache is
+// empty and every request asks policysvc.
+func (h *Handler) WatchKeys(ctx context.Context) error {
+	agpkey.Follow(ctx, h.o.Keys, h.o.Log, agpkey.Watcher{
+		Subscribed:  func() { h.keys.reset(true) },
+		Interrupted: func() { h.keys.reset(false) },
+		Changed: func(ev *agpv1.WatchKeyEventsResponse) {
+			h.keys.evict(ev.GetKeyId(), ev.GetKeySha256()...)
+			// Info: changes are rare, and an operator revoking a key
+			// wants to see it reach every front door.
+			h.o.Log.Info("agp key change applied; cached key dropped", "key_id", ev.GetKeyId(), "change", ev.GetChange().String())
+		},
+	})
+	return nil
 }
 
 // authResult is the outcome of authenticating a request.
@@ -124,6 +192,7 @@ func (h *Handler) authenticate(ctx context.Context, r *http.Request) authResult 
 	if key := h.keys.get(hash); key != nil {
 		return authResult{key: key}
 	}
+	gen := h.keys.generation()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	out, err := h.o.Keys.ResolveApiKey(ctx, &agpv1.ResolveApiKeyRequest{KeySha256: hash})
@@ -134,7 +203,7 @@ func (h *Handler) authenticate(ctx context.Context, r *http.Request) authResult 
 		h.o.Log.WarnContext(ctx, "agp key store unavailable", "error", err)
 		return authResult{err: &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Error: "Service unavailable", Message: "API keys cannot be checked right now; retry shortly."}}
 	}
-	h.keys.put(hash, out.GetKey())
+	h.keys.put(gen, hash, out.GetKey())
 	return authResult{key: out.GetKey()}
 }
 
@@ -248,6 +317,9 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 		c.rpcError(err)
 		return
 	}
+	// This front door does not wait for the change to come back through
+	// the watch: the revoker's next request is already refused.
+	h.keys.evict(r.PathValue("id"))
 	c.writeDirect(http.StatusOK, map[string]any{"id": r.PathValue("id"), "revoked": true})
 }
 

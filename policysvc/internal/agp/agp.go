@@ -1,5 +1,6 @@
 // Package agp keeps the state of the Agent Gateway Protocol binding
-// (docs/agp.md): API keys stored by the SHA-256 of their secret, execute
+// (docs/agp.md): API keys stored by the SHA-256 of their secret, with
+// every revocation or replacement streamed to the front doors, execute
 // confirmation tokens (AGP §8) consumed atomically in Redis, and
 // transaction records (AGP §6.5) keyed by their owner. It implements
 // agtp.agp.v1.AgpService. Policy, rate limits and idempotency of AGP
@@ -66,6 +67,9 @@ type Options struct {
 	ConfirmationTTL time.Duration
 	// TransactionTTL is how long a transaction record is kept (default 7 days).
 	TransactionTTL time.Duration
+	// WatchBuffer is how many key changes a WatchKeyEvents stream may fall
+	// behind before it is ended (default 256).
+	WatchBuffer int
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -82,6 +86,9 @@ func (o *Options) defaults() {
 	}
 	if o.TransactionTTL <= 0 {
 		o.TransactionTTL = 7 * 24 * time.Hour
+	}
+	if o.WatchBuffer <= 0 {
+		o.WatchBuffer = 256
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -120,6 +127,7 @@ type Server struct {
 	rdb  redis.UniversalClient
 	log  *slog.Logger
 	opts Options
+	hub  *hub
 }
 
 var _ agpv1.AgpServiceServer = (*Server)(nil)
@@ -136,7 +144,7 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{rdb: rdb, log: log, opts: opts}, nil
+	return &Server{rdb: rdb, log: log, opts: opts, hub: newHub(rdb, log, opts.WatchBuffer)}, nil
 }
 
 func storeErr(op string, err error) error {
@@ -259,8 +267,58 @@ func (s *Server) ImportApiKey(ctx context.Context, in *agpv1.ImportApiKeyRequest
 	return &agpv1.ImportApiKeyResponse{Key: k}, nil
 }
 
-// store writes a key record and its index entry in one transaction,
-// replacing an earlier key with the same id.
+// storeScript writes a key record and its index entry, replacing the
+// key with the same id, and publishes the replacement (if any) in the same
+// step, so a committed change is never left unannounced. It applies only
+// if the id still maps to the hash the caller read (ARGV[2], "" for none):
+// the caller built the event from it.
+//
+// KEYS[1] index, KEYS[2] the new record, KEYS[3] the replaced record (or
+// KEYS[2] again); ARGV[1] id, ARGV[2] expected old hash, ARGV[3] new hash,
+// ARGV[4] channel, ARGV[5] event ("" to publish nothing), ARGV[6..] the
+// record's fields and values.
+var storeScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if cur ~= ARGV[2] then return 'retry' end
+local owner = redis.call('HGET', KEYS[2], 'id')
+if owner and owner ~= ARGV[1] then return 'conflict' end
+if KEYS[3] ~= KEYS[2] then redis.call('DEL', KEYS[3]) end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], unpack(ARGV, 6))
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return 'ok'
+`)
+
+// revokeScript deletes a key and publishes the revocation in one step,
+// if the id still maps to the hash the caller read.
+//
+// KEYS[1] index, KEYS[2] the record; ARGV[1] id, ARGV[2] hash, ARGV[3]
+// channel, ARGV[4] event.
+var revokeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`)
+
+// casAttempts bounds the retries of a key change that lost a race with a
+// concurrent change of the same id.
+const casAttempts = 8
+
+// event encodes a key change for rediskeys.AGPKeyEvents.
+func (s *Server) event(change agpv1.ApiKeyChange, id, agentID string, hashes ...string) (string, error) {
+	b, err := proto.Marshal(&agpv1.WatchKeyEventsResponse{
+		Change: change, KeyId: id, AgentId: agentID, KeySha256: hashes,
+		ChangedAt: timestamppb.New(s.opts.Now().UTC().Truncate(time.Millisecond)),
+	})
+	return string(b), err
+}
+
+// store writes a key record and its index entry in one step, replacing an
+// earlier key with the same id; a replacement is announced to every
+// WatchKeyEvents watcher.
 func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []string, hash string) (*agpv1.ApiKey, error) {
 	if err := checkAgent(agentID); err != nil {
 		return nil, err
@@ -273,34 +331,40 @@ func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []
 		return nil, err
 	}
 	k := &agpv1.ApiKey{Id: id, Label: label, AgentId: agentID, Scopes: sc, CreatedAt: timestamppb.New(s.opts.Now().UTC().Truncate(time.Millisecond))}
-	err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		old, err := tx.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
+	for range casAttempts {
+		old, err := s.rdb.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return err
+			return nil, storeErr("store key", err)
 		}
-		owner, err := tx.HGet(ctx, rediskeys.AGPKey(hash), fieldID).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-		if owner != "" && owner != id {
-			return grpcerr.Conflict("api-key-exists", "another key already has this secret")
-		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			if old != "" && old != hash {
-				p.Del(ctx, rediskeys.AGPKey(old))
+		oldKey, ev := rediskeys.AGPKey(hash), ""
+		if old != "" {
+			oldKey = rediskeys.AGPKey(old)
+			prev, err := s.rdb.HGet(ctx, oldKey, fieldAgent).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, storeErr("store key", err)
 			}
-			p.Del(ctx, rediskeys.AGPKey(hash))
-			p.HSet(ctx, rediskeys.AGPKey(hash), keyFields(k)...)
-			p.HSet(ctx, rediskeys.AGPKeyIndex, id, hash)
-			return nil
-		})
-		return err
-	}, rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash))
-	if err != nil {
-		return nil, storeErr("store key", err)
+			hashes := []string{old}
+			if old != hash {
+				hashes = append(hashes, hash)
+			}
+			if ev, err = s.event(agpv1.ApiKeyChange_API_KEY_CHANGE_REPLACED, id, prev, hashes...); err != nil {
+				return nil, grpcerr.Internal(err)
+			}
+		}
+		args := append([]any{id, old, hash, rediskeys.AGPKeyEvents, ev}, keyFields(k)...)
+		res, err := storeScript.Run(ctx, s.rdb, []string{rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash), oldKey}, args...).Text()
+		if err != nil {
+			return nil, storeErr("store key", err)
+		}
+		switch res {
+		case "conflict":
+			return nil, grpcerr.Conflict("api-key-exists", "another key already has this secret")
+		case "ok":
+			s.log.InfoContext(ctx, "agp api key stored", "key_id", id, "agent_id", agentID, "scopes", sc, "replaced", old != "")
+			return k, nil
+		}
 	}
-	s.log.InfoContext(ctx, "agp api key stored", "key_id", id, "agent_id", agentID, "scopes", sc)
-	return k, nil
+	return nil, grpcerr.Conflict("api-key-busy", "the key is being changed concurrently; retry")
 }
 
 // ListApiKeys lists keys, oldest first.
@@ -340,33 +404,39 @@ func (s *Server) ListApiKeys(ctx context.Context, in *agpv1.ListApiKeysRequest) 
 	return out, nil
 }
 
-// RevokeApiKey deletes a key; it stops authenticating at once here, and
-// within the front doors' key cache lifetime there.
+// RevokeApiKey deletes a key and announces it to every WatchKeyEvents
+// watcher, so front doors drop it from their caches at once.
 func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest) (*agpv1.RevokeApiKeyResponse, error) {
 	id := in.GetId()
 	if id == "" || len(id) > maxKeyID {
 		return nil, grpcerr.InvalidArgument("invalid-key-id", "id is required")
 	}
-	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		hash, err := tx.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
+	for range casAttempts {
+		hash, err := s.rdb.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
 		if errors.Is(err, redis.Nil) {
-			return grpcerr.NotFound("api-key-not-found", "no API key has this id")
+			return nil, grpcerr.NotFound("api-key-not-found", "no API key has this id")
 		}
 		if err != nil {
-			return err
+			return nil, storeErr("revoke key", err)
 		}
-		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, rediskeys.AGPKey(hash))
-			p.HDel(ctx, rediskeys.AGPKeyIndex, id)
-			return nil
-		})
-		return err
-	}, rediskeys.AGPKeyIndex)
-	if err != nil {
-		return nil, storeErr("revoke key", err)
+		agentID, err := s.rdb.HGet(ctx, rediskeys.AGPKey(hash), fieldAgent).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, storeErr("revoke key", err)
+		}
+		ev, err := s.event(agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED, id, agentID, hash)
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		done, err := revokeScript.Run(ctx, s.rdb, []string{rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash)}, id, hash, rediskeys.AGPKeyEvents, ev).Int()
+		if err != nil {
+			return nil, storeErr("revoke key", err)
+		}
+		if done == 1 {
+			s.log.InfoContext(ctx, "agp api key revoked", "key_id", id, "agent_id", agentID)
+			return &agpv1.RevokeApiKeyResponse{}, nil
+		}
 	}
-	s.log.InfoContext(ctx, "agp api key revoked", "key_id", id)
-	return &agpv1.RevokeApiKeyResponse{}, nil
+	return nil, grpcerr.Conflict("api-key-busy", "the key is being changed concurrently; retry")
 }
 
 // ResolveApiKey finds a key by the hash of its secret.

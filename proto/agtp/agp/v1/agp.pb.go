@@ -22,6 +22,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ApiKeyChange is what happened to a stored key.
+type ApiKeyChange int32
+
+const (
+	ApiKeyChange_API_KEY_CHANGE_UNSPECIFIED ApiKeyChange = 0
+	// RevokeApiKey deleted the key: its secret no longer authenticates.
+	ApiKeyChange_API_KEY_CHANGE_REVOKED ApiKeyChange = 1
+	// ImportApiKey replaced the key with the same id: the old secret no
+	// longer authenticates, and the new one may map to another agent or
+	// other scopes.
+	ApiKeyChange_API_KEY_CHANGE_REPLACED ApiKeyChange = 2
+)
+
+// Enum value maps for ApiKeyChange.
+var (
+	ApiKeyChange_name = map[int32]string{
+		0: "API_KEY_CHANGE_UNSPECIFIED",
+		1: "API_KEY_CHANGE_REVOKED",
+		2: "API_KEY_CHANGE_REPLACED",
+	}
+	ApiKeyChange_value = map[string]int32{
+		"API_KEY_CHANGE_UNSPECIFIED": 0,
+		"API_KEY_CHANGE_REVOKED":     1,
+		"API_KEY_CHANGE_REPLACED":    2,
+	}
+)
+
+func (x ApiKeyChange) Enum() *ApiKeyChange {
+	p := new(ApiKeyChange)
+	*p = x
+	return p
+}
+
+func (x ApiKeyChange) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ApiKeyChange) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_agp_v1_agp_proto_enumTypes[0].Descriptor()
+}
+
+func (ApiKeyChange) Type() protoreflect.EnumType {
+	return &file_agtp_agp_v1_agp_proto_enumTypes[0]
+}
+
+func (x ApiKeyChange) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ApiKeyChange.Descriptor instead.
+func (ApiKeyChange) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{0}
+}
+
 // ApiKey is a stored key, without its secret.
 type ApiKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -510,6 +564,134 @@ func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{8}
 }
 
+// WatchKeyEventsRequest starts a watch.
+type WatchKeyEventsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchKeyEventsRequest) Reset() {
+	*x = WatchKeyEventsRequest{}
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchKeyEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchKeyEventsRequest) ProtoMessage() {}
+
+func (x *WatchKeyEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchKeyEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchKeyEventsRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{9}
+}
+
+// WatchKeyEventsResponse is the stream's confirmation or one key change.
+type WatchKeyEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set on the first message of a stream only, which carries nothing
+	// else: the watch is live from here on.
+	Subscribed bool         `protobuf:"varint,1,opt,name=subscribed,proto3" json:"subscribed,omitempty"`
+	Change     ApiKeyChange `protobuf:"varint,2,opt,name=change,proto3,enum=agtp.agp.v1.ApiKeyChange" json:"change,omitempty"`
+	KeyId      string       `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// The Agent-ID the key authenticated as before the change.
+	AgentId string `protobuf:"bytes,4,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// The SHA-256 (64 lowercase hex) of every secret whose earlier
+	// ResolveApiKey answer is stale: the deleted or replaced secret, and on
+	// a replacement the new one too.
+	KeySha256     []string               `protobuf:"bytes,5,rep,name=key_sha256,json=keySha256,proto3" json:"key_sha256,omitempty"`
+	ChangedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchKeyEventsResponse) Reset() {
+	*x = WatchKeyEventsResponse{}
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchKeyEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchKeyEventsResponse) ProtoMessage() {}
+
+func (x *WatchKeyEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchKeyEventsResponse.ProtoReflect.Descriptor instead.
+func (*WatchKeyEventsResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchKeyEventsResponse) GetSubscribed() bool {
+	if x != nil {
+		return x.Subscribed
+	}
+	return false
+}
+
+func (x *WatchKeyEventsResponse) GetChange() ApiKeyChange {
+	if x != nil {
+		return x.Change
+	}
+	return ApiKeyChange_API_KEY_CHANGE_UNSPECIFIED
+}
+
+func (x *WatchKeyEventsResponse) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *WatchKeyEventsResponse) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *WatchKeyEventsResponse) GetKeySha256() []string {
+	if x != nil {
+		return x.KeySha256
+	}
+	return nil
+}
+
+func (x *WatchKeyEventsResponse) GetChangedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangedAt
+	}
+	return nil
+}
+
 // ResolveApiKeyRequest carries the SHA-256 of a presented secret; the
 // secret itself never leaves the front door.
 type ResolveApiKeyRequest struct {
@@ -521,7 +703,7 @@ type ResolveApiKeyRequest struct {
 
 func (x *ResolveApiKeyRequest) Reset() {
 	*x = ResolveApiKeyRequest{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[9]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +715,7 @@ func (x *ResolveApiKeyRequest) String() string {
 func (*ResolveApiKeyRequest) ProtoMessage() {}
 
 func (x *ResolveApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[9]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +728,7 @@ func (x *ResolveApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*ResolveApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{9}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolveApiKeyRequest) GetKeySha256() string {
@@ -566,7 +748,7 @@ type ResolveApiKeyResponse struct {
 
 func (x *ResolveApiKeyResponse) Reset() {
 	*x = ResolveApiKeyResponse{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[10]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +760,7 @@ func (x *ResolveApiKeyResponse) String() string {
 func (*ResolveApiKeyResponse) ProtoMessage() {}
 
 func (x *ResolveApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[10]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +773,7 @@ func (x *ResolveApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*ResolveApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{10}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolveApiKeyResponse) GetKey() *ApiKey {
@@ -614,7 +796,7 @@ type IssueConfirmationRequest struct {
 
 func (x *IssueConfirmationRequest) Reset() {
 	*x = IssueConfirmationRequest{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[11]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +808,7 @@ func (x *IssueConfirmationRequest) String() string {
 func (*IssueConfirmationRequest) ProtoMessage() {}
 
 func (x *IssueConfirmationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[11]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +821,7 @@ func (x *IssueConfirmationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueConfirmationRequest.ProtoReflect.Descriptor instead.
 func (*IssueConfirmationRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{11}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IssueConfirmationRequest) GetAgentId() string {
@@ -676,7 +858,7 @@ type IssueConfirmationResponse struct {
 
 func (x *IssueConfirmationResponse) Reset() {
 	*x = IssueConfirmationResponse{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[12]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +870,7 @@ func (x *IssueConfirmationResponse) String() string {
 func (*IssueConfirmationResponse) ProtoMessage() {}
 
 func (x *IssueConfirmationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[12]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +883,7 @@ func (x *IssueConfirmationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueConfirmationResponse.ProtoReflect.Descriptor instead.
 func (*IssueConfirmationResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{12}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IssueConfirmationResponse) GetToken() string {
@@ -743,7 +925,7 @@ type ConsumeConfirmationRequest struct {
 
 func (x *ConsumeConfirmationRequest) Reset() {
 	*x = ConsumeConfirmationRequest{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[13]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +937,7 @@ func (x *ConsumeConfirmationRequest) String() string {
 func (*ConsumeConfirmationRequest) ProtoMessage() {}
 
 func (x *ConsumeConfirmationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[13]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +950,7 @@ func (x *ConsumeConfirmationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeConfirmationRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeConfirmationRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{13}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConsumeConfirmationRequest) GetAgentId() string {
@@ -829,7 +1011,7 @@ type ConsumeConfirmationResponse struct {
 
 func (x *ConsumeConfirmationResponse) Reset() {
 	*x = ConsumeConfirmationResponse{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[14]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1023,7 @@ func (x *ConsumeConfirmationResponse) String() string {
 func (*ConsumeConfirmationResponse) ProtoMessage() {}
 
 func (x *ConsumeConfirmationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[14]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1036,7 @@ func (x *ConsumeConfirmationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeConfirmationResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeConfirmationResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{14}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConsumeConfirmationResponse) GetAllowed() bool {
@@ -913,7 +1095,7 @@ type Transaction struct {
 
 func (x *Transaction) Reset() {
 	*x = Transaction{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[15]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1107,7 @@ func (x *Transaction) String() string {
 func (*Transaction) ProtoMessage() {}
 
 func (x *Transaction) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[15]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1120,7 @@ func (x *Transaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction.ProtoReflect.Descriptor instead.
 func (*Transaction) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{15}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Transaction) GetId() string {
@@ -1035,7 +1217,7 @@ type PutTransactionRequest struct {
 
 func (x *PutTransactionRequest) Reset() {
 	*x = PutTransactionRequest{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[16]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1229,7 @@ func (x *PutTransactionRequest) String() string {
 func (*PutTransactionRequest) ProtoMessage() {}
 
 func (x *PutTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[16]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1242,7 @@ func (x *PutTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutTransactionRequest.ProtoReflect.Descriptor instead.
 func (*PutTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{16}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutTransactionRequest) GetTransaction() *Transaction {
@@ -1079,7 +1261,7 @@ type PutTransactionResponse struct {
 
 func (x *PutTransactionResponse) Reset() {
 	*x = PutTransactionResponse{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[17]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1273,7 @@ func (x *PutTransactionResponse) String() string {
 func (*PutTransactionResponse) ProtoMessage() {}
 
 func (x *PutTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[17]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1286,7 @@ func (x *PutTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutTransactionResponse.ProtoReflect.Descriptor instead.
 func (*PutTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{17}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{19}
 }
 
 // GetTransactionRequest looks a record up for its owner.
@@ -1118,7 +1300,7 @@ type GetTransactionRequest struct {
 
 func (x *GetTransactionRequest) Reset() {
 	*x = GetTransactionRequest{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[18]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1312,7 @@ func (x *GetTransactionRequest) String() string {
 func (*GetTransactionRequest) ProtoMessage() {}
 
 func (x *GetTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[18]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1325,7 @@ func (x *GetTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransactionRequest.ProtoReflect.Descriptor instead.
 func (*GetTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{18}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetTransactionRequest) GetAgentId() string {
@@ -1170,7 +1352,7 @@ type GetTransactionResponse struct {
 
 func (x *GetTransactionResponse) Reset() {
 	*x = GetTransactionResponse{}
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[19]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1364,7 @@ func (x *GetTransactionResponse) String() string {
 func (*GetTransactionResponse) ProtoMessage() {}
 
 func (x *GetTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_agp_v1_agp_proto_msgTypes[19]
+	mi := &file_agtp_agp_v1_agp_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1377,7 @@ func (x *GetTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransactionResponse.ProtoReflect.Descriptor instead.
 func (*GetTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{19}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTransactionResponse) GetTransaction() *Transaction {
@@ -1239,7 +1421,19 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x13.agtp.agp.v1.ApiKeyR\x04keys\"%\n" +
 	"\x13RevokeApiKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
-	"\x14RevokeApiKeyResponse\"5\n" +
+	"\x14RevokeApiKeyResponse\"\x17\n" +
+	"\x15WatchKeyEventsRequest\"\xf7\x01\n" +
+	"\x16WatchKeyEventsResponse\x12\x1e\n" +
+	"\n" +
+	"subscribed\x18\x01 \x01(\bR\n" +
+	"subscribed\x121\n" +
+	"\x06change\x18\x02 \x01(\x0e2\x19.agtp.agp.v1.ApiKeyChangeR\x06change\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x19\n" +
+	"\bagent_id\x18\x04 \x01(\tR\aagentId\x12\x1d\n" +
+	"\n" +
+	"key_sha256\x18\x05 \x03(\tR\tkeySha256\x129\n" +
+	"\n" +
+	"changed_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\"5\n" +
 	"\x14ResolveApiKeyRequest\x12\x1d\n" +
 	"\n" +
 	"key_sha256\x18\x01 \x01(\tR\tkeySha256\">\n" +
@@ -1295,13 +1489,18 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"T\n" +
 	"\x16GetTransactionResponse\x12:\n" +
-	"\vtransaction\x18\x01 \x01(\v2\x18.agtp.agp.v1.TransactionR\vtransaction2\xb9\x06\n" +
+	"\vtransaction\x18\x01 \x01(\v2\x18.agtp.agp.v1.TransactionR\vtransaction*g\n" +
+	"\fApiKeyChange\x12\x1e\n" +
+	"\x1aAPI_KEY_CHANGE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16API_KEY_CHANGE_REVOKED\x10\x01\x12\x1b\n" +
+	"\x17API_KEY_CHANGE_REPLACED\x10\x022\x96\a\n" +
 	"\n" +
 	"AgpService\x12S\n" +
 	"\fCreateApiKey\x12 .agtp.agp.v1.CreateApiKeyRequest\x1a!.agtp.agp.v1.CreateApiKeyResponse\x12S\n" +
 	"\fImportApiKey\x12 .agtp.agp.v1.ImportApiKeyRequest\x1a!.agtp.agp.v1.ImportApiKeyResponse\x12P\n" +
 	"\vListApiKeys\x12\x1f.agtp.agp.v1.ListApiKeysRequest\x1a .agtp.agp.v1.ListApiKeysResponse\x12S\n" +
-	"\fRevokeApiKey\x12 .agtp.agp.v1.RevokeApiKeyRequest\x1a!.agtp.agp.v1.RevokeApiKeyResponse\x12V\n" +
+	"\fRevokeApiKey\x12 .agtp.agp.v1.RevokeApiKeyRequest\x1a!.agtp.agp.v1.RevokeApiKeyResponse\x12[\n" +
+	"\x0eWatchKeyEvents\x12\".agtp.agp.v1.WatchKeyEventsRequest\x1a#.agtp.agp.v1.WatchKeyEventsResponse0\x01\x12V\n" +
 	"\rResolveApiKey\x12!.agtp.agp.v1.ResolveApiKeyRequest\x1a\".agtp.agp.v1.ResolveApiKeyResponse\x12b\n" +
 	"\x11IssueConfirmation\x12%.agtp.agp.v1.IssueConfirmationRequest\x1a&.agtp.agp.v1.IssueConfirmationResponse\x12h\n" +
 	"\x13ConsumeConfirmation\x12'.agtp.agp.v1.ConsumeConfirmationRequest\x1a(.agtp.agp.v1.ConsumeConfirmationResponse\x12Y\n" +
@@ -1320,64 +1519,72 @@ func file_agtp_agp_v1_agp_proto_rawDescGZIP() []byte {
 	return file_agtp_agp_v1_agp_proto_rawDescData
 }
 
-var file_agtp_agp_v1_agp_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_agtp_agp_v1_agp_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_agtp_agp_v1_agp_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agtp_agp_v1_agp_proto_goTypes = []any{
-	(*ApiKey)(nil),                      // 0: agtp.agp.v1.ApiKey
-	(*CreateApiKeyRequest)(nil),         // 1: agtp.agp.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),        // 2: agtp.agp.v1.CreateApiKeyResponse
-	(*ImportApiKeyRequest)(nil),         // 3: agtp.agp.v1.ImportApiKeyRequest
-	(*ImportApiKeyResponse)(nil),        // 4: agtp.agp.v1.ImportApiKeyResponse
-	(*ListApiKeysRequest)(nil),          // 5: agtp.agp.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),         // 6: agtp.agp.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),         // 7: agtp.agp.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),        // 8: agtp.agp.v1.RevokeApiKeyResponse
-	(*ResolveApiKeyRequest)(nil),        // 9: agtp.agp.v1.ResolveApiKeyRequest
-	(*ResolveApiKeyResponse)(nil),       // 10: agtp.agp.v1.ResolveApiKeyResponse
-	(*IssueConfirmationRequest)(nil),    // 11: agtp.agp.v1.IssueConfirmationRequest
-	(*IssueConfirmationResponse)(nil),   // 12: agtp.agp.v1.IssueConfirmationResponse
-	(*ConsumeConfirmationRequest)(nil),  // 13: agtp.agp.v1.ConsumeConfirmationRequest
-	(*ConsumeConfirmationResponse)(nil), // 14: agtp.agp.v1.ConsumeConfirmationResponse
-	(*Transaction)(nil),                 // 15: agtp.agp.v1.Transaction
-	(*PutTransactionRequest)(nil),       // 16: agtp.agp.v1.PutTransactionRequest
-	(*PutTransactionResponse)(nil),      // 17: agtp.agp.v1.PutTransactionResponse
-	(*GetTransactionRequest)(nil),       // 18: agtp.agp.v1.GetTransactionRequest
-	(*GetTransactionResponse)(nil),      // 19: agtp.agp.v1.GetTransactionResponse
-	(*timestamppb.Timestamp)(nil),       // 20: google.protobuf.Timestamp
+	(ApiKeyChange)(0),                   // 0: agtp.agp.v1.ApiKeyChange
+	(*ApiKey)(nil),                      // 1: agtp.agp.v1.ApiKey
+	(*CreateApiKeyRequest)(nil),         // 2: agtp.agp.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),        // 3: agtp.agp.v1.CreateApiKeyResponse
+	(*ImportApiKeyRequest)(nil),         // 4: agtp.agp.v1.ImportApiKeyRequest
+	(*ImportApiKeyResponse)(nil),        // 5: agtp.agp.v1.ImportApiKeyResponse
+	(*ListApiKeysRequest)(nil),          // 6: agtp.agp.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),         // 7: agtp.agp.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),         // 8: agtp.agp.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),        // 9: agtp.agp.v1.RevokeApiKeyResponse
+	(*WatchKeyEventsRequest)(nil),       // 10: agtp.agp.v1.WatchKeyEventsRequest
+	(*WatchKeyEventsResponse)(nil),      // 11: agtp.agp.v1.WatchKeyEventsResponse
+	(*ResolveApiKeyRequest)(nil),        // 12: agtp.agp.v1.ResolveApiKeyRequest
+	(*ResolveApiKeyResponse)(nil),       // 13: agtp.agp.v1.ResolveApiKeyResponse
+	(*IssueConfirmationRequest)(nil),    // 14: agtp.agp.v1.IssueConfirmationRequest
+	(*IssueConfirmationResponse)(nil),   // 15: agtp.agp.v1.IssueConfirmationResponse
+	(*ConsumeConfirmationRequest)(nil),  // 16: agtp.agp.v1.ConsumeConfirmationRequest
+	(*ConsumeConfirmationResponse)(nil), // 17: agtp.agp.v1.ConsumeConfirmationResponse
+	(*Transaction)(nil),                 // 18: agtp.agp.v1.Transaction
+	(*PutTransactionRequest)(nil),       // 19: agtp.agp.v1.PutTransactionRequest
+	(*PutTransactionResponse)(nil),      // 20: agtp.agp.v1.PutTransactionResponse
+	(*GetTransactionRequest)(nil),       // 21: agtp.agp.v1.GetTransactionRequest
+	(*GetTransactionResponse)(nil),      // 22: agtp.agp.v1.GetTransactionResponse
+	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
 }
 var file_agtp_agp_v1_agp_proto_depIdxs = []int32{
-	20, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	0,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	0,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
-	0,  // 4: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	20, // 5: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 6: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	20, // 7: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 8: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
-	15, // 9: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
-	1,  // 10: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
-	3,  // 11: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
-	5,  // 12: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
-	7,  // 13: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
-	9,  // 14: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
-	11, // 15: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
-	13, // 16: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
-	16, // 17: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
-	18, // 18: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
-	2,  // 19: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
-	4,  // 20: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
-	6,  // 21: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
-	8,  // 22: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
-	10, // 23: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
-	12, // 24: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
-	14, // 25: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
-	17, // 26: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
-	19, // 27: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
-	19, // [19:28] is the sub-list for method output_type
-	10, // [10:19] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	23, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	1,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	1,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
+	0,  // 4: agtp.agp.v1.WatchKeyEventsResponse.change:type_name -> agtp.agp.v1.ApiKeyChange
+	23, // 5: agtp.agp.v1.WatchKeyEventsResponse.changed_at:type_name -> google.protobuf.Timestamp
+	1,  // 6: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	23, // 7: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 8: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	23, // 9: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 10: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
+	18, // 11: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
+	2,  // 12: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
+	4,  // 13: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
+	6,  // 14: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
+	8,  // 15: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
+	10, // 16: agtp.agp.v1.AgpService.WatchKeyEvents:input_type -> agtp.agp.v1.WatchKeyEventsRequest
+	12, // 17: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
+	14, // 18: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
+	16, // 19: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
+	19, // 20: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
+	21, // 21: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
+	3,  // 22: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
+	5,  // 23: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
+	7,  // 24: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
+	9,  // 25: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
+	11, // 26: agtp.agp.v1.AgpService.WatchKeyEvents:output_type -> agtp.agp.v1.WatchKeyEventsResponse
+	13, // 27: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
+	15, // 28: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
+	17, // 29: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
+	20, // 30: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
+	22, // 31: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_agtp_agp_v1_agp_proto_init() }
@@ -1390,13 +1597,14 @@ func file_agtp_agp_v1_agp_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_agp_v1_agp_proto_rawDesc), len(file_agtp_agp_v1_agp_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   20,
+			NumEnums:      1,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_agtp_agp_v1_agp_proto_goTypes,
 		DependencyIndexes: file_agtp_agp_v1_agp_proto_depIdxs,
+		EnumInfos:         file_agtp_agp_v1_agp_proto_enumTypes,
 		MessageInfos:      file_agtp_agp_v1_agp_proto_msgTypes,
 	}.Build()
 	File_agtp_agp_v1_agp_proto = out.File

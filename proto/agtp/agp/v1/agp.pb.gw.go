@@ -169,6 +169,26 @@ func local_request_AgpService_RevokeApiKey_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+func request_AgpService_WatchKeyEvents_0(ctx context.Context, marshaler runtime.Marshaler, client AgpServiceClient, req *http.Request, pathParams map[string]string) (AgpService_WatchKeyEventsClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchKeyEventsRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchKeyEvents(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 func request_AgpService_ResolveApiKey_0(ctx context.Context, marshaler runtime.Marshaler, client AgpServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ResolveApiKeyRequest
@@ -418,6 +438,13 @@ func RegisterAgpServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_AgpService_RevokeApiKey_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+
+	mux.Handle(http.MethodGet, pattern_AgpService_WatchKeyEvents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
 	mux.Handle(http.MethodPost, pattern_AgpService_ResolveApiKey_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -626,6 +653,23 @@ func RegisterAgpServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_AgpService_RevokeApiKey_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_AgpService_WatchKeyEvents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.agp.v1.AgpService/WatchKeyEvents", runtime.WithHTTPPathPattern("/v1/agp/keys:watch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_AgpService_WatchKeyEvents_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AgpService_WatchKeyEvents_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_AgpService_ResolveApiKey_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -719,6 +763,7 @@ var (
 	pattern_AgpService_ImportApiKey_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "keys"}, "import"))
 	pattern_AgpService_ListApiKeys_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "keys"}, ""))
 	pattern_AgpService_RevokeApiKey_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "agp", "keys", "id"}, "revoke"))
+	pattern_AgpService_WatchKeyEvents_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "keys"}, "watch"))
 	pattern_AgpService_ResolveApiKey_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "keys"}, "resolve"))
 	pattern_AgpService_IssueConfirmation_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "confirmations"}, ""))
 	pattern_AgpService_ConsumeConfirmation_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "agp", "confirmations"}, "consume"))
@@ -731,6 +776,7 @@ var (
 	forward_AgpService_ImportApiKey_0        = runtime.ForwardResponseMessage
 	forward_AgpService_ListApiKeys_0         = runtime.ForwardResponseMessage
 	forward_AgpService_RevokeApiKey_0        = runtime.ForwardResponseMessage
+	forward_AgpService_WatchKeyEvents_0      = runtime.ForwardResponseStream
 	forward_AgpService_ResolveApiKey_0       = runtime.ForwardResponseMessage
 	forward_AgpService_IssueConfirmation_0   = runtime.ForwardResponseMessage
 	forward_AgpService_ConsumeConfirmation_0 = runtime.ForwardResponseMessage

@@ -23,6 +23,7 @@ const (
 	AgpService_ImportApiKey_FullMethodName        = "/agtp.agp.v1.AgpService/ImportApiKey"
 	AgpService_ListApiKeys_FullMethodName         = "/agtp.agp.v1.AgpService/ListApiKeys"
 	AgpService_RevokeApiKey_FullMethodName        = "/agtp.agp.v1.AgpService/RevokeApiKey"
+	AgpService_WatchKeyEvents_FullMethodName      = "/agtp.agp.v1.AgpService/WatchKeyEvents"
 	AgpService_ResolveApiKey_FullMethodName       = "/agtp.agp.v1.AgpService/ResolveApiKey"
 	AgpService_IssueConfirmation_FullMethodName   = "/agtp.agp.v1.AgpService/IssueConfirmation"
 	AgpService_ConsumeConfirmation_FullMethodName = "/agtp.agp.v1.AgpService/ConsumeConfirmation"
@@ -45,12 +46,23 @@ type AgpServiceClient interface {
 	// and only its SHA-256 is stored (admin).
 	CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error)
 	// ImportApiKey stores a key whose secret the caller generated, given
-	// only its SHA-256; an existing key with the same id is replaced (admin).
+	// only its SHA-256; an existing key with the same id is replaced, and
+	// the replacement announced on WatchKeyEvents (admin).
 	ImportApiKey(ctx context.Context, in *ImportApiKeyRequest, opts ...grpc.CallOption) (*ImportApiKeyResponse, error)
 	// ListApiKeys lists keys without secrets (admin).
 	ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error)
-	// RevokeApiKey deletes a key (admin).
+	// RevokeApiKey deletes a key and announces it on WatchKeyEvents
+	// (admin).
 	RevokeApiKey(ctx context.Context, in *RevokeApiKeyRequest, opts ...grpc.CallOption) (*RevokeApiKeyResponse, error)
+	// WatchKeyEvents streams every change to stored keys (revocations and
+	// replacements) made through any policysvc replica, as it happens, so
+	// that a front door drops a cached key at once. The first message has
+	// subscribed set: every change committed after it is delivered. The
+	// stream ends with UNAVAILABLE when this replica stops receiving changes
+	// (its Redis subscription broke, it is shutting down) or the watcher
+	// falls behind; changes may then have been missed, so the watcher must
+	// forget every key it holds before it watches again.
+	WatchKeyEvents(ctx context.Context, in *WatchKeyEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKeyEventsResponse], error)
 	// ResolveApiKey finds the key with the given SHA-256 (NotFound if none).
 	ResolveApiKey(ctx context.Context, in *ResolveApiKeyRequest, opts ...grpc.CallOption) (*ResolveApiKeyResponse, error)
 	// IssueConfirmation mints a single-use confirmation token bound to the
@@ -112,6 +124,25 @@ func (c *agpServiceClient) RevokeApiKey(ctx context.Context, in *RevokeApiKeyReq
 	}
 	return out, nil
 }
+
+func (c *agpServiceClient) WatchKeyEvents(ctx context.Context, in *WatchKeyEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchKeyEventsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgpService_ServiceDesc.Streams[0], AgpService_WatchKeyEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchKeyEventsRequest, WatchKeyEventsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgpService_WatchKeyEventsClient = grpc.ServerStreamingClient[WatchKeyEventsResponse]
 
 func (c *agpServiceClient) ResolveApiKey(ctx context.Context, in *ResolveApiKeyRequest, opts ...grpc.CallOption) (*ResolveApiKeyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -178,12 +209,23 @@ type AgpServiceServer interface {
 	// and only its SHA-256 is stored (admin).
 	CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error)
 	// ImportApiKey stores a key whose secret the caller generated, given
-	// only its SHA-256; an existing key with the same id is replaced (admin).
+	// only its SHA-256; an existing key with the same id is replaced, and
+	// the replacement announced on WatchKeyEvents (admin).
 	ImportApiKey(context.Context, *ImportApiKeyRequest) (*ImportApiKeyResponse, error)
 	// ListApiKeys lists keys without secrets (admin).
 	ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error)
-	// RevokeApiKey deletes a key (admin).
+	// RevokeApiKey deletes a key and announces it on WatchKeyEvents
+	// (admin).
 	RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error)
+	// WatchKeyEvents streams every change to stored keys (revocations and
+	// replacements) made through any policysvc replica, as it happens, so
+	// that a front door drops a cached key at once. The first message has
+	// subscribed set: every change committed after it is delivered. The
+	// stream ends with UNAVAILABLE when this replica stops receiving changes
+	// (its Redis subscription broke, it is shutting down) or the watcher
+	// falls behind; changes may then have been missed, so the watcher must
+	// forget every key it holds before it watches again.
+	WatchKeyEvents(*WatchKeyEventsRequest, grpc.ServerStreamingServer[WatchKeyEventsResponse]) error
 	// ResolveApiKey finds the key with the given SHA-256 (NotFound if none).
 	ResolveApiKey(context.Context, *ResolveApiKeyRequest) (*ResolveApiKeyResponse, error)
 	// IssueConfirmation mints a single-use confirmation token bound to the
@@ -217,6 +259,9 @@ func (UnimplementedAgpServiceServer) ListApiKeys(context.Context, *ListApiKeysRe
 }
 func (UnimplementedAgpServiceServer) RevokeApiKey(context.Context, *RevokeApiKeyRequest) (*RevokeApiKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeApiKey not implemented")
+}
+func (UnimplementedAgpServiceServer) WatchKeyEvents(*WatchKeyEventsRequest, grpc.ServerStreamingServer[WatchKeyEventsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchKeyEvents not implemented")
 }
 func (UnimplementedAgpServiceServer) ResolveApiKey(context.Context, *ResolveApiKeyRequest) (*ResolveApiKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveApiKey not implemented")
@@ -325,6 +370,17 @@ func _AgpService_RevokeApiKey_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _AgpService_WatchKeyEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchKeyEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgpServiceServer).WatchKeyEvents(m, &grpc.GenericServerStream[WatchKeyEventsRequest, WatchKeyEventsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgpService_WatchKeyEventsServer = grpc.ServerStreamingServer[WatchKeyEventsResponse]
 
 func _AgpService_ResolveApiKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ResolveApiKeyRequest)
@@ -460,6 +516,12 @@ var AgpService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgpService_GetTransaction_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchKeyEvents",
+			Handler:       _AgpService_WatchKeyEvents_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "agtp/agp/v1/agp.proto",
 }
