@@ -545,7 +545,7 @@ func mcpBody(payload string) string {
 func TestMCPToolCallOverExecute(t *testing.T) {
 	f := newBndFixture(t)
 	before := f.audit.count()
-	r := f.do(t, agentFull, "EXECUTE", "/mcp", nil, mcpBody(`{"name":"query_orders_order_id","arguments":{"order_id":"o-1"}}`))
+	r := f.do(t, agentFull, "EXECUTE", "/mcp", nil, mcpBody(`{"name":"query_orders","arguments":{"order_id":"o-1"}}`))
 	if r.status != 200 || r.header.Get(agtp.HeaderContentType) != carried.MediaTypeMCPTools {
 		t.Fatalf("%d %v", r.status, r.body)
 	}
@@ -566,11 +566,11 @@ func TestMCPToolCallOverExecute(t *testing.T) {
 		names = append(names, tl.(map[string]any)["name"].(string))
 	}
 	listed := " " + strings.Join(names, " ") + " "
-	if r.status != 200 || !strings.Contains(listed, " summarize_order_briefs_order_id ") ||
-		strings.Contains(listed, " query_orders_order_id ") || strings.Contains(listed, " execute_mcp ") {
+	if r.status != 200 || !strings.Contains(listed, " summarize_order_briefs ") ||
+		strings.Contains(listed, " query_orders ") || strings.Contains(listed, " execute_mcp ") {
 		t.Fatalf("%d tools %v: want the caller's tools, without orders (no orders:read) or the gateway itself", r.status, names)
 	}
-	r = f.do(t, agentNoOrder, "EXECUTE", "/mcp", nil, mcpBody(`{"name":"query_orders_order_id","arguments":{"order_id":"o-1"}}`))
+	r = f.do(t, agentNoOrder, "EXECUTE", "/mcp", nil, mcpBody(`{"name":"query_orders","arguments":{"order_id":"o-1"}}`))
 	if r.status != 262 || r.body["reason"] != "scope-required" {
 		t.Fatalf("%d %v", r.status, r.body)
 	}

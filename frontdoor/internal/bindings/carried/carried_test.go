@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -170,14 +172,14 @@ func TestGateway(t *testing.T) {
 	for _, tl := range list.Tools {
 		names = append(names, tl.Name)
 	}
-	if fmt.Sprint(names) != "[query_orders_order_id summarize_documents]" {
+	if fmt.Sprint(names) != "[query_orders summarize_documents]" {
 		t.Fatalf("tools %v", names)
 	}
 	if a := list.Tools[0].Annotations; a == nil || !a.ReadOnlyHint || !a.IdempotentHint {
 		t.Errorf("annotations %+v", a)
 	}
 
-	resp, err = g.Serve(ctx, rpc(t, "tools/call", `{"name":"query_orders_order_id","arguments":{"order_id":"o 1"}}`))
+	resp, err = g.Serve(ctx, rpc(t, "tools/call", `{"name":"query_orders","arguments":{"order_id":"o 1"}}`))
 	if err != nil || string(resp.ID) != `"r1"` {
 		t.Fatal(err, string(resp.ID))
 	}
@@ -221,13 +223,64 @@ func TestGateway(t *testing.T) {
 	}
 }
 
-func TestToolName(t *testing.T) {
-	for path, want := range map[string]string{"/orders/{order_id}": "query_orders_order_id", "/": "query", "/a-b/c.d": "query_a_b_c_d"} {
-		if got := carried.ToolName(&endpoint.Definition{Method: "QUERY", Path: path}); got != want {
-			t.Errorf("%s: %s, want %s", path, got, want)
+// TestToolNames: AGIS App. C.2 names (declared, else method and first
+// path segment), a fallback to the whole path where that is not unique so
+// no endpoint is hidden, and inputSchema.required as the endpoint declares.
+func TestToolNames(t *testing.T) {
+	for _, tc := range []struct {
+		method, path, declared, want string
+	}{
+		{"BOOK", "/reservation", "", "book_reservation"},
+		{"QUERY", "/orders/{order_id}", "", "query_orders"},
+		{"QUERY", "/", "", "query"},
+		{"QUERY", "/a-b/c.d", "", "query_a_b"},
+		{"QUERY", "/x", "get_x", "get_x"},
+	} {
+		def := &endpoint.Definition{Method: tc.method, Path: tc.path, Semantic: endpoint.Semantic{MCPToolName: tc.declared}}
+		if got := carried.ToolName(def); got != tc.want {
+			t.Errorf("%s %s: %s, want %s", tc.method, tc.path, got, tc.want)
 		}
 	}
-	if got := carried.ToolName(&endpoint.Definition{Method: "QUERY", Path: "/x", Semantic: endpoint.Semantic{MCPToolName: "get_x"}}); got != "get_x" {
-		t.Errorf("mcp_tool_name ignored: %s", got)
+
+	handler := `{type: registered_function, function: demo.orders.get}`
+	eps := compile(t,
+		definition("QUERY", "/orders/{order_id}", handler, ""),
+		definition("QUERY", "/orders", handler, ""),
+		definition("BOOK", "/reservation/{order_id}", handler, ""),
+		definition("QUERY", "/rooms", handler, ""),
+		`method: RESERVE
+path: /rooms/{room_id}
+description: Reserves a room.
+semantic: {intent: Reserve a room., actor: agent, outcome: The room is held., capability: transaction, confidence: 0.9, impact: reversible, is_idempotent: false, mcp_tool_name: hold_room}
+input_schema: {type: object, properties: {room_id: {type: string}, nights: {type: integer}}, required: [room_id, nights], additionalProperties: false}
+output_schema: {type: object}
+errors: []
+handler: {type: registered_function, function: demo.rooms.reserve}
+`)
+	g := &carried.Gateway{Endpoints: eps, Invoker: &invoker{check: func(string, string) *bindings.Outcome { return nil }}}
+	byName := map[string]carried.Tool{}
+	for _, tl := range g.Tools() {
+		byName[tl.Name] = tl
+	}
+	want := map[string]string{
+		"query_orders":          "QUERY /orders",
+		"query_orders_order_id": "QUERY /orders/{order_id}",
+		"book_reservation":      "BOOK /reservation/{order_id}",
+		"query_rooms":           "QUERY /rooms",
+		"hold_room":             "RESERVE /rooms/{room_id}",
+	}
+	if len(byName) != len(want) {
+		t.Fatalf("tools %v, want %v", slices.Sorted(maps.Keys(byName)), slices.Sorted(maps.Keys(want)))
+	}
+	for name, title := range want {
+		if byName[name].Title != title {
+			t.Errorf("%s is %q, want %q", name, byName[name].Title, title)
+		}
+	}
+	var schema struct {
+		Required []string `json:"required"`
+	}
+	if err := json.Unmarshal(byName["hold_room"].InputSchema, &schema); err != nil || !slices.Equal(schema.Required, []string{"room_id", "nights"}) {
+		t.Errorf("hold_room inputSchema.required = %v (%v), want [room_id nights]", schema.Required, err)
 	}
 }

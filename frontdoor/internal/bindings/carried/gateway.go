@@ -55,16 +55,28 @@ type Gateway struct {
 
 var toolCharsRe = regexp.MustCompile(`[^a-z0-9]+`)
 
-// ToolName is an endpoint's MCP tool name: semantic.mcp_tool_name when
-// declared (AGIS App. C), otherwise the method and the path's segments,
-// lowercased and joined by "_" (QUERY /orders/{order_id} is
-// query_orders_order_id), at most 64 characters.
+// ToolName is an endpoint's MCP tool name by AGIS App. C.2:
+// semantic.mcp_tool_name when declared, otherwise the lowercased method
+// and first path segment (BOOK /reservation is book_reservation). The tool
+// list falls back to the whole path where that name is not unique.
 func ToolName(def *endpoint.Definition) string {
 	if def.Semantic.MCPToolName != "" {
 		return def.Semantic.MCPToolName
 	}
-	s := strings.ToLower(def.Method + "_" + def.Path)
-	s = strings.Trim(toolCharsRe.ReplaceAllString(s, "_"), "_")
+	first, _, _ := strings.Cut(strings.TrimPrefix(def.Path, "/"), "/")
+	return toolName(def.Method + "_" + first)
+}
+
+// fullToolName names an endpoint by its method and every path segment
+// (QUERY /orders/{order_id} is query_orders_order_id), for endpoints
+// whose first segment is shared: QUERY /orders and QUERY /orders/{id}
+// cannot both be query_orders, and dropping one would hide it.
+func fullToolName(def *endpoint.Definition) string {
+	return toolName(def.Method + "_" + def.Path)
+}
+
+func toolName(s string) string {
+	s = strings.Trim(toolCharsRe.ReplaceAllString(strings.ToLower(s), "_"), "_")
 	if len(s) > 64 {
 		s = strings.TrimRight(s[:64], "_")
 	}
@@ -84,10 +96,23 @@ func (g *Gateway) listed() ([]Tool, map[string]*endpoint.Endpoint) {
 		eps = append(eps, ep)
 	}
 	sort.Slice(eps, func(i, j int) bool { return eps[i].Def.Key() < eps[j].Def.Key() })
+	names := make([]string, len(eps))
+	uses := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		names[i] = ToolName(ep.Def)
+		uses[names[i]]++
+	}
+	for i, ep := range eps {
+		if uses[names[i]] > 1 && ep.Def.Semantic.MCPToolName == "" {
+			names[i] = fullToolName(ep.Def)
+		}
+	}
 	tools := make([]Tool, 0, len(eps))
 	byName := make(map[string]*endpoint.Endpoint, len(eps))
-	for _, ep := range eps {
-		name := ToolName(ep.Def)
+	for i, ep := range eps {
+		name := names[i]
+		// A declared name that is not unique, or a full name equal to
+		// one declared: the first endpoint in METHOD path order keeps it.
 		if _, dup := byName[name]; dup || name == "" {
 			continue
 		}
