@@ -1,6 +1,6 @@
 // Package demo is the handlers of the demo domain that `make run` loads
-// (the endpoint definitions are in catalogsvc/demo): a small order desk,
-// a document summarizer and a report runner. It doubles as an example of
+// (the endpoint definitions are in catalogsvc/demo): a small order desk
+// (with PURCHASE of an order), a document summarizer and a report runner. It doubles as an example of
 // writing registered_function handlers with package handler.
 //
 // State is kept in memory in the front door process, which is enough for
@@ -28,11 +28,22 @@ type Line struct {
 
 // Order is an order of the demo desk.
 type Order struct {
-	OrderID     string `json:"order_id"`
-	Status      string `json:"status"`
-	CustomerRef string `json:"customer_ref,omitempty"`
-	Lines       []Line `json:"lines"`
-	CreatedBy   string `json:"created_by,omitempty"`
+	OrderID     string   `json:"order_id"`
+	Status      string   `json:"status"`
+	CustomerRef string   `json:"customer_ref,omitempty"`
+	Lines       []Line   `json:"lines"`
+	CreatedBy   string   `json:"created_by,omitempty"`
+	Payment     *Payment `json:"payment,omitempty"`
+}
+
+// Payment is how an order was paid (PURCHASE): the amount, and the
+// principal on whose behalf which agent paid. Moving money is out of
+// scope (core §9: payment rails are not AGTP's); the desk records it.
+type Payment struct {
+	Amount      string `json:"amount"`
+	Currency    string `json:"currency"`
+	PrincipalID string `json:"principal_id"`
+	PaidBy      string `json:"paid_by,omitempty"`
 }
 
 // stock is what the demo desk can sell; other SKUs are out_of_stock.
@@ -53,6 +64,7 @@ func Register(reg *handler.Registry) {
 	reg.Register("demo.orders.get", handler.Typed(d.get))
 	reg.Register("demo.orders.list", handler.Typed(d.list))
 	reg.Register("demo.orders.cancel", handler.Typed(d.cancel))
+	reg.Register("demo.orders.purchase", handler.Typed(d.purchase))
 	reg.Register("demo.documents.summarize", handler.Typed(summarize))
 	reg.Register("demo.reports.run", handler.Typed(runReport))
 }
@@ -147,6 +159,34 @@ func (d *desk) cancel(_ context.Context, _ *handler.Call, in orderRef) (*Order, 
 		return nil, &handler.Error{Name: "order_already_cancelled", Message: "order " + in.OrderID + " is already cancelled", Status: 409}
 	}
 	o.Status = "cancelled"
+	c := *o
+	return &c, nil
+}
+
+type purchaseInput struct {
+	OrderID     string `json:"order_id"`
+	PrincipalID string `json:"principal_id"`
+	Amount      string `json:"amount"`
+	Currency    string `json:"currency"`
+}
+
+// purchase pays an open order. Scope, merchant and budget checks have run
+// before it (policysvc), so a refused PURCHASE never reaches it.
+func (d *desk) purchase(_ context.Context, call *handler.Call, in purchaseInput) (*Order, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.orders[in.OrderID]
+	switch {
+	case !ok:
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	case o.Status == "paid" || o.Status == "shipped":
+		// Paying twice is a conflict with the order's state (core §5.6, 409).
+		return nil, &handler.Error{Name: "order_already_paid", Message: "order " + in.OrderID + " is already paid", Status: 409}
+	case o.Status == "cancelled":
+		return nil, &handler.Error{Name: "order_cancelled", Message: "order " + in.OrderID + " is cancelled and cannot be paid", Status: 409}
+	}
+	o.Status = "paid"
+	o.Payment = &Payment{Amount: in.Amount, Currency: in.Currency, PrincipalID: in.PrincipalID, PaidBy: call.Caller.AgentID}
 	c := *o
 	return &c, nil
 }

@@ -7,6 +7,7 @@ package suite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -139,6 +140,9 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	common(&identity.Common)
 	policy := policysvc.DefaultConfig()
 	common(&policy.Common)
+	if err := demoCommerce(&policy, stateDir); err != nil {
+		return nil, err
+	}
 	rcns := rcnssvc.DefaultConfig()
 	common(&rcns.Common)
 	rcns.Demo = true
@@ -355,4 +359,36 @@ Try:
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
 `, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath)
+}
+
+// demoMerchantManifest is the demo order desk's Merchant Manifest
+// Document; its fingerprint is the SHA-256 of its canonical form, served
+// with it at DESCRIBE /merchant.
+const demoMerchantManifest = `{
+  "merchant_id": "orders.demo.agtp.local",
+  "display_name": "AGTP suite demo order desk",
+  "status": "active",
+  "accepted_currencies": ["USD", "EUR", "GBP"],
+  "version": 1
+}
+`
+
+// demoCommerce makes the demo PURCHASE endpoint usable: the suite is a
+// merchant (its manifest written once into the state directory, so an
+// operator can edit it) and a PURCHASE spends the amount in its body
+// against Budget-Limit. It uses the options file's format (docs/policy.md).
+func demoCommerce(policy *policysvc.Config, stateDir string) error {
+	path := filepath.Join(stateDir, "demo-merchant.json")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(path, []byte(demoMerchantManifest), 0o644); err != nil {
+			return fmt.Errorf("demo merchant manifest: %w", err)
+		}
+	}
+	doc := fmt.Sprintf(`{
+		"budget": {"costs": [{"method": "PURCHASE", "path": "/orders/{order_id}/payment", "amount_field": "amount", "currency_field": "currency"}]},
+		"merchant": {"manifest_file": %q}}`, path)
+	if err := json.Unmarshal([]byte(doc), &policy.Options); err != nil {
+		return fmt.Errorf("demo policy options: %w", err)
+	}
+	return nil
 }

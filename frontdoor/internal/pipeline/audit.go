@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -82,8 +83,49 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 	}
 	if x.authz != nil {
 		payload.ActingPrincipalID = x.authz.GetActingPrincipalId()
+		// A PURCHASE whose counterparty policysvc verified names both
+		// parties (core §9).
+		if id := x.authz.GetMerchantId(); id != "" {
+			payload.MerchantID = id
+			payload.MerchantFingerprint = x.authz.GetMerchantFingerprint()
+			payload.IntentAssertionJTI = intentAssertionJTI(x.req.Header.Get(agtp.HeaderIntentAssertion))
+		}
 	}
 	return payload
+}
+
+// maxJTILen bounds the jti copied into a record.
+const maxJTILen = 256
+
+// intentAssertionJTI returns the jti claim of an Intent-Assertion JWT
+// (core §9), or "" when the value is not a compact JWS with a printable
+// string jti. The assertion is evidence for the payment network, which
+// verifies it; the record only names which assertion the agent presented.
+func intentAssertionJTI(v string) string {
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		JTI any `json:"jti"`
+	}
+	if json.Unmarshal(raw, &claims) != nil {
+		return ""
+	}
+	jti, ok := claims.JTI.(string)
+	if !ok || jti == "" || len(jti) > maxJTILen {
+		return ""
+	}
+	for i := 0; i < len(jti); i++ {
+		if jti[i] < 0x20 || jti[i] > 0x7e {
+			return ""
+		}
+	}
+	return jti
 }
 
 // releaseClaim gives up an idempotency claim whose request produced no

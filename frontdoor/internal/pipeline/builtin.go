@@ -17,6 +17,7 @@ import (
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 )
@@ -279,6 +280,9 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 			"zones_accepted":        []string{},
 		})
 	}
+	if path == "/merchant" {
+		return p.describeMerchant(x)
+	}
 	if path == "/agents" {
 		doc, err := p.Identity.GetNamespaceDocument(x.ctx, &identityv1.GetNamespaceDocumentRequest{})
 		if err != nil {
@@ -312,6 +316,31 @@ func (p *Pipeline) describe(x *exchange, path string, params map[string]any) *ag
 		return p.dependencyFailure(x, "identitysvc", err)
 	}
 	return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), doc.GetDocumentJson())
+}
+
+// describeMerchant serves this server's merchant identity (core §9) for an
+// agent's counterparty verification before PURCHASE: the Merchant-ID and
+// Merchant-Manifest-Fingerprint a PURCHASE must carry, the merchant's
+// status and, when the operator configured the document itself, the
+// Merchant Manifest Document, whose RFC 8785 form hashes to the
+// fingerprint.
+func (p *Pipeline) describeMerchant(x *exchange) *agtp.Response {
+	m, err := p.Policy.GetMerchant(x.ctx, &policyv1.GetMerchantRequest{})
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	if !m.GetConfigured() {
+		return x.fail(agtp.StatusNotFound, "merchant-not-configured", "this server has no merchant identity; it accepts no PURCHASE", nil)
+	}
+	out := map[string]any{
+		"merchant_id":          m.GetMerchantId(),
+		"manifest_fingerprint": m.GetManifestFingerprint(),
+		"status":               m.GetStatus(),
+	}
+	if doc := m.GetManifestJson(); len(doc) > 0 {
+		out["manifest"] = json.RawMessage(doc)
+	}
+	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
 }
 
 // inspect reads the audit store (core §7.2.4).

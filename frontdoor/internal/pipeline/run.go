@@ -21,6 +21,11 @@ const builtinPrefix = "agtp.builtin."
 // in-process.
 const kindRegisteredFunction = "registered_function"
 
+// maxPolicyInput is the largest input sent to policysvc for a budget
+// check (AuthorizeRequest.input_json); policy refuses a body-read cost
+// whose input it did not get.
+const maxPolicyInput = 1 << 20
+
 // run is the decision order of digest-api §7 after the wire checks the
 // transport made.
 func (p *Pipeline) run(x *exchange) *agtp.Response {
@@ -167,6 +172,11 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
 	in.TrustTier = x.caller.GetTrustTier()
 	in.BudgetLimit = x.req.Header.Get(agtp.HeaderBudgetLimit)
+	if in.BudgetLimit != "" && len(input) <= maxPolicyInput {
+		// Costs the operator reads from the body (a PURCHASE's amount)
+		// are policy's to find; without a Budget-Limit nothing is read.
+		in.InputJson = input
+	}
 	in.ZoneId = x.req.Header.Get(agtp.HeaderZoneID)
 	in.MerchantId = x.req.Header.Get(agtp.HeaderMerchantID)
 	in.MerchantManifestFingerprint = x.req.Header.Get(agtp.HeaderMerchantManifestFingerprint)

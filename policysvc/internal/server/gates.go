@@ -82,7 +82,7 @@ func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest
 	if d := s.checkZone(req); d != nil {
 		return d, acting
 	}
-	if d := s.checkMerchant(req); d != nil {
+	if d := s.checkMerchant(req, resp); d != nil {
 		return d, acting
 	}
 	return s.checkIdempotencyKey(req), acting
@@ -187,11 +187,24 @@ func (s *Server) checkBudget(req *policyv1.AuthorizeRequest) *policyv1.Denial {
 		}
 		return deny(agtp.StatusBadRequest, agtp.ReasonInvalidBudget, explanation)
 	}
+	input := &requestInput{raw: req.GetInputJson()}
 	for i, c := range b.Costs {
 		if !(EndpointLimit{Method: c.Method, Path: c.Path}).matches(req.GetMethod(), req.GetPathTemplate()) {
 			continue
 		}
-		if over, ok := limit.Check(s.costs[i]); !ok {
+		cost := s.costs[i]
+		if c.fromBody() {
+			var d *policyv1.Denial
+			if cost, d = bodyCost(c, input); d != nil {
+				return d
+			}
+			if over, ok := moneyOutsideLimit(limit, cost); ok {
+				return deny(agtp.StatusBudgetExceeded, ReasonBudgetExceeded,
+					"this request spends "+over.Unit+"="+over.Value+", and the Budget-Limit allows no spend in "+over.Currency,
+					"unit", over.Unit, "cost", over.Value)
+			}
+		}
+		if over, ok := limit.Check(cost); !ok {
 			return deny(agtp.StatusBudgetExceeded, ReasonBudgetExceeded,
 				"this request costs "+over.Unit+"="+over.Value+", more than the Budget-Limit allows",
 				"unit", over.Unit, "cost", over.Value)
@@ -219,7 +232,9 @@ func (s *Server) checkZone(req *policyv1.AuthorizeRequest) *policyv1.Denial {
 // checkMerchant verifies the PURCHASE counterparty headers against this
 // server's merchant identity (core §9, 458): both present, the Merchant-ID
 // is ours, the fingerprint is our current manifest's, and we are active.
-func (s *Server) checkMerchant(req *policyv1.AuthorizeRequest) *policyv1.Denial {
+// A verified request carries the merchant in resp for its
+// Attribution-Record.
+func (s *Server) checkMerchant(req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeResponse) *policyv1.Denial {
 	m := s.opts.Merchant
 	if !slices.Contains(m.Methods, req.GetMethod()) {
 		return nil
@@ -238,6 +253,7 @@ func (s *Server) checkMerchant(req *policyv1.AuthorizeRequest) *policyv1.Denial 
 	case !strings.EqualFold(m.Status, "active"):
 		why = "the merchant is " + m.Status + ", not active"
 	default:
+		resp.MerchantId, resp.MerchantFingerprint = m.MerchantID, m.ManifestFingerprint
 		return nil
 	}
 	return deny(agtp.StatusCounterpartyUnverified, ReasonCounterpartyUnverified, why+"; re-run counterparty verification")

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -99,20 +100,38 @@ type IdempotencyOptions struct {
 // BudgetOptions enforce Budget-Limit (core §5.5.5, §11.7: 456). Budget-Limit
 // is a reserved header, so it is only read when the operator sets this up.
 type BudgetOptions struct {
-	// Costs are what endpoints consume, in Cost-Estimate syntax
-	// ("tokens=500, USD=0.10"). A request whose Budget-Limit is below the
-	// cost of its endpoint in some unit gets 456 budget-exceeded.
+	// Costs are what endpoints consume: a fixed cost, or an amount read
+	// from each request's body (a PURCHASE's amount). A request whose
+	// Budget-Limit is below the cost of its endpoint in some unit gets 456
+	// budget-exceeded.
 	Costs []EndpointCost `json:"costs,omitempty"`
 	// RequiredOnMethods must carry a Budget-Limit (456 budget-limit-required).
 	RequiredOnMethods []string `json:"required_on_methods,omitempty"`
 }
 
-// EndpointCost is the cost of the endpoints it matches.
+// EndpointCost is the cost of the endpoints it matches: either Cost, or
+// AmountField with one of CurrencyField and Unit.
 type EndpointCost struct {
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
-	Cost   string `json:"cost"`
+	// Cost is a fixed cost in Cost-Estimate syntax ("tokens=500, USD=0.10").
+	Cost string `json:"cost,omitempty"`
+	// AmountField names the request member that holds the amount the
+	// request spends, as member names joined by dots ("amount",
+	// "payment.amount"). The value is a decimal string or number in the
+	// unit's format (money: at most two decimals).
+	AmountField string `json:"amount_field,omitempty"`
+	// CurrencyField names the member that holds the amount's currency
+	// (USD, EUR or GBP).
+	CurrencyField string `json:"currency_field,omitempty"`
+	// Unit is the amount's unit when the request does not name one: a
+	// registered budget unit (tokens, compute-seconds, calls, USD, EUR,
+	// GBP).
+	Unit string `json:"unit,omitempty"`
 }
+
+// fromBody reports whether the cost is read from each request.
+func (c EndpointCost) fromBody() bool { return c.AmountField != "" }
 
 // ZoneOptions enforce AGTP-Zone-ID (core §5.5.5: 457).
 type ZoneOptions struct {
@@ -129,11 +148,17 @@ type ZoneOptions struct {
 type MerchantOptions struct {
 	// Methods are checked. Default ["PURCHASE"].
 	Methods []string `json:"methods,omitempty"`
-	// MerchantID is this server's canonical merchant ID.
+	// MerchantID is this server's canonical merchant ID. With ManifestFile
+	// it may be left out when the document has a string merchant_id.
 	MerchantID string `json:"merchant_id,omitempty"`
 	// ManifestFingerprint is the SHA-256 of the current Merchant Manifest
-	// Document, 64 hex digits.
+	// Document, 64 hex digits. Give it or ManifestFile, not both.
 	ManifestFingerprint string `json:"manifest_fingerprint,omitempty"`
+	// ManifestFile is the current Merchant Manifest Document, a JSON
+	// object read at start (at most 1 MiB). Its fingerprint is the SHA-256
+	// of its RFC 8785 canonical form, and the front door serves it at
+	// DESCRIBE /merchant so agents can verify it before a PURCHASE.
+	ManifestFile string `json:"manifest_file,omitempty"`
 	// Status is the merchant's lifecycle state. Default "active"; any other
 	// state refuses every checked request.
 	Status string `json:"status,omitempty"`
@@ -229,17 +254,77 @@ func (o Options) Validate() error {
 		errs = append(errs, err)
 	}
 	for i, c := range o.Budget.Costs {
-		if _, err := agtp.ParseBudget(c.Cost); err != nil {
+		if err := c.validate(); err != nil {
 			bad("budget.costs[%d]: %w", i, err)
 		}
 	}
-	if o.Merchant.ManifestFingerprint != "" && !isHex64(o.Merchant.ManifestFingerprint) {
+	m := o.Merchant
+	switch {
+	case m.ManifestFingerprint != "" && !isHex64(m.ManifestFingerprint):
 		bad("merchant.manifest_fingerprint must be 64 hex digits")
-	}
-	if (o.Merchant.MerchantID == "") != (o.Merchant.ManifestFingerprint == "") {
-		bad("merchant.merchant_id and merchant.manifest_fingerprint go together")
+	case m.ManifestFingerprint != "" && m.ManifestFile != "":
+		bad("merchant: give manifest_fingerprint or manifest_file, not both")
+	case m.MerchantID != "" && m.ManifestFingerprint == "" && m.ManifestFile == "":
+		bad("merchant.merchant_id needs manifest_fingerprint or manifest_file")
+	case m.ManifestFingerprint != "" && m.MerchantID == "":
+		bad("merchant.manifest_fingerprint needs merchant_id")
 	}
 	return errors.Join(errs...)
+}
+
+// Bounds on a body-read cost's member path.
+const (
+	maxFieldPathLen  = 256
+	maxFieldSegments = 8
+)
+
+func (c EndpointCost) validate() error {
+	if !c.fromBody() {
+		if c.CurrencyField != "" || c.Unit != "" {
+			return errors.New("currency_field and unit go with amount_field")
+		}
+		_, err := agtp.ParseBudget(c.Cost)
+		return err
+	}
+	if c.Cost != "" {
+		return errors.New("give cost or amount_field, not both")
+	}
+	if err := validFieldPath(c.AmountField); err != nil {
+		return fmt.Errorf("amount_field: %w", err)
+	}
+	switch {
+	case (c.CurrencyField == "") == (c.Unit == ""):
+		return errors.New("amount_field needs one of currency_field and unit")
+	case c.CurrencyField != "":
+		if err := validFieldPath(c.CurrencyField); err != nil {
+			return fmt.Errorf("currency_field: %w", err)
+		}
+	default:
+		// A fixed unit must be one the budget check compares.
+		b, err := agtp.ParseBudget(c.Unit + "=0")
+		if err != nil || !b[0].Known {
+			return fmt.Errorf("unit %q is not a registered budget unit (tokens, compute-seconds, calls, USD, EUR, GBP)", c.Unit)
+		}
+	}
+	return nil
+}
+
+// validFieldPath checks a dotted member path: 1-8 non-empty names, at
+// most 256 characters.
+func validFieldPath(p string) error {
+	if len(p) > maxFieldPathLen {
+		return fmt.Errorf("at most %d characters", maxFieldPathLen)
+	}
+	segs := strings.Split(p, ".")
+	if len(segs) > maxFieldSegments {
+		return fmt.Errorf("at most %d member names", maxFieldSegments)
+	}
+	for _, s := range segs {
+		if s == "" {
+			return fmt.Errorf("%q has an empty member name", p)
+		}
+	}
+	return nil
 }
 
 func isHex64(s string) bool {

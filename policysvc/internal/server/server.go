@@ -56,7 +56,10 @@ type Server struct {
 
 	// endpointNames[i] names the buckets of opts.RateLimits.Endpoints[i].
 	endpointNames []string
-	costs         []agtp.Budget // parsed opts.Budget.Costs
+	costs         []agtp.Budget // parsed opts.Budget.Costs; nil for body-read costs
+	// manifest is the Merchant Manifest Document when the options name a
+	// file; nil otherwise.
+	manifest *merchantManifest
 }
 
 // New returns a Server. It validates opts (after defaults) and, for a JWKS
@@ -84,9 +87,17 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 		s.endpointNames = append(s.endpointNames, "ep:"+hashName(e.Method+" "+e.Path))
 	}
 	for _, c := range opts.Budget.Costs {
-		b, _ := agtp.ParseBudget(c.Cost) // checked by Validate
+		var b agtp.Budget
+		if !c.fromBody() {
+			b, _ = agtp.ParseBudget(c.Cost) // checked by Validate
+		}
 		s.costs = append(s.costs, b)
 	}
+	manifest, err := resolveMerchant(&s.opts.Merchant)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	s.manifest = manifest
 	return s, nil
 }
 
@@ -137,6 +148,8 @@ func validateRequest(req *policyv1.AuthorizeRequest) error {
 		return bad("trust_tier must be 0-3")
 	case req.GetIdempotencyKey() != "" && req.GetAgentId() != "" && !idempotency.ValidFingerprint(req.GetRequestFingerprint()):
 		return bad("request_fingerprint must be a SHA-256 in 64 lowercase hex digits")
+	case len(req.GetInputJson()) > maxInputLen:
+		return bad("input_json is larger than 1 MiB")
 	}
 	for _, list := range [][]string{req.GetAgentScopes(), req.GetRequiredScopes()} {
 		for _, sc := range list {
@@ -202,6 +215,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		resp.Decision = policyv1.Decision_DECISION_DENY
 		resp.Denial = denial
 		resp.Claim, resp.ReplayResponse = nil, nil
+		resp.MerchantId, resp.MerchantFingerprint = "", ""
 		return resp, nil
 	}
 	if resp.Decision == policyv1.Decision_DECISION_UNSPECIFIED {

@@ -118,8 +118,13 @@ type AuthorizeRequest struct {
 	// checked on PURCHASE; empty when absent.
 	MerchantId                  string `protobuf:"bytes,19,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
 	MerchantManifestFingerprint string `protobuf:"bytes,20,opt,name=merchant_manifest_fingerprint,json=merchantManifestFingerprint,proto3" json:"merchant_manifest_fingerprint,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// The request's assembled input (a JSON object), for budget costs the
+	// operator reads from the request body. Sent only with a Budget-Limit
+	// header and only when at most 1 MiB; a cost that needs it and does not
+	// get it refuses the request (400 invalid-amount).
+	InputJson     []byte `protobuf:"bytes,21,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthorizeRequest) Reset() {
@@ -290,6 +295,13 @@ func (x *AuthorizeRequest) GetMerchantManifestFingerprint() string {
 		return x.MerchantManifestFingerprint
 	}
 	return ""
+}
+
+func (x *AuthorizeRequest) GetInputJson() []byte {
+	if x != nil {
+		return x.InputJson
+	}
+	return nil
 }
 
 // Denial says why a request may not run.
@@ -468,8 +480,13 @@ type AuthorizeResponse struct {
 	RateLimitLimit int64 `protobuf:"varint,8,opt,name=rate_limit_limit,json=rateLimitLimit,proto3" json:"rate_limit_limit,omitempty"`
 	// Seconds until the tightest limit is full again.
 	RateLimitResetSeconds int64 `protobuf:"varint,9,opt,name=rate_limit_reset_seconds,json=rateLimitResetSeconds,proto3" json:"rate_limit_reset_seconds,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Set when the request passed the PURCHASE counterparty check (core §9):
+	// this server's merchant ID and current Merchant Manifest fingerprint
+	// (lowercase hex), for the Attribution-Record.
+	MerchantId          string `protobuf:"bytes,10,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
+	MerchantFingerprint string `protobuf:"bytes,11,opt,name=merchant_fingerprint,json=merchantFingerprint,proto3" json:"merchant_fingerprint,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *AuthorizeResponse) Reset() {
@@ -563,6 +580,20 @@ func (x *AuthorizeResponse) GetRateLimitResetSeconds() int64 {
 		return x.RateLimitResetSeconds
 	}
 	return 0
+}
+
+func (x *AuthorizeResponse) GetMerchantId() string {
+	if x != nil {
+		return x.MerchantId
+	}
+	return ""
+}
+
+func (x *AuthorizeResponse) GetMerchantFingerprint() string {
+	if x != nil {
+		return x.MerchantFingerprint
+	}
+	return ""
 }
 
 // CompleteIdempotencyRequest stores an outcome under a claim.
@@ -860,11 +891,133 @@ func (x *CheckRateLimitResponse) GetRetryAfterSeconds() int64 {
 	return 0
 }
 
+// GetMerchantRequest asks for this server's merchant identity.
+type GetMerchantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMerchantRequest) Reset() {
+	*x = GetMerchantRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMerchantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMerchantRequest) ProtoMessage() {}
+
+func (x *GetMerchantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMerchantRequest.ProtoReflect.Descriptor instead.
+func (*GetMerchantRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{10}
+}
+
+// GetMerchantResponse is this server's merchant identity.
+type GetMerchantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when no merchant identity is configured (every checked request
+	// is then refused with 458); the other fields are empty.
+	Configured bool `protobuf:"varint,1,opt,name=configured,proto3" json:"configured,omitempty"`
+	// The canonical merchant ID PURCHASE requests must name in Merchant-ID.
+	MerchantId string `protobuf:"bytes,2,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
+	// The SHA-256 of the current Merchant Manifest Document's RFC 8785
+	// canonical form, 64 lowercase hex digits.
+	ManifestFingerprint string `protobuf:"bytes,3,opt,name=manifest_fingerprint,json=manifestFingerprint,proto3" json:"manifest_fingerprint,omitempty"`
+	// The merchant's lifecycle state ("active" admits PURCHASE).
+	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// The Merchant Manifest Document in RFC 8785 canonical form; empty when
+	// the operator configured only its fingerprint.
+	ManifestJson  []byte `protobuf:"bytes,5,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMerchantResponse) Reset() {
+	*x = GetMerchantResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMerchantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMerchantResponse) ProtoMessage() {}
+
+func (x *GetMerchantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMerchantResponse.ProtoReflect.Descriptor instead.
+func (*GetMerchantResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetMerchantResponse) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
+}
+
+func (x *GetMerchantResponse) GetMerchantId() string {
+	if x != nil {
+		return x.MerchantId
+	}
+	return ""
+}
+
+func (x *GetMerchantResponse) GetManifestFingerprint() string {
+	if x != nil {
+		return x.ManifestFingerprint
+	}
+	return ""
+}
+
+func (x *GetMerchantResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *GetMerchantResponse) GetManifestJson() []byte {
+	if x != nil {
+		return x.ManifestJson
+	}
+	return nil
+}
+
 var File_agtp_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\x9a\x06\n" +
+	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xb9\x06\n" +
 	"\x10AuthorizeRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12!\n" +
 	"\fagent_scopes\x18\x02 \x03(\tR\vagentScopes\x12'\n" +
@@ -888,7 +1041,9 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\azone_id\x18\x12 \x01(\tR\x06zoneId\x12\x1f\n" +
 	"\vmerchant_id\x18\x13 \x01(\tR\n" +
 	"merchantId\x12B\n" +
-	"\x1dmerchant_manifest_fingerprint\x18\x14 \x01(\tR\x1bmerchantManifestFingerprint\"\x85\x02\n" +
+	"\x1dmerchant_manifest_fingerprint\x18\x14 \x01(\tR\x1bmerchantManifestFingerprint\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x15 \x01(\fR\tinputJson\"\x85\x02\n" +
 	"\x06Denial\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12 \n" +
@@ -903,7 +1058,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12#\n" +
-	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\xca\x03\n" +
+	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\x9e\x04\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.agtp.policy.v1.DecisionR\bdecision\x12.\n" +
 	"\x06denial\x18\x02 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x126\n" +
@@ -913,7 +1068,11 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x13acting_principal_id\x18\x06 \x01(\tR\x11actingPrincipalId\x120\n" +
 	"\x14rate_limit_remaining\x18\a \x01(\x03R\x12rateLimitRemaining\x12(\n" +
 	"\x10rate_limit_limit\x18\b \x01(\x03R\x0erateLimitLimit\x127\n" +
-	"\x18rate_limit_reset_seconds\x18\t \x01(\x03R\x15rateLimitResetSeconds\"p\n" +
+	"\x18rate_limit_reset_seconds\x18\t \x01(\x03R\x15rateLimitResetSeconds\x12\x1f\n" +
+	"\vmerchant_id\x18\n" +
+	" \x01(\tR\n" +
+	"merchantId\x121\n" +
+	"\x14merchant_fingerprint\x18\v \x01(\tR\x13merchantFingerprint\"p\n" +
 	"\x1aCompleteIdempotencyRequest\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\x12\x1a\n" +
 	"\bresponse\x18\x02 \x01(\fR\bresponse\"\x1d\n" +
@@ -928,17 +1087,28 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x16CheckRateLimitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12.\n" +
-	"\x13retry_after_seconds\x18\x03 \x01(\x03R\x11retryAfterSeconds*`\n" +
+	"\x13retry_after_seconds\x18\x03 \x01(\x03R\x11retryAfterSeconds\"\x14\n" +
+	"\x12GetMerchantRequest\"\xc6\x01\n" +
+	"\x13GetMerchantResponse\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x01 \x01(\bR\n" +
+	"configured\x12\x1f\n" +
+	"\vmerchant_id\x18\x02 \x01(\tR\n" +
+	"merchantId\x121\n" +
+	"\x14manifest_fingerprint\x18\x03 \x01(\tR\x13manifestFingerprint\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12#\n" +
+	"\rmanifest_json\x18\x05 \x01(\fR\fmanifestJson*`\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ALLOW\x10\x01\x12\x11\n" +
 	"\rDECISION_DENY\x10\x02\x12\x13\n" +
-	"\x0fDECISION_REPLAY\x10\x032\x9f\x03\n" +
+	"\x0fDECISION_REPLAY\x10\x032\xf7\x03\n" +
 	"\rPolicyService\x12P\n" +
 	"\tAuthorize\x12 .agtp.policy.v1.AuthorizeRequest\x1a!.agtp.policy.v1.AuthorizeResponse\x12n\n" +
 	"\x13CompleteIdempotency\x12*.agtp.policy.v1.CompleteIdempotencyRequest\x1a+.agtp.policy.v1.CompleteIdempotencyResponse\x12k\n" +
 	"\x12ReleaseIdempotency\x12).agtp.policy.v1.ReleaseIdempotencyRequest\x1a*.agtp.policy.v1.ReleaseIdempotencyResponse\x12_\n" +
-	"\x0eCheckRateLimit\x12%.agtp.policy.v1.CheckRateLimitRequest\x1a&.agtp.policy.v1.CheckRateLimitResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
+	"\x0eCheckRateLimit\x12%.agtp.policy.v1.CheckRateLimitRequest\x1a&.agtp.policy.v1.CheckRateLimitResponse\x12V\n" +
+	"\vGetMerchant\x12\".agtp.policy.v1.GetMerchantRequest\x1a#.agtp.policy.v1.GetMerchantResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
 
 var (
 	file_agtp_policy_v1_policy_proto_rawDescOnce sync.Once
@@ -953,7 +1123,7 @@ func file_agtp_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_agtp_policy_v1_policy_proto_goTypes = []any{
 	(Decision)(0),                       // 0: agtp.policy.v1.Decision
 	(*AuthorizeRequest)(nil),            // 1: agtp.policy.v1.AuthorizeRequest
@@ -966,10 +1136,12 @@ var file_agtp_policy_v1_policy_proto_goTypes = []any{
 	(*ReleaseIdempotencyResponse)(nil),  // 8: agtp.policy.v1.ReleaseIdempotencyResponse
 	(*CheckRateLimitRequest)(nil),       // 9: agtp.policy.v1.CheckRateLimitRequest
 	(*CheckRateLimitResponse)(nil),      // 10: agtp.policy.v1.CheckRateLimitResponse
-	nil,                                 // 11: agtp.policy.v1.Denial.DetailsEntry
+	(*GetMerchantRequest)(nil),          // 11: agtp.policy.v1.GetMerchantRequest
+	(*GetMerchantResponse)(nil),         // 12: agtp.policy.v1.GetMerchantResponse
+	nil,                                 // 13: agtp.policy.v1.Denial.DetailsEntry
 }
 var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
-	11, // 0: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
+	13, // 0: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
 	0,  // 1: agtp.policy.v1.AuthorizeResponse.decision:type_name -> agtp.policy.v1.Decision
 	2,  // 2: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
 	3,  // 3: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
@@ -979,12 +1151,14 @@ var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
 	5,  // 7: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
 	7,  // 8: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
 	9,  // 9: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
-	4,  // 10: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
-	6,  // 11: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
-	8,  // 12: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
-	10, // 13: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
+	11, // 10: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
+	4,  // 11: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
+	6,  // 12: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
+	8,  // 13: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
+	10, // 14: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
+	12, // 15: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1001,7 +1175,7 @@ func file_agtp_policy_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_policy_v1_policy_proto_rawDesc), len(file_agtp_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

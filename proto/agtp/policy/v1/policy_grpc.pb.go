@@ -23,6 +23,7 @@ const (
 	PolicyService_CompleteIdempotency_FullMethodName = "/agtp.policy.v1.PolicyService/CompleteIdempotency"
 	PolicyService_ReleaseIdempotency_FullMethodName  = "/agtp.policy.v1.PolicyService/ReleaseIdempotency"
 	PolicyService_CheckRateLimit_FullMethodName      = "/agtp.policy.v1.PolicyService/CheckRateLimit"
+	PolicyService_GetMerchant_FullMethodName         = "/agtp.policy.v1.PolicyService/GetMerchant"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -43,6 +44,10 @@ type PolicyServiceClient interface {
 	ReleaseIdempotency(ctx context.Context, in *ReleaseIdempotencyRequest, opts ...grpc.CallOption) (*ReleaseIdempotencyResponse, error)
 	// CheckRateLimit spends from one named limit (RCNS negotiation uses scope rcns).
 	CheckRateLimit(ctx context.Context, in *CheckRateLimitRequest, opts ...grpc.CallOption) (*CheckRateLimitResponse, error)
+	// GetMerchant returns this server's merchant identity (core §9): what a
+	// PURCHASE is verified against, so that the front door can serve it to
+	// agents for their pre-flight counterparty verification.
+	GetMerchant(ctx context.Context, in *GetMerchantRequest, opts ...grpc.CallOption) (*GetMerchantResponse, error)
 }
 
 type policyServiceClient struct {
@@ -93,6 +98,16 @@ func (c *policyServiceClient) CheckRateLimit(ctx context.Context, in *CheckRateL
 	return out, nil
 }
 
+func (c *policyServiceClient) GetMerchant(ctx context.Context, in *GetMerchantRequest, opts ...grpc.CallOption) (*GetMerchantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMerchantResponse)
+	err := c.cc.Invoke(ctx, PolicyService_GetMerchant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -111,6 +126,10 @@ type PolicyServiceServer interface {
 	ReleaseIdempotency(context.Context, *ReleaseIdempotencyRequest) (*ReleaseIdempotencyResponse, error)
 	// CheckRateLimit spends from one named limit (RCNS negotiation uses scope rcns).
 	CheckRateLimit(context.Context, *CheckRateLimitRequest) (*CheckRateLimitResponse, error)
+	// GetMerchant returns this server's merchant identity (core §9): what a
+	// PURCHASE is verified against, so that the front door can serve it to
+	// agents for their pre-flight counterparty verification.
+	GetMerchant(context.Context, *GetMerchantRequest) (*GetMerchantResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -132,6 +151,9 @@ func (UnimplementedPolicyServiceServer) ReleaseIdempotency(context.Context, *Rel
 }
 func (UnimplementedPolicyServiceServer) CheckRateLimit(context.Context, *CheckRateLimitRequest) (*CheckRateLimitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckRateLimit not implemented")
+}
+func (UnimplementedPolicyServiceServer) GetMerchant(context.Context, *GetMerchantRequest) (*GetMerchantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMerchant not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -226,6 +248,24 @@ func _PolicyService_CheckRateLimit_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_GetMerchant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMerchantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).GetMerchant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_GetMerchant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).GetMerchant(ctx, req.(*GetMerchantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +288,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckRateLimit",
 			Handler:    _PolicyService_CheckRateLimit_Handler,
+		},
+		{
+			MethodName: "GetMerchant",
+			Handler:    _PolicyService_GetMerchant_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
