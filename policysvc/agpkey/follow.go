@@ -2,11 +2,10 @@ package agpkey
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"time"
 
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/streamwatch"
 )
 
 // Watcher is what a cache of resolved keys does with policysvc's
@@ -24,41 +23,21 @@ type Watcher struct {
 	Interrupted func()
 }
 
-// Follow follows policysvc's WatchKeyEvents until ctx is done, the way
-// catalogsvc/watch.Follow follows the catalog: a broken stream is
-// reopened with exponential backoff (100 ms to 5 s), reset by every
-// message received.
+// Follow follows policysvc's WatchKeyEvents until ctx is done; a broken
+// stream is reopened as streamwatch.Follow does.
 func Follow(ctx context.Context, client agpv1.AgpServiceClient, log *slog.Logger, w Watcher) {
-	backoff := 100 * time.Millisecond
-	for {
-		stream, err := client.WatchKeyEvents(ctx, &agpv1.WatchKeyEventsRequest{})
-		if err == nil {
-			for {
-				ev, rerr := stream.Recv()
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				backoff = 100 * time.Millisecond
-				if ev.GetSubscribed() {
-					w.Subscribed()
-					continue
-				}
-				w.Changed(ev)
+	streamwatch.Follow(ctx, log, streamwatch.Stream[*agpv1.WatchKeyEventsResponse]{
+		Open: func(ctx context.Context) (streamwatch.Receiver[*agpv1.WatchKeyEventsResponse], error) {
+			return client.WatchKeyEvents(ctx, &agpv1.WatchKeyEventsRequest{})
+		},
+		Receive: func(ev *agpv1.WatchKeyEventsResponse) {
+			if ev.GetSubscribed() {
+				w.Subscribed()
+				return
 			}
-		}
-		w.Interrupted()
-		if ctx.Err() != nil {
-			return
-		}
-		if !errors.Is(err, context.Canceled) {
-			log.Warn("agp key watch interrupted; key cache cleared, reconnecting", "error", err, "backoff", backoff)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+			w.Changed(ev)
+		},
+		Interrupted: w.Interrupted,
+		Warning:     "agp key watch interrupted; key cache cleared, reconnecting",
+	})
 }

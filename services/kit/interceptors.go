@@ -38,6 +38,32 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
+// endOnDrain ends open streams when the server starts draining.
+// GracefulStop waits for every RPC, and a watch stream (catalog snapshots,
+// agents, key changes) never ends by itself, so without this every drain
+// of a service with watchers ran into its deadline. The caller gets
+// Unavailable and reconnects, to another replica where there is one.
+func endOnDrain(draining context.Context) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		stop := context.AfterFunc(draining, cancel)
+		defer stop()
+		err := handler(srv, &streamWithContext{ServerStream: ss, ctx: ctx})
+		if err != nil && draining.Err() != nil && ss.Context().Err() == nil {
+			return status.Error(codes.Unavailable, "the service is shutting down; reconnect")
+		}
+		return err
+	}
+}
+
+type streamWithContext struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *streamWithContext) Context() context.Context { return s.ctx }
+
 // logUnary logs failed calls; internal causes are logged in full here and
 // masked towards the caller by grpcerr.
 func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {

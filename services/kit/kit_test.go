@@ -17,8 +17,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -186,5 +188,68 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, missing %q", err, want)
 		}
+	}
+}
+
+// TestDrainEndsOpenStreams: a drain ends watch streams with Unavailable
+// instead of waiting for them until the graceful-stop deadline, so a
+// service with watchers stops at once and its watchers reconnect.
+func TestDrainEndsOpenStreams(t *testing.T) {
+	pki := testkit.PKI(t)
+	cfg := kit.DefaultCommon("catalogsvc", "127.0.0.1:0", "")
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert("catalogsvc"), pki.Key("catalogsvc")
+	cfg.LogLevel = "error"
+	// Far beyond the test's bounds: a drain that waited for the stream
+	// would fail the test, not pass it slowly.
+	cfg.ShutdownTimeout = time.Minute
+	b, err := kit.NewBase(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := startServer(t, "policysvc")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer cancel()
+
+	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	stream, err := healthpb.NewHealthClient(conn).Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+	}
+
+	cancel()
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue // NOT_SERVING, sent as the drain starts
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("the stream ended with %v, want Unavailable", err)
+		}
+		break
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not stop after its only stream ended")
 	}
 }

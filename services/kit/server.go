@@ -37,6 +37,10 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 
+	// draining is cancelled when the drain starts; it ends open streams.
+	draining   context.Context
+	startDrain context.CancelFunc
+
 	grpcLis net.Listener
 	httpLis net.Listener
 	gateway []GatewayRegistrar
@@ -58,6 +62,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		return nil, ErrNoTLS
 	}
 	s := &Server{cfg: cfg, log: deps.Logger, mtls: deps.MTLS, tel: deps.Telemetry}
+	s.draining, s.startDrain = context.WithCancel(context.Background())
 	s.health = health.NewServer()
 	sopts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig()))}
 	if deps.Telemetry.Recording {
@@ -73,7 +78,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(append(sopts,
 		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log)),
-		grpc.ChainStreamInterceptor(recoverStream(s.log), logStream(s.log)),
+		grpc.ChainStreamInterceptor(endOnDrain(s.draining), recoverStream(s.log), logStream(s.log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Callers hold long-lived connections; ageing them out spreads
 		// load onto replicas added later. Watch streams reconnect.
@@ -263,6 +268,7 @@ func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 // drain runs the shutdown sequence of the gRPC server.
 func (s *Server) drain() {
 	s.health.Shutdown()
+	s.startDrain()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -6,7 +6,6 @@ package agentcache
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/streamwatch"
 )
 
 // Cache maps Agent-IDs to records. A nil record is a cached "not
@@ -124,47 +124,35 @@ func (c *Cache) reset(watching bool) {
 
 // Watch follows identitysvc's WatchAgents until ctx is done. Every event
 // replaces or drops the agent's entry; a resync or a broken stream clears
-// the whole cache.
+// the whole cache, and entries are trusted without expiry only while a
+// stream is open.
 func (c *Cache) Watch(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for {
-		stream, err := c.client.WatchAgents(ctx, &identityv1.WatchAgentsRequest{})
-		if err == nil {
-			c.reset(true)
-			for {
-				ev, rerr := stream.Recv()
-				if rerr != nil {
-					err = rerr
-					break
-				}
-				backoff = 100 * time.Millisecond
-				switch {
-				case ev.GetSessionId() != "":
-					if c.OnSession != nil {
-						c.OnSession(ev.GetSessionId())
-					}
-				case ev.GetResync():
-					c.reset(true)
-				case ev.GetAgent() != nil && !pending(ev.GetAgent()):
-					c.put(ev.GetAgentId(), ev.GetAgent(), time.Time{})
-					c.group.Forget(ev.GetAgentId())
-				default:
-					c.Drop(ev.GetAgentId())
-				}
+	streamwatch.Follow(ctx, c.log, streamwatch.Stream[*identityv1.WatchAgentsResponse]{
+		Open: func(ctx context.Context) (streamwatch.Receiver[*identityv1.WatchAgentsResponse], error) {
+			stream, err := c.client.WatchAgents(ctx, &identityv1.WatchAgentsRequest{})
+			if err != nil {
+				return nil, err
 			}
-		}
-		c.reset(false)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if !errors.Is(err, context.Canceled) {
-			c.log.Warn("agent watch interrupted; cache cleared, reconnecting", "error", err, "backoff", backoff)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
+			c.reset(true)
+			return stream, nil
+		},
+		Receive: func(ev *identityv1.WatchAgentsResponse) {
+			switch {
+			case ev.GetSessionId() != "":
+				if c.OnSession != nil {
+					c.OnSession(ev.GetSessionId())
+				}
+			case ev.GetResync():
+				c.reset(true)
+			case ev.GetAgent() != nil && !pending(ev.GetAgent()):
+				c.put(ev.GetAgentId(), ev.GetAgent(), time.Time{})
+				c.group.Forget(ev.GetAgentId())
+			default:
+				c.Drop(ev.GetAgentId())
+			}
+		},
+		Interrupted: func() { c.reset(false) },
+		Warning:     "agent watch interrupted; cache cleared, reconnecting",
+	})
+	return nil
 }
