@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -28,21 +27,15 @@ func TestInspectOperatorOnly(t *testing.T) {
 	}
 	target := "/?target=chain_head&agent_id=" + agent
 	inspectWith := func(name string) *agtp.Response {
-		cfg := agtp.ClientTLSConfig("localhost", c.Admin.Pool())
+		var cert *tls.Certificate
 		if name != "" {
-			cert, err := tls.LoadX509KeyPair(c.PKI.Cert(name), c.PKI.Key(name))
+			c, err := tls.LoadX509KeyPair(c.PKI.Cert(name), c.PKI.Key(name))
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.Certificates = []tls.Certificate{cert}
+			cert = &c
 		}
-		conn, err := tls.Dial("tcp", c.Procs["frontdoor"].AGTPAddr, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		a := &agtpConn{t: t, conn: conn, br: bufio.NewReader(conn), bw: bufio.NewWriter(conn)}
-		return a.do(request(t, "INSPECT", target))
+		return c.dialAGTPWith(t, cert).do(request(t, "INSPECT", target))
 	}
 	if resp := inspectWith(""); resp.Status != 401 || errorBody(t, resp)["reason"] != "acl-anonymous-blocked" {
 		t.Fatalf("without a certificate = %d %s, want 401", resp.Status, resp.Body)

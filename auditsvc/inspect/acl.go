@@ -42,7 +42,8 @@ func ParseMode(s string) (Mode, error) {
 // Caller is the verified identity of an INSPECT request.
 type Caller struct {
 	// AgentID is set only when the caller presented a verified client
-	// certificate and its Agent-ID header matched it.
+	// certificate that authenticates its Agent-ID header (the front door:
+	// the certificate carries that agent's Genesis issuer key).
 	AgentID string
 	// KeyFingerprint is the lowercase hex SHA-256 of the client
 	// certificate's public key (SubjectPublicKeyInfo DER), "" without one.
@@ -85,8 +86,12 @@ func (a ACL) Precheck(c Caller) error {
 	case "", Public:
 		return nil
 	case AgentOnly:
-		if c.AgentID == "" {
+		switch {
+		case c.KeyFingerprint == "" && c.AgentID == "":
 			return grpcerr.Unauthenticated("acl-anonymous-blocked", "INSPECT requires an mTLS-authenticated Agent-ID (read ACL mode agent_only)", "mode", string(a.Mode))
+		case c.AgentID == "":
+			// Authenticated, but as no agent: 403, not 401 (core §7.2.4).
+			return grpcerr.PermissionDenied("inspect-forbidden", "the client certificate does not authenticate the Agent-ID (read ACL mode agent_only)", "mode", string(a.Mode))
 		}
 		return nil
 	case OperatorOnly:

@@ -18,6 +18,7 @@ func TestReadACLModes(t *testing.T) {
 	}{
 		{"public-anonymous", NewACL(Public), Caller{}, "agent-1", 0},
 		{"agent-only-anonymous", NewACL(AgentOnly), Caller{}, "agent-1", 401},
+		{"agent-only-certificate-of-no-agent", NewACL(AgentOnly), Caller{KeyFingerprint: op}, "agent-1", 403},
 		{"agent-only-own-records", NewACL(AgentOnly), Caller{AgentID: "agent-1", KeyFingerprint: op}, "agent-1", 0},
 		{"agent-only-other-agent", NewACL(AgentOnly), Caller{AgentID: "agent-2"}, "agent-1", 403},
 		{"agent-only-server-chain", NewACL(AgentOnly), Caller{AgentID: "agent-2"}, "", 403},

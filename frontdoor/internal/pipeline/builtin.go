@@ -430,12 +430,21 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 }
 
 // inspectCaller is the verified identity INSPECT's read ACL judges: the
-// TLS client certificate, and the Agent-ID only when it came with one.
+// TLS client certificate, and the Agent-ID only when the certificate is
+// that agent's.
 func inspectCaller(x *exchange) inspect.Caller {
 	if x.conn == nil || x.conn.TLS == nil || len(x.conn.TLS.PeerCertificates) == 0 {
 		return inspect.Caller{}
 	}
-	return inspect.Caller{AgentID: x.agentID, KeyFingerprint: inspect.KeyFingerprint(x.conn.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)}
+	c := inspect.Caller{KeyFingerprint: inspect.KeyFingerprint(x.conn.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)}
+	// The Agent-ID header is a claim: it is the caller's verified identity
+	// only when the certificate carries that agent's Genesis issuer key
+	// (the cross-check core §7.2.4 asks for). Any other certificate from
+	// the CA authenticates someone, but not that agent.
+	if issuer := x.caller.GetIssuerFingerprint(); issuer != "" && clientKeyFingerprint(x) == issuer {
+		c.AgentID = x.agentID
+	}
+	return c
 }
 
 // clientKeyFingerprint is the Genesis-issuer form of the TLS client
