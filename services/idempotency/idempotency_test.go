@@ -101,6 +101,33 @@ func TestSlotLifecycle(t *testing.T) {
 	}
 }
 
+// TestCompletedSlotExpires: once the result TTL has passed, the same key
+// and body run anew (companions 39) instead of replaying.
+func TestCompletedSlotExpires(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute); r.Outcome != idempotency.Claimed {
+		t.Fatal("first claim failed")
+	}
+	if ok, err := idempotency.Complete(ctx, rdb, slot, "tok1", []byte("done"), time.Second); !ok || err != nil {
+		t.Fatalf("complete = %v, %v", ok, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay {
+		t.Fatalf("claim within the TTL = %v, want replay", r.Outcome)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the same key and body to run anew after the TTL", func() bool {
+		r, err := idempotency.Claim(ctx, rdb, slot, fpA, "tok3", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Outcome != idempotency.Replay && r.Outcome != idempotency.Claimed {
+			t.Fatalf("claim = %v, want replay until the TTL and claimed after", r.Outcome)
+		}
+		return r.Outcome == idempotency.Claimed
+	})
+}
+
 func TestReleaseLetsARetryRunAgain(t *testing.T) {
 	ctx := context.Background()
 	rdb := startRedis(t)
