@@ -255,12 +255,12 @@ func TestLoadKeyFileFormats(t *testing.T) {
 }
 
 func TestPayloadKeepsUnknownMembersAndRefusesAmbiguity(t *testing.T) {
-	in := []byte(`{"method":"TRANSFER","status":200,"from_principal":"alice","to_principal":{"id":"bob"},"prior_actions":[{"agent_id":"a","audit_id":"b"}]}`)
+	in := []byte(`{"method":"TRANSFER","status":200,"from_principal":"alice","custody":{"to":"bob"},"prior_actions":[{"agent_id":"a","audit_id":"b"}]}`)
 	var p Payload
 	if err := json.Unmarshal(in, &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Method != "TRANSFER" || len(p.PriorActions) != 1 || string(p.Extra["from_principal"]) != `"alice"` {
+	if p.Method != "TRANSFER" || len(p.PriorActions) != 1 || p.FromPrincipal != "alice" || string(p.Extra["custody"]) != `{"to":"bob"}` {
 		t.Fatalf("decoded %+v", p)
 	}
 	out, err := json.Marshal(p)

@@ -76,12 +76,19 @@ type Payload struct {
 	MerchantFingerprint             string        `json:"merchant_fingerprint,omitempty"`
 	IntentAssertionJTI              string        `json:"intent_assertion_jti,omitempty"`
 
+	// Tier 2 members (standard methods §10.3, §10.6): a TRANSFER's
+	// parties, and a RUN's procedure and input parameters.
+	FromPrincipal string          `json:"from_principal,omitempty"`
+	ToPrincipal   string          `json:"to_principal,omitempty"`
+	ProcedureID   string          `json:"procedure_id,omitempty"`
+	RunInput      json.RawMessage `json:"run_input,omitempty"`
+
 	// EventType names the event of a lifecycle record or other signed
 	// event (e.g. "agent-lifecycle-suspended"); empty on response records.
 	EventType string `json:"event_type,omitempty"`
 
-	// Extra holds members not named above (e.g. from_principal and
-	// to_principal of TRANSFER), raw JSON values by member name.
+	// Extra holds members not named above, raw JSON values by member
+	// name.
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
@@ -98,7 +105,8 @@ var knownMembers = func() map[string]bool {
 		AuditRecordVersion: "x", ActionID: "x", EvaluationID: "x", DecisionID: "x", RequestedMethod: "x",
 		ActingPrincipalID: "x", SynthesisID: "x", ContractHash: "x", NegotiationOrigin: "x",
 		PriorActions: []PriorAction{{}}, StandingAuthorizationDecisionID: "x", MerchantID: "x",
-		MerchantFingerprint: "x", IntentAssertionJTI: "x", EventType: "x",
+		MerchantFingerprint: "x", IntentAssertionJTI: "x", FromPrincipal: "x", ToPrincipal: "x", ProcedureID: "x",
+		RunInput: json.RawMessage(`{}`), EventType: "x",
 	})
 	var raw map[string]json.RawMessage
 	_ = json.Unmarshal(b, &raw)

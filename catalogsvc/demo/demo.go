@@ -14,5 +14,6 @@ var FS embed.FS
 // Functions are the registered_function names the demo binds.
 var Functions = []string{
 	"demo.orders.get", "demo.orders.list", "demo.orders.create", "demo.orders.cancel", "demo.orders.purchase",
-	"demo.documents.summarize", "demo.reports.run",
+	"demo.orders.authorize", "demo.orders.transfer", "demo.customers.register",
+	"demo.documents.summarize", "demo.reports.run", "demo.procedures.reindex",
 }

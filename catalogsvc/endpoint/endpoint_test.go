@@ -470,3 +470,96 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("warnings do not name fields: %v", ep.Warnings)
 	}
 }
+
+// tier2Endpoint is a definition of method on path with the given input
+// properties (all required) and required_scopes.
+func tier2Endpoint(method, path string, props map[string]any, scopes ...any) map[string]any {
+	m := bookRoom()
+	m["method"], m["path"] = method, path
+	req := make([]any, 0, len(props))
+	for k := range props {
+		req = append(req, k)
+	}
+	m["input_schema"] = map[string]any{"$schema": Draft202012, "type": "object", "properties": props, "required": req, "additionalProperties": false}
+	if len(scopes) == 0 {
+		delete(m, "required_scopes")
+	} else {
+		m["required_scopes"] = scopes
+	}
+	return m
+}
+
+// TestTier2Rules pins the suite-level rules for Tier 2 endpoints
+// (standard methods §5.4, §5.6, §8.8, §10; companions §5 items 25-29).
+func TestTier2Rules(t *testing.T) {
+	str := map[string]any{"type": "string"}
+	for _, m := range []string{"AUTHORIZE", "TRANSFER", "RUN", "PURCHASE"} {
+		testCats[m] = []string{"transaction"}
+	}
+	t.Cleanup(func() {
+		for _, m := range []string{"AUTHORIZE", "TRANSFER", "RUN", "PURCHASE"} {
+			delete(testCats, m)
+		}
+	})
+
+	t.Run("the method's scope is added first, once, and shows in the definition", func(t *testing.T) {
+		for _, tc := range []struct {
+			def  map[string]any
+			want []string
+		}{
+			{tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"dataset_id": str}, "reports:run"), []string{"activation:run", "reports:run"}},
+			{tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"dataset_id": str}), []string{"activation:run"}},
+			{tier2Endpoint("AUTHORIZE", "/grants", map[string]any{"scope": str}), []string{"authorization:grant"}},
+			{tier2Endpoint("PURCHASE", "/orders/{order_id}/payment", map[string]any{"order_id": str}, "orders:write", "payments:purchase"), []string{"orders:write", "payments:purchase"}},
+			{tier2Endpoint("BOOK", "/room", map[string]any{"room_id": str}), nil},
+		} {
+			ep := mustCompile(t, tc.def)
+			if !slices.Equal(ep.Def.RequiredScopes, tc.want) || !slices.Equal(ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B).GetRequiredScopes(), tc.want) {
+				t.Errorf("%s: required_scopes = %v, want %v", tc.def["method"], ep.Def.RequiredScopes, tc.want)
+			}
+			again, err := FromJSON(ep.JSON)
+			if err != nil || !slices.Equal(again.Def.RequiredScopes, tc.want) {
+				t.Errorf("%s: FromJSON required_scopes = %v (%v), want %v", tc.def["method"], again.Def.RequiredScopes, err, tc.want)
+			}
+			if len(tc.want) > 0 && !strings.Contains(string(ep.JSON), `"required_scopes":["`+tc.want[0]) {
+				t.Errorf("%s: definition JSON %s does not carry %s", tc.def["method"], ep.JSON, tc.want[0])
+			}
+		}
+	})
+
+	nested := map[string]any{"type": "object", "properties": map[string]any{"shell": str}, "additionalProperties": true}
+	for _, tc := range []struct {
+		name        string
+		def         map[string]any
+		field, rule string
+	}{
+		{"TRANSFER without required_scopes", tier2Endpoint("TRANSFER", "/contracts/{contract_id}", map[string]any{"contract_id": str, "from_principal": str, "to_principal": str}), "required_scopes", "tier2-scope-required"},
+		{"TRANSFER without to_principal", tier2Endpoint("TRANSFER", "/contracts/{contract_id}", map[string]any{"contract_id": str, "from_principal": str}, "contracts:write"), "input_schema.required", "tier2-member-required"},
+		{"AUTHORIZE without scope", tier2Endpoint("AUTHORIZE", "/grants", map[string]any{"subject": str}), "input_schema.required", "tier2-member-required"},
+		{"RUN with a command member", tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"command": str}), "input_schema.properties.command", "run-free-form"},
+		{"RUN with a Script member (any case)", tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"Script": str}), "input_schema.properties.Script", "run-free-form"},
+		{"RUN with a nested shell member", tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"options": nested}), "input_schema.properties.options.properties.shell", "run-free-form"},
+		{"RUN with patternProperties", func() map[string]any {
+			m := tier2Endpoint("RUN", "/procedures/reindex", map[string]any{"dataset_id": str})
+			input(m)["patternProperties"] = map[string]any{"^x_": str}
+			return m
+		}(), "input_schema.patternProperties", "run-free-form"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := compileMap(t, tc.def)
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("err = %v, want Errors", err)
+			}
+			for _, e := range es {
+				if e.Field == tc.field && e.Rule == tc.rule {
+					return
+				}
+			}
+			t.Fatalf("no %s/%s in %v", tc.field, tc.rule, err)
+		})
+	}
+	t.Run("a TRANSFER with a scope and both principals compiles", func(t *testing.T) {
+		mustCompile(t, tier2Endpoint("TRANSFER", "/contracts/{contract_id}", map[string]any{"contract_id": str, "from_principal": str, "to_principal": str}, "contracts:write"))
+	})
+}

@@ -201,6 +201,7 @@ func Compile(src *Source, ctx Context) (*Endpoint, error) {
 	c.errorsList(def)
 	c.handler(def, ctx)
 	c.scopes(def)
+	c.tier2(def, ep.input)
 	c.deprecation(def, ctx)
 	if def.MaxBodyBytes < 0 {
 		c.fail("max_body_bytes", "range", "must not be negative")

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -34,6 +35,39 @@ type Order struct {
 	Lines       []Line   `json:"lines"`
 	CreatedBy   string   `json:"created_by,omitempty"`
 	Payment     *Payment `json:"payment,omitempty"`
+	// Owner is the principal the order belongs to (TRANSFER moves it);
+	// Custody is every transfer, oldest first.
+	Owner   string    `json:"owner,omitempty"`
+	Custody []Custody `json:"custody,omitempty"`
+	// Grants are the access grants AUTHORIZE issued on the order.
+	Grants []Grant `json:"grants,omitempty"`
+}
+
+// Custody is one ownership transfer of an order.
+type Custody struct {
+	FromPrincipal string `json:"from_principal"`
+	ToPrincipal   string `json:"to_principal"`
+	Reason        string `json:"reason,omitempty"`
+	By            string `json:"by,omitempty"`
+}
+
+// Grant is an access grant on an order (AUTHORIZE).
+type Grant struct {
+	GrantID   string   `json:"grant_id"`
+	OrderID   string   `json:"order_id"`
+	Subject   string   `json:"subject"`
+	Resource  string   `json:"resource,omitempty"`
+	Scope     []string `json:"scope"`
+	ExpiresAt string   `json:"expires_at"`
+	GrantedBy string   `json:"granted_by,omitempty"`
+}
+
+// Customer is a registered customer of the desk (REGISTER).
+type Customer struct {
+	CustomerID   string `json:"customer_id"`
+	Name         string `json:"name"`
+	Email        string `json:"email,omitempty"`
+	RegisteredBy string `json:"registered_by,omitempty"`
 }
 
 // Payment is how an order was paid (PURCHASE): the amount, and the
@@ -50,14 +84,17 @@ type Payment struct {
 var stock = map[string]int{"widget": 1000, "gadget": 250, "gizmo": 10}
 
 type desk struct {
-	mu     sync.Mutex
-	orders map[string]*Order
-	seq    atomic.Uint64
+	mu        sync.Mutex
+	orders    map[string]*Order
+	customers map[string]*Customer
+	seq       atomic.Uint64
+	// reindexRuns counts runs of the reindex procedure (RUN).
+	reindexRuns atomic.Uint64
 }
 
 // Register binds the demo functions on reg.
 func Register(reg *handler.Registry) {
-	d := &desk{orders: map[string]*Order{}}
+	d := &desk{orders: map[string]*Order{}, customers: map[string]*Customer{}}
 	d.orders["ord-1001"] = &Order{OrderID: "ord-1001", Status: "shipped", Lines: []Line{{SKU: "widget", Quantity: 3}}}
 	d.orders["ord-1002"] = &Order{OrderID: "ord-1002", Status: "open", Lines: []Line{{SKU: "gadget", Quantity: 1}}}
 	reg.Register("demo.orders.create", handler.Typed(d.create))
@@ -65,6 +102,10 @@ func Register(reg *handler.Registry) {
 	reg.Register("demo.orders.list", handler.Typed(d.list))
 	reg.Register("demo.orders.cancel", handler.Typed(d.cancel))
 	reg.Register("demo.orders.purchase", handler.Typed(d.purchase))
+	reg.Register("demo.orders.authorize", handler.Typed(d.authorize))
+	reg.Register("demo.orders.transfer", handler.Typed(d.transfer))
+	reg.Register("demo.customers.register", handler.Typed(d.register))
+	reg.Register("demo.procedures.reindex", handler.Typed(d.reindex))
 	reg.Register("demo.documents.summarize", handler.Typed(summarize))
 	reg.Register("demo.reports.run", handler.Typed(runReport))
 }
@@ -86,6 +127,7 @@ func (d *desk) create(_ context.Context, call *handler.Call, in createInput) (*O
 		CustomerRef: in.CustomerRef,
 		Lines:       in.Lines,
 		CreatedBy:   call.Caller.AgentID,
+		Owner:       orderOwner(in.CustomerRef, call.Caller.Owner),
 	}
 	d.mu.Lock()
 	d.orders[o.OrderID] = o
@@ -253,4 +295,120 @@ func runReport(_ context.Context, _ *handler.Call, in reportInput) (report, erro
 		period = "week"
 	}
 	return report{ReportID: in.ReportID, Period: period, Rows: rows}, nil
+}
+
+// orderOwner is a new order's principal: the customer it is for, else the
+// creating agent's principal.
+func orderOwner(customerRef, agentOwner string) string {
+	if customerRef != "" {
+		return customerRef
+	}
+	return agentOwner
+}
+
+type authorizeInput struct {
+	OrderID  string   `json:"order_id"`
+	Subject  string   `json:"subject"`
+	Resource string   `json:"resource"`
+	Scope    []string `json:"scope"`
+	TTL      int      `json:"ttl"`
+}
+
+// defaultGrantTTL is a grant's lifetime when AUTHORIZE names no ttl.
+const defaultGrantTTL = time.Hour
+
+// authorize issues an access grant on an order. The suite has checked
+// authorization:grant and that the scope does not exceed the caller's
+// own before it runs.
+func (d *desk) authorize(_ context.Context, call *handler.Call, in authorizeInput) (*Grant, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.orders[in.OrderID]
+	if !ok {
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	}
+	ttl := defaultGrantTTL
+	if in.TTL > 0 {
+		ttl = time.Duration(in.TTL) * time.Second
+	}
+	g := Grant{
+		GrantID:   fmt.Sprintf("grant-%d", d.seq.Add(1)),
+		OrderID:   o.OrderID,
+		Subject:   in.Subject,
+		Resource:  in.Resource,
+		Scope:     in.Scope,
+		ExpiresAt: time.Now().Add(ttl).UTC().Format(time.RFC3339),
+		GrantedBy: call.Caller.AgentID,
+	}
+	o.Grants = append(o.Grants, g)
+	return &g, nil
+}
+
+type transferInput struct {
+	OrderID       string `json:"order_id"`
+	FromPrincipal string `json:"from_principal"`
+	ToPrincipal   string `json:"to_principal"`
+	Reason        string `json:"reason"`
+}
+
+// transfer moves an order to another principal; from_principal must be
+// the current owner (a stale view is a conflict, not a silent overwrite).
+func (d *desk) transfer(_ context.Context, call *handler.Call, in transferInput) (*Order, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.orders[in.OrderID]
+	if !ok {
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	}
+	if o.Owner != in.FromPrincipal {
+		return nil, &handler.Error{Name: "owner_mismatch", Status: 409,
+			Message: "order " + in.OrderID + " does not belong to " + in.FromPrincipal}
+	}
+	o.Owner = in.ToPrincipal
+	o.Custody = append(o.Custody, Custody{FromPrincipal: in.FromPrincipal, ToPrincipal: in.ToPrincipal, Reason: in.Reason, By: call.Caller.AgentID})
+	c := *o
+	return &c, nil
+}
+
+type registerInput struct {
+	EntityType string `json:"entity_type"`
+	Data       struct {
+		Name  string `json:"name"`
+		Email string `json:"email"`
+	} `json:"data"`
+}
+
+// register creates a customer. Retries are the suite's business: the
+// idempotency_key parameter is the request's Idempotency-Key, so a
+// repeated registration is a replay and never reaches here.
+func (d *desk) register(_ context.Context, call *handler.Call, in registerInput) (*Customer, error) {
+	c := &Customer{
+		CustomerID:   fmt.Sprintf("cust-%d", 3000+d.seq.Add(1)),
+		Name:         in.Data.Name,
+		Email:        in.Data.Email,
+		RegisteredBy: call.Caller.AgentID,
+	}
+	d.mu.Lock()
+	d.customers[c.CustomerID] = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+type reindexInput struct {
+	Status string `json:"status"`
+}
+
+// reindex is a registered procedure (RUN): it counts the orders in a
+// status and reports how many times it has run, so a caller can see that
+// a refused RUN executed nothing.
+func (d *desk) reindex(_ context.Context, _ *handler.Call, in reindexInput) (map[string]any, error) {
+	d.mu.Lock()
+	n := 0
+	for _, o := range d.orders {
+		if in.Status == "" || o.Status == in.Status {
+			n++
+		}
+	}
+	d.mu.Unlock()
+	return map[string]any{"procedure_id": "reindex-orders", "orders_indexed": n, "runs": d.reindexRuns.Add(1)}, nil
 }

@@ -35,7 +35,7 @@ const (
 )
 
 // Scopes are the demo agent's declared Authority-Scope set.
-var Scopes = []string{"orders:read", "orders:write", "payments:purchase", "documents:read", "reports:run"}
+var Scopes = []string{"orders:read", "orders:write", "payments:purchase", "authorization:grant", "documents:read", "reports:run"}
 
 // Agent is the demo agent's material.
 type Agent struct {

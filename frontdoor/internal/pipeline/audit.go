@@ -81,6 +81,7 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 		payload.Method = x.decision.Method
 		payload.RequestedMethod = x.decision.RequestedMethod
 	}
+	tier2Record(x, &payload)
 	if x.authz != nil {
 		payload.ActingPrincipalID = x.authz.GetActingPrincipalId()
 		// A PURCHASE whose counterparty policysvc verified names both

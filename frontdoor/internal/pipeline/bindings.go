@@ -58,7 +58,7 @@ func endpointOf(x *exchange) *endpoint.Endpoint {
 func (p *Pipeline) bindFunc(x *exchange, f handler.Func) handler.Func {
 	def := endpointOf(x).Def
 	return func(ctx context.Context, call *handler.Call) (*handler.Result, error) {
-		call.IdempotencyKey = x.req.Header.Get(agtp.HeaderIdempotencyKey)
+		call.IdempotencyKey, _ = x.idempotencyKey()
 		res, err := f(ctx, call)
 		if res != nil {
 			x.priors = append(x.priors, res.PriorActions...)
@@ -262,7 +262,7 @@ func (v *bindingInvoker) Invoke(ctx context.Context, in bindings.Invocation) (*b
 			req.Header.Set(name, val)
 		}
 	}
-	if key, ok := v.x.req.Header.Lookup(agtp.HeaderIdempotencyKey); ok && in.Key != "" {
+	if key, ok := v.x.idempotencyKey(); ok && in.Key != "" {
 		req.Header.Set(agtp.HeaderIdempotencyKey, derivedKey(key, in.Key))
 	}
 	if len(in.Input) > 0 {

@@ -48,6 +48,13 @@ type exchange struct {
 	claim *policyv1.IdempotencyClaim
 	// replayed is set when the response is an idempotent replay.
 	replayed bool
+	// idemKey is the request's Idempotency-Key (the header, or a
+	// REGISTER's idempotency_key parameter), set by authorize.
+	idemKey string
+	// input is the validated input of the method inputMethod, set by
+	// authorize, for the Tier 2 members of the record (tier2.go).
+	input       []byte
+	inputMethod string
 
 	// audit payload extras set by handlers.
 	synthesisID       string
@@ -93,6 +100,15 @@ func (p *Pipeline) begin(ctx context.Context, conn *transport.ConnInfo, req *agt
 }
 
 func (x *exchange) end() { x.span.End() }
+
+// idempotencyKey is the request's Idempotency-Key: the one authorize
+// settled on, else the header.
+func (x *exchange) idempotencyKey() (string, bool) {
+	if x.idemKey != "" {
+		return x.idemKey, true
+	}
+	return x.req.Header.Lookup(agtp.HeaderIdempotencyKey)
+}
 
 // fail builds an error response; extra members go into the body.
 func (x *exchange) fail(status int, reason, explanation string, extra map[string]any) *agtp.Response {

@@ -55,6 +55,9 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 			return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
 		}
 	}
+	if resp := refuseFreeForm(x, ep, query, body); resp != nil {
+		return nil, resp
+	}
 	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
 		return nil, x.fail(agtp.StatusUnprocessable, "input-invalid", report.Error(), map[string]any{"violations": report.Violations})

@@ -151,7 +151,9 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 	return nil
 }
 
-// authorize asks policysvc for the decision.
+// authorize asks policysvc for the decision. The Idempotency-Key it sends
+// may be a REGISTER's idempotency_key parameter, and an allowed AUTHORIZE
+// still has its grant checked against the caller's scopes (tier2.go).
 func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string, input []byte) *agtp.Response {
 	in := &policyv1.AuthorizeRequest{
 		AgentId:                x.agentID,
@@ -165,7 +167,12 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 		Principal:              x.caller.GetOwner(),
 	}
 	in.AuthorityScope, in.AuthorityScopePresent = x.req.Header.Lookup(agtp.HeaderAuthorityScope)
-	if key, ok := x.req.Header.Lookup(agtp.HeaderIdempotencyKey); ok && x.agentID != "" {
+	key, present, resp := requestKey(x, method, input)
+	if resp != nil {
+		return resp
+	}
+	x.idemKey, x.input, x.inputMethod = key, input, method
+	if present && x.agentID != "" {
 		in.IdempotencyKey = key
 		in.RequestFingerprint = fingerprint(method, x.req.Path, input)
 	}
@@ -188,7 +195,7 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	switch out.GetDecision() {
 	case policyv1.Decision_DECISION_ALLOW:
 		x.claim = out.GetClaim()
-		return nil
+		return p.checkGrant(x, method, input)
 	case policyv1.Decision_DECISION_REPLAY:
 		x.replayed = true
 		return nil

@@ -228,7 +228,7 @@ func demoSnapshot(t testing.TB, policies *catalogv1.ManifestPolicies, dataManife
 	for _, m := range agtp.FloorMethods() {
 		snap.Methods = append(snap.Methods, &catalogv1.Method{Name: m, Floor: true, Categories: []string{"mechanics"}})
 	}
-	for _, m := range []string{"CREATE", "CANCEL", "FETCH", "BOOK", "RESERVE", "SEARCH", "RECORD", "PURCHASE"} {
+	for _, m := range []string{"CREATE", "CANCEL", "FETCH", "BOOK", "RESERVE", "SEARCH", "RECORD", "PURCHASE", "AUTHORIZE", "TRANSFER", "REGISTER"} {
 		snap.Methods = append(snap.Methods, &catalogv1.Method{Name: m, Categories: []string{"transaction"}})
 	}
 	err := fs.WalkDir(demo.FS, ".", func(p string, d fs.DirEntry, err error) error {

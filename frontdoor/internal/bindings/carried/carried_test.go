@@ -226,6 +226,7 @@ func TestGateway(t *testing.T) {
 // TestToolNames: AGIS App. C.2 names (declared, else method and first
 // path segment), a fallback to the whole path where that is not unique so
 // no endpoint is hidden, and inputSchema.required as the endpoint declares.
+// An endpoint with a state_transition converts like any other (C.2(d)).
 func TestToolNames(t *testing.T) {
 	for _, tc := range []struct {
 		method, path, declared, want string
@@ -251,7 +252,7 @@ func TestToolNames(t *testing.T) {
 		`method: RESERVE
 path: /rooms/{room_id}
 description: Reserves a room.
-semantic: {intent: Reserve a room., actor: agent, outcome: The room is held., capability: transaction, confidence: 0.9, impact: reversible, is_idempotent: false, mcp_tool_name: hold_room}
+semantic: {intent: Reserve a room., actor: agent, outcome: The room is held., capability: transaction, confidence: 0.9, impact: reversible, is_idempotent: false, mcp_tool_name: hold_room, state_transition: ["room.status: free -> held"]}
 input_schema: {type: object, properties: {room_id: {type: string}, nights: {type: integer}}, required: [room_id, nights], additionalProperties: false}
 output_schema: {type: object}
 errors: []
