@@ -222,8 +222,9 @@ func (d *desk) purchase(_ context.Context, call *handler.Call, in purchaseInput)
 	case !ok:
 		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
 	case o.Status == "paid" || o.Status == "shipped":
-		// Paying twice is a conflict with the order's state (core §5.6, 409).
-		return nil, &handler.Error{Name: "order_already_paid", Message: "order " + in.OrderID + " is already paid", Status: 409}
+		// Paying twice is a conflict with the order's state (core §5.6, 409);
+		// an order ships only once paid.
+		return nil, &handler.Error{Name: "order_already_paid", Message: "order " + in.OrderID + " is already " + o.Status, Status: 409}
 	case o.Status == "cancelled":
 		return nil, &handler.Error{Name: "order_cancelled", Message: "order " + in.OrderID + " is cancelled and cannot be paid", Status: 409}
 	}
