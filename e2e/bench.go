@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/e2e/loadgen"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
@@ -697,16 +697,14 @@ func (c *Cluster) auditFloor(ctx context.Context, n int) (Floor, error) {
 	ac := auditv1.NewAuditServiceClient(conn)
 	var h loadgen.Histogram
 	for i := 0; i < n && ctx.Err() == nil; i++ {
-		claims, err := json.Marshal(attribution.Payload{
+		// Typed claims, as the front door sends them.
+		claims := attributionpb.Claims(&attribution.Payload{
 			ServerID: "agtp.localhost", Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 			RequestHash: strings.Repeat("a", 64), Status: 404, Method: "QUERY",
 			ResponseID: fmt.Sprintf("bench-%d", i), ResultHash: strings.Repeat("b", 64),
 		})
-		if err != nil {
-			return Floor{}, err
-		}
 		begin := time.Now()
-		if _, err := ac.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ClaimsJson: claims}); err != nil {
+		if _, err := ac.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{Claims: claims}); err != nil {
 			return Floor{}, err
 		}
 		if i > 0 {

@@ -195,6 +195,14 @@ func taskTag(ownerAgentID, taskID string) string {
 	return Prefix + "task:{" + hex.EncodeToString(sum[:16]) + "}"
 }
 
+// TaskRun is the request an agent last sent under a Task-ID, kept for
+// RETRY (standard methods §8.5; a hash). It is under the agent's tag, and
+// Task-IDs are chosen by the caller, so the Task-ID part is a digest.
+func TaskRun(agentID, taskID string) string {
+	sum := sha256.Sum256([]byte(taskID))
+	return tag(agentID) + ":taskrun:" + hex.EncodeToString(sum[:16])
+}
+
 // Task is a task's state (JSON: status, owner, history).
 func Task(ownerAgentID, taskID string) string { return taskTag(ownerAgentID, taskID) + ":state" }
 

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
 	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -32,7 +34,8 @@ type Options struct {
 	// Keys sign new records (the active key) and verify stored ones (all
 	// keys). Nil, or no active key, signs with alg none: development only.
 	Keys *attribution.KeySet
-	// MaxClaimsBytes bounds claims_json (default 64 KiB).
+	// MaxClaimsBytes bounds claims_json, and the encoded size of the typed
+	// claims (default 64 KiB).
 	MaxClaimsBytes int
 	// MaxOutcomeBytes bounds an idempotent outcome's stored response
 	// (default 2 MiB).
@@ -231,34 +234,56 @@ func requireAgent(agentID string) (string, error) {
 	return chainOf(agentID)
 }
 
-// claims decodes and checks the caller's payload members and fills the
-// members the service owns.
-func (s *Server) claims(raw []byte) (attribution.Payload, error) {
+// claims decodes the caller's payload members, from claims_json (raw) or
+// the typed claims (typed) but not both, and checks them (checkClaims).
+func (s *Server) claims(raw []byte, typed *auditv1.AttributionClaims) (attribution.Payload, error) {
 	var p attribution.Payload
-	if len(raw) > s.opts.MaxClaimsBytes {
-		return p, grpcerr.InvalidArgument("audit-claims-too-large", fmt.Sprintf("claims_json exceeds %d bytes", s.opts.MaxClaimsBytes))
+	if typed != nil {
+		if len(raw) != 0 {
+			return p, grpcerr.InvalidArgument("audit-claims-invalid", "set claims or claims_json, not both")
+		}
+		if n := proto.Size(typed); n > s.opts.MaxClaimsBytes {
+			return p, grpcerr.InvalidArgument("audit-claims-too-large", fmt.Sprintf("claims exceeds %d bytes", s.opts.MaxClaimsBytes))
+		}
+		var err error
+		if p, err = attributionpb.Payload(typed); err != nil {
+			return p, grpcerr.InvalidArgument("audit-claims-invalid", "claims has an invalid member: "+err.Error())
+		}
+	} else {
+		if len(raw) > s.opts.MaxClaimsBytes {
+			return p, grpcerr.InvalidArgument("audit-claims-too-large", fmt.Sprintf("claims_json exceeds %d bytes", s.opts.MaxClaimsBytes))
+		}
+		if len(raw) == 0 {
+			raw = []byte("{}")
+		}
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return p, grpcerr.InvalidArgument("audit-claims-invalid", "claims_json is not a JSON object with valid members: "+err.Error())
+		}
 	}
-	if len(raw) == 0 {
-		raw = []byte("{}")
+	if err := s.checkClaims(&p); err != nil {
+		return p, err
 	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return p, grpcerr.InvalidArgument("audit-claims-invalid", "claims_json is not a JSON object with valid members: "+err.Error())
-	}
+	return p, nil
+}
+
+// checkClaims checks a caller's payload members, whichever form carried
+// them, and fills the members the service owns.
+func (s *Server) checkClaims(p *attribution.Payload) error {
 	if p.PreviousAuditID != "" {
-		return p, grpcerr.InvalidArgument("audit-previous-id-set", "previous_audit_id is set by the audit service")
+		return grpcerr.InvalidArgument("audit-previous-id-set", "previous_audit_id is set by the audit service")
 	}
 	if p.AuditRecordVersion != "" && p.AuditRecordVersion != attribution.RecordVersion {
-		return p, grpcerr.InvalidArgument("audit-record-version-unsupported", "audit_record_version must be \"1\"")
+		return grpcerr.InvalidArgument("audit-record-version-unsupported", "audit_record_version must be \"1\"")
 	}
 	for _, h := range []struct{ name, v string }{{"request_hash", p.RequestHash}, {"result_hash", p.ResultHash}} {
 		if h.v != "" && !attribution.IsAuditID(h.v) {
-			return p, grpcerr.InvalidArgument("audit-claims-invalid", h.name+" must be 64 lowercase hex characters")
+			return grpcerr.InvalidArgument("audit-claims-invalid", h.name+" must be 64 lowercase hex characters")
 		}
 	}
 	if p.Timestamp == "" {
 		p.Timestamp = s.now().UTC().Format(time.RFC3339Nano)
 	} else if _, err := time.Parse(time.RFC3339Nano, p.Timestamp); err != nil {
-		return p, grpcerr.InvalidArgument("audit-claims-invalid", "timestamp must be RFC 3339")
+		return grpcerr.InvalidArgument("audit-claims-invalid", "timestamp must be RFC 3339")
 	}
 	if p.ServerID == "" {
 		p.ServerID = s.opts.ServerID
@@ -270,7 +295,7 @@ func (s *Server) claims(raw []byte) (attribution.Payload, error) {
 			s.log.Warn("credential-like member removed from an audit record", "member", k)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // SignAndAppend signs an Attribution-Record and appends it to its chain,
@@ -280,7 +305,7 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.claims(req.GetClaimsJson())
+	p, err := s.claims(req.GetClaimsJson(), req.GetClaims())
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +360,7 @@ func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLi
 	if !validEventType(et) {
 		return nil, grpcerr.InvalidArgument("event-type-invalid", "event_type must be a lowercase token of at most 64 characters")
 	}
-	p, err := s.claims(req.GetClaimsJson())
+	p, err := s.claims(req.GetClaimsJson(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +388,7 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	if !chain.ValidStreamName(name) || name == attribution.StreamAttribution || name == attribution.StreamLifecycle {
 		return nil, grpcerr.InvalidArgument("stream-invalid", "stream must be a lowercase token naming a signed-record stream (not attribution or lifecycle)")
 	}
-	p, err := s.claims(req.GetClaimsJson())
+	p, err := s.claims(req.GetClaimsJson(), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,9 @@ package builtin
 import _ "embed"
 
 // Definitions is an endpoints document with the built-ins: the eight
-// DISCOVER endpoints, and the other floor methods the front door serves
-// itself (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME and the
-// five lifecycle methods).
+// DISCOVER endpoints, the other methods the front door serves itself
+// (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME, RETRY and the five
+// lifecycle methods), and QUERY /inbox.
 //
 //go:embed builtins.json
 var Definitions []byte

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -18,11 +19,10 @@ import (
 // append it to the caller's chain (the server's chain for anonymous
 // traffic), storing the idempotent outcome in the same atomic step.
 func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, err error) {
-	claims, err := json.Marshal(p.payload(x, resp, responseID))
-	if err != nil {
-		return "", "", fmt.Errorf("encode attribution payload: %w", err)
-	}
-	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, ClaimsJson: claims}
+	// Typed claims, not claims_json: auditsvc signs the same payload bytes
+	// either way, and neither side pays for a JSON encode and decode.
+	payload := p.payload(x, resp, responseID)
+	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, Claims: attributionpb.Claims(&payload)}
 	if stored != nil && x.claim != nil {
 		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
 			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -102,13 +103,20 @@ type bndRecord struct {
 }
 
 func (s *bndAudit) SignAndAppend(_ context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
-	jws := "eyJhbGciOiJub25lIn0." + base64.RawURLEncoding.EncodeToString(req.GetClaimsJson()) + "."
-	sum := sha256.Sum256([]byte(jws))
-	id := hex.EncodeToString(sum[:])
-	var p attribution.Payload
-	if err := json.Unmarshal(req.GetClaimsJson(), &p); err != nil {
+	if req.GetClaims() == nil || len(req.GetClaimsJson()) != 0 {
+		return nil, grpcerr.InvalidArgument("claims-invalid", "the front door sends typed claims only")
+	}
+	p, err := attributionpb.Payload(req.GetClaims())
+	if err != nil {
 		return nil, grpcerr.InvalidArgument("claims-invalid", err.Error())
 	}
+	body, err := p.MarshalJSON()
+	if err != nil {
+		return nil, grpcerr.InvalidArgument("claims-invalid", err.Error())
+	}
+	jws := "eyJhbGciOiJub25lIn0." + base64.RawURLEncoding.EncodeToString(body) + "."
+	sum := sha256.Sum256([]byte(jws))
+	id := hex.EncodeToString(sum[:])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.records = append(s.records, bndRecord{chain: req.GetChainAgentId(), auditID: id, payload: p})

@@ -64,6 +64,8 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.notify(x, params)
 	case "DELEGATE":
 		return p.delegate(x, params)
+	case "RETRY":
+		return p.retry(x, params)
 	}
 	return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 }

@@ -27,8 +27,15 @@ const kindRegisteredFunction = "registered_function"
 const maxPolicyInput = 1 << 20
 
 // run is the decision order of digest-api §7 after the wire checks the
-// transport made.
+// transport made, and, for a request indexed for RETRY, the report of
+// how it ended (retry.go).
 func (p *Pipeline) run(x *exchange) *agtp.Response {
+	resp := p.decide(x)
+	p.completeTaskRun(x, resp)
+	return resp
+}
+
+func (p *Pipeline) decide(x *exchange) *agtp.Response {
 	x.state = p.Catalog.Current()
 	if x.state == nil {
 		return x.fail(agtp.StatusUnavailable, "catalog-unavailable", "the front door has not received the method catalog yet; retry shortly", nil)
@@ -153,7 +160,8 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 
 // authorize asks policysvc for the decision. The Idempotency-Key it sends
 // may be a REGISTER's idempotency_key parameter, and an allowed AUTHORIZE
-// still has its grant checked against the caller's scopes (tier2.go).
+// still has its grant checked against the caller's scopes (tier2.go). A
+// request with a Task-ID is indexed for RETRY in the same call (retry.go).
 func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string, input []byte) *agtp.Response {
 	in := &policyv1.AuthorizeRequest{
 		AgentId:                x.agentID,
@@ -176,6 +184,7 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 		in.IdempotencyKey = key
 		in.RequestFingerprint = fingerprint(method, x.req.Path, input)
 	}
+	in.TaskRun = taskRun(x, ep)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
 	in.TrustTier = x.caller.GetTrustTier()
 	in.BudgetLimit = x.req.Header.Get(agtp.HeaderBudgetLimit)

@@ -164,8 +164,10 @@ const (
 
 // tier2Record fills the Tier 2 members of an Attribution-Record from the
 // validated input: TRANSFER's from_principal and to_principal (standard
-// methods §10.6), RUN's procedure and input parameters (§10.3).
+// methods §10.6), RUN's procedure and input parameters (§10.3), and the
+// original task a RETRY or its re-run names (§8.5, retry.go).
 func tier2Record(x *exchange, payload *attribution.Payload) {
+	retryRecord(x, payload)
 	if x.input == nil {
 		return
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
 	"github.com/agtpsuite/agtp/policysvc/internal/ratelimit"
+	"github.com/agtpsuite/agtp/policysvc/internal/taskrun"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
@@ -60,6 +61,8 @@ type Server struct {
 	// manifest is the Merchant Manifest Document when the options name a
 	// file; nil otherwise.
 	manifest *merchantManifest
+	// runs indexes requests by Task-ID for RETRY (taskruns.go).
+	runs *taskrun.Store
 }
 
 // New returns a Server. It validates opts (after defaults) and, for a JWKS
@@ -75,7 +78,7 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{rdb: rdb, log: log, opts: opts}
+	s := &Server{rdb: rdb, log: log, opts: opts, runs: taskrun.New(rdb, opts.Idempotency.TTL)}
 	if opts.OAuth.Enabled() {
 		v, err := oauth.New(opts.OAuth, log)
 		if err != nil {
@@ -151,6 +154,11 @@ func validateRequest(req *policyv1.AuthorizeRequest) error {
 	case len(req.GetInputJson()) > maxInputLen:
 		return bad("input_json is larger than 1 MiB")
 	}
+	if r := req.GetTaskRun(); r != nil {
+		if err := taskRunOf(r).Validate(); err != nil {
+			return bad("task_run: " + err.Error())
+		}
+	}
 	for _, list := range [][]string{req.GetAgentScopes(), req.GetRequiredScopes()} {
 		for _, sc := range list {
 			if len(sc) > maxScopeLen {
@@ -216,11 +224,13 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		resp.Denial = denial
 		resp.Claim, resp.ReplayResponse = nil, nil
 		resp.MerchantId, resp.MerchantFingerprint = "", ""
+		s.indexTaskRun(ctx, req, resp)
 		return resp, nil
 	}
 	if resp.Decision == policyv1.Decision_DECISION_UNSPECIFIED {
 		resp.Decision = policyv1.Decision_DECISION_ALLOW
 	}
+	s.indexTaskRun(ctx, req, resp)
 	return resp, nil
 }
 

@@ -93,18 +93,23 @@ func (x *IdempotentOutcome) GetResponse() []byte {
 	return nil
 }
 
-// SignAndAppendRequest carries the payload members of the record.
+// SignAndAppendRequest carries the payload members of the record, either
+// typed (claims) or as a JSON object (claims_json); setting both is
+// refused. Both forms pass the same checks and sign the same bytes.
 type SignAndAppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The chain to append to: the caller's Agent-ID, or empty for the
 	// server's own chain (anonymous traffic).
 	ChainAgentId string `protobuf:"bytes,1,opt,name=chain_agent_id,json=chainAgentId,proto3" json:"chain_agent_id,omitempty"`
 	// The payload members except previous_audit_id, which the service sets,
-	// as a JSON object.
+	// as a JSON object. Kept for JSON and REST callers; claims spares both
+	// sides a JSON encode and decode.
 	ClaimsJson        []byte             `protobuf:"bytes,2,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
 	IdempotentOutcome *IdempotentOutcome `protobuf:"bytes,3,opt,name=idempotent_outcome,json=idempotentOutcome,proto3" json:"idempotent_outcome,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The payload members except previous_audit_id, typed.
+	Claims        *AttributionClaims `protobuf:"bytes,4,opt,name=claims,proto3" json:"claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SignAndAppendRequest) Reset() {
@@ -158,6 +163,394 @@ func (x *SignAndAppendRequest) GetIdempotentOutcome() *IdempotentOutcome {
 	return nil
 }
 
+func (x *SignAndAppendRequest) GetClaims() *AttributionClaims {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+// AttributionClaims are the members of an Attribution-Record payload
+// (digest-core §8.1), one field per JSON member of the same name. An empty
+// string, a zero status and an empty run_input or prior_actions are absent
+// members, as in the JSON form, so a payload signs to the same bytes
+// whichever form carried it.
+type AttributionClaims struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	// RFC 3339; the service's clock when empty.
+	Timestamp string `protobuf:"bytes,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// Lowercase hex SHA-256.
+	RequestHash string `protobuf:"bytes,3,opt,name=request_hash,json=requestHash,proto3" json:"request_hash,omitempty"`
+	// The AGTP status code.
+	Status     int64  `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	Method     string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	AgentId    string `protobuf:"bytes,6,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	OwnerId    string `protobuf:"bytes,7,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	SessionId  string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TaskId     string `protobuf:"bytes,9,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	RequestId  string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ResponseId string `protobuf:"bytes,11,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// Lowercase hex SHA-256.
+	ResultHash string `protobuf:"bytes,12,opt,name=result_hash,json=resultHash,proto3" json:"result_hash,omitempty"`
+	// Set by the service: a request that sets it is refused.
+	PreviousAuditId string `protobuf:"bytes,13,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
+	// "1" or empty.
+	AuditRecordVersion              string         `protobuf:"bytes,14,opt,name=audit_record_version,json=auditRecordVersion,proto3" json:"audit_record_version,omitempty"`
+	ActionId                        string         `protobuf:"bytes,15,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"`
+	EvaluationId                    string         `protobuf:"bytes,16,opt,name=evaluation_id,json=evaluationId,proto3" json:"evaluation_id,omitempty"`
+	DecisionId                      string         `protobuf:"bytes,17,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	RequestedMethod                 string         `protobuf:"bytes,18,opt,name=requested_method,json=requestedMethod,proto3" json:"requested_method,omitempty"`
+	ActingPrincipalId               string         `protobuf:"bytes,19,opt,name=acting_principal_id,json=actingPrincipalId,proto3" json:"acting_principal_id,omitempty"`
+	SynthesisId                     string         `protobuf:"bytes,20,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
+	ContractHash                    string         `protobuf:"bytes,21,opt,name=contract_hash,json=contractHash,proto3" json:"contract_hash,omitempty"`
+	NegotiationOrigin               string         `protobuf:"bytes,22,opt,name=negotiation_origin,json=negotiationOrigin,proto3" json:"negotiation_origin,omitempty"`
+	PriorActions                    []*PriorAction `protobuf:"bytes,23,rep,name=prior_actions,json=priorActions,proto3" json:"prior_actions,omitempty"`
+	StandingAuthorizationDecisionId string         `protobuf:"bytes,24,opt,name=standing_authorization_decision_id,json=standingAuthorizationDecisionId,proto3" json:"standing_authorization_decision_id,omitempty"`
+	MerchantId                      string         `protobuf:"bytes,25,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
+	MerchantFingerprint             string         `protobuf:"bytes,26,opt,name=merchant_fingerprint,json=merchantFingerprint,proto3" json:"merchant_fingerprint,omitempty"`
+	IntentAssertionJti              string         `protobuf:"bytes,27,opt,name=intent_assertion_jti,json=intentAssertionJti,proto3" json:"intent_assertion_jti,omitempty"`
+	// Tier 2: a TRANSFER's parties, a RUN's procedure and its input.
+	FromPrincipal string `protobuf:"bytes,28,opt,name=from_principal,json=fromPrincipal,proto3" json:"from_principal,omitempty"`
+	ToPrincipal   string `protobuf:"bytes,29,opt,name=to_principal,json=toPrincipal,proto3" json:"to_principal,omitempty"`
+	ProcedureId   string `protobuf:"bytes,30,opt,name=procedure_id,json=procedureId,proto3" json:"procedure_id,omitempty"`
+	// A JSON value, written into the payload as it is (compacted).
+	RunInput []byte `protobuf:"bytes,31,opt,name=run_input,json=runInput,proto3" json:"run_input,omitempty"`
+	// The event of a lifecycle record or other signed event.
+	EventType string `protobuf:"bytes,32,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// Members not named above: member name to its raw JSON value. A name
+	// that is one of the named members is refused; credential-like names
+	// are dropped.
+	Extra         map[string][]byte `protobuf:"bytes,33,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttributionClaims) Reset() {
+	*x = AttributionClaims{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttributionClaims) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttributionClaims) ProtoMessage() {}
+
+func (x *AttributionClaims) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttributionClaims.ProtoReflect.Descriptor instead.
+func (*AttributionClaims) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AttributionClaims) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetTimestamp() string {
+	if x != nil {
+		return x.Timestamp
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetRequestHash() string {
+	if x != nil {
+		return x.RequestHash
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetStatus() int64 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *AttributionClaims) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetResultHash() string {
+	if x != nil {
+		return x.ResultHash
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetPreviousAuditId() string {
+	if x != nil {
+		return x.PreviousAuditId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetAuditRecordVersion() string {
+	if x != nil {
+		return x.AuditRecordVersion
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetActionId() string {
+	if x != nil {
+		return x.ActionId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetEvaluationId() string {
+	if x != nil {
+		return x.EvaluationId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetDecisionId() string {
+	if x != nil {
+		return x.DecisionId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetRequestedMethod() string {
+	if x != nil {
+		return x.RequestedMethod
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetActingPrincipalId() string {
+	if x != nil {
+		return x.ActingPrincipalId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetSynthesisId() string {
+	if x != nil {
+		return x.SynthesisId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetContractHash() string {
+	if x != nil {
+		return x.ContractHash
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetNegotiationOrigin() string {
+	if x != nil {
+		return x.NegotiationOrigin
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetPriorActions() []*PriorAction {
+	if x != nil {
+		return x.PriorActions
+	}
+	return nil
+}
+
+func (x *AttributionClaims) GetStandingAuthorizationDecisionId() string {
+	if x != nil {
+		return x.StandingAuthorizationDecisionId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetMerchantId() string {
+	if x != nil {
+		return x.MerchantId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetMerchantFingerprint() string {
+	if x != nil {
+		return x.MerchantFingerprint
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetIntentAssertionJti() string {
+	if x != nil {
+		return x.IntentAssertionJti
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetFromPrincipal() string {
+	if x != nil {
+		return x.FromPrincipal
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetToPrincipal() string {
+	if x != nil {
+		return x.ToPrincipal
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetProcedureId() string {
+	if x != nil {
+		return x.ProcedureId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetRunInput() []byte {
+	if x != nil {
+		return x.RunInput
+	}
+	return nil
+}
+
+func (x *AttributionClaims) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetExtra() map[string][]byte {
+	if x != nil {
+		return x.Extra
+	}
+	return nil
+}
+
+// PriorAction is an earlier action by another agent that this action
+// depends on (an element of prior_actions).
+type PriorAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Always written, even when empty.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Always written, even when empty.
+	AuditId       string `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	AgentUri      string `protobuf:"bytes,3,opt,name=agent_uri,json=agentUri,proto3" json:"agent_uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorAction) Reset() {
+	*x = PriorAction{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorAction) ProtoMessage() {}
+
+func (x *PriorAction) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorAction.ProtoReflect.Descriptor instead.
+func (*PriorAction) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PriorAction) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *PriorAction) GetAuditId() string {
+	if x != nil {
+		return x.AuditId
+	}
+	return ""
+}
+
+func (x *PriorAction) GetAgentUri() string {
+	if x != nil {
+		return x.AgentUri
+	}
+	return ""
+}
+
 // SignAndAppendResponse returns the signed record.
 type SignAndAppendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -178,7 +571,7 @@ type SignAndAppendResponse struct {
 
 func (x *SignAndAppendResponse) Reset() {
 	*x = SignAndAppendResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[2]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +583,7 @@ func (x *SignAndAppendResponse) String() string {
 func (*SignAndAppendResponse) ProtoMessage() {}
 
 func (x *SignAndAppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[2]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +596,7 @@ func (x *SignAndAppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignAndAppendResponse.ProtoReflect.Descriptor instead.
 func (*SignAndAppendResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{2}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SignAndAppendResponse) GetAttributionRecord() string {
@@ -253,7 +646,7 @@ type AppendLifecycleEventRequest struct {
 
 func (x *AppendLifecycleEventRequest) Reset() {
 	*x = AppendLifecycleEventRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[3]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +658,7 @@ func (x *AppendLifecycleEventRequest) String() string {
 func (*AppendLifecycleEventRequest) ProtoMessage() {}
 
 func (x *AppendLifecycleEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[3]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +671,7 @@ func (x *AppendLifecycleEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLifecycleEventRequest.ProtoReflect.Descriptor instead.
 func (*AppendLifecycleEventRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{3}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppendLifecycleEventRequest) GetAgentId() string {
@@ -316,7 +709,7 @@ type AppendLifecycleEventResponse struct {
 
 func (x *AppendLifecycleEventResponse) Reset() {
 	*x = AppendLifecycleEventResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[4]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +721,7 @@ func (x *AppendLifecycleEventResponse) String() string {
 func (*AppendLifecycleEventResponse) ProtoMessage() {}
 
 func (x *AppendLifecycleEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[4]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +734,7 @@ func (x *AppendLifecycleEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendLifecycleEventResponse.ProtoReflect.Descriptor instead.
 func (*AppendLifecycleEventResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{4}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AppendLifecycleEventResponse) GetJws() string {
@@ -390,7 +783,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[5]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +795,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[5]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +808,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{5}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Record) GetAuditId() string {
@@ -477,7 +870,7 @@ type GetRecordRequest struct {
 
 func (x *GetRecordRequest) Reset() {
 	*x = GetRecordRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[6]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +882,7 @@ func (x *GetRecordRequest) String() string {
 func (*GetRecordRequest) ProtoMessage() {}
 
 func (x *GetRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[6]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +895,7 @@ func (x *GetRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordRequest.ProtoReflect.Descriptor instead.
 func (*GetRecordRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{6}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRecordRequest) GetAuditId() string {
@@ -522,7 +915,7 @@ type GetRecordResponse struct {
 
 func (x *GetRecordResponse) Reset() {
 	*x = GetRecordResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[7]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +927,7 @@ func (x *GetRecordResponse) String() string {
 func (*GetRecordResponse) ProtoMessage() {}
 
 func (x *GetRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[7]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +940,7 @@ func (x *GetRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRecordResponse.ProtoReflect.Descriptor instead.
 func (*GetRecordResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{7}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRecordResponse) GetRecord() *Record {
@@ -567,7 +960,7 @@ type GetChainHeadRequest struct {
 
 func (x *GetChainHeadRequest) Reset() {
 	*x = GetChainHeadRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[8]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +972,7 @@ func (x *GetChainHeadRequest) String() string {
 func (*GetChainHeadRequest) ProtoMessage() {}
 
 func (x *GetChainHeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[8]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +985,7 @@ func (x *GetChainHeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChainHeadRequest.ProtoReflect.Descriptor instead.
 func (*GetChainHeadRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{8}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetChainHeadRequest) GetAgentId() string {
@@ -613,7 +1006,7 @@ type GetChainHeadResponse struct {
 
 func (x *GetChainHeadResponse) Reset() {
 	*x = GetChainHeadResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[9]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +1018,7 @@ func (x *GetChainHeadResponse) String() string {
 func (*GetChainHeadResponse) ProtoMessage() {}
 
 func (x *GetChainHeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[9]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +1031,7 @@ func (x *GetChainHeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChainHeadResponse.ProtoReflect.Descriptor instead.
 func (*GetChainHeadResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{9}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetChainHeadResponse) GetAuditId() string {
@@ -672,7 +1065,7 @@ type LifecycleEvent struct {
 
 func (x *LifecycleEvent) Reset() {
 	*x = LifecycleEvent{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[10]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +1077,7 @@ func (x *LifecycleEvent) String() string {
 func (*LifecycleEvent) ProtoMessage() {}
 
 func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[10]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +1090,7 @@ func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
 func (*LifecycleEvent) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{10}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LifecycleEvent) GetAuditId() string {
@@ -762,7 +1155,7 @@ type ListLifecycleEventsRequest struct {
 
 func (x *ListLifecycleEventsRequest) Reset() {
 	*x = ListLifecycleEventsRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[11]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +1167,7 @@ func (x *ListLifecycleEventsRequest) String() string {
 func (*ListLifecycleEventsRequest) ProtoMessage() {}
 
 func (x *ListLifecycleEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[11]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +1180,7 @@ func (x *ListLifecycleEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLifecycleEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListLifecycleEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{11}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLifecycleEventsRequest) GetAgentId() string {
@@ -823,7 +1216,7 @@ type ListLifecycleEventsResponse struct {
 
 func (x *ListLifecycleEventsResponse) Reset() {
 	*x = ListLifecycleEventsResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[12]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1228,7 @@ func (x *ListLifecycleEventsResponse) String() string {
 func (*ListLifecycleEventsResponse) ProtoMessage() {}
 
 func (x *ListLifecycleEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[12]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1241,7 @@ func (x *ListLifecycleEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLifecycleEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListLifecycleEventsResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{12}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListLifecycleEventsResponse) GetEvents() []*LifecycleEvent {
@@ -877,7 +1270,7 @@ type VerifyChainRequest struct {
 
 func (x *VerifyChainRequest) Reset() {
 	*x = VerifyChainRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[13]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1282,7 @@ func (x *VerifyChainRequest) String() string {
 func (*VerifyChainRequest) ProtoMessage() {}
 
 func (x *VerifyChainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[13]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1295,7 @@ func (x *VerifyChainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyChainRequest.ProtoReflect.Descriptor instead.
 func (*VerifyChainRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{13}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VerifyChainRequest) GetAgentId() string {
@@ -933,7 +1326,7 @@ type VerifyChainResponse struct {
 
 func (x *VerifyChainResponse) Reset() {
 	*x = VerifyChainResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[14]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1338,7 @@ func (x *VerifyChainResponse) String() string {
 func (*VerifyChainResponse) ProtoMessage() {}
 
 func (x *VerifyChainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[14]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1351,7 @@ func (x *VerifyChainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyChainResponse.ProtoReflect.Descriptor instead.
 func (*VerifyChainResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{14}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *VerifyChainResponse) GetValid() bool {
@@ -998,7 +1391,7 @@ type GetSigningKeysRequest struct {
 
 func (x *GetSigningKeysRequest) Reset() {
 	*x = GetSigningKeysRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[15]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1403,7 @@ func (x *GetSigningKeysRequest) String() string {
 func (*GetSigningKeysRequest) ProtoMessage() {}
 
 func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[15]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1416,7 @@ func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{15}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{17}
 }
 
 // GetSigningKeysResponse carries the JWKS JSON.
@@ -1036,7 +1429,7 @@ type GetSigningKeysResponse struct {
 
 func (x *GetSigningKeysResponse) Reset() {
 	*x = GetSigningKeysResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[16]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1441,7 @@ func (x *GetSigningKeysResponse) String() string {
 func (*GetSigningKeysResponse) ProtoMessage() {}
 
 func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[16]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1454,7 @@ func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{16}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetSigningKeysResponse) GetJwksJson() []byte {
@@ -1086,7 +1479,7 @@ type AppendSignedRecordRequest struct {
 
 func (x *AppendSignedRecordRequest) Reset() {
 	*x = AppendSignedRecordRequest{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1491,7 @@ func (x *AppendSignedRecordRequest) String() string {
 func (*AppendSignedRecordRequest) ProtoMessage() {}
 
 func (x *AppendSignedRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[17]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1504,7 @@ func (x *AppendSignedRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendSignedRecordRequest.ProtoReflect.Descriptor instead.
 func (*AppendSignedRecordRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{17}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AppendSignedRecordRequest) GetAgentId() string {
@@ -1148,7 +1541,7 @@ type AppendSignedRecordResponse struct {
 
 func (x *AppendSignedRecordResponse) Reset() {
 	*x = AppendSignedRecordResponse{}
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1553,7 @@ func (x *AppendSignedRecordResponse) String() string {
 func (*AppendSignedRecordResponse) ProtoMessage() {}
 
 func (x *AppendSignedRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_audit_v1_audit_proto_msgTypes[18]
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1566,7 @@ func (x *AppendSignedRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendSignedRecordResponse.ProtoReflect.Descriptor instead.
 func (*AppendSignedRecordResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{18}
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AppendSignedRecordResponse) GetJws() string {
@@ -1214,12 +1607,64 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12\x1a\n" +
-	"\bresponse\x18\x04 \x01(\fR\bresponse\"\xae\x01\n" +
+	"\bresponse\x18\x04 \x01(\fR\bresponse\"\xe8\x01\n" +
 	"\x14SignAndAppendRequest\x12$\n" +
 	"\x0echain_agent_id\x18\x01 \x01(\tR\fchainAgentId\x12\x1f\n" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
 	"claimsJson\x12O\n" +
-	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\"\xd0\x01\n" +
+	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\x128\n" +
+	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\xbd\n" +
+	"\n" +
+	"\x11AttributionClaims\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
+	"\ttimestamp\x18\x02 \x01(\tR\ttimestamp\x12!\n" +
+	"\frequest_hash\x18\x03 \x01(\tR\vrequestHash\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x03R\x06status\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12\x19\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentId\x12\x19\n" +
+	"\bowner_id\x18\a \x01(\tR\aownerId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12\x17\n" +
+	"\atask_id\x18\t \x01(\tR\x06taskId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\n" +
+	" \x01(\tR\trequestId\x12\x1f\n" +
+	"\vresponse_id\x18\v \x01(\tR\n" +
+	"responseId\x12\x1f\n" +
+	"\vresult_hash\x18\f \x01(\tR\n" +
+	"resultHash\x12*\n" +
+	"\x11previous_audit_id\x18\r \x01(\tR\x0fpreviousAuditId\x120\n" +
+	"\x14audit_record_version\x18\x0e \x01(\tR\x12auditRecordVersion\x12\x1b\n" +
+	"\taction_id\x18\x0f \x01(\tR\bactionId\x12#\n" +
+	"\revaluation_id\x18\x10 \x01(\tR\fevaluationId\x12\x1f\n" +
+	"\vdecision_id\x18\x11 \x01(\tR\n" +
+	"decisionId\x12)\n" +
+	"\x10requested_method\x18\x12 \x01(\tR\x0frequestedMethod\x12.\n" +
+	"\x13acting_principal_id\x18\x13 \x01(\tR\x11actingPrincipalId\x12!\n" +
+	"\fsynthesis_id\x18\x14 \x01(\tR\vsynthesisId\x12#\n" +
+	"\rcontract_hash\x18\x15 \x01(\tR\fcontractHash\x12-\n" +
+	"\x12negotiation_origin\x18\x16 \x01(\tR\x11negotiationOrigin\x12?\n" +
+	"\rprior_actions\x18\x17 \x03(\v2\x1a.agtp.audit.v1.PriorActionR\fpriorActions\x12K\n" +
+	"\"standing_authorization_decision_id\x18\x18 \x01(\tR\x1fstandingAuthorizationDecisionId\x12\x1f\n" +
+	"\vmerchant_id\x18\x19 \x01(\tR\n" +
+	"merchantId\x121\n" +
+	"\x14merchant_fingerprint\x18\x1a \x01(\tR\x13merchantFingerprint\x120\n" +
+	"\x14intent_assertion_jti\x18\x1b \x01(\tR\x12intentAssertionJti\x12%\n" +
+	"\x0efrom_principal\x18\x1c \x01(\tR\rfromPrincipal\x12!\n" +
+	"\fto_principal\x18\x1d \x01(\tR\vtoPrincipal\x12!\n" +
+	"\fprocedure_id\x18\x1e \x01(\tR\vprocedureId\x12\x1b\n" +
+	"\trun_input\x18\x1f \x01(\fR\brunInput\x12\x1d\n" +
+	"\n" +
+	"event_type\x18  \x01(\tR\teventType\x12A\n" +
+	"\x05extra\x18! \x03(\v2+.agtp.audit.v1.AttributionClaims.ExtraEntryR\x05extra\x1a8\n" +
+	"\n" +
+	"ExtraEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"`\n" +
+	"\vPriorAction\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
+	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12\x1b\n" +
+	"\tagent_uri\x18\x03 \x01(\tR\bagentUri\"\xd0\x01\n" +
 	"\x15SignAndAppendResponse\x12-\n" +
 	"\x12attribution_record\x18\x01 \x01(\tR\x11attributionRecord\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
@@ -1314,56 +1759,62 @@ func file_agtp_audit_v1_audit_proto_rawDescGZIP() []byte {
 	return file_agtp_audit_v1_audit_proto_rawDescData
 }
 
-var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*IdempotentOutcome)(nil),            // 0: agtp.audit.v1.IdempotentOutcome
 	(*SignAndAppendRequest)(nil),         // 1: agtp.audit.v1.SignAndAppendRequest
-	(*SignAndAppendResponse)(nil),        // 2: agtp.audit.v1.SignAndAppendResponse
-	(*AppendLifecycleEventRequest)(nil),  // 3: agtp.audit.v1.AppendLifecycleEventRequest
-	(*AppendLifecycleEventResponse)(nil), // 4: agtp.audit.v1.AppendLifecycleEventResponse
-	(*Record)(nil),                       // 5: agtp.audit.v1.Record
-	(*GetRecordRequest)(nil),             // 6: agtp.audit.v1.GetRecordRequest
-	(*GetRecordResponse)(nil),            // 7: agtp.audit.v1.GetRecordResponse
-	(*GetChainHeadRequest)(nil),          // 8: agtp.audit.v1.GetChainHeadRequest
-	(*GetChainHeadResponse)(nil),         // 9: agtp.audit.v1.GetChainHeadResponse
-	(*LifecycleEvent)(nil),               // 10: agtp.audit.v1.LifecycleEvent
-	(*ListLifecycleEventsRequest)(nil),   // 11: agtp.audit.v1.ListLifecycleEventsRequest
-	(*ListLifecycleEventsResponse)(nil),  // 12: agtp.audit.v1.ListLifecycleEventsResponse
-	(*VerifyChainRequest)(nil),           // 13: agtp.audit.v1.VerifyChainRequest
-	(*VerifyChainResponse)(nil),          // 14: agtp.audit.v1.VerifyChainResponse
-	(*GetSigningKeysRequest)(nil),        // 15: agtp.audit.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),       // 16: agtp.audit.v1.GetSigningKeysResponse
-	(*AppendSignedRecordRequest)(nil),    // 17: agtp.audit.v1.AppendSignedRecordRequest
-	(*AppendSignedRecordResponse)(nil),   // 18: agtp.audit.v1.AppendSignedRecordResponse
-	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
+	(*AttributionClaims)(nil),            // 2: agtp.audit.v1.AttributionClaims
+	(*PriorAction)(nil),                  // 3: agtp.audit.v1.PriorAction
+	(*SignAndAppendResponse)(nil),        // 4: agtp.audit.v1.SignAndAppendResponse
+	(*AppendLifecycleEventRequest)(nil),  // 5: agtp.audit.v1.AppendLifecycleEventRequest
+	(*AppendLifecycleEventResponse)(nil), // 6: agtp.audit.v1.AppendLifecycleEventResponse
+	(*Record)(nil),                       // 7: agtp.audit.v1.Record
+	(*GetRecordRequest)(nil),             // 8: agtp.audit.v1.GetRecordRequest
+	(*GetRecordResponse)(nil),            // 9: agtp.audit.v1.GetRecordResponse
+	(*GetChainHeadRequest)(nil),          // 10: agtp.audit.v1.GetChainHeadRequest
+	(*GetChainHeadResponse)(nil),         // 11: agtp.audit.v1.GetChainHeadResponse
+	(*LifecycleEvent)(nil),               // 12: agtp.audit.v1.LifecycleEvent
+	(*ListLifecycleEventsRequest)(nil),   // 13: agtp.audit.v1.ListLifecycleEventsRequest
+	(*ListLifecycleEventsResponse)(nil),  // 14: agtp.audit.v1.ListLifecycleEventsResponse
+	(*VerifyChainRequest)(nil),           // 15: agtp.audit.v1.VerifyChainRequest
+	(*VerifyChainResponse)(nil),          // 16: agtp.audit.v1.VerifyChainResponse
+	(*GetSigningKeysRequest)(nil),        // 17: agtp.audit.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),       // 18: agtp.audit.v1.GetSigningKeysResponse
+	(*AppendSignedRecordRequest)(nil),    // 19: agtp.audit.v1.AppendSignedRecordRequest
+	(*AppendSignedRecordResponse)(nil),   // 20: agtp.audit.v1.AppendSignedRecordResponse
+	nil,                                  // 21: agtp.audit.v1.AttributionClaims.ExtraEntry
+	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
 }
 var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	0,  // 0: agtp.audit.v1.SignAndAppendRequest.idempotent_outcome:type_name -> agtp.audit.v1.IdempotentOutcome
-	19, // 1: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
-	5,  // 2: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
-	19, // 3: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
-	10, // 4: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
-	1,  // 5: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	3,  // 6: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	6,  // 7: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	8,  // 8: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	11, // 9: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	13, // 10: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	15, // 11: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	17, // 12: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
-	2,  // 13: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	4,  // 14: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	7,  // 15: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	9,  // 16: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	12, // 17: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	14, // 18: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	16, // 19: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	18, // 20: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	2,  // 1: agtp.audit.v1.SignAndAppendRequest.claims:type_name -> agtp.audit.v1.AttributionClaims
+	3,  // 2: agtp.audit.v1.AttributionClaims.prior_actions:type_name -> agtp.audit.v1.PriorAction
+	21, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
+	22, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
+	22, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
+	12, // 7: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
+	1,  // 8: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	5,  // 9: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	8,  // 10: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	10, // 11: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	13, // 12: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	15, // 13: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	17, // 14: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	19, // 15: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	4,  // 16: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	6,  // 17: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	9,  // 18: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	11, // 19: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	14, // 20: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	16, // 21: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	18, // 22: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	20, // 23: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }
@@ -1377,7 +1828,7 @@ func file_agtp_audit_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_audit_v1_audit_proto_rawDesc), len(file_agtp_audit_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -122,7 +122,11 @@ type AuthorizeRequest struct {
 	// operator reads from the request body. Sent only with a Budget-Limit
 	// header and only when at most 1 MiB; a cost that needs it and does not
 	// get it refuses the request (400 invalid-amount).
-	InputJson     []byte `protobuf:"bytes,21,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	InputJson []byte `protobuf:"bytes,21,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// Set when the request carries a Task-ID and runs an operator endpoint:
+	// policysvc indexes it under (agent_id, task_id) so that a RETRY can run
+	// it again (standard methods §8.5). Ignored for anonymous callers.
+	TaskRun       *TaskRun `protobuf:"bytes,22,opt,name=task_run,json=taskRun,proto3" json:"task_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +308,111 @@ func (x *AuthorizeRequest) GetInputJson() []byte {
 	return nil
 }
 
+func (x *AuthorizeRequest) GetTaskRun() *TaskRun {
+	if x != nil {
+		return x.TaskRun
+	}
+	return nil
+}
+
+// TaskRun is one request as RETRY re-runs it.
+type TaskRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's Task-ID header.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The endpoint's method and the request target (path with query).
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The request body and its Content-Type (at most 64 KiB).
+	Body        []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	ContentType string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The Idempotency-Key the request ran under; empty when none.
+	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Whether the endpoint is idempotent.
+	EndpointIdempotent bool `protobuf:"varint,7,opt,name=endpoint_idempotent,json=endpointIdempotent,proto3" json:"endpoint_idempotent,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *TaskRun) Reset() {
+	*x = TaskRun{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskRun) ProtoMessage() {}
+
+func (x *TaskRun) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskRun.ProtoReflect.Descriptor instead.
+func (*TaskRun) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TaskRun) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskRun) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *TaskRun) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *TaskRun) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *TaskRun) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *TaskRun) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *TaskRun) GetEndpointIdempotent() bool {
+	if x != nil {
+		return x.EndpointIdempotent
+	}
+	return false
+}
+
 // Denial says why a request may not run.
 type Denial struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -322,7 +431,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[1]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +443,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[1]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +456,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Denial) GetStatus() int32 {
@@ -403,7 +512,7 @@ type IdempotencyClaim struct {
 
 func (x *IdempotencyClaim) Reset() {
 	*x = IdempotencyClaim{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[2]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +524,7 @@ func (x *IdempotencyClaim) String() string {
 func (*IdempotencyClaim) ProtoMessage() {}
 
 func (x *IdempotencyClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[2]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +537,7 @@ func (x *IdempotencyClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdempotencyClaim.ProtoReflect.Descriptor instead.
 func (*IdempotencyClaim) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IdempotencyClaim) GetSlot() string {
@@ -485,13 +594,16 @@ type AuthorizeResponse struct {
 	// (lowercase hex), for the Attribution-Record.
 	MerchantId          string `protobuf:"bytes,10,opt,name=merchant_id,json=merchantId,proto3" json:"merchant_id,omitempty"`
 	MerchantFingerprint string `protobuf:"bytes,11,opt,name=merchant_fingerprint,json=merchantFingerprint,proto3" json:"merchant_fingerprint,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Set on ALLOW when the request's task_run was indexed: the token that
+	// CompleteTaskRun presents.
+	TaskRunToken  string `protobuf:"bytes,12,opt,name=task_run_token,json=taskRunToken,proto3" json:"task_run_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthorizeResponse) Reset() {
 	*x = AuthorizeResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[3]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +615,7 @@ func (x *AuthorizeResponse) String() string {
 func (*AuthorizeResponse) ProtoMessage() {}
 
 func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[3]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +628,7 @@ func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeResponse.ProtoReflect.Descriptor instead.
 func (*AuthorizeResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AuthorizeResponse) GetDecision() Decision {
@@ -596,6 +708,13 @@ func (x *AuthorizeResponse) GetMerchantFingerprint() string {
 	return ""
 }
 
+func (x *AuthorizeResponse) GetTaskRunToken() string {
+	if x != nil {
+		return x.TaskRunToken
+	}
+	return ""
+}
+
 // CompleteIdempotencyRequest stores an outcome under a claim.
 type CompleteIdempotencyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -607,7 +726,7 @@ type CompleteIdempotencyRequest struct {
 
 func (x *CompleteIdempotencyRequest) Reset() {
 	*x = CompleteIdempotencyRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[4]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +738,7 @@ func (x *CompleteIdempotencyRequest) String() string {
 func (*CompleteIdempotencyRequest) ProtoMessage() {}
 
 func (x *CompleteIdempotencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[4]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +751,7 @@ func (x *CompleteIdempotencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteIdempotencyRequest.ProtoReflect.Descriptor instead.
 func (*CompleteIdempotencyRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompleteIdempotencyRequest) GetClaim() *IdempotencyClaim {
@@ -658,7 +777,7 @@ type CompleteIdempotencyResponse struct {
 
 func (x *CompleteIdempotencyResponse) Reset() {
 	*x = CompleteIdempotencyResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[5]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +789,7 @@ func (x *CompleteIdempotencyResponse) String() string {
 func (*CompleteIdempotencyResponse) ProtoMessage() {}
 
 func (x *CompleteIdempotencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[5]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +802,7 @@ func (x *CompleteIdempotencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteIdempotencyResponse.ProtoReflect.Descriptor instead.
 func (*CompleteIdempotencyResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 // ReleaseIdempotencyRequest drops a claim.
@@ -696,7 +815,7 @@ type ReleaseIdempotencyRequest struct {
 
 func (x *ReleaseIdempotencyRequest) Reset() {
 	*x = ReleaseIdempotencyRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[6]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +827,7 @@ func (x *ReleaseIdempotencyRequest) String() string {
 func (*ReleaseIdempotencyRequest) ProtoMessage() {}
 
 func (x *ReleaseIdempotencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[6]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +840,7 @@ func (x *ReleaseIdempotencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseIdempotencyRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseIdempotencyRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{6}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseIdempotencyRequest) GetClaim() *IdempotencyClaim {
@@ -740,7 +859,7 @@ type ReleaseIdempotencyResponse struct {
 
 func (x *ReleaseIdempotencyResponse) Reset() {
 	*x = ReleaseIdempotencyResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[7]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +871,7 @@ func (x *ReleaseIdempotencyResponse) String() string {
 func (*ReleaseIdempotencyResponse) ProtoMessage() {}
 
 func (x *ReleaseIdempotencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[7]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +884,7 @@ func (x *ReleaseIdempotencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseIdempotencyResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseIdempotencyResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{7}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 // CheckRateLimitRequest spends from one limit.
@@ -781,7 +900,7 @@ type CheckRateLimitRequest struct {
 
 func (x *CheckRateLimitRequest) Reset() {
 	*x = CheckRateLimitRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[8]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +912,7 @@ func (x *CheckRateLimitRequest) String() string {
 func (*CheckRateLimitRequest) ProtoMessage() {}
 
 func (x *CheckRateLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[8]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +925,7 @@ func (x *CheckRateLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRateLimitRequest.ProtoReflect.Descriptor instead.
 func (*CheckRateLimitRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{8}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckRateLimitRequest) GetScope() string {
@@ -842,7 +961,7 @@ type CheckRateLimitResponse struct {
 
 func (x *CheckRateLimitResponse) Reset() {
 	*x = CheckRateLimitResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +973,7 @@ func (x *CheckRateLimitResponse) String() string {
 func (*CheckRateLimitResponse) ProtoMessage() {}
 
 func (x *CheckRateLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +986,7 @@ func (x *CheckRateLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRateLimitResponse.ProtoReflect.Descriptor instead.
 func (*CheckRateLimitResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{9}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckRateLimitResponse) GetAllowed() bool {
@@ -900,7 +1019,7 @@ type GetMerchantRequest struct {
 
 func (x *GetMerchantRequest) Reset() {
 	*x = GetMerchantRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1031,7 @@ func (x *GetMerchantRequest) String() string {
 func (*GetMerchantRequest) ProtoMessage() {}
 
 func (x *GetMerchantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1044,7 @@ func (x *GetMerchantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMerchantRequest.ProtoReflect.Descriptor instead.
 func (*GetMerchantRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{10}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{11}
 }
 
 // GetMerchantResponse is this server's merchant identity.
@@ -950,7 +1069,7 @@ type GetMerchantResponse struct {
 
 func (x *GetMerchantResponse) Reset() {
 	*x = GetMerchantResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1081,7 @@ func (x *GetMerchantResponse) String() string {
 func (*GetMerchantResponse) ProtoMessage() {}
 
 func (x *GetMerchantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1094,7 @@ func (x *GetMerchantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMerchantResponse.ProtoReflect.Descriptor instead.
 func (*GetMerchantResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{11}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetMerchantResponse) GetConfigured() bool {
@@ -1013,11 +1132,264 @@ func (x *GetMerchantResponse) GetManifestJson() []byte {
 	return nil
 }
 
+// CompleteTaskRunRequest records the status an indexed request ended with.
+type CompleteTaskRunRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	TaskId  string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The task_run_token Authorize returned; a later request under the same
+	// Task-ID replaces the entry and its token, and the stale completion is
+	// dropped.
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The AGTP status the handler answered.
+	Status        int32 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTaskRunRequest) Reset() {
+	*x = CompleteTaskRunRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTaskRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTaskRunRequest) ProtoMessage() {}
+
+func (x *CompleteTaskRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTaskRunRequest.ProtoReflect.Descriptor instead.
+func (*CompleteTaskRunRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CompleteTaskRunRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *CompleteTaskRunRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CompleteTaskRunRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CompleteTaskRunRequest) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+// CompleteTaskRunResponse is empty.
+type CompleteTaskRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTaskRunResponse) Reset() {
+	*x = CompleteTaskRunResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTaskRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTaskRunResponse) ProtoMessage() {}
+
+func (x *CompleteTaskRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTaskRunResponse.ProtoReflect.Descriptor instead.
+func (*CompleteTaskRunResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{14}
+}
+
+// RetryTaskRequest asks to re-run one of the caller's tasks.
+type RetryTaskRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AgentId        string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	OriginalTaskId string                 `protobuf:"bytes,2,opt,name=original_task_id,json=originalTaskId,proto3" json:"original_task_id,omitempty"`
+	// Maximum total attempts including this one; 0 for no limit.
+	MaxAttempts int32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Seconds that must have passed since the task's last attempt started.
+	DelaySeconds  int32 `protobuf:"varint,4,opt,name=delay_seconds,json=delaySeconds,proto3" json:"delay_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryTaskRequest) Reset() {
+	*x = RetryTaskRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryTaskRequest) ProtoMessage() {}
+
+func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
+func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RetryTaskRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *RetryTaskRequest) GetOriginalTaskId() string {
+	if x != nil {
+		return x.OriginalTaskId
+	}
+	return ""
+}
+
+func (x *RetryTaskRequest) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryTaskRequest) GetDelaySeconds() int32 {
+	if x != nil {
+		return x.DelaySeconds
+	}
+	return 0
+}
+
+// RetryTaskResponse is a refusal (404, 409, 503 with retry_after_seconds)
+// or the request to re-run.
+type RetryTaskResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Denial  *Denial                `protobuf:"bytes,1,opt,name=denial,proto3" json:"denial,omitempty"`
+	TaskRun *TaskRun               `protobuf:"bytes,2,opt,name=task_run,json=taskRun,proto3" json:"task_run,omitempty"`
+	// The attempt this RETRY is: 2 for the first retry of an original.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The status the task's last attempt ended with; 0 when unknown.
+	PreviousStatus int32 `protobuf:"varint,4,opt,name=previous_status,json=previousStatus,proto3" json:"previous_status,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetryTaskResponse) Reset() {
+	*x = RetryTaskResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryTaskResponse) ProtoMessage() {}
+
+func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
+func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RetryTaskResponse) GetDenial() *Denial {
+	if x != nil {
+		return x.Denial
+	}
+	return nil
+}
+
+func (x *RetryTaskResponse) GetTaskRun() *TaskRun {
+	if x != nil {
+		return x.TaskRun
+	}
+	return nil
+}
+
+func (x *RetryTaskResponse) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RetryTaskResponse) GetPreviousStatus() int32 {
+	if x != nil {
+		return x.PreviousStatus
+	}
+	return 0
+}
+
 var File_agtp_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xb9\x06\n" +
+	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xed\x06\n" +
 	"\x10AuthorizeRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12!\n" +
 	"\fagent_scopes\x18\x02 \x03(\tR\vagentScopes\x12'\n" +
@@ -1043,7 +1415,16 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"merchantId\x12B\n" +
 	"\x1dmerchant_manifest_fingerprint\x18\x14 \x01(\tR\x1bmerchantManifestFingerprint\x12\x1d\n" +
 	"\n" +
-	"input_json\x18\x15 \x01(\fR\tinputJson\"\x85\x02\n" +
+	"input_json\x18\x15 \x01(\fR\tinputJson\x122\n" +
+	"\btask_run\x18\x16 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\"\xe3\x01\n" +
+	"\aTaskRun\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\x12!\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12'\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12/\n" +
+	"\x13endpoint_idempotent\x18\a \x01(\bR\x12endpointIdempotent\"\x85\x02\n" +
 	"\x06Denial\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12 \n" +
@@ -1058,7 +1439,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12#\n" +
-	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\x9e\x04\n" +
+	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\xc4\x04\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.agtp.policy.v1.DecisionR\bdecision\x12.\n" +
 	"\x06denial\x18\x02 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x126\n" +
@@ -1072,7 +1453,8 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\vmerchant_id\x18\n" +
 	" \x01(\tR\n" +
 	"merchantId\x121\n" +
-	"\x14merchant_fingerprint\x18\v \x01(\tR\x13merchantFingerprint\"p\n" +
+	"\x14merchant_fingerprint\x18\v \x01(\tR\x13merchantFingerprint\x12$\n" +
+	"\x0etask_run_token\x18\f \x01(\tR\ftaskRunToken\"p\n" +
 	"\x1aCompleteIdempotencyRequest\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\x12\x1a\n" +
 	"\bresponse\x18\x02 \x01(\fR\bresponse\"\x1d\n" +
@@ -1097,18 +1479,36 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"merchantId\x121\n" +
 	"\x14manifest_fingerprint\x18\x03 \x01(\tR\x13manifestFingerprint\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\tR\x06status\x12#\n" +
-	"\rmanifest_json\x18\x05 \x01(\fR\fmanifestJson*`\n" +
+	"\rmanifest_json\x18\x05 \x01(\fR\fmanifestJson\"z\n" +
+	"\x16CompleteTaskRunRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x05R\x06status\"\x19\n" +
+	"\x17CompleteTaskRunResponse\"\x9f\x01\n" +
+	"\x10RetryTaskRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12(\n" +
+	"\x10original_task_id\x18\x02 \x01(\tR\x0eoriginalTaskId\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x12#\n" +
+	"\rdelay_seconds\x18\x04 \x01(\x05R\fdelaySeconds\"\xba\x01\n" +
+	"\x11RetryTaskResponse\x12.\n" +
+	"\x06denial\x18\x01 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x122\n" +
+	"\btask_run\x18\x02 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12'\n" +
+	"\x0fprevious_status\x18\x04 \x01(\x05R\x0epreviousStatus*`\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ALLOW\x10\x01\x12\x11\n" +
 	"\rDECISION_DENY\x10\x02\x12\x13\n" +
-	"\x0fDECISION_REPLAY\x10\x032\xf7\x03\n" +
+	"\x0fDECISION_REPLAY\x10\x032\xad\x05\n" +
 	"\rPolicyService\x12P\n" +
 	"\tAuthorize\x12 .agtp.policy.v1.AuthorizeRequest\x1a!.agtp.policy.v1.AuthorizeResponse\x12n\n" +
 	"\x13CompleteIdempotency\x12*.agtp.policy.v1.CompleteIdempotencyRequest\x1a+.agtp.policy.v1.CompleteIdempotencyResponse\x12k\n" +
 	"\x12ReleaseIdempotency\x12).agtp.policy.v1.ReleaseIdempotencyRequest\x1a*.agtp.policy.v1.ReleaseIdempotencyResponse\x12_\n" +
 	"\x0eCheckRateLimit\x12%.agtp.policy.v1.CheckRateLimitRequest\x1a&.agtp.policy.v1.CheckRateLimitResponse\x12V\n" +
-	"\vGetMerchant\x12\".agtp.policy.v1.GetMerchantRequest\x1a#.agtp.policy.v1.GetMerchantResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
+	"\vGetMerchant\x12\".agtp.policy.v1.GetMerchantRequest\x1a#.agtp.policy.v1.GetMerchantResponse\x12b\n" +
+	"\x0fCompleteTaskRun\x12&.agtp.policy.v1.CompleteTaskRunRequest\x1a'.agtp.policy.v1.CompleteTaskRunResponse\x12P\n" +
+	"\tRetryTask\x12 .agtp.policy.v1.RetryTaskRequest\x1a!.agtp.policy.v1.RetryTaskResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
 
 var (
 	file_agtp_policy_v1_policy_proto_rawDescOnce sync.Once
@@ -1123,45 +1523,57 @@ func file_agtp_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_agtp_policy_v1_policy_proto_goTypes = []any{
 	(Decision)(0),                       // 0: agtp.policy.v1.Decision
 	(*AuthorizeRequest)(nil),            // 1: agtp.policy.v1.AuthorizeRequest
-	(*Denial)(nil),                      // 2: agtp.policy.v1.Denial
-	(*IdempotencyClaim)(nil),            // 3: agtp.policy.v1.IdempotencyClaim
-	(*AuthorizeResponse)(nil),           // 4: agtp.policy.v1.AuthorizeResponse
-	(*CompleteIdempotencyRequest)(nil),  // 5: agtp.policy.v1.CompleteIdempotencyRequest
-	(*CompleteIdempotencyResponse)(nil), // 6: agtp.policy.v1.CompleteIdempotencyResponse
-	(*ReleaseIdempotencyRequest)(nil),   // 7: agtp.policy.v1.ReleaseIdempotencyRequest
-	(*ReleaseIdempotencyResponse)(nil),  // 8: agtp.policy.v1.ReleaseIdempotencyResponse
-	(*CheckRateLimitRequest)(nil),       // 9: agtp.policy.v1.CheckRateLimitRequest
-	(*CheckRateLimitResponse)(nil),      // 10: agtp.policy.v1.CheckRateLimitResponse
-	(*GetMerchantRequest)(nil),          // 11: agtp.policy.v1.GetMerchantRequest
-	(*GetMerchantResponse)(nil),         // 12: agtp.policy.v1.GetMerchantResponse
-	nil,                                 // 13: agtp.policy.v1.Denial.DetailsEntry
+	(*TaskRun)(nil),                     // 2: agtp.policy.v1.TaskRun
+	(*Denial)(nil),                      // 3: agtp.policy.v1.Denial
+	(*IdempotencyClaim)(nil),            // 4: agtp.policy.v1.IdempotencyClaim
+	(*AuthorizeResponse)(nil),           // 5: agtp.policy.v1.AuthorizeResponse
+	(*CompleteIdempotencyRequest)(nil),  // 6: agtp.policy.v1.CompleteIdempotencyRequest
+	(*CompleteIdempotencyResponse)(nil), // 7: agtp.policy.v1.CompleteIdempotencyResponse
+	(*ReleaseIdempotencyRequest)(nil),   // 8: agtp.policy.v1.ReleaseIdempotencyRequest
+	(*ReleaseIdempotencyResponse)(nil),  // 9: agtp.policy.v1.ReleaseIdempotencyResponse
+	(*CheckRateLimitRequest)(nil),       // 10: agtp.policy.v1.CheckRateLimitRequest
+	(*CheckRateLimitResponse)(nil),      // 11: agtp.policy.v1.CheckRateLimitResponse
+	(*GetMerchantRequest)(nil),          // 12: agtp.policy.v1.GetMerchantRequest
+	(*GetMerchantResponse)(nil),         // 13: agtp.policy.v1.GetMerchantResponse
+	(*CompleteTaskRunRequest)(nil),      // 14: agtp.policy.v1.CompleteTaskRunRequest
+	(*CompleteTaskRunResponse)(nil),     // 15: agtp.policy.v1.CompleteTaskRunResponse
+	(*RetryTaskRequest)(nil),            // 16: agtp.policy.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),           // 17: agtp.policy.v1.RetryTaskResponse
+	nil,                                 // 18: agtp.policy.v1.Denial.DetailsEntry
 }
 var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
-	13, // 0: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
-	0,  // 1: agtp.policy.v1.AuthorizeResponse.decision:type_name -> agtp.policy.v1.Decision
-	2,  // 2: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
-	3,  // 3: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	3,  // 4: agtp.policy.v1.CompleteIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	3,  // 5: agtp.policy.v1.ReleaseIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	1,  // 6: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
-	5,  // 7: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
-	7,  // 8: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
-	9,  // 9: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
-	11, // 10: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
-	4,  // 11: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
-	6,  // 12: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
-	8,  // 13: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
-	10, // 14: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
-	12, // 15: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	2,  // 0: agtp.policy.v1.AuthorizeRequest.task_run:type_name -> agtp.policy.v1.TaskRun
+	18, // 1: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
+	0,  // 2: agtp.policy.v1.AuthorizeResponse.decision:type_name -> agtp.policy.v1.Decision
+	3,  // 3: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
+	4,  // 4: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	4,  // 5: agtp.policy.v1.CompleteIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	4,  // 6: agtp.policy.v1.ReleaseIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	3,  // 7: agtp.policy.v1.RetryTaskResponse.denial:type_name -> agtp.policy.v1.Denial
+	2,  // 8: agtp.policy.v1.RetryTaskResponse.task_run:type_name -> agtp.policy.v1.TaskRun
+	1,  // 9: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
+	6,  // 10: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
+	8,  // 11: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
+	10, // 12: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
+	12, // 13: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
+	14, // 14: agtp.policy.v1.PolicyService.CompleteTaskRun:input_type -> agtp.policy.v1.CompleteTaskRunRequest
+	16, // 15: agtp.policy.v1.PolicyService.RetryTask:input_type -> agtp.policy.v1.RetryTaskRequest
+	5,  // 16: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
+	7,  // 17: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
+	9,  // 18: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
+	11, // 19: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
+	13, // 20: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
+	15, // 21: agtp.policy.v1.PolicyService.CompleteTaskRun:output_type -> agtp.policy.v1.CompleteTaskRunResponse
+	17, // 22: agtp.policy.v1.PolicyService.RetryTask:output_type -> agtp.policy.v1.RetryTaskResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_agtp_policy_v1_policy_proto_init() }
@@ -1175,7 +1587,7 @@ func file_agtp_policy_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_policy_v1_policy_proto_rawDesc), len(file_agtp_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,8 @@ const (
 	PolicyService_ReleaseIdempotency_FullMethodName  = "/agtp.policy.v1.PolicyService/ReleaseIdempotency"
 	PolicyService_CheckRateLimit_FullMethodName      = "/agtp.policy.v1.PolicyService/CheckRateLimit"
 	PolicyService_GetMerchant_FullMethodName         = "/agtp.policy.v1.PolicyService/GetMerchant"
+	PolicyService_CompleteTaskRun_FullMethodName     = "/agtp.policy.v1.PolicyService/CompleteTaskRun"
+	PolicyService_RetryTask_FullMethodName           = "/agtp.policy.v1.PolicyService/RetryTask"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -48,6 +50,12 @@ type PolicyServiceClient interface {
 	// PURCHASE is verified against, so that the front door can serve it to
 	// agents for their pre-flight counterparty verification.
 	GetMerchant(ctx context.Context, in *GetMerchantRequest, opts ...grpc.CallOption) (*GetMerchantResponse, error)
+	// CompleteTaskRun records the status a request indexed for RETRY ended
+	// with (standard methods §8.5).
+	CompleteTaskRun(ctx context.Context, in *CompleteTaskRunRequest, opts ...grpc.CallOption) (*CompleteTaskRunResponse, error)
+	// RetryTask decides a RETRY of one of the caller's tasks and, when it may
+	// run, counts the attempt and returns what to re-run.
+	RetryTask(ctx context.Context, in *RetryTaskRequest, opts ...grpc.CallOption) (*RetryTaskResponse, error)
 }
 
 type policyServiceClient struct {
@@ -108,6 +116,26 @@ func (c *policyServiceClient) GetMerchant(ctx context.Context, in *GetMerchantRe
 	return out, nil
 }
 
+func (c *policyServiceClient) CompleteTaskRun(ctx context.Context, in *CompleteTaskRunRequest, opts ...grpc.CallOption) (*CompleteTaskRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteTaskRunResponse)
+	err := c.cc.Invoke(ctx, PolicyService_CompleteTaskRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) RetryTask(ctx context.Context, in *RetryTaskRequest, opts ...grpc.CallOption) (*RetryTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryTaskResponse)
+	err := c.cc.Invoke(ctx, PolicyService_RetryTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -130,6 +158,12 @@ type PolicyServiceServer interface {
 	// PURCHASE is verified against, so that the front door can serve it to
 	// agents for their pre-flight counterparty verification.
 	GetMerchant(context.Context, *GetMerchantRequest) (*GetMerchantResponse, error)
+	// CompleteTaskRun records the status a request indexed for RETRY ended
+	// with (standard methods §8.5).
+	CompleteTaskRun(context.Context, *CompleteTaskRunRequest) (*CompleteTaskRunResponse, error)
+	// RetryTask decides a RETRY of one of the caller's tasks and, when it may
+	// run, counts the attempt and returns what to re-run.
+	RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -154,6 +188,12 @@ func (UnimplementedPolicyServiceServer) CheckRateLimit(context.Context, *CheckRa
 }
 func (UnimplementedPolicyServiceServer) GetMerchant(context.Context, *GetMerchantRequest) (*GetMerchantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMerchant not implemented")
+}
+func (UnimplementedPolicyServiceServer) CompleteTaskRun(context.Context, *CompleteTaskRunRequest) (*CompleteTaskRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTaskRun not implemented")
+}
+func (UnimplementedPolicyServiceServer) RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetryTask not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -266,6 +306,42 @@ func _PolicyService_GetMerchant_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_CompleteTaskRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteTaskRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).CompleteTaskRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_CompleteTaskRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).CompleteTaskRun(ctx, req.(*CompleteTaskRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_RetryTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).RetryTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_RetryTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).RetryTask(ctx, req.(*RetryTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -292,6 +368,14 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMerchant",
 			Handler:    _PolicyService_GetMerchant_Handler,
+		},
+		{
+			MethodName: "CompleteTaskRun",
+			Handler:    _PolicyService_CompleteTaskRun_Handler,
+		},
+		{
+			MethodName: "RetryTask",
+			Handler:    _PolicyService_RetryTask_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
