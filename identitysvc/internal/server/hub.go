@@ -2,17 +2,16 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/subscription"
 )
 
 // hub subscribes to rediskeys.AgentEvents once per replica and fans every
@@ -101,67 +100,28 @@ func (h *hub) setSubscribed(on bool) {
 	}
 }
 
-// run keeps the subscription up until ctx ends.
+// run keeps the subscription up until ctx ends. Every (re)subscription
+// resyncs the watchers: events published while it was down are lost.
 func (h *hub) run(ctx context.Context) error {
-	ps := h.rdb.Subscribe(ctx, rediskeys.AgentEvents)
-	// go-redis reads do not watch ctx; closing the subscription is what
-	// ends a blocked receive.
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer stop()
-	defer ps.Close()
-	backoff := 50 * time.Millisecond
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
-		if ctx.Err() != nil {
+	subscription.Run(ctx, h.rdb, rediskeys.AgentEvents, subscription.Handler{
+		Up: func() { h.setSubscribed(true) },
+		Down: func(err error) {
+			if err != nil {
+				h.log.Warn("agent event subscription lost; watchers resync when it is back", "err", err)
+			}
 			h.setSubscribed(false)
-			return nil
-		}
-		if err != nil {
-			var nerr interface{ Timeout() bool }
-			if errors.As(err, &nerr) && nerr.Timeout() {
-				// Idle: a ping proves the connection is alive, and a dead
-				// one is replaced (with a fresh subscribe) by go-redis.
-				if perr := ps.Ping(ctx); perr != nil {
-					h.lost(ctx, perr, &backoff)
-				}
-				continue
-			}
-			h.lost(ctx, err, &backoff)
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == rediskeys.AgentEvents {
-				backoff = 50 * time.Millisecond
-				h.setSubscribed(true)
-			}
-		case *redis.Message:
+		},
+		Message: func(payload string) {
 			ev := &identityv1.WatchAgentsResponse{}
-			if err := proto.Unmarshal([]byte(m.Payload), ev); err != nil || ev.GetAgentId() == "" {
+			if err := proto.Unmarshal([]byte(payload), ev); err != nil || ev.GetAgentId() == "" {
 				h.log.Warn("undecodable agent event; resyncing watchers", "err", err)
 				h.setSubscribed(true)
-				continue
+				return
 			}
 			h.broadcast(ev)
-		}
-	}
-}
-
-func (h *hub) lost(ctx context.Context, err error, backoff *time.Duration) {
-	h.mu.Lock()
-	was := h.subscribed
-	h.mu.Unlock()
-	if was {
-		h.log.Warn("agent event subscription lost; watchers resync when it is back", "err", err)
-	}
-	h.setSubscribed(false)
-	t := time.NewTimer(*backoff)
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	t.Stop()
-	*backoff = min(*backoff*2, 2*time.Second)
+		},
+	})
+	return nil
 }
 
 // serve sends a watcher's events to send until ctx ends or send fails.

@@ -2,10 +2,8 @@ package agp
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -14,6 +12,7 @@ import (
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/subscription"
 )
 
 // Why a watch stream ends. Every one of them means changes may have been
@@ -112,74 +111,32 @@ func (h *hub) count() int {
 	return len(h.watchers)
 }
 
-// run keeps the subscription up until ctx ends. go-redis reconnects a
-// broken subscription by itself on the next receive; every error it
-// reports is a moment in which a change may have been lost, so the hub is
-// down from the error until the channel's subscribe confirmation is read
-// again.
+// run keeps the subscription up until ctx ends. The hub is down, and
+// refuses and ends streams, from a lost subscription until the channel's
+// subscribe confirmation is read again.
 func (h *hub) run(ctx context.Context) error {
-	ps := h.rdb.Subscribe(ctx, rediskeys.AGPKeyEvents)
-	// go-redis reads do not watch ctx; closing the subscription is what
-	// ends a blocked receive.
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer stop()
-	defer ps.Close()
-	defer h.setLive(false)
-	backoff := 50 * time.Millisecond
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			var nerr interface{ Timeout() bool }
-			if errors.As(err, &nerr) && nerr.Timeout() {
-				// Idle: a ping proves the connection is alive, and a dead
-				// one is replaced (with a fresh subscribe) by go-redis.
-				if perr := ps.Ping(ctx); perr != nil {
-					h.lost(ctx, perr, &backoff)
-				}
-				continue
+	subscription.Run(ctx, h.rdb, rediskeys.AGPKeyEvents, subscription.Handler{
+		Up: func() { h.setLive(true) },
+		Down: func(err error) {
+			if err != nil {
+				h.log.Warn("agp key event subscription lost; key watches end until it is back", "error", err)
 			}
-			h.lost(ctx, err, &backoff)
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == rediskeys.AGPKeyEvents {
-				backoff = 50 * time.Millisecond
-				h.setLive(true)
-			}
-		case *redis.Message:
+			h.setLive(false)
+		},
+		Message: func(payload string) {
 			ev := &agpv1.WatchKeyEventsResponse{}
-			if err := proto.Unmarshal([]byte(m.Payload), ev); err != nil || ev.GetKeyId() == "" || ev.GetSubscribed() {
+			if err := proto.Unmarshal([]byte(payload), ev); err != nil || ev.GetKeyId() == "" || ev.GetSubscribed() {
 				// Something was published that cannot be applied: a
 				// watcher cannot tell which keys it concerns.
 				h.log.Warn("undecodable agp key event; ending every watch", "error", err)
 				h.setLive(false)
 				h.setLive(true)
-				continue
+				return
 			}
 			h.broadcast(ev)
-		}
-	}
-}
-
-func (h *hub) lost(ctx context.Context, err error, backoff *time.Duration) {
-	h.mu.Lock()
-	was := h.live
-	h.mu.Unlock()
-	if was {
-		h.log.Warn("agp key event subscription lost; key watches end until it is back", "error", err)
-	}
-	h.setLive(false)
-	t := time.NewTimer(*backoff)
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	t.Stop()
-	*backoff = min(*backoff*2, 2*time.Second)
+		},
+	})
+	return nil
 }
 
 // Run keeps the key-change subscription that feeds WatchKeyEvents until
