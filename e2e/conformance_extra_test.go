@@ -1174,24 +1174,9 @@ func ordersBy(t *testing.T, c *Cluster, agent string, headers ...string) int {
 // directory: the demo endpoints plus a _service.yaml that turns anonymous
 // discovery off and explicit scopes on.
 func TestConformanceManifestPolicies(t *testing.T) {
-	dir := t.TempDir()
-	files, err := fs.ReadDir(catalogdemo.FS, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := fs.ReadFile(catalogdemo.FS, f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	service := "policies:\n  anonymous_discovery: false\n  scope_required_for_invocation: true\n"
-	if err := os.WriteFile(filepath.Join(dir, "_service.yaml"), []byte(service), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := demoEndpointsDir(t, map[string]string{
+		"_service.yaml": "policies:\n  anonymous_discovery: false\n  scope_required_for_invocation: true\n",
+	})
 	c := Start(t, Options{ServiceEnv: map[string][]string{"catalogsvc": {"AGTP_ENDPOINTS_DIR=" + dir}}})
 	buyer := c.registerAgent(t, "policy-buyer", "orders:read", "orders:write", "documents:read")
 
@@ -1239,4 +1224,31 @@ func TestConformanceManifestPolicies(t *testing.T) {
 			t.Fatalf("SUMMARIZE /documents without Authority-Scope = %d %s", r.Status, r.Body)
 		}
 	})
+}
+
+// demoEndpointsDir is an endpoints directory for catalogsvc
+// (AGTP_ENDPOINTS_DIR): the demo endpoints plus extra files by name, such
+// as a _service.yaml.
+func demoEndpointsDir(t *testing.T, extra map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := fs.ReadDir(catalogdemo.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := fs.ReadFile(catalogdemo.FS, f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, content := range extra {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

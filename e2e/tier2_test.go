@@ -3,14 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	catalogdemo "github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 )
 
@@ -62,25 +58,7 @@ required_scopes: ["reports:run"]
 // checked for "nothing happened": no grant, no owner change, no run, no
 // second customer.
 func TestTier2(t *testing.T) {
-	dir := t.TempDir()
-	files, err := fs.ReadDir(catalogdemo.FS, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := fs.ReadFile(catalogdemo.FS, f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, content := range map[string]string{"_service.yaml": tier2Service, "procedures-reindex.yaml": tier2Procedure} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := demoEndpointsDir(t, map[string]string{"_service.yaml": tier2Service, "procedures-reindex.yaml": tier2Procedure})
 	c := Start(t, Options{ServiceEnv: map[string][]string{"catalogsvc": {"AGTP_ENDPOINTS_DIR=" + dir}}})
 	granter := c.registerAgent(t, "tier2-granter", "orders:read", "orders:write", "authorization:grant")
 	clerk := c.registerAgent(t, "tier2-clerk", "orders:read", "orders:write", "reports:run")
