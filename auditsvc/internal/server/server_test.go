@@ -557,43 +557,67 @@ func TestOptionsValidate(t *testing.T) {
 
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
+// claimForms builds a SignAndAppend request for chain from a payload in
+// each form a caller can send it: JSON (REST callers) and typed claims
+// (the front door).
+var claimForms = []struct {
+	name    string
+	request func(b *testing.B, chain string, p map[string]any) *auditv1.SignAndAppendRequest
+}{
+	{"claims=json", func(b *testing.B, chain string, p map[string]any) *auditv1.SignAndAppendRequest {
+		return &auditv1.SignAndAppendRequest{ChainAgentId: chain, ClaimsJson: claims(b, p)}
+	}},
+	{"claims=typed", func(b *testing.B, chain string, p map[string]any) *auditv1.SignAndAppendRequest {
+		return &auditv1.SignAndAppendRequest{ChainAgentId: chain, Claims: typedClaims(b, p)}
+	}},
+}
+
 // BenchmarkSignAndAppendRPC is SignAndAppend through gRPC (loopback,
 // insecure): the per-record cost the front door sees.
 func BenchmarkSignAndAppendRPC(b *testing.B) {
-	f := start(b, Options{Keys: keySet(b, genKey(b))})
-	body := make([][]byte, 1000)
-	for i := range body {
-		body[i] = claims(b, response(fmt.Sprint("agent-", i), i))
-	}
-	b.SetParallelism(32)
-	b.ReportAllocs()
-	var n sync.Mutex
-	i := 0
-	startT := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			n.Lock()
-			k := i % len(body)
-			i++
-			n.Unlock()
-			if _, err := f.client.SignAndAppend(context.Background(), &auditv1.SignAndAppendRequest{ChainAgentId: fmt.Sprint("agent-", k), ClaimsJson: body[k]}); err != nil {
-				b.Error(err)
-				return
+	for _, form := range claimForms {
+		b.Run(form.name, func(b *testing.B) {
+			f := start(b, Options{Keys: keySet(b, genKey(b))})
+			reqs := make([]*auditv1.SignAndAppendRequest, 1000)
+			for i := range reqs {
+				chain := fmt.Sprint("agent-", i)
+				reqs[i] = form.request(b, chain, response(chain, i))
 			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(startT).Seconds(), "records/s")
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			var n sync.Mutex
+			i := 0
+			startT := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					n.Lock()
+					k := i % len(reqs)
+					i++
+					n.Unlock()
+					if _, err := f.client.SignAndAppend(context.Background(), reqs[k]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(startT).Seconds(), "records/s")
+		})
+	}
 }
 
 // BenchmarkSignAndAppendRPCSequential is one SignAndAppend at a time on one
 // chain: the latency a front door with one request in flight waits for.
 func BenchmarkSignAndAppendRPCSequential(b *testing.B) {
-	f := start(b, Options{Keys: keySet(b, genKey(b))})
-	body := claims(b, response("agent-0", 0))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := f.client.SignAndAppend(context.Background(), &auditv1.SignAndAppendRequest{ChainAgentId: "agent-0", ClaimsJson: body}); err != nil {
-			b.Fatal(err)
-		}
+	for _, form := range claimForms {
+		b.Run(form.name, func(b *testing.B) {
+			f := start(b, Options{Keys: keySet(b, genKey(b))})
+			req := form.request(b, "agent-0", response("agent-0", 0))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.client.SignAndAppend(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -3,11 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -139,47 +136,6 @@ func TestTypedClaimsRefusedLikeJSON(t *testing.T) {
 	}
 	if _, err := f.client.GetChainHead(context.Background(), &auditv1.GetChainHeadRequest{AgentId: "agent-x"}); grpcerr.StatusFor(status(err)) != 404 {
 		t.Fatalf("a refused request left a record: %v", err)
-	}
-}
-
-// BenchmarkSignAndAppendRPCTyped is BenchmarkSignAndAppendRPC with the
-// same members sent as typed claims, as the front door sends them.
-func BenchmarkSignAndAppendRPCTyped(b *testing.B) {
-	f := start(b, Options{Keys: keySet(b, genKey(b))})
-	body := make([]*auditv1.AttributionClaims, 1000)
-	for i := range body {
-		body[i] = typedClaims(b, response(fmt.Sprint("agent-", i), i))
-	}
-	b.SetParallelism(32)
-	b.ReportAllocs()
-	var n sync.Mutex
-	i := 0
-	startT := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			n.Lock()
-			k := i % len(body)
-			i++
-			n.Unlock()
-			if _, err := f.client.SignAndAppend(context.Background(), &auditv1.SignAndAppendRequest{ChainAgentId: fmt.Sprint("agent-", k), Claims: body[k]}); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(startT).Seconds(), "records/s")
-}
-
-// BenchmarkSignAndAppendRPCSequentialTyped is
-// BenchmarkSignAndAppendRPCSequential with typed claims.
-func BenchmarkSignAndAppendRPCSequentialTyped(b *testing.B) {
-	f := start(b, Options{Keys: keySet(b, genKey(b))})
-	body := typedClaims(b, response("agent-0", 0))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := f.client.SignAndAppend(context.Background(), &auditv1.SignAndAppendRequest{ChainAgentId: "agent-0", Claims: body}); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
 
