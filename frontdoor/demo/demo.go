@@ -135,6 +135,16 @@ func (d *desk) create(_ context.Context, call *handler.Call, in createInput) (*O
 	return o, nil
 }
 
+// lookupLocked finds an order; d.mu is held. A missing one is the
+// endpoints' declared order_not_found.
+func (d *desk) lookupLocked(id string) (*Order, error) {
+	o, ok := d.orders[id]
+	if !ok {
+		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + id}
+	}
+	return o, nil
+}
+
 type orderRef struct {
 	OrderID string `json:"order_id"`
 	Reason  string `json:"reason"`
@@ -143,9 +153,9 @@ type orderRef struct {
 func (d *desk) get(_ context.Context, _ *handler.Call, in orderRef) (*Order, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.orders[in.OrderID]
-	if !ok {
-		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	o, err := d.lookupLocked(in.OrderID)
+	if err != nil {
+		return nil, err
 	}
 	c := *o
 	return &c, nil
@@ -190,10 +200,10 @@ func (d *desk) list(_ context.Context, _ *handler.Call, in listInput) (map[strin
 func (d *desk) cancel(_ context.Context, _ *handler.Call, in orderRef) (*Order, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.orders[in.OrderID]
+	o, err := d.lookupLocked(in.OrderID)
 	switch {
-	case !ok:
-		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	case err != nil:
+		return nil, err
 	case o.Status == "shipped":
 		return nil, handler.Errorf("order_already_shipped", "order %s has shipped and can no longer be cancelled", in.OrderID)
 	case o.Status == "cancelled":
@@ -217,10 +227,10 @@ type purchaseInput struct {
 func (d *desk) purchase(_ context.Context, call *handler.Call, in purchaseInput) (*Order, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.orders[in.OrderID]
+	o, err := d.lookupLocked(in.OrderID)
 	switch {
-	case !ok:
-		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	case err != nil:
+		return nil, err
 	case o.Status == "paid" || o.Status == "shipped":
 		// Paying twice is a conflict with the order's state (core §5.6, 409);
 		// an order ships only once paid.
@@ -324,9 +334,9 @@ const defaultGrantTTL = time.Hour
 func (d *desk) authorize(_ context.Context, call *handler.Call, in authorizeInput) (*Grant, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.orders[in.OrderID]
-	if !ok {
-		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	o, err := d.lookupLocked(in.OrderID)
+	if err != nil {
+		return nil, err
 	}
 	ttl := defaultGrantTTL
 	if in.TTL > 0 {
@@ -357,9 +367,9 @@ type transferInput struct {
 func (d *desk) transfer(_ context.Context, call *handler.Call, in transferInput) (*Order, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.orders[in.OrderID]
-	if !ok {
-		return nil, &handler.Error{Name: "order_not_found", Message: "no order " + in.OrderID}
+	o, err := d.lookupLocked(in.OrderID)
+	if err != nil {
+		return nil, err
 	}
 	if o.Owner != in.FromPrincipal {
 		return nil, &handler.Error{Name: "owner_mismatch", Status: 409,
