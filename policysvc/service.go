@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 
 // Run serves until ctx is done, then drains and releases everything.
 func (s *Service) Run(ctx context.Context) error {
-	return s.base.Run(ctx, s.srv.Run, s.task.Run, s.agp.Run)
+	return s.base.Run(ctx, s.srv.Run, s.task.Run, s.task.FollowMonitors, s.agp.Run)
 }
 
 // GRPCAddr is the bound gRPC address.

@@ -277,3 +277,31 @@ func AGPConfirmation(agentID, token string) string { return tag(agentID) + ":agp
 func AGPTransaction(agentID, transactionID string) string {
 	return tag(agentID) + ":agp:tx:" + transactionID
 }
+
+// MONITOR subscriptions (standard methods §8.3, docs/mechanics.md). A
+// subscription lives under its target's tag, so the event that finds a
+// target's subscriptions and the scripts that change them run on one slot.
+
+// MonitorSubscription is one subscription on a target agent (JSON).
+// subscriptionID is server-minted.
+func MonitorSubscription(targetAgentID, subscriptionID string) string {
+	return tag(targetAgentID) + ":monitor:sub:" + subscriptionID
+}
+
+// MonitorIndex is a sorted set of the subscription ids on a target agent,
+// scored by their expiry (Unix ms).
+func MonitorIndex(targetAgentID string) string { return tag(targetAgentID) + ":monitor:index" }
+
+// MonitorState is the last lifecycle status and revision of a monitored
+// agent that MONITOR deliveries saw (a hash: status, revision).
+func MonitorState(targetAgentID string) string { return tag(targetAgentID) + ":monitor:state" }
+
+// MonitorEvent is the lifecycle event name given to one revision of a
+// monitored agent, so that every policysvc replica names it alike.
+func MonitorEvent(targetAgentID, revision string) string {
+	return tag(targetAgentID) + ":monitor:event:" + revision
+}
+
+// MonitorOwned is a sorted set of one subscriber's subscriptions, members
+// "<subscription_id>|<target_agent_id>", scored by expiry (Unix ms).
+func MonitorOwned(subscriberAgentID string) string { return tag(subscriberAgentID) + ":monitor:owned" }

@@ -9,7 +9,7 @@ import _ "embed"
 
 // Definitions is an endpoints document with the built-ins: the eight
 // DISCOVER endpoints, the other methods the front door serves itself
-// (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME, RETRY and the five
+// (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME, RETRY, MONITOR and the five
 // lifecycle methods), and QUERY /inbox.
 //
 //go:embed builtins.json

@@ -66,6 +66,8 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return p.delegate(x, params)
 	case "RETRY":
 		return p.retry(x, params)
+	case "MONITOR":
+		return p.monitor(x, params)
 	}
 	return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 }

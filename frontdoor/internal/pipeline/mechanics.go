@@ -180,6 +180,9 @@ func (p *Pipeline) notify(x *exchange, params map[string]any) *agtp.Response {
 	if r := p.mechanicsReady(x, "NOTIFY"); r != nil {
 		return r
 	}
+	if isMonitorCancel(params) && x.req.Header.Get(headerNotificationID) == "" {
+		return p.monitorCancel(x, params)
+	}
 	expiry, bad := rfc3339(x, params, "expiry")
 	if bad != nil {
 		return bad

@@ -35,6 +35,12 @@ func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startWith(t, srv), srv
+}
+
+// startWith serves srv over gRPC on loopback.
+func startWith(t *testing.T, srv *Server) taskv1.TaskServiceClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +54,7 @@ func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return taskv1.NewTaskServiceClient(conn), srv
+	return taskv1.NewTaskServiceClient(conn)
 }
 
 func code(err error) codes.Code { return status.Code(err) }

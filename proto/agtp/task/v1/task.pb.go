@@ -2078,6 +2078,342 @@ func (x *ListInboxResponse) GetNextCursor() string {
 	return ""
 }
 
+// MonitorRequest subscribes caller_agent_id to target_agent_id's lifecycle.
+type MonitorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallerAgentId string                 `protobuf:"bytes,1,opt,name=caller_agent_id,json=callerAgentId,proto3" json:"caller_agent_id,omitempty"`
+	// An agent registered here.
+	TargetAgentId string `protobuf:"bytes,2,opt,name=target_agent_id,json=targetAgentId,proto3" json:"target_agent_id,omitempty"`
+	// Lifecycle events: activated, suspended, revoked, deprecated,
+	// reinstated, or "*" alone for all.
+	Events []string `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// agtp://<caller-agent-id>[@host[:port]].
+	Callback string `protobuf:"bytes,4,opt,name=callback,proto3" json:"callback,omitempty"`
+	// Seconds; 0 is the default TTL, more than the maximum is refused.
+	TtlSeconds int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The target's status now (identitysvc), so the first event is named
+	// from it (ACTIVE after SUSPENDED is reinstated).
+	TargetStatus   string `protobuf:"bytes,6,opt,name=target_status,json=targetStatus,proto3" json:"target_status,omitempty"`
+	TargetRevision uint64 `protobuf:"varint,7,opt,name=target_revision,json=targetRevision,proto3" json:"target_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MonitorRequest) Reset() {
+	*x = MonitorRequest{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitorRequest) ProtoMessage() {}
+
+func (x *MonitorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitorRequest.ProtoReflect.Descriptor instead.
+func (*MonitorRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MonitorRequest) GetCallerAgentId() string {
+	if x != nil {
+		return x.CallerAgentId
+	}
+	return ""
+}
+
+func (x *MonitorRequest) GetTargetAgentId() string {
+	if x != nil {
+		return x.TargetAgentId
+	}
+	return ""
+}
+
+func (x *MonitorRequest) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *MonitorRequest) GetCallback() string {
+	if x != nil {
+		return x.Callback
+	}
+	return ""
+}
+
+func (x *MonitorRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *MonitorRequest) GetTargetStatus() string {
+	if x != nil {
+		return x.TargetStatus
+	}
+	return ""
+}
+
+func (x *MonitorRequest) GetTargetRevision() uint64 {
+	if x != nil {
+		return x.TargetRevision
+	}
+	return 0
+}
+
+// MonitorSubscription is one subscription.
+type MonitorSubscription struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId    string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	SubscriberAgentId string                 `protobuf:"bytes,2,opt,name=subscriber_agent_id,json=subscriberAgentId,proto3" json:"subscriber_agent_id,omitempty"`
+	TargetAgentId     string                 `protobuf:"bytes,3,opt,name=target_agent_id,json=targetAgentId,proto3" json:"target_agent_id,omitempty"`
+	Events            []string               `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
+	Callback          string                 `protobuf:"bytes,5,opt,name=callback,proto3" json:"callback,omitempty"`
+	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	ExpiresAt         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *MonitorSubscription) Reset() {
+	*x = MonitorSubscription{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitorSubscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitorSubscription) ProtoMessage() {}
+
+func (x *MonitorSubscription) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitorSubscription.ProtoReflect.Descriptor instead.
+func (*MonitorSubscription) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MonitorSubscription) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *MonitorSubscription) GetSubscriberAgentId() string {
+	if x != nil {
+		return x.SubscriberAgentId
+	}
+	return ""
+}
+
+func (x *MonitorSubscription) GetTargetAgentId() string {
+	if x != nil {
+		return x.TargetAgentId
+	}
+	return ""
+}
+
+func (x *MonitorSubscription) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *MonitorSubscription) GetCallback() string {
+	if x != nil {
+		return x.Callback
+	}
+	return ""
+}
+
+func (x *MonitorSubscription) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *MonitorSubscription) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// MonitorResponse is the subscription handle.
+type MonitorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *MonitorSubscription   `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonitorResponse) Reset() {
+	*x = MonitorResponse{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonitorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonitorResponse) ProtoMessage() {}
+
+func (x *MonitorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonitorResponse.ProtoReflect.Descriptor instead.
+func (*MonitorResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MonitorResponse) GetSubscription() *MonitorSubscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+// CancelMonitorRequest names one of the caller's subscriptions.
+type CancelMonitorRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CallerAgentId  string                 `protobuf:"bytes,1,opt,name=caller_agent_id,json=callerAgentId,proto3" json:"caller_agent_id,omitempty"`
+	SubscriptionId string                 `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CancelMonitorRequest) Reset() {
+	*x = CancelMonitorRequest{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMonitorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMonitorRequest) ProtoMessage() {}
+
+func (x *CancelMonitorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMonitorRequest.ProtoReflect.Descriptor instead.
+func (*CancelMonitorRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CancelMonitorRequest) GetCallerAgentId() string {
+	if x != nil {
+		return x.CallerAgentId
+	}
+	return ""
+}
+
+func (x *CancelMonitorRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+// CancelMonitorResponse is the subscription that ended.
+type CancelMonitorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscription  *MonitorSubscription   `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelMonitorResponse) Reset() {
+	*x = CancelMonitorResponse{}
+	mi := &file_agtp_task_v1_task_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelMonitorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelMonitorResponse) ProtoMessage() {}
+
+func (x *CancelMonitorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_task_v1_task_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelMonitorResponse.ProtoReflect.Descriptor instead.
+func (*CancelMonitorResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CancelMonitorResponse) GetSubscription() *MonitorSubscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
 var File_agtp_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_agtp_task_v1_task_proto_rawDesc = "" +
@@ -2256,7 +2592,33 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x11ListInboxResponse\x122\n" +
 	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xeb\a\n" +
+	"nextCursor\"\x83\x02\n" +
+	"\x0eMonitorRequest\x12&\n" +
+	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12&\n" +
+	"\x0ftarget_agent_id\x18\x02 \x01(\tR\rtargetAgentId\x12\x16\n" +
+	"\x06events\x18\x03 \x03(\tR\x06events\x12\x1a\n" +
+	"\bcallback\x18\x04 \x01(\tR\bcallback\x12\x1f\n" +
+	"\vttl_seconds\x18\x05 \x01(\x03R\n" +
+	"ttlSeconds\x12#\n" +
+	"\rtarget_status\x18\x06 \x01(\tR\ftargetStatus\x12'\n" +
+	"\x0ftarget_revision\x18\a \x01(\x04R\x0etargetRevision\"\xc0\x02\n" +
+	"\x13MonitorSubscription\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12.\n" +
+	"\x13subscriber_agent_id\x18\x02 \x01(\tR\x11subscriberAgentId\x12&\n" +
+	"\x0ftarget_agent_id\x18\x03 \x01(\tR\rtargetAgentId\x12\x16\n" +
+	"\x06events\x18\x04 \x03(\tR\x06events\x12\x1a\n" +
+	"\bcallback\x18\x05 \x01(\tR\bcallback\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"X\n" +
+	"\x0fMonitorResponse\x12E\n" +
+	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription\"g\n" +
+	"\x14CancelMonitorRequest\x12&\n" +
+	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"^\n" +
+	"\x15CancelMonitorResponse\x12E\n" +
+	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription2\x8d\t\n" +
 	"\vTaskService\x12I\n" +
 	"\bEscalate\x12\x1d.agtp.task.v1.EscalateRequest\x1a\x1e.agtp.task.v1.EscalateResponse\x12U\n" +
 	"\fBeginConfirm\x12!.agtp.task.v1.BeginConfirmRequest\x1a\".agtp.task.v1.BeginConfirmResponse\x12^\n" +
@@ -2268,7 +2630,9 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x0fGetNotification\x12$.agtp.task.v1.GetNotificationRequest\x1a%.agtp.task.v1.GetNotificationResponse\x12a\n" +
 	"\x10RecordDelegation\x12%.agtp.task.v1.RecordDelegationRequest\x1a&.agtp.task.v1.RecordDelegationResponse\x12v\n" +
 	"\x17RecordEscalationRouting\x12,.agtp.task.v1.RecordEscalationRoutingRequest\x1a-.agtp.task.v1.RecordEscalationRoutingResponse\x12L\n" +
-	"\tListInbox\x12\x1e.agtp.task.v1.ListInboxRequest\x1a\x1f.agtp.task.v1.ListInboxResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/task/v1;taskv1b\x06proto3"
+	"\tListInbox\x12\x1e.agtp.task.v1.ListInboxRequest\x1a\x1f.agtp.task.v1.ListInboxResponse\x12F\n" +
+	"\aMonitor\x12\x1c.agtp.task.v1.MonitorRequest\x1a\x1d.agtp.task.v1.MonitorResponse\x12X\n" +
+	"\rCancelMonitor\x12\".agtp.task.v1.CancelMonitorRequest\x1a#.agtp.task.v1.CancelMonitorResponseB5Z3github.com/agtpsuite/agtp/proto/agtp/task/v1;taskv1b\x06proto3"
 
 var (
 	file_agtp_task_v1_task_proto_rawDescOnce sync.Once
@@ -2282,7 +2646,7 @@ func file_agtp_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_agtp_task_v1_task_proto_rawDescData
 }
 
-var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_agtp_task_v1_task_proto_goTypes = []any{
 	(*TaskEvent)(nil),                       // 0: agtp.task.v1.TaskEvent
 	(*Task)(nil),                            // 1: agtp.task.v1.Task
@@ -2312,68 +2676,81 @@ var file_agtp_task_v1_task_proto_goTypes = []any{
 	(*InboxEntry)(nil),                      // 25: agtp.task.v1.InboxEntry
 	(*ListInboxRequest)(nil),                // 26: agtp.task.v1.ListInboxRequest
 	(*ListInboxResponse)(nil),               // 27: agtp.task.v1.ListInboxResponse
-	(*timestamppb.Timestamp)(nil),           // 28: google.protobuf.Timestamp
+	(*MonitorRequest)(nil),                  // 28: agtp.task.v1.MonitorRequest
+	(*MonitorSubscription)(nil),             // 29: agtp.task.v1.MonitorSubscription
+	(*MonitorResponse)(nil),                 // 30: agtp.task.v1.MonitorResponse
+	(*CancelMonitorRequest)(nil),            // 31: agtp.task.v1.CancelMonitorRequest
+	(*CancelMonitorResponse)(nil),           // 32: agtp.task.v1.CancelMonitorResponse
+	(*timestamppb.Timestamp)(nil),           // 33: google.protobuf.Timestamp
 }
 var file_agtp_task_v1_task_proto_depIdxs = []int32{
-	28, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
-	28, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	28, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	33, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
+	33, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	33, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
-	28, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
-	28, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
-	28, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
-	28, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
-	28, // 8: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
+	33, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
+	33, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
+	33, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
+	33, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
+	33, // 8: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 9: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
 	1,  // 10: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
 	7,  // 11: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	28, // 12: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
-	28, // 13: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
+	33, // 12: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
+	33, // 13: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
 	7,  // 14: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
 	1,  // 15: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
 	1,  // 16: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
 	2,  // 17: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
 	2,  // 18: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
 	1,  // 19: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
-	28, // 20: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
-	28, // 21: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
-	28, // 22: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
+	33, // 20: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
+	33, // 21: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
+	33, // 22: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
 	16, // 23: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
-	28, // 24: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
+	33, // 24: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
 	16, // 25: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
 	16, // 26: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
 	1,  // 27: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
 	2,  // 28: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
-	28, // 29: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
-	28, // 30: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
+	33, // 29: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
+	33, // 30: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
 	25, // 31: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
-	3,  // 32: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
-	5,  // 33: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
-	8,  // 34: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
-	10, // 35: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
-	12, // 36: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
-	14, // 37: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
-	17, // 38: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
-	19, // 39: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
-	21, // 40: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
-	23, // 41: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
-	26, // 42: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
-	4,  // 43: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
-	6,  // 44: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
-	9,  // 45: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
-	11, // 46: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
-	13, // 47: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
-	15, // 48: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
-	18, // 49: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
-	20, // 50: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
-	22, // 51: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
-	24, // 52: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
-	27, // 53: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
-	43, // [43:54] is the sub-list for method output_type
-	32, // [32:43] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	33, // 32: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
+	33, // 33: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 34: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	29, // 35: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	3,  // 36: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
+	5,  // 37: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
+	8,  // 38: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
+	10, // 39: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
+	12, // 40: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
+	14, // 41: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
+	17, // 42: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
+	19, // 43: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
+	21, // 44: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
+	23, // 45: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
+	26, // 46: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
+	28, // 47: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
+	31, // 48: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
+	4,  // 49: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
+	6,  // 50: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
+	9,  // 51: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
+	11, // 52: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
+	13, // 53: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
+	15, // 54: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
+	18, // 55: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
+	20, // 56: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
+	22, // 57: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
+	24, // 58: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
+	27, // 59: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
+	30, // 60: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
+	32, // 61: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
+	49, // [49:62] is the sub-list for method output_type
+	36, // [36:49] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_agtp_task_v1_task_proto_init() }
@@ -2387,7 +2764,7 @@ func file_agtp_task_v1_task_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_task_v1_task_proto_rawDesc), len(file_agtp_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,8 @@ const (
 	TaskService_RecordDelegation_FullMethodName        = "/agtp.task.v1.TaskService/RecordDelegation"
 	TaskService_RecordEscalationRouting_FullMethodName = "/agtp.task.v1.TaskService/RecordEscalationRouting"
 	TaskService_ListInbox_FullMethodName               = "/agtp.task.v1.TaskService/ListInbox"
+	TaskService_Monitor_FullMethodName                 = "/agtp.task.v1.TaskService/Monitor"
+	TaskService_CancelMonitor_FullMethodName           = "/agtp.task.v1.TaskService/CancelMonitor"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -69,6 +71,13 @@ type TaskServiceClient interface {
 	// ListInbox lists the notifications delivered to an agent hosted here,
 	// oldest first.
 	ListInbox(ctx context.Context, in *ListInboxRequest, opts ...grpc.CallOption) (*ListInboxResponse, error)
+	// Monitor subscribes the caller to an agent's lifecycle events (MONITOR,
+	// standard methods §8.3): each one is a NOTIFY to the callback. The
+	// front door has checked the callback's authority and reachability.
+	Monitor(ctx context.Context, in *MonitorRequest, opts ...grpc.CallOption) (*MonitorResponse, error)
+	// CancelMonitor ends one of the caller's subscriptions (NOTIFY with
+	// event_type monitor_cancel).
+	CancelMonitor(ctx context.Context, in *CancelMonitorRequest, opts ...grpc.CallOption) (*CancelMonitorResponse, error)
 }
 
 type taskServiceClient struct {
@@ -189,6 +198,26 @@ func (c *taskServiceClient) ListInbox(ctx context.Context, in *ListInboxRequest,
 	return out, nil
 }
 
+func (c *taskServiceClient) Monitor(ctx context.Context, in *MonitorRequest, opts ...grpc.CallOption) (*MonitorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MonitorResponse)
+	err := c.cc.Invoke(ctx, TaskService_Monitor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) CancelMonitor(ctx context.Context, in *CancelMonitorRequest, opts ...grpc.CallOption) (*CancelMonitorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelMonitorResponse)
+	err := c.cc.Invoke(ctx, TaskService_CancelMonitor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -226,6 +255,13 @@ type TaskServiceServer interface {
 	// ListInbox lists the notifications delivered to an agent hosted here,
 	// oldest first.
 	ListInbox(context.Context, *ListInboxRequest) (*ListInboxResponse, error)
+	// Monitor subscribes the caller to an agent's lifecycle events (MONITOR,
+	// standard methods §8.3): each one is a NOTIFY to the callback. The
+	// front door has checked the callback's authority and reachability.
+	Monitor(context.Context, *MonitorRequest) (*MonitorResponse, error)
+	// CancelMonitor ends one of the caller's subscriptions (NOTIFY with
+	// event_type monitor_cancel).
+	CancelMonitor(context.Context, *CancelMonitorRequest) (*CancelMonitorResponse, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -268,6 +304,12 @@ func (UnimplementedTaskServiceServer) RecordEscalationRouting(context.Context, *
 }
 func (UnimplementedTaskServiceServer) ListInbox(context.Context, *ListInboxRequest) (*ListInboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListInbox not implemented")
+}
+func (UnimplementedTaskServiceServer) Monitor(context.Context, *MonitorRequest) (*MonitorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Monitor not implemented")
+}
+func (UnimplementedTaskServiceServer) CancelMonitor(context.Context, *CancelMonitorRequest) (*CancelMonitorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelMonitor not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -488,6 +530,42 @@ func _TaskService_ListInbox_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_Monitor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MonitorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).Monitor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_Monitor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).Monitor(ctx, req.(*MonitorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_CancelMonitor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelMonitorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).CancelMonitor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_CancelMonitor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).CancelMonitor(ctx, req.(*CancelMonitorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -538,6 +616,14 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListInbox",
 			Handler:    _TaskService_ListInbox_Handler,
+		},
+		{
+			MethodName: "Monitor",
+			Handler:    _TaskService_Monitor_Handler,
+		},
+		{
+			MethodName: "CancelMonitor",
+			Handler:    _TaskService_CancelMonitor_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
