@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -25,8 +26,12 @@ import (
 type Redis struct {
 	Addr string
 	Dir  string
-	cmd  *exec.Cmd
+	bin  string
 	args []string
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	log    *tailBuffer   // the server's log, for a failure message
 }
 
 // URL is the redis:// URL of the server.
@@ -41,51 +46,122 @@ func (r *Redis) Client(tb testing.TB) *redis.Client {
 
 // StartRedis starts a real redis-server on a free loopback port with
 // persistence off, and stops it at cleanup. Extra arguments are passed to
-// the server (e.g. "--appendonly", "yes").
+// the server (e.g. "--appendonly", "yes"). A server that cannot start on
+// its port (taken between the pick and the bind) is started again on
+// another one.
 func StartRedis(tb testing.TB, extra ...string) *Redis {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatalf("redis-server is not installed (make test installs Debian's redis-server): %v", err)
 	}
-	r := &Redis{Dir: tb.TempDir()}
-	port := freePort(tb)
-	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	r.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.Dir,
-		"--protected-mode", "no",
-	}, extra...)
-	r.cmd = exec.Command(bin, r.args...)
-	r.start(tb)
+	// A cluster node also listens on its port + 10000 (the cluster bus),
+	// which must be free too and below the ephemeral range as well.
+	busOffset := 0
+	for i := 0; i+1 < len(extra); i++ {
+		if extra[i] == "--cluster-enabled" && extra[i+1] == "yes" {
+			busOffset = clusterBusOffset
+		}
+	}
+	r := &Redis{Dir: tb.TempDir(), bin: bin}
 	tb.Cleanup(r.Stop)
-	return r
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		port, err := pickPort(busOffset)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		r.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", r.Dir,
+			"--protected-mode", "no",
+		}, extra...)
+		err = r.launch()
+		if err == nil {
+			return r
+		}
+		if attempt == attempts {
+			tb.Fatal(err)
+		}
+		tb.Logf("%v; starting it on another port", err)
+	}
 }
+
+// clusterBusOffset is where Redis Cluster puts a node's bus port.
+const clusterBusOffset = 10000
 
 func (r *Redis) start(tb testing.TB) {
 	tb.Helper()
-	r.cmd = exec.Command(r.cmd.Path, r.args...)
-	r.cmd.Stdout, r.cmd.Stderr = nil, os.Stderr
-	if err := r.cmd.Start(); err != nil {
-		tb.Fatalf("start redis-server: %v", err)
+	if err := r.launch(); err != nil {
+		tb.Fatal(err)
 	}
+}
+
+// launch starts the server and waits until it answers PING, it exits, or
+// 10 s pass; a failure says why with the end of the server's log.
+func (r *Redis) launch() error {
+	r.log = &tailBuffer{max: 4 << 10}
+	r.cmd = exec.Command(r.bin, r.args...)
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	r.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_ = cmd.Wait()
+		close(exited)
+	}(r.cmd, r.exited)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(r.Addr) {
-			return
+		// The server answering must be this one: on a port taken between
+		// the pick and the bind, another test's server could answer.
+		if pid, ok := serverPID(r.Addr); ok {
+			if pid == r.cmd.Process.Pid {
+				return nil
+			}
+			r.Stop()
+			return fmt.Errorf("redis-server on %s: the port is another server's (pid %d)", r.Addr, pid)
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-r.exited:
+			return fmt.Errorf("redis-server on %s exited at start: %s", r.Addr, r.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	r.Stop()
-	tb.Fatalf("redis-server on %s did not answer PING within 10s", r.Addr)
+	return fmt.Errorf("redis-server on %s did not answer PING within 10s: %s", r.Addr, r.log.String())
 }
 
 // Stop kills the server (like a crash: no shutdown save).
 func (r *Redis) Stop() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
+		<-r.exited
 	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
 }
 
 // Restart kills the server and starts it again on the same port and
@@ -96,18 +172,37 @@ func (r *Redis) Restart(tb testing.TB) {
 	r.start(tb)
 }
 
-func ping(addr string) bool {
+// serverPID asks the server on addr for its process id (INFO server).
+func serverPID(addr string) (int, bool) {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, false
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	br := bufio.NewReader(c)
+	head, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0, false // loading, or not a Redis
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n <= 0 || n > 1<<20 {
+		return 0, false
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			return pid, err == nil
+		}
+	}
+	return 0, false
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -135,8 +230,12 @@ func freePort(tb testing.TB) int {
 }
 
 // PickPort is FreePort for code without a testing.TB (the load benchmark).
-func PickPort() (int, error) {
-	low := ephemeralLow()
+func PickPort() (int, error) { return pickPort(0) }
+
+// pickPort picks a free port; with offset > 0, port+offset must be free
+// and below the ephemeral range too.
+func pickPort(offset int) (int, error) {
+	low := ephemeralLow() - offset
 	ports.Lock()
 	defer ports.Unlock()
 	if ports.given == nil {
@@ -154,10 +253,13 @@ func PickPort() (int, error) {
 				return 0, err
 			}
 		}
-		if ports.given[port] || !bindable(port) {
+		if ports.given[port] || !bindable(port) || offset > 0 && (ports.given[port+offset] || !bindable(port+offset)) {
 			continue
 		}
 		ports.given[port] = true
+		if offset > 0 {
+			ports.given[port+offset] = true
+		}
 		return port, nil
 	}
 	return 0, errors.New("find a free port: none of 200 tries was free")
