@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 )
@@ -83,21 +84,6 @@ func truncateReason(s string) string {
 	return string(b)
 }
 
-// monitorStatus is the lifecycle status MONITOR names a record's status.
-func monitorStatus(s identityv1.AgentStatus) string {
-	switch s {
-	case identityv1.AgentStatus_AGENT_STATUS_ACTIVE:
-		return "active"
-	case identityv1.AgentStatus_AGENT_STATUS_SUSPENDED:
-		return "suspended"
-	case identityv1.AgentStatus_AGENT_STATUS_RETIRED:
-		return "revoked"
-	case identityv1.AgentStatus_AGENT_STATUS_DEPRECATED:
-		return "deprecated"
-	}
-	return "pending"
-}
-
 // monitor serves the MONITOR built-in. Nothing is stored on any refusal.
 func (p *Pipeline) monitor(x *exchange, params map[string]any) *agtp.Response {
 	if r := p.mechanicsReady(x, "MONITOR"); r != nil {
@@ -142,7 +128,7 @@ func (p *Pipeline) monitor(x *exchange, params map[string]any) *agtp.Response {
 	}
 	r, err := p.Tasks.Monitor(x.ctx, &taskv1.MonitorRequest{
 		CallerAgentId: x.agentID, TargetAgentId: target, Events: events, Callback: callback, TtlSeconds: int64(ttl),
-		TargetStatus: monitorStatus(rec.GetStatus()), TargetRevision: rec.GetRevision(),
+		TargetStatus: callerpolicy.StateName(rec.GetStatus()), TargetRevision: rec.GetRevision(),
 	})
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)

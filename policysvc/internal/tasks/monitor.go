@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
@@ -138,21 +139,6 @@ func MonitorCallback(callback string) (agentID, addr string, ok bool) {
 		return u.AgentID, u.Address(), true
 	}
 	return "", "", false
-}
-
-// statusName is the lifecycle status of a record as MONITOR names it.
-func statusName(s identityv1.AgentStatus) string {
-	switch s {
-	case identityv1.AgentStatus_AGENT_STATUS_ACTIVE:
-		return "active"
-	case identityv1.AgentStatus_AGENT_STATUS_SUSPENDED:
-		return "suspended"
-	case identityv1.AgentStatus_AGENT_STATUS_RETIRED:
-		return "revoked"
-	case identityv1.AgentStatus_AGENT_STATUS_DEPRECATED:
-		return "deprecated"
-	}
-	return "pending"
 }
 
 // ownScript registers a subscription with its subscriber, within the cap:
@@ -312,6 +298,8 @@ local ev = ''
 if ARGV[1] ~= prev then
   if ARGV[1] == 'active' then
     if prev == 'suspended' or prev == 'deprecated' then ev = 'reinstated' else ev = 'activated' end
+  elseif ARGV[1] == 'retired' then
+    ev = 'revoked'
   elseif ARGV[1] ~= 'pending' then
     ev = ARGV[1]
   end
@@ -357,7 +345,7 @@ func (s *Server) monitorEvent(ctx context.Context, ev *identityv1.WatchAgentsRes
 	target := ev.GetAgentId()
 	rev := strconv.FormatUint(rec.GetRevision(), 10)
 	now := s.opts.Now().UTC()
-	status := statusName(rec.GetStatus())
+	status := callerpolicy.StateName(rec.GetStatus())
 	event, err := eventScript.Run(ctx, s.rdb,
 		[]string{rediskeys.MonitorState(target), rediskeys.MonitorEvent(target, rev), rediskeys.MonitorIndex(target)},
 		status, rev, monitorEventMemo.Milliseconds(), now.UnixMilli(), monitorStateTTL.Milliseconds()).Text()

@@ -188,6 +188,50 @@ func TestMonitorDeliversOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
+// TestMonitorEventNames: each lifecycle change is named from the status
+// before it, and the content carries the state's wire name (RETIRED is
+// the event revoked and the state retired).
+func TestMonitorEventNames(t *testing.T) {
+	r := testkit.StartRedis(t)
+	srv, err := New(r.Client(t), slog.New(slog.DiscardHandler), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t)
+	go func() { _ = srv.FollowMonitors(ctx) }()
+	client := startWith(t, srv)
+	pub := r.Client(t)
+	testkit.WaitFor(t, 5*time.Second, "the follower subscribed", func() bool {
+		n, err := pub.PubSubNumSub(context.Background(), rediskeys.AgentEvents).Result()
+		return err == nil && n[rediskeys.AgentEvents] == 1
+	})
+	if _, err := client.Monitor(ctx, monitorReq(owner, reviewer, "agtp://"+owner, "*")); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		status      identityv1.AgentStatus
+		event, name string
+	}{
+		{identityv1.AgentStatus_AGENT_STATUS_DEPRECATED, MonitorDeprecated, "deprecated"},
+		{identityv1.AgentStatus_AGENT_STATUS_ACTIVE, MonitorReinstated, "active"},
+		{identityv1.AgentStatus_AGENT_STATUS_SUSPENDED, MonitorSuspended, "suspended"},
+		{identityv1.AgentStatus_AGENT_STATUS_RETIRED, MonitorRevoked, "retired"},
+	}
+	for i, w := range want {
+		event(t, pub, reviewer, w.status, uint64(i+2))
+		testkit.WaitFor(t, 5*time.Second, w.event, func() bool { return len(inbox(t, client, owner)) >= i+1 })
+	}
+	got := contents(t, inbox(t, client, owner))
+	if len(got) != len(want) {
+		t.Fatalf("inbox = %+v", got)
+	}
+	for i, w := range want {
+		if got[i].Event != w.event || got[i].Status != w.name {
+			t.Errorf("change %d: event %q status %q, want %q %q", i, got[i].Event, got[i].Status, w.event, w.name)
+		}
+	}
+}
+
 func TestMonitorExpiresAndIsCapped(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
