@@ -195,6 +195,25 @@ func (u URI) String() string {
 	return b.String()
 }
 
+// ParseAgentURI reads a URI that names an agent and nothing else:
+// agtp://{agent-id} (Form 1, an agent this server resolves: addr is "")
+// or agtp://{agent-id}@{host}[:port] (Form 1a: addr is the host:port to
+// dial), with no path beyond "/" and no query. Recipients, delegatees and
+// callbacks are named this way.
+func ParseAgentURI(s string) (agentID, addr string, ok bool) {
+	u, err := ParseURI(s)
+	if err != nil || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		return "", "", false
+	}
+	switch u.Form {
+	case FormCanonical:
+		return u.AgentID, "", true
+	case FormCanonicalHost:
+		return u.AgentID, u.Address(), true
+	}
+	return "", "", false
+}
+
 // Address returns the host:port to dial, with DefaultPort when the URI
 // has no port, or "" for Form 1, which must be resolved through a
 // registry first (core §6.1.8.1).

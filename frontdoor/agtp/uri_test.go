@@ -153,3 +153,27 @@ func TestURIHelpers(t *testing.T) {
 		}
 	}
 }
+
+func TestParseAgentURI(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		in, id, addr string
+		ok           bool
+	}{
+		{"agtp://" + id, id, "", true},
+		{"agtp://" + id + "/", id, "", true},
+		{"AGTP://" + id + "@peer.example", id, "peer.example:4480", true},
+		{"agtp://" + id + "@127.0.0.1:9000", id, "127.0.0.1:9000", true},
+		{"agtp://" + id + "/inbox", "", "", false},        // a path is not an agent
+		{"agtp://" + id + "?x=1", "", "", false},          // nor a query
+		{"agtp://acme.example/agents/bot", "", "", false}, // a name needs resolving first
+		{id, "", "", false},                               // a bare Agent-ID is not a URI
+		{"https://hooks.example/x", "", "", false},
+		{"", "", "", false},
+	} {
+		id, addr, ok := ParseAgentURI(tc.in)
+		if id != tc.id || addr != tc.addr || ok != tc.ok {
+			t.Errorf("ParseAgentURI(%q) = %q %q %v, want %q %q %v", tc.in, id, addr, ok, tc.id, tc.addr, tc.ok)
+		}
+	}
+}

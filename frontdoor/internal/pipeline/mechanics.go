@@ -292,17 +292,7 @@ func delegateeOf(target string) (id, addr string, ok bool) {
 	if agtp.IsCanonicalID(target) {
 		return target, "", true
 	}
-	u, err := agtp.ParseURI(target)
-	if err != nil || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-		return "", "", false
-	}
-	switch u.Form {
-	case agtp.FormCanonical:
-		return u.AgentID, "", true
-	case agtp.FormCanonicalHost:
-		return u.AgentID, u.Address(), true
-	}
-	return "", "", false
+	return agtp.ParseAgentURI(target)
 }
 
 // delegate runs DELEGATE (core §7.2.9, §10.4.2, §10.4.3): the granted

@@ -81,19 +81,15 @@ func (s *Server) classify(rcpt string) (dest, error) {
 		return dest{kind: KindGroup, group: name}, nil
 	case agtp.IsCanonicalID(rcpt):
 		return dest{kind: KindAgent, agentID: rcpt}, nil
-	case len(rcpt) >= 7 && strings.EqualFold(rcpt[:7], "agtp://"):
-		u, err := agtp.ParseURI(rcpt)
-		if err != nil || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-			return dest{}, unsupported
-		}
-		switch u.Form {
-		case agtp.FormCanonical:
-			return dest{kind: KindAgent, agentID: u.AgentID}, nil
-		case agtp.FormCanonicalHost:
-			return dest{kind: KindRemoteAgent, agentID: u.AgentID, addr: u.Address()}, nil
-		}
 	}
-	return dest{}, unsupported
+	id, addr, ok := agtp.ParseAgentURI(rcpt)
+	switch {
+	case !ok:
+		return dest{}, unsupported
+	case addr == "":
+		return dest{kind: KindAgent, agentID: id}, nil
+	}
+	return dest{kind: KindRemoteAgent, agentID: id, addr: addr}, nil
 }
 
 // outboundPolicy builds the outbound policy of the options, trusting the

@@ -125,20 +125,10 @@ func truncate(s string, n int) string {
 // agtp://<agent-id>@host[:port]. It returns the callback's agent and, for
 // a remote one, its host:port.
 func MonitorCallback(callback string) (agentID, addr string, ok bool) {
-	if len(callback) > maxRecipient || len(callback) < 7 || !strings.EqualFold(callback[:7], "agtp://") {
+	if len(callback) > maxRecipient {
 		return "", "", false
 	}
-	u, err := agtp.ParseURI(callback)
-	if err != nil || u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-		return "", "", false
-	}
-	switch u.Form {
-	case agtp.FormCanonical:
-		return u.AgentID, "", true
-	case agtp.FormCanonicalHost:
-		return u.AgentID, u.Address(), true
-	}
-	return "", "", false
+	return agtp.ParseAgentURI(callback)
 }
 
 // ownScript registers a subscription with its subscriber, within the cap:
