@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // portableAgent is an agent whose Agent Genesis is registered with more
@@ -384,12 +386,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 	})
 
 	t.Run("a DELEGATE to a host that cannot be reached is 550", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := ln.Addr().String()
-		_ = ln.Close()
+		dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testkit.FreePort(t))) // nobody listens
 		scope := []string{"orders:read"}
 		s, _ := json.Marshal(scope)
 		resp, body := call(a, worker.id, "DELEGATE", "/", `{"target_agent_id":"agtp://`+sub.id+`@`+dead+`","task":`+task+`,"authority_scope":`+string(s)+

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
 	"github.com/agtpsuite/agtp/services/outbound"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // delegationToken signs the DELEGATE token of docs/mechanics.md.
@@ -177,12 +179,7 @@ func TestMechanics(t *testing.T) {
 	})
 
 	t.Run("a DELEGATE to a sub-agent on a host that cannot be reached is 550 and the hop stays recorded", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := ln.Addr().String()
-		_ = ln.Close()
+		dead := net.JoinHostPort("127.0.0.1", strconv.Itoa(testkit.FreePort(t))) // nobody listens
 		scope := []string{"orders:read"}
 		target := "agtp://" + sub + "@" + dead
 		s, _ := json.Marshal(scope)

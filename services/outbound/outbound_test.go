@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,34 +240,12 @@ func TestControl(t *testing.T) {
 	}
 }
 
-// listener accepts on loopback and counts the connections it gets.
-func listener(t *testing.T) (addr string, accepted *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln.Addr().String(), accepted
-}
-
 // TestDialContextChecksResolvedAddresses dials a real loopback listener:
 // a name that resolves to it (localhost) is refused as it is connected
 // to, unless the operator named the host exactly or allowed private
 // destinations.
 func TestDialContextChecksResolvedAddresses(t *testing.T) {
-	addr, accepted := listener(t)
+	addr, accepted := testkit.CountingListener(t)
 	_, port, _ := net.SplitHostPort(addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

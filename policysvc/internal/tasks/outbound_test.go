@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // loopbackPeers lets callers name webhooks and AGTP hosts on 127.0.0.1,
@@ -92,35 +92,13 @@ func TestCallerNamedDestinationsAreChecked(t *testing.T) {
 	}
 }
 
-// acceptCounter accepts on loopback and counts connections.
-func acceptCounter(t *testing.T) (port string, accepted *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close() })
-	_, port, _ = net.SplitHostPort(ln.Addr().String())
-	return port, accepted
-}
-
 // TestDeliveryRefusesInternalAddressesAtDialTime: a recipient whose name
 // resolves to loopback when the worker dials it (as a name re-pointed
 // after it was accepted would) fails at once, on the first attempt,
 // without a connection being made: webhook and AGTP alike.
 func TestDeliveryRefusesInternalAddressesAtDialTime(t *testing.T) {
-	port, accepted := acceptCounter(t)
+	addr, accepted := testkit.CountingListener(t)
+	_, port, _ := net.SplitHostPort(addr)
 	_, srv := start(t, Options{Outbound: outbound.Options{Webhooks: []string{"https://*:*"}, Peers: []string{"*:*"}},
 		NotifyBackoff: time.Millisecond, NotifyMaxBackoff: time.Millisecond})
 	ctx := context.Background()
@@ -159,7 +137,8 @@ func TestDeliveryRefusesInternalAddressesAtDialTime(t *testing.T) {
 // TestOperatorRecipientsMayBeInternal: a broadcast group member the
 // operator configured is dialled even on loopback, with no list entry.
 func TestOperatorRecipientsMayBeInternal(t *testing.T) {
-	port, accepted := acceptCounter(t)
+	addr, accepted := testkit.CountingListener(t)
+	_, port, _ := net.SplitHostPort(addr)
 	c, srv := start(t, Options{Groups: map[string][]string{"ops": {"https://127.0.0.1:" + port + "/hook", "agtp://" + reviewer + "@127.0.0.1:" + port}}})
 	ctx := context.Background()
 	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", ContentJson: []byte(`1`), DeliveryGuarantee: AtMostOnce}); err != nil {
@@ -183,7 +162,8 @@ func TestOperatorRecipientsMayBeInternal(t *testing.T) {
 // no longer has it (as after a restart with a narrower list), without a
 // connection being made.
 func TestQueuedNotificationsFollowANarrowedList(t *testing.T) {
-	port, accepted := acceptCounter(t)
+	addr, accepted := testkit.CountingListener(t)
+	_, port, _ := net.SplitHostPort(addr)
 	c, srv := start(t, Options{Outbound: loopbackPeers})
 	ctx := context.Background()
 	r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "https://127.0.0.1:" + port + "/hook", ContentJson: []byte(`1`)})
