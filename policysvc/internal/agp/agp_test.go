@@ -3,7 +3,6 @@ package agp
 import (
 	"context"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
@@ -53,19 +51,7 @@ func start(t *testing.T, opts Options) agpv1.AgpServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	agpv1.RegisterAgpServiceServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return agpv1.NewAgpServiceClient(conn)
 }
 

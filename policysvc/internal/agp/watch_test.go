@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
@@ -35,26 +33,13 @@ func startReplica(t *testing.T, rds *testkit.Redis) *replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	agpv1.RegisterAgpServiceServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = conn.Close()
-		// Run ends every stream, so the graceful stop does not wait.
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("hub: %v", err)
 		}
-		g.GracefulStop()
 	})
+	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return &replica{srv: srv, client: agpv1.NewAgpServiceClient(conn)}
 }
 

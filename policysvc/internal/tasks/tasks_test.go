@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
@@ -41,19 +39,7 @@ func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
 // startWith serves srv over gRPC on loopback.
 func startWith(t *testing.T, srv *Server) taskv1.TaskServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	taskv1.RegisterTaskServiceServer(g, srv)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { taskv1.RegisterTaskServiceServer(g, srv) })
 	return taskv1.NewTaskServiceClient(conn)
 }
 
