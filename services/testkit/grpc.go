@@ -12,7 +12,7 @@ import (
 // without TLS (a package's tests of its own RPCs; the suite's mTLS is
 // services/kit's and tested there), and returns a connection to it. The
 // connection closes and the server stops at cleanup.
-func ServeGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
+func ServeGRPC(tb testing.TB, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
@@ -37,19 +35,7 @@ func testOptions() Options {
 // serve starts s on a loopback gRPC server and returns a client.
 func serve(t *testing.T, s *Server) catalogv1.CatalogServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	catalogv1.RegisterCatalogServiceServer(gs, s)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { catalogv1.RegisterCatalogServiceServer(g, s) })
 	return catalogv1.NewCatalogServiceClient(conn)
 }
 

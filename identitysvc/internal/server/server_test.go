@@ -6,16 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -70,23 +67,11 @@ func startReplica(t testing.TB, e *env, opts Options) *replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Run(ctx); close(done) }()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = conn.Close()
-		g.Stop()
 		cancel()
 		<-done
 	})
+	conn := testkit.ServeGRPC(t, srv.Register)
 	waitSubscribed(t, srv)
 	return &replica{srv: srv, client: identityv1.NewIdentityServiceClient(conn)}
 }

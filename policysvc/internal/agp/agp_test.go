@@ -51,7 +51,7 @@ func start(t *testing.T, opts Options) agpv1.AgpServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { agpv1.RegisterAgpServiceServer(g, srv) })
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return agpv1.NewAgpServiceClient(conn)
 }
 

@@ -39,7 +39,7 @@ func startReplica(t *testing.T, rds *testkit.Redis) *replica {
 			t.Errorf("hub: %v", err)
 		}
 	})
-	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { agpv1.RegisterAgpServiceServer(g, srv) })
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return &replica{srv: srv, client: agpv1.NewAgpServiceClient(conn)}
 }
 

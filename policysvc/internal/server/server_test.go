@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/ratelimit"
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
@@ -43,25 +41,13 @@ func serve(t testing.TB, rdb redis.UniversalClient, opts server.Options, log *sl
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	gs := grpc.NewServer()
-	policyv1.RegisterPolicyServiceServer(gs, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = conn.Close()
-		gs.Stop()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(g, srv) })
 	return policyv1.NewPolicyServiceClient(conn)
 }
 

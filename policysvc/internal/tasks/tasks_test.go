@@ -39,7 +39,7 @@ func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
 // startWith serves srv over gRPC on loopback.
 func startWith(t *testing.T, srv *Server) taskv1.TaskServiceClient {
 	t.Helper()
-	conn := testkit.ServeGRPC(t, func(g *grpc.Server) { taskv1.RegisterTaskServiceServer(g, srv) })
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { taskv1.RegisterTaskServiceServer(g, srv) })
 	return taskv1.NewTaskServiceClient(conn)
 }
 
