@@ -6,8 +6,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -347,18 +350,20 @@ func TestAGP(t *testing.T) {
 	})
 
 	t.Run("AGP records are on the caller's chain and visible through INSPECT", func(t *testing.T) {
-		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+orderAudit))
+		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+orderAudit, agtp.HeaderAgentID, buyer))
 		if got.Status != 200 || !strings.Contains(string(got.Body), buyer) {
 			t.Fatalf("INSPECT audit = %d %s", got.Status, got.Body)
 		}
-		head := c.roundTrip(t, request(t, "INSPECT", "/?target=chain_head&agent_id="+buyer))
+		head := c.roundTrip(t, request(t, "INSPECT", "/?target=chain_head&agent_id="+buyer, agtp.HeaderAgentID, buyer))
 		if head.Status != 200 {
 			t.Fatalf("INSPECT chain_head = %d %s", head.Status, head.Body)
 		}
 		// An AGTP request by the same agent continues the same chain.
 		q := c.roundTrip(t, request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, buyer))
 		rec, err := attribution.Verify(q.Header.Get(agtp.HeaderAttributionRecord), attribution.VerifyOptions{Keys: jwks})
-		if err != nil || !strings.Contains(string(head.Body), rec.Payload.PreviousAuditID) {
+		// The INSPECT itself was the caller's, so its record is the head the
+		// QUERY follows.
+		if err != nil || rec.Payload.PreviousAuditID != head.Header.Get(agtp.HeaderAuditID) {
 			t.Fatalf("the AGTP record's previous_audit_id %v does not follow the AGP records' head %s (%v)", rec, head.Body, err)
 		}
 	})
@@ -512,6 +517,73 @@ func TestAGP(t *testing.T) {
 		}
 	})
 
+	t.Run("an admin key manages the keys of its own agent only", func(t *testing.T) {
+		admin := anon.with(mint(buyer, "admin"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		keysOf := func(t *testing.T, agent string) []*agpv1.ApiKey {
+			t.Helper()
+			r, err := keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: agent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.GetKeys()
+		}
+		othersKey, err := keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "e2e other", AgentId: other, Scopes: full})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := keysOf(t, other)
+		for _, tc := range []struct{ name, method, path, body string }{
+			{"mint a key for another agent", "POST", "/keys", `{"label":"stolen","agentId":"` + other + `","scopes":["admin","execute"]}`},
+			{"list another agent's keys", "GET", "/keys?agentId=" + other, ""},
+			{"revoke another agent's key", "DELETE", "/keys/" + othersKey.GetKey().GetId(), ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				res := admin.do(tc.method, tc.path, tc.body)
+				agpError(t, res, 403, "AGENT_MISMATCH")
+				after := keysOf(t, other)
+				if len(after) != len(before) {
+					t.Fatalf("agent %s has %d keys after the refusal, had %d", other, len(after), len(before))
+				}
+				for i := range after {
+					if after[i].GetId() != before[i].GetId() || strings.Join(after[i].GetScopes(), " ") != strings.Join(before[i].GetScopes(), " ") {
+						t.Fatalf("agent %s's keys changed: %v, were %v", other, after, before)
+					}
+				}
+				if res := anon.with(othersKey.GetSecret()).do("GET", "/keys/me", ""); res.status != 200 || res.str("agentId") != other {
+					t.Fatalf("the other agent's key after the refusal = %d %s", res.status, res.body)
+				}
+			})
+		}
+
+		created := admin.do("POST", "/keys", `{"label":"e2e own","agentId":"`+buyer+`","scopes":["discover"]}`)
+		if created.status != 201 || created.str("agentId") != buyer || created.str("key") == "" {
+			t.Fatalf("mint a key for its own agent = %d %s", created.status, created.body)
+		}
+		own := anon.with(created.str("key"))
+		if res := own.do("POST", "/agp/discover", `{"businessId":"orders"}`); res.status != 200 {
+			t.Fatalf("discover with the minted key = %d %s", res.status, res.body)
+		}
+		list := admin.do("GET", "/keys", "")
+		listed, _ := list.json["keys"].([]any)
+		found := false
+		for _, k := range listed {
+			m := k.(map[string]any)
+			if m["agentId"] != buyer {
+				t.Fatalf("GET /keys listed a key of %v", m["agentId"])
+			}
+			found = found || m["id"] == created.str("id")
+		}
+		if list.status != 200 || !found {
+			t.Fatalf("GET /keys = %d %s, want the minted key among its agent's", list.status, list.body)
+		}
+		if res := admin.do("DELETE", "/keys/"+created.str("id"), ""); res.status != 200 || res.json["revoked"] != true {
+			t.Fatalf("revoke its own agent's key = %d %s", res.status, res.body)
+		}
+		agpError(t, own.do("POST", "/agp/discover", `{"businessId":"orders"}`), 401, "UNAUTHORIZED")
+	})
+
 	t.Run("rate limits are policysvc's, with X-RateLimit headers", func(t *testing.T) {
 		body := `{"businessId":"documents","request":{"method":"SUMMARIZE","path":"/documents","parameters":{"text":"One. Two. Three."}}}`
 		first := a.do("POST", "/agp/query", body)
@@ -532,6 +604,142 @@ func TestAGP(t *testing.T) {
 		// The limit is per agent: another caller is not affected.
 		if res := b.do("POST", "/agp/query", body); res.status == 429 {
 			t.Fatalf("another agent was limited: %s", res.body)
+		}
+	})
+}
+
+// TestAGPListenerPresentsTheAGTPCertificate runs the front door with an
+// AGTP server certificate from a CA of its own, apart from the suite CA,
+// as a deployment with a public certificate does. The HTTPS side (AGP,
+// the public documents, REST) is public too, so it must present that
+// certificate, and follow its rotation, while the REST routes keep
+// admitting only client certificates from the suite CA.
+func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
+	public, err := devpki.Ensure(t.TempDir(), "rotated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "agtp-server.pem"), filepath.Join(dir, "agtp-server-key.pem")
+	// place renames a complete file into place, as an operator's rotation does.
+	place := func(t *testing.T, from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(to+".tmp", to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	place(t, public.Key(devpki.AGTPServer), keyFile)
+	place(t, public.Cert(devpki.AGTPServer), certFile)
+	c := Start(t, Options{ServiceEnv: map[string][]string{
+		"frontdoor": {"AGTP_SERVER_CERT_FILE=" + certFile, "AGTP_SERVER_KEY_FILE=" + keyFile},
+	}})
+	fd := c.Procs["frontdoor"]
+	publicRoots := x509.NewCertPool()
+	if b, err := os.ReadFile(public.CA()); err != nil || !publicRoots.AppendCertsFromPEM(b) {
+		t.Fatalf("public CA %s: %v", public.CA(), err)
+	}
+	leafOf := func(t *testing.T, file string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			t.Fatalf("%s: no PEM block", file)
+		}
+		return block.Bytes
+	}
+	get := func(roots *x509.CertPool, cert *tls.Certificate, path string) (*http.Response, error) {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots}
+		if cert != nil {
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		// A transport per request: every request does a full handshake, so
+		// it sees the certificate served now.
+		tr := &http.Transport{TLSClientConfig: cfg}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + fd.HTTPSAddr + path)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	// agtpLeaf is the certificate the AGTP listener presents.
+	agtpLeaf := func(t *testing.T) []byte {
+		t.Helper()
+		conn, err := tls.Dial("tcp", fd.AGTPAddr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: publicRoots, NextProtos: []string{agtp.ALPN}})
+		if err != nil {
+			t.Fatalf("AGTP handshake trusting the public CA: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Raw
+	}
+
+	t.Run("a client trusting only the AGTP certificate's CA gets that certificate", func(t *testing.T) {
+		resp, err := get(publicRoots, nil, "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /health = %d", resp.StatusCode)
+		}
+		if !bytes.Equal(resp.TLS.PeerCertificates[0].Raw, leafOf(t, certFile)) {
+			t.Fatalf("HTTPS leaf %q is not the AGTP server certificate", resp.TLS.PeerCertificates[0].Subject)
+		}
+		if !bytes.Equal(agtpLeaf(t), leafOf(t, certFile)) {
+			t.Fatal("the AGTP listener presents another certificate")
+		}
+	})
+
+	t.Run("the internal service certificate is not presented", func(t *testing.T) {
+		_, err := get(c.Admin.Pool(), nil, "/health")
+		var unknown x509.UnknownAuthorityError
+		if !errors.As(err, &unknown) {
+			t.Fatalf("trusting only the suite CA: %v, want the certificate refused as of an unknown authority", err)
+		}
+	})
+
+	t.Run("REST still needs a client certificate from the suite CA", func(t *testing.T) {
+		admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := get(publicRoots, &admin, "/v1/catalog/methods"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("REST with the operator's certificate: %v %v", resp, err)
+		}
+		if resp, err := get(publicRoots, nil, "/v1/catalog/methods"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("REST without a client certificate: %v %v, want 401", resp, err)
+		}
+		foreign, err := tls.LoadX509KeyPair(public.Cert(devpki.Admin), public.Key(devpki.Admin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := get(publicRoots, &foreign, "/v1/catalog/methods"); err == nil {
+			t.Fatalf("a client certificate from another CA was accepted: %d", resp.StatusCode)
+		}
+	})
+
+	t.Run("a rotation of the AGTP certificate reaches the HTTPS side", func(t *testing.T) {
+		// Key first, then certificate: in between the pair does not load
+		// and the old one keeps serving.
+		place(t, public.Key("rotated"), keyFile)
+		place(t, public.Cert("rotated"), certFile)
+		want := leafOf(t, public.Cert("rotated"))
+		testkit.WaitFor(t, 10*time.Second, "the rotated certificate on the HTTPS side", func() bool {
+			resp, err := get(publicRoots, nil, "/health")
+			return err == nil && bytes.Equal(resp.TLS.PeerCertificates[0].Raw, want)
+		})
+		if !bytes.Equal(agtpLeaf(t), want) {
+			t.Fatal("the AGTP listener did not rotate with the HTTPS side")
 		}
 	})
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -182,7 +180,7 @@ func conformance(t *testing.T, c *Cluster) {
 	})
 
 	t.Run("a call runs its handler and chains the caller's records", func(t *testing.T) {
-		conn := c.dialAGTP(t)
+		conn := c.dialAs(t, agent)
 		first := conn.do(request(t, "QUERY", "/orders/ord-1001", agtp.HeaderAgentID, agent, agtp.HeaderRequestID, "01J0000000000000000000000A"))
 		if first.Status != 200 || !strings.Contains(string(first.Body), `"ord-1001"`) {
 			t.Fatalf("QUERY = %d %s", first.Status, first.Body)
@@ -404,7 +402,7 @@ func conformance(t *testing.T, c *Cluster) {
 			t.Fatalf("prior_actions = %+v, want the two steps", rec.Payload.PriorActions)
 		}
 		for _, pa := range rec.Payload.PriorActions {
-			got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+pa.AuditID))
+			got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+pa.AuditID, agtp.HeaderAgentID, agent))
 			if got.Status != 200 {
 				t.Fatalf("step record %s: INSPECT = %d %s", pa.AuditID, got.Status, got.Body)
 			}
@@ -455,16 +453,12 @@ func conformance(t *testing.T, c *Cluster) {
 	})
 
 	t.Run("a revoked caller gets 410 within a second", func(t *testing.T) {
-		victim := c.registerAgent(t, "e2e-victim", "orders:read")
+		victim, issuer := c.registerAgentKey(t, "e2e-victim", "orders:read")
 		if resp := c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, victim)); resp.Status != 200 {
 			t.Fatalf("before REVOKE: %d %s", resp.Status, resp.Body)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{
-			AgentId: victim, Transition: identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REVOKE, Reason: "e2e",
-		}); err != nil {
-			t.Fatal(err)
+		if resp := c.asIssuer(t, issuer).do(withJSON(request(t, "REVOKE", "/"), `{"agent_id":"`+victim+`","reason":"e2e"}`)); resp.Status != 200 {
+			t.Fatalf("REVOKE = %d %s", resp.Status, resp.Body)
 		}
 		testkit.WaitFor(t, time.Second, "410 for the revoked agent", func() bool {
 			return c.roundTrip(t, request(t, "QUERY", "/orders", agtp.HeaderAgentID, victim)).Status == 410
@@ -472,9 +466,9 @@ func conformance(t *testing.T, c *Cluster) {
 	})
 
 	t.Run("lifecycle methods over AGTP report noop on a repeat", func(t *testing.T) {
-		target := c.registerAgent(t, "e2e-sleeper", "orders:read")
+		target, issuer := c.registerAgentKey(t, "e2e-sleeper", "orders:read")
 		deactivate := func() map[string]any {
-			resp := c.roundTrip(t, withJSON(request(t, "DEACTIVATE", "/"), `{"agent_id":"`+target+`","reason":"maintenance"}`))
+			resp := c.asIssuer(t, issuer).do(withJSON(request(t, "DEACTIVATE", "/"), `{"agent_id":"`+target+`","reason":"maintenance"}`))
 			if resp.Status != 200 {
 				t.Fatalf("DEACTIVATE = %d %s", resp.Status, resp.Body)
 			}

@@ -375,7 +375,9 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	progress("starting %s", what)
 	// Warn level: the harness keeps process output in memory, and
 	// per-request logging is not what is being measured.
-	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
+	// The load generator sends header claims, which the suite takes as
+	// proof only with caller_proof off (loopback only).
+	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=off"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
 	s := &benchSuite{o: o, pprof: map[string]string{}, progress: progress}
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
@@ -511,7 +513,8 @@ func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
 }
 
 // RegisterAgent registers and activates a new agent with the given scopes
-// through identitysvc, and returns its canonical Agent-ID.
+// through identitysvc, and returns its canonical Agent-ID; its Agent
+// Certificate is then AgentCertificate(id).
 func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...string) (string, error) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -536,7 +539,11 @@ func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...stri
 	if err != nil {
 		return "", fmt.Errorf("register %s: %w", name, err)
 	}
-	return resp.GetAgent().GetAgentId(), nil
+	id := resp.GetAgent().GetAgentId()
+	if _, err := issueAgentCert(id, priv); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // profile fetches a CPU profile of every service in addrs over the

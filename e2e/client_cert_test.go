@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -18,10 +19,17 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 )
 
-// clientCert is a TLS client certificate for key, issued by the suite CA
-// the front door verifies client certificates against. With an agent's
-// Genesis issuer key it is that agent's certificate (core §7.2.19).
+// clientCert is a TLS client certificate for key, issued by the suite's
+// service CA with no Agent-ID in it: with an agent's Genesis issuer key it
+// proves possession of that key (core §7.2.19).
 func (c *Cluster) clientCert(t *testing.T, key ed25519.PrivateKey) *tls.Certificate {
+	t.Helper()
+	return c.serviceCACert(t, key, nil)
+}
+
+// serviceCACert is a certificate from the suite's service CA for key,
+// with uris as its SAN URIs.
+func (c *Cluster) serviceCACert(t *testing.T, key ed25519.PrivateKey, uris []*url.URL) *tls.Certificate {
 	t.Helper()
 	readPEM := func(path string) []byte {
 		b, err := os.ReadFile(path)
@@ -44,7 +52,8 @@ func (c *Cluster) clientCert(t *testing.T, key ed25519.PrivateKey) *tls.Certific
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "e2e agent"},
+		Subject:      pkix.Name{CommonName: "e2e client"},
+		URIs:         uris,
 		NotBefore:    time.Now().Add(-time.Minute),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -70,6 +79,14 @@ func (c *Cluster) dialAGTPWith(t *testing.T, cert *tls.Certificate) *agtpConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return &agtpConn{t: t, conn: conn, br: bufio.NewReader(conn), bw: bufio.NewWriter(conn)}
+}
+
+// asIssuer opens an AGTP connection as the holder of a Genesis issuer
+// key, whom lifecycle_auth genesis_issuer (the default) lets run the
+// lifecycle methods for that Genesis's agent.
+func (c *Cluster) asIssuer(t *testing.T, issuer ed25519.PrivateKey) *agtpConn {
+	t.Helper()
+	return c.dialAGTPWith(t, c.clientCert(t, issuer))
 }
 
 func newKey(t *testing.T) ed25519.PrivateKey {
@@ -155,4 +172,14 @@ func TestInspectAgentOnly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// issuerOf is the Genesis issuer key of an agent the harness registered.
+func issuerOf(t *testing.T, agent string) ed25519.PrivateKey {
+	t.Helper()
+	k, ok := agentIssuers.Load(agent)
+	if !ok {
+		t.Fatalf("the harness did not register %s", agent)
+	}
+	return k.(ed25519.PrivateKey)
 }

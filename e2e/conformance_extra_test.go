@@ -133,7 +133,7 @@ func TestConformanceExtra(t *testing.T) {
 	})
 
 	t.Run("core 10: two requests written back to back get two responses in order", func(t *testing.T) {
-		conn := c.dialAGTP(t)
+		conn := c.dialAs(t, buyer)
 		two := "AGTP/1.0 QUERY /orders/ord-1001\r\nAgent-ID: " + buyer + "\r\nTask-ID: first\r\n\r\n" +
 			"AGTP/1.0 DISCOVER /\r\nTask-ID: second\r\n\r\n"
 		if _, err := conn.conn.Write([]byte(two)); err != nil {
@@ -411,7 +411,7 @@ func TestConformanceExtra(t *testing.T) {
 	})
 
 	t.Run("core 85: INSPECT without target is 400", func(t *testing.T) {
-		if r := c.roundTrip(t, request(t, "INSPECT", "/")); r.Status != 400 {
+		if r := c.roundTrip(t, request(t, "INSPECT", "/", agtp.HeaderAgentID, buyer)); r.Status != 400 {
 			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 	})
@@ -425,7 +425,7 @@ func TestConformanceExtra(t *testing.T) {
 	})
 
 	t.Run("core 97-98: SUSPEND fields, distinct nonces, unknown session", func(t *testing.T) {
-		conn := c.dialAGTP(t)
+		conn := c.dialAs(t, buyer)
 		sid := "sess-" + strings.Repeat("9e", 12)
 		if r := conn.do(request(t, "QUERY", "/orders", agtp.HeaderAgentID, buyer, agtp.HeaderSessionID, sid)); r.Status != 200 {
 			t.Fatalf("binding the session: %d %s", r.Status, r.Body)
@@ -456,7 +456,7 @@ func TestConformanceExtra(t *testing.T) {
 	t.Run("core 102-107: lifecycle methods over AGTP", func(t *testing.T) {
 		agent := c.registerAgent(t, "extra-lifecycle", "orders:read")
 		events := func() int {
-			r := c.roundTrip(t, request(t, "INSPECT", "/?target=lifecycle&agent_id="+agent))
+			r := c.roundTrip(t, request(t, "INSPECT", "/?target=lifecycle&agent_id="+agent, agtp.HeaderAgentID, agent))
 			var b struct {
 				Events []struct {
 					Format    string `json:"format"`
@@ -487,7 +487,7 @@ func TestConformanceExtra(t *testing.T) {
 		}
 		waitStatus(t, c, 200, request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent))
 		// 86: newest first.
-		r := c.roundTrip(t, request(t, "INSPECT", "/?target=lifecycle&agent_id="+agent))
+		r := c.roundTrip(t, request(t, "INSPECT", "/?target=lifecycle&agent_id="+agent, agtp.HeaderAgentID, agent))
 		if !regexp.MustCompile(`"event_type":"agent-lifecycle-reinstated".*"event_type":"agent-lifecycle-suspended"`).Match(r.Body) {
 			t.Fatalf("86: lifecycle entries not newest first: %s", r.Body)
 		}
@@ -498,14 +498,14 @@ func TestConformanceExtra(t *testing.T) {
 		if b := lifecycle(t, c, "DEPRECATE", agent, "v2"); b["noop"] != true {
 			t.Fatalf("107: second DEPRECATE %v", b)
 		}
-		if r := c.roundTrip(t, withJSON(request(t, "REVOKE", "/"), `{"agent_id":"`+agent+`"}`)); r.Status != 400 {
+		if r := c.asIssuer(t, issuerOf(t, agent)).do(withJSON(request(t, "REVOKE", "/"), `{"agent_id":"`+agent+`"}`)); r.Status != 400 {
 			t.Fatalf("105: REVOKE without reason = %d %s", r.Status, r.Body)
 		}
 		if b := lifecycle(t, c, "REVOKE", agent, "retired"); b["status"] != "retired" || b["event_type"] != "agent-genesis-revoked" {
 			t.Fatalf("106: %v", b)
 		}
 		waitStatus(t, c, 410, request(t, "QUERY", "/orders", agtp.HeaderAgentID, agent))
-		if r := c.roundTrip(t, withJSON(request(t, "REINSTATE", "/"), `{"agent_id":"`+agent+`","reason":"x"}`)); r.Status != 422 {
+		if r := c.asIssuer(t, issuerOf(t, agent)).do(withJSON(request(t, "REINSTATE", "/"), `{"agent_id":"`+agent+`","reason":"x"}`)); r.Status != 422 {
 			t.Fatalf("106: REINSTATE after REVOKE = %d %s", r.Status, r.Body)
 		}
 		if b := lifecycle(t, c, "REVOKE", agent, "again"); b["noop"] != true {
@@ -720,7 +720,7 @@ func TestConformanceExtra(t *testing.T) {
 	})
 
 	t.Run("api 20-38, companions 1-3, 5: method and path grammar over the wire", func(t *testing.T) {
-		conn := c.dialAGTP(t)
+		conn := c.dialAs(t, buyer)
 		for _, tc := range []struct {
 			name, method, target string
 			status               int
@@ -1110,7 +1110,7 @@ func lifecycle(t *testing.T, c *Cluster, method, agent, reason string) map[strin
 	if reason != "" {
 		body += `,"reason":"` + reason + `"`
 	}
-	r := c.roundTrip(t, withJSON(request(t, method, "/"), body+"}"))
+	r := c.asIssuer(t, issuerOf(t, agent)).do(withJSON(request(t, method, "/"), body+"}"))
 	if r.Status != 200 {
 		t.Fatalf("%s = %d %s", method, r.Status, r.Body)
 	}
@@ -1140,8 +1140,8 @@ func registerTier3(t *testing.T, c *Cluster, name string) string {
 	t.Helper()
 	tmpl := agentTemplate(name, "orders:read")
 	tmpl.TrustTier, tmpl.VerificationPath = genesis.TierExperimental, ""
-	g, _ := signGenesis(t, tmpl)
-	return c.registerGenesis(t, name, g)
+	g, key := signGenesis(t, tmpl)
+	return c.registerGenesis(t, name, g, key)
 }
 
 // ordersBy counts the demo orders created by agent among the 100 newest

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ func TestFaultsDuringLoad(t *testing.T) {
 	agent := c.registerAgent(t, "e2e-fault", "orders:read")
 	keys := c.signingKeys(t)
 	addr := c.Procs["frontdoor"].AGTPAddr
-	cl, err := client.New(client.Options{RootCAs: c.Admin.Pool(), ServerName: "localhost", AgentID: agent})
+	cl, err := client.New(client.Options{RootCAs: c.Admin.Pool(), ServerName: "localhost", AgentID: agent, Certificates: []tls.Certificate{*AgentCertificate(agent)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestFaultsDuringLoad(t *testing.T) {
 		t.Error("no 503 while parts were down: the kills did not bite")
 	}
 	// Every acknowledged record is stored, and the chain verifies.
-	inspector := c.dialAGTP(t)
+	inspector := c.dialAs(t, agent)
 	for _, id := range acked {
 		if resp := inspector.do(request(t, "INSPECT", "/?target=audit&audit_id="+id)); resp.Status != agtp.StatusOK {
 			t.Fatalf("acknowledged record %s: INSPECT = %d %s", id, resp.Status, resp.Body)

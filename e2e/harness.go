@@ -172,10 +172,14 @@ func Start(tb testing.TB, opts Options) *Cluster {
 				"HTTP_ADDR=",
 				"AGTP_SERVER_CERT_FILE="+c.PKI.Cert(devpki.AGTPServer),
 				"AGTP_SERVER_KEY_FILE="+c.PKI.Key(devpki.AGTPServer),
+				"AGTP_AGENT_CA_FILE="+c.PKI.AgentCA(),
 			)
 		}
-		if n == "catalogsvc" || n == "rcnssvc" {
+		if n == "catalogsvc" || n == "rcnssvc" || n == "frontdoor" {
 			p.Env = append(p.Env, "AGTP_DEMO=true")
+		}
+		if n == "identitysvc" {
+			p.Env = append(p.Env, "AGTP_AGENT_CA_CERT_FILE="+c.PKI.AgentCA(), "AGTP_AGENT_CA_KEY_FILE="+c.PKI.AgentCAKey())
 		}
 		p.Env = append(p.Env, opts.Env...)
 		p.Env = append(p.Env, opts.ServiceEnv[n]...)

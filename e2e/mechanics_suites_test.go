@@ -43,7 +43,7 @@ func newPortableAgent(t *testing.T, name string, scopes ...string) *portableAgen
 // registerWith registers the agent with a suite.
 func (a *portableAgent) registerWith(t *testing.T, c *Cluster) {
 	t.Helper()
-	id := c.registerGenesis(t, a.name, a.genesis)
+	id := c.registerGenesis(t, a.name, a.genesis, a.key)
 	if a.id != "" && a.id != id {
 		t.Fatalf("%s has Agent-ID %s here and %s elsewhere", a.name, id, a.id)
 	}
@@ -135,7 +135,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() bool)
 // every service a process: suite A (where the agents work) and suite B
 // (another organisation's server hosting a sub-agent and a recipient).
 func TestMechanicsAcrossSuites(t *testing.T) {
-	b := Start(t, Options{})
+	// A hop from suite A to suite B (a remote DELEGATE, a NOTIFY
+	// delivered to B's host) names the agent as a header claim, which B
+	// accepts only with caller_proof off: server-to-server proof is not
+	// built yet (docs/identity.md, "Proven callers").
+	b := Start(t, Options{Env: []string{"AGTP_CALLER_PROOF=off"}})
 	worker := newPortableAgent(t, "x-worker", "orders:read", "orders:write", "documents:read")
 	sub := newPortableAgent(t, "x-sub", "orders:read", "orders:write")
 	rcpt := newPortableAgent(t, "x-recipient", "orders:read")
@@ -367,7 +371,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		// The call the sub-agent ran, in its own chain on B, under the
 		// delegator's task.
 		subAudit, _ := results[0].(map[string]any)["audit_id"].(string)
-		resp, rec := call(b, worker.id, "INSPECT", "/?target=audit&audit_id="+subAudit, "")
+		resp, rec := call(b, sub.id, "INSPECT", "/?target=audit&audit_id="+subAudit, "")
 		payload, _ := rec["payload"].(map[string]any)
 		if resp.Status != agtp.StatusOK || rec["chain_agent_id"] != sub.id || payload["agent_id"] != sub.id || payload["task_id"] != "x-batch" {
 			t.Fatalf("INSPECT sub-agent record on B = %d %s", resp.Status, resp.Body)

@@ -159,7 +159,7 @@ func TestMechanics(t *testing.T) {
 		}
 		// Hop 2: the sub-agent's own Attribution-Record of the call it ran.
 		subAudit, _ := results[0].(map[string]any)["audit_id"].(string)
-		resp, rec := call(worker, "INSPECT", "/?target=audit&audit_id="+subAudit, "")
+		resp, rec := call(sub, "INSPECT", "/?target=audit&audit_id="+subAudit, "")
 		if resp.Status != 200 || rec["chain_agent_id"] != sub {
 			t.Fatalf("INSPECT sub-agent record = %d %v", resp.Status, rec)
 		}

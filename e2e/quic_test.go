@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestQUICCarriesTheSamePipeline(t *testing.T) {
 	for _, quic := range []bool{true, false} {
 		name := map[bool]string{true: "quic", false: "tcp"}[quic]
 		t.Run(name, func(t *testing.T) {
-			cl, err := client.New(client.Options{RootCAs: c.Admin.Pool(), ServerName: "localhost", QUIC: quic, AgentID: agent})
+			cl, err := client.New(client.Options{RootCAs: c.Admin.Pool(), ServerName: "localhost", QUIC: quic, AgentID: agent, Certificates: []tls.Certificate{*AgentCertificate(agent)}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -41,10 +41,11 @@ func TestRetry(t *testing.T) {
 		}
 		return rec.Payload
 	}
-	// stored fetches a record from the audit store by Audit-ID (INSPECT).
+	// stored fetches a record of alice's from the audit store by Audit-ID
+	// (INSPECT, as alice).
 	stored := func(t *testing.T, auditID string) attribution.Payload {
 		t.Helper()
-		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+auditID))
+		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+auditID, agtp.HeaderAgentID, alice))
 		var out struct {
 			JWS string `json:"jws"`
 		}

@@ -100,7 +100,7 @@ func TestTier2(t *testing.T) {
 		if rec.Payload.AgentID != agent || rec.Payload.Status != resp.Status {
 			t.Fatalf("record = %+v, want agent %s status %d", rec.Payload, agent, resp.Status)
 		}
-		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+rec.AuditID))
+		got := c.roundTrip(t, request(t, "INSPECT", "/?target=audit&audit_id="+rec.AuditID, agtp.HeaderAgentID, agent))
 		if got.Status != 200 || !strings.Contains(string(got.Body), jws) {
 			t.Fatalf("INSPECT audit %s = %d %s", rec.AuditID, got.Status, got.Body)
 		}

@@ -53,10 +53,19 @@ func (a *agtpConn) do(req *agtp.Request) *agtp.Response {
 	return resp
 }
 
-// roundTrip sends one request on a new connection.
+// roundTrip sends one request on a new connection. A request whose
+// Agent-ID names an agent the harness registered is sent as that agent,
+// with its Agent Certificate; others go without a client certificate.
 func (c *Cluster) roundTrip(t *testing.T, req *agtp.Request) *agtp.Response {
 	t.Helper()
-	return c.dialAGTP(t).do(req)
+	return c.dialAs(t, req.Header.Get(agtp.HeaderAgentID)).do(req)
+}
+
+// dialAs opens an AGTP connection as agent: with its Agent Certificate
+// when the harness registered it, without a client certificate otherwise.
+func (c *Cluster) dialAs(t *testing.T, agent string) *agtpConn {
+	t.Helper()
+	return c.dialAGTPWith(t, AgentCertificate(agent))
 }
 
 func request(t *testing.T, method, target string, headers ...string) *agtp.Request {
@@ -123,8 +132,9 @@ func signGenesis(t *testing.T, tmpl genesis.Template) ([]byte, ed25519.PrivateKe
 }
 
 // registerGenesis registers and activates a Genesis with identitysvc and
-// returns its canonical Agent-ID.
-func (c *Cluster) registerGenesis(t *testing.T, name string, genesisJSON []byte) string {
+// returns its canonical Agent-ID; issuer, the Genesis issuer key, gives
+// the harness the agent's Agent Certificate.
+func (c *Cluster) registerGenesis(t *testing.T, name string, genesisJSON []byte, issuer ed25519.PrivateKey) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -133,7 +143,11 @@ func (c *Cluster) registerGenesis(t *testing.T, name string, genesisJSON []byte)
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}
-	return resp.GetAgent().GetAgentId()
+	id := resp.GetAgent().GetAgentId()
+	if _, err := issueAgentCert(id, issuer); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // registerAgent registers and activates a new Tier 2 agent with the given
@@ -149,7 +163,7 @@ func (c *Cluster) registerAgent(t *testing.T, name string, scopes ...string) str
 func (c *Cluster) registerAgentKey(t *testing.T, name string, scopes ...string) (string, ed25519.PrivateKey) {
 	t.Helper()
 	g, priv := signGenesis(t, agentTemplate(name, scopes...))
-	return c.registerGenesis(t, name, g), priv
+	return c.registerGenesis(t, name, g, priv), priv
 }
 
 // signingKeys fetches the JWKS from the front door's HTTPS side.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/outbound"
@@ -30,9 +31,14 @@ type Config struct {
 	// re-read when they change.
 	ServerCertFile string
 	ServerKeyFile  string
-	// ClientCAFile verifies optional client certificates (AGTP-CERT,
-	// lifecycle genesis_issuer, INSPECT ACLs); empty means the suite CA.
-	ClientCAFile string
+	// AgentCAFile is a PEM bundle of agent CAs (identitysvc's registrar
+	// CA, an organisation's own PKI) whose Agent Certificates prove their
+	// Agent-ID; issuer-signed certificates need none. Never the suite's
+	// service CA.
+	AgentCAFile string
+	// CallerProof is what a bare Agent-ID header is worth: required,
+	// informational or off (docs/identity.md, "Proven callers").
+	CallerProof string
 	// ServerID is stamped on every response.
 	ServerID string
 	// OwnerID is the principal accountable for this server.
@@ -107,8 +113,8 @@ func DefaultConfig() Config {
 		MaxConnections: 20000,
 		MaxInFlight:    4096,
 		RequestTimeout: 15 * time.Second,
-		InspectACL:     "public",
-		Demo:           true,
+		InspectACL:     "agent_only",
+		CallerProof:    string(callerproof.Required),
 		AGP:            true,
 		AGPKeyCacheTTL: 10 * time.Second,
 
@@ -127,7 +133,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPSAddr, "https-addr", c.HTTPSAddr, "HTTPS listen address for .well-known, JWKS, health and REST (env HTTPS_ADDR)")
 	fs.StringVar(&c.ServerCertFile, "server-cert", c.ServerCertFile, "AGTP server certificate, PEM (env AGTP_SERVER_CERT_FILE)")
 	fs.StringVar(&c.ServerKeyFile, "server-key", c.ServerKeyFile, "AGTP server key, PEM (env AGTP_SERVER_KEY_FILE)")
-	fs.StringVar(&c.ClientCAFile, "client-ca", c.ClientCAFile, "CA for optional AGTP client certificates (default: the suite CA) (env AGTP_CLIENT_CA_FILE)")
+	fs.StringVar(&c.AgentCAFile, "agent-ca", c.AgentCAFile, "PEM bundle of agent CAs whose Agent Certificates prove an Agent-ID, never the suite CA (env AGTP_AGENT_CA_FILE)")
+	fs.StringVar(&c.CallerProof, "caller-proof", c.CallerProof, "what a bare Agent-ID header is worth: required, informational or off (loopback only) (env AGTP_CALLER_PROOF)")
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
 	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only (env AGTP_INSPECT_ACL)")
@@ -139,7 +146,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnectionsPerIP, "max-connections-per-ip", c.MaxConnectionsPerIP, "connections from one IPv4 address or IPv6 /64, 0 for no limit (env AGTP_MAX_CONNECTIONS_PER_IP)")
 	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "TLS and QUIC handshakes in progress (env AGTP_MAX_HANDSHAKES)")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time allowed for a TLS or QUIC handshake (env AGTP_HANDSHAKE_TIMEOUT)")
-	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers and recipes")
+	fs.BoolVar(&c.Demo, "demo", c.Demo, "register the demo domain's handlers and recipes (env AGTP_DEMO)")
 	fs.StringVar(&c.RecipesDir, "recipes-dir", c.RecipesDir, "directory of composition recipes (env AGTP_RECIPES_DIR)")
 	fs.StringVar(&c.UpstreamCAFile, "upstream-ca", c.UpstreamCAFile, "extra CA roots for external_service upstreams, PEM (env AGTP_UPSTREAM_CA_FILE)")
 	fs.StringVar(&c.PeerCAFile, "peer-ca", c.PeerCAFile, "extra CA roots for other AGTP servers (remote DELEGATE), PEM (env AGTP_PEER_CA_FILE)")
@@ -158,7 +165,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		"AGTP_RECIPES_DIR": &c.RecipesDir, "AGTP_UPSTREAM_CA_FILE": &c.UpstreamCAFile, "AGTP_PEER_CA_FILE": &c.PeerCAFile,
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
-		"AGTP_CLIENT_CA_FILE": &c.ClientCAFile, "AGTP_OWNER_ID": &c.OwnerID,
+		"AGTP_AGENT_CA_FILE": &c.AgentCAFile, "AGTP_OWNER_ID": &c.OwnerID, "AGTP_CALLER_PROOF": &c.CallerProof,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -218,6 +225,14 @@ func (c Config) Validate() error {
 	if _, err := inspect.ParseMode(c.InspectACL); err != nil {
 		errs = append(errs, err)
 	}
+	if mode, err := callerproof.ParseMode(c.CallerProof); err != nil {
+		errs = append(errs, err)
+	} else if mode == callerproof.Off && !c.publicOnLoopback() {
+		errs = append(errs, fmt.Errorf("caller_proof off takes bare Agent-ID headers as proof; it is allowed only when every listener is on loopback (agtp %s, https %s)", c.AGTPAddr, c.HTTPSAddr))
+	}
+	if c.AgentCAFile != "" && c.AgentCAFile == c.CAFile {
+		errs = append(errs, errors.New("the agent CA bundle is the suite's service CA: agents must never be proven by service certificates"))
+	}
 	for _, p := range []string{"catalogsvc", "identitysvc", "policysvc", "auditsvc"} {
 		if _, err := c.Peer(p); err != nil {
 			errs = append(errs, err)
@@ -236,6 +251,17 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("the per-address connection limit must not be negative (0 means no limit)"))
 	}
 	return errors.Join(errs...)
+}
+
+// publicOnLoopback reports whether every listener a stranger could reach
+// is bound to a loopback address.
+func (c Config) publicOnLoopback() bool {
+	for _, addr := range []string{c.AGTPAddr, c.HTTPSAddr} {
+		if addr != "" && !kit.IsLoopbackAddr(addr) {
+			return false
+		}
+	}
+	return true
 }
 
 // perIPLimit maps the configured per-address limit, where 0 means none,

@@ -27,6 +27,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/httpsapi"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
@@ -98,6 +99,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		return nil, err
 	}
 	s := &Service{cfg: cfg, base: base, catalog: &catalogstate.Store{}, ready: make(chan struct{})}
+	if callerproof.Mode(cfg.CallerProof) == callerproof.Off {
+		base.Log.Warn("caller_proof is off: a bare Agent-ID header is taken as the caller's identity and attributed as such; for development on loopback only")
+	}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -156,6 +160,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		RequestTimeout:       cfg.RequestTimeout,
 		InspectACL:           cfg.InspectACL,
 		OperatorFingerprints: cfg.OperatorFingerprints,
+		CallerProof:          callerproof.Mode(cfg.CallerProof),
 	}, pipeline.Deps{
 		Catalog:  s.catalog,
 		Agents:   s.agents,
@@ -179,15 +184,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if limits.BodyLimit == nil {
 		limits.BodyLimit = s.bodyLimit(limits)
 	}
-	clientCA := cfg.ClientCAFile
-	if clientCA == "" {
-		clientCA = cfg.CAFile
+	verifier, err := agentVerifier(cfg)
+	if err != nil {
+		return nil, err
 	}
 	s.transport, err = transport.New(transport.Options{
 		Addr:          cfg.AGTPAddr,
 		CertFile:      cfg.ServerCertFile,
 		KeyFile:       cfg.ServerKeyFile,
-		ClientCAFile:  clientCA,
+		InspectPeer:   func(st *tls.ConnectionState) any { return verifier.Inspect(st) },
 		DisableQUIC:   !cfg.QUIC,
 		Limits:        limits,
 		HeaderTimeout: cfg.HeaderTimeout,
@@ -227,11 +232,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		if err != nil {
 			return nil, err
 		}
-		tlsCfg := base.MTLS.ServerConfig()
-		// The HTTPS side serves the public; the REST routes check the
-		// client certificate themselves.
-		tlsCfg.ClientAuth = tls.VerifyClientCertIfGiven
-		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		tlsCfg := httpsapi.TLSConfig(s.transport.GetCertificate, base.MTLS.Pool())
 		if s.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
 			return nil, fmt.Errorf("listen https on %s: %w", cfg.HTTPSAddr, err)
 		}
@@ -244,6 +245,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	base.Server.Register(HealthName, nil)
 	base.Server.ReadyWhen(s.ready)
 	return s, nil
+}
+
+// agentVerifier trusts the configured agent CAs for CA-issued Agent
+// Certificates; issuer-signed ones need none.
+func agentVerifier(cfg Config) (*callerproof.Verifier, error) {
+	if cfg.AgentCAFile == "" {
+		return callerproof.NewVerifier(nil), nil
+	}
+	pool, err := kit.LoadCertPool(cfg.AgentCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent CA: %w", err)
+	}
+	return callerproof.NewVerifier(pool), nil
 }
 
 // bodyLimit applies an endpoint's max_body_bytes (DECISIONS.md: body

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/agtpsuite/agtp/identitysvc/agentcert"
+	"github.com/agtpsuite/agtp/identitysvc/internal/registry"
 	"github.com/agtpsuite/agtp/identitysvc/internal/server"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
@@ -34,9 +36,22 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if opts.SigningKey, opts.KeyID, err = kit.LoadSigner(cfg.SigningKeyFile); err != nil {
 		return nil, err
 	}
+	if opts.AgentCA, err = cfg.loadAgentCA(); err != nil {
+		return nil, err
+	}
 	base, err := kit.NewBase(ctx, cfg.Common)
 	if err != nil {
 		return nil, err
+	}
+	if opts.LifecycleAuth == registry.AuthOpen {
+		base.Log.Warn("lifecycle_auth is open: lifecycle calls are not authorised; any caller that reaches identitysvc "+
+			"may ACTIVATE, DEACTIVATE, REINSTATE, REVOKE or DEPRECATE any agent (allowed because every listener is on loopback)",
+			"grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
+	}
+	if ca := opts.AgentCA; ca != nil {
+		base.Log.Info("issuing Agent Certificates", "agent_ca", ca.Chain[0].Subject.String(),
+			"agent_ca_fingerprint", agentcert.Fingerprint(ca.Chain[0].Raw), "agent_ca_not_after", ca.Chain[0].NotAfter.UTC(),
+			"max_lifetime", opts.AgentCertMaxLifetime)
 	}
 	audit, err := base.Server.Dial("auditsvc")
 	if err != nil {

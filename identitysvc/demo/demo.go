@@ -19,7 +19,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
@@ -216,4 +218,49 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// Certificate file names inside the state directory: the demo agent's
+// Agent Certificate and the key it is for.
+const (
+	CertFile      = "agent-cert.pem"
+	AgentKeyFile  = "agent-key.pem"
+	certRenewalAt = time.Hour
+)
+
+// EnsureCertificate gives the demo agent an issuer-signed Agent
+// Certificate (docs/identity.md) for a key of its own, in stateDir: the
+// key is made once, and the certificate issued again whenever the one
+// there expires within the hour, so every start of `make run` leaves one
+// the README walkthrough can use for a day.
+func (a *Agent) EnsureCertificate(stateDir string, now time.Time) (certPath, keyPath string, err error) {
+	certPath, keyPath = filepath.Join(stateDir, CertFile), filepath.Join(stateDir, AgentKeyFile)
+	key, err := ReadKey(keyPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		key, err = WriteNewKey(keyPath)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("demo agent certificate: %w", err)
+	}
+	if b, err := os.ReadFile(certPath); err == nil {
+		if blk, _ := pem.Decode(b); blk != nil {
+			if c, err := x509.ParseCertificate(blk.Bytes); err == nil && samePublicKey(c.PublicKey, key.Public().(ed25519.PublicKey)) &&
+				agentcert.VerifyIssuerSigned(c, a.Genesis.IssuerPublicKey, now.Add(certRenewalAt)) == nil {
+				return certPath, keyPath, nil
+			}
+		}
+	}
+	der, err := agentcert.IssueByIssuer(agentcert.Request{AgentID: a.AgentID, PublicKey: key.Public(), Now: now}, a.PrivateKey)
+	if err != nil {
+		return "", "", fmt.Errorf("demo agent certificate: %w", err)
+	}
+	if err := WriteFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", fmt.Errorf("demo agent certificate: %w", err)
+	}
+	return certPath, keyPath, nil
+}
+
+func samePublicKey(a any, b ed25519.PublicKey) bool {
+	k, ok := a.(ed25519.PublicKey)
+	return ok && k.Equal(b)
 }

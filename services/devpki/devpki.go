@@ -1,6 +1,7 @@
 // Package devpki creates the development PKI of the suite: a suite CA,
 // one certificate per service (server and client use, the service name as
-// a DNS SAN), the AGTP server certificate and the Ed25519 signing key.
+// a DNS SAN), the AGTP server certificate, the Ed25519 signing key, and an
+// agent CA of its own for Agent Certificates.
 //
 // It is for `make run` and tests; production deployments pass their own
 // files. Ensure is idempotent: existing files are kept, so restarts reuse
@@ -38,6 +39,15 @@ func (l Layout) CA() string { return filepath.Join(l.Dir, "ca.pem") }
 // CAKey is the suite CA's private key.
 func (l Layout) CAKey() string { return filepath.Join(l.Dir, "ca-key.pem") }
 
+// AgentCA is the agent CA certificate: the CA identitysvc issues Agent
+// Certificates with, and the one the front door trusts for them. It is
+// separate from the suite CA, which the services trust for each other:
+// an agent must never hold a certificate the services accept.
+func (l Layout) AgentCA() string { return filepath.Join(l.Dir, "agent-ca.pem") }
+
+// AgentCAKey is the agent CA's private key.
+func (l Layout) AgentCAKey() string { return filepath.Join(l.Dir, "agent-ca-key.pem") }
+
 // Cert is the certificate of a named service (or "agtp-server", "admin").
 func (l Layout) Cert(name string) string { return filepath.Join(l.Dir, name+".pem") }
 
@@ -57,15 +67,20 @@ const AGTPServer = "agtp-server"
 const Admin = "admin"
 
 // Ensure creates whatever is missing in dir: the CA, a certificate per
-// name, the AGTP server certificate, an admin client certificate and the
-// signing key.
+// name, the AGTP server certificate, an admin client certificate, the
+// signing key and the agent CA.
 func Ensure(dir string, names ...string) (Layout, error) {
 	l := Layout{Dir: dir}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return l, fmt.Errorf("create state dir: %w", err)
 	}
-	caCert, caKey, err := ensureCA(l)
+	caCert, caKey, err := ensureCA(l.CA(), l.CAKey(), "AGTP suite development CA", nil)
 	if err != nil {
+		return l, err
+	}
+	// The agent CA's certificates are for client authentication only,
+	// which its extended key usage enforces on everything it issues.
+	if _, _, err := ensureCA(l.AgentCA(), l.AgentCAKey(), "AGTP suite development agent CA", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}); err != nil {
 		return l, err
 	}
 	all := append(append([]string{}, names...), AGTPServer, Admin)
@@ -89,40 +104,43 @@ func Ensure(dir string, names ...string) (Layout, error) {
 	return l, nil
 }
 
-func ensureCA(l Layout) (*x509.Certificate, crypto.Signer, error) {
-	if exists(l.CA()) && exists(l.CAKey()) {
-		pair, err := tls.LoadX509KeyPair(l.CA(), l.CAKey())
+// ensureCA loads the self-signed CA at certPath and keyPath, or creates
+// it with a fresh key when either file is missing.
+func ensureCA(certPath, keyPath, name string, usage []x509.ExtKeyUsage) (*x509.Certificate, crypto.Signer, error) {
+	if exists(certPath) && exists(keyPath) {
+		pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load suite CA: %w", err)
+			return nil, nil, fmt.Errorf("load %s: %w", name, err)
 		}
 		cert, err := x509.ParseCertificate(pair.Certificate[0])
 		if err != nil {
-			return nil, nil, fmt.Errorf("parse suite CA: %w", err)
+			return nil, nil, fmt.Errorf("parse %s: %w", name, err)
 		}
 		return cert, pair.PrivateKey.(crypto.Signer), nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, fmt.Errorf("generate CA key: %w", err)
+		return nil, nil, fmt.Errorf("generate %s key: %w", name, err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "AGTP suite development CA"},
+		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().AddDate(5, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		ExtKeyUsage:           usage,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create CA: %w", err)
+		return nil, nil, fmt.Errorf("create %s: %w", name, err)
 	}
-	if err := writeKey(l.CAKey(), key); err != nil {
+	if err := writeKey(keyPath, key); err != nil {
 		return nil, nil, err
 	}
-	if err := writePEM(l.CA(), "CERTIFICATE", der, 0o644); err != nil {
+	if err := writePEM(certPath, "CERTIFICATE", der, 0o644); err != nil {
 		return nil, nil, err
 	}
 	cert, _ := x509.ParseCertificate(der)

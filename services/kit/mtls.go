@@ -25,13 +25,9 @@ type MTLS struct {
 
 // LoadMTLS reads the suite CA bundle and the service's certificate and key.
 func LoadMTLS(caFile, certFile, keyFile string) (*MTLS, error) {
-	caPEM, err := os.ReadFile(caFile)
+	pool, err := LoadCertPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("read suite CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("suite CA %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("suite CA: %w", err)
 	}
 	m := &MTLS{pool: pool, certFile: certFile, keyFile: keyFile}
 	if _, err := m.certificate(); err != nil {

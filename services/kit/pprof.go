@@ -20,11 +20,10 @@ func checkPprofAddr(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("pprof address %q: %w", addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !IsLoopbackAddr(addr) {
 		return fmt.Errorf("pprof address %q is not a loopback address", addr)
 	}
 	return nil

@@ -78,6 +78,8 @@ type Suite struct {
 	demoAgent           *identitydemo.Agent
 	// agpKeyPath holds the demo agent's AGP API key.
 	agpKeyPath string
+	// demoCert and demoCertKey are the demo agent's Agent Certificate and key.
+	demoCert, demoCertKey string
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -99,7 +101,11 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if s.layout, err = devpki.Ensure(stateDir, devpki.ServiceNames...); err != nil {
 		return nil, fmt.Errorf("development PKI: %w", err)
 	}
-	if s.demoAgent, err = identitydemo.Ensure(filepath.Join(stateDir, "demo-agent")); err != nil {
+	demoDir := filepath.Join(stateDir, "demo-agent")
+	if s.demoAgent, err = identitydemo.Ensure(demoDir); err != nil {
+		return nil, err
+	}
+	if s.demoCert, s.demoCertKey, err = s.demoAgent.EnsureCertificate(demoDir, time.Now()); err != nil {
 		return nil, err
 	}
 	redisURL := cfg.RedisURL
@@ -138,6 +144,8 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	catalog.Options.DemoEndpoints = true
 	identity := identitysvc.DefaultConfig()
 	common(&identity.Common)
+	identity.AgentCACertFile = s.layout.AgentCA()
+	identity.AgentCAKeyFile = s.layout.AgentCAKey()
 	policy := policysvc.DefaultConfig()
 	common(&policy.Common)
 	if err := demoCommerce(&policy, stateDir); err != nil {
@@ -165,6 +173,10 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
 	front.UpstreamCAFile = s.layout.CA()
 	front.LookupEnv = os.LookupEnv
+	// make run serves the demo domain, which the front door binary does
+	// not unless asked.
+	front.Demo = true
+	front.AgentCAFile = s.layout.AgentCA()
 	if cfg.Listen != nil {
 		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
 		front.HTTPSAddr = cfg.Listen(front.Name, "https")
@@ -351,14 +363,20 @@ func (s *Suite) banner() {
 	}
 	fmt.Fprintf(s.cfg.Out, `
 AGTP on %[1]s (TLS/TCP and QUIC), HTTPS on https://%[2]s
-Demo agent %[4]s (key %[5]s)
+Demo agent %[4]s (Genesis issuer key %[5]s)
 
-Try:
-  go run ./frontdoor/cmd/agtp --cacert %[3]s -v DISCOVER agtp://%[1]s/
-  go run ./frontdoor/cmd/agtp --cacert %[3]s --agent-id %[4]s QUERY agtp://%[1]s/orders/ord-1001
+The demo agent proves who it is with its Agent Certificate; to call as the
+demo agent, paste these lines into your shell:
+  export AGTP_CACERT=%[3]s
+  export AGTP_CERT=%[7]s
+  export AGTP_KEY=%[8]s
+
+Then try:
+  go run ./frontdoor/cmd/agtp -v DISCOVER agtp://%[1]s/
+  go run ./frontdoor/cmd/agtp QUERY agtp://%[1]s/orders/ord-1001
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
-`, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath)
+`, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath, s.demoCert, s.demoCertKey)
 }
 
 // demoMerchantManifest is the demo order desk's Merchant Manifest

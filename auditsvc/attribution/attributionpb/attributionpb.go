@@ -53,6 +53,11 @@ func Claims(p *attribution.Payload) *auditv1.AttributionClaims {
 		ProcedureId:                     p.ProcedureID,
 		RunInput:                        p.RunInput,
 		EventType:                       p.EventType,
+		VerificationLevel:               int32(p.VerificationLevel),
+		VerifiedBy:                      p.VerifiedBy,
+		CertificateFingerprint:          p.CertificateFingerprint,
+		TokenIssuer:                     p.TokenIssuer,
+		UnprovenAgentId:                 p.UnprovenAgentID,
 	}
 	if len(p.PriorActions) > 0 {
 		c.PriorActions = make([]*auditv1.PriorAction, len(p.PriorActions))
@@ -117,6 +122,11 @@ func Payload(c *auditv1.AttributionClaims) (attribution.Payload, error) {
 		ToPrincipal:                     c.GetToPrincipal(),
 		ProcedureID:                     c.GetProcedureId(),
 		EventType:                       c.GetEventType(),
+		VerificationLevel:               int(c.GetVerificationLevel()),
+		VerifiedBy:                      c.GetVerifiedBy(),
+		CertificateFingerprint:          c.GetCertificateFingerprint(),
+		TokenIssuer:                     c.GetTokenIssuer(),
+		UnprovenAgentID:                 c.GetUnprovenAgentId(),
 	}
 	if r := c.GetRunInput(); len(r) > 0 {
 		if !json.Valid(r) {

@@ -236,6 +236,28 @@ func (c *call) admin() bool {
 	return true
 }
 
+// manages reports whether the caller's admin key may manage the keys of
+// agentID. An admin key is bound to one Agent-ID like any key, and its
+// authority stops there: an agent's admin must not mint keys that act as
+// another agent, list their keys or revoke them.
+func (c *call) manages(agentID string) bool {
+	return agentID == c.key.GetAgentId()
+}
+
+// foreignAgent refuses the management of another agent's keys; nothing is
+// changed. named is whether the caller named that agent: the agent of a
+// key named only by its id is not told.
+func (c *call) foreignAgent(agentID string, named bool) {
+	c.h.o.Log.WarnContext(c.r.Context(), "agp key management of another agent refused",
+		"key_id", c.key.GetId(), "key_agent_id", c.key.GetAgentId(), "agent_id", agentID)
+	details := map[string]any{"keyAgentId": c.key.GetAgentId()}
+	if named {
+		details["agentId"] = agentID
+	}
+	c.writeError(&apiError{Status: http.StatusForbidden, Code: CodeAgentMismatch, Error: "Forbidden",
+		Message: "This admin key manages the API keys of its own agent only.", Details: details})
+}
+
 func (c *call) rpcError(err error) {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.AlreadyExists, codes.Aborted:
@@ -272,6 +294,10 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 			in.Scopes = append(in.Scopes, str)
 		}
 	}
+	if !c.manages(in.GetAgentId()) {
+		c.foreignAgent(in.GetAgentId(), true)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	out, err := h.o.Keys.CreateApiKey(ctx, in)
@@ -285,15 +311,24 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	c.writeDirect(http.StatusCreated, v)
 }
 
-// listKeys serves GET /keys.
+// listKeys serves GET /keys[?agentId=]: the keys of the admin key's own
+// agent unless agentId names another it manages.
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	c := h.begin(w, r, "")
 	if !c.admin() {
 		return
 	}
+	agentID := r.URL.Query().Get("agentId")
+	if agentID == "" {
+		agentID = c.key.GetAgentId()
+	}
+	if !c.manages(agentID) {
+		c.foreignAgent(agentID, true)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	out, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: r.URL.Query().Get("agentId")})
+	out, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: agentID})
 	if err != nil {
 		c.rpcError(err)
 		return
@@ -305,7 +340,8 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	c.writeDirect(http.StatusOK, map[string]any{"keys": list})
 }
 
-// revokeKey serves DELETE /keys/{id}.
+// revokeKey serves DELETE /keys/{id}, for a key of an agent the admin key
+// manages.
 func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 	c := h.begin(w, r, "")
 	if !c.admin() {
@@ -313,14 +349,31 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := h.o.Keys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: r.PathValue("id")}); err != nil {
+	id := r.PathValue("id")
+	// The key's agent decides, so it is looked up first; a key that does
+	// not exist is the same 404 RevokeApiKey would answer.
+	list, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{})
+	if err != nil {
+		c.rpcError(err)
+		return
+	}
+	i := slices.IndexFunc(list.GetKeys(), func(k *agpv1.ApiKey) bool { return k.GetId() == id })
+	if i < 0 {
+		c.writeError(&apiError{Status: http.StatusNotFound, Code: "KEY_NOT_FOUND", Message: "no API key has this id"})
+		return
+	}
+	if agentID := list.GetKeys()[i].GetAgentId(); !c.manages(agentID) {
+		c.foreignAgent(agentID, false)
+		return
+	}
+	if _, err := h.o.Keys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: id}); err != nil {
 		c.rpcError(err)
 		return
 	}
 	// This front door does not wait for the change to come back through
 	// the watch: the revoker's next request is already refused.
-	h.keys.evict(r.PathValue("id"))
-	c.writeDirect(http.StatusOK, map[string]any{"id": r.PathValue("id"), "revoked": true})
+	h.keys.evict(id)
+	c.writeDirect(http.StatusOK, map[string]any{"id": id, "revoked": true})
 }
 
 // keyMe serves GET /keys/me: the caller's own key.

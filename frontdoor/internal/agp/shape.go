@@ -25,6 +25,9 @@ const (
 	CodeForbidden          = "FORBIDDEN"
 	CodeRateLimited        = "RATE_LIMITED"
 	CodeUnavailable        = "SERVICE_UNAVAILABLE"
+	// CodeAgentMismatch: an admin key tried to manage the keys of an agent
+	// other than its own.
+	CodeAgentMismatch = "AGENT_MISMATCH"
 )
 
 // maxMessage bounds an error message (AGP §19.1 truncates adapter errors

@@ -100,7 +100,7 @@ func runAuditVerify(ctx context.Context, args []string, env Env) int {
 		fmt.Fprint(env.Stdout, auditUsage())
 		return ExitOK
 	}
-	if err := o.conn.check(); err != nil {
+	if err := o.conn.check(env.Getenv); err != nil {
 		return auditUsageError(env, err.Error())
 	}
 	vopts := attribution.VerifyOptions{Algorithms: []string{attribution.AlgEdDSA}}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strings"
 
@@ -34,6 +35,10 @@ type Env struct {
 	// StdoutTTY reports whether Stdout is a terminal; JSON bodies are
 	// then pretty-printed unless --raw.
 	StdoutTTY bool
+	// Getenv reads the environment, which the connection flags fall back
+	// to (AGTP_CACERT, AGTP_CERT, AGTP_KEY, AGTP_AGENT_ID); os.Getenv
+	// when nil.
+	Getenv func(key string) string
 }
 
 // command is a subcommand: a lowercase first word.
@@ -49,7 +54,7 @@ var commands map[string]command
 func init() {
 	commands = map[string]command{
 		"audit":   {"verify Attribution-Record chains (audit verify)", runAudit},
-		"genesis": {"make, sign, verify and register Agent Genesis documents", runGenesis},
+		"genesis": {"make, sign, verify and register Agent Genesis documents; issue Agent Certificates", runGenesis},
 		"help":    {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
 	}
 }
@@ -61,6 +66,9 @@ var subcommandWord = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stdin == nil {
 		env.Stdin = strings.NewReader("")
+	}
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
 	}
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, shortUsage)
@@ -83,7 +91,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 
 const shortUsage = `usage: agtp [flags] METHOD URI
        agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
-       agtp genesis new|sign|verify|id|register [flags] ...
+       agtp genesis new|sign|verify|id|register|cert [flags] ...
 Run 'agtp --help' for flags and examples.
 `
 
@@ -134,6 +142,23 @@ Examples:
   # Walk and verify an agent's whole audit chain:
   agtp audit verify --cacert .state/ca.pem --cert agent.pem --key agent-key.pem \
        --agent-id "$AGENT_ID" agtp://$AGENT_ID@127.0.0.1:4480
+
+  # As an agent proven by its Agent Certificate (agtp genesis cert): the server
+  # takes the caller's Agent-ID from the certificate, so --agent-id is not needed:
+  agtp genesis cert --key issuer.key --cert-out agent.pem --key-out agent-key.pem helper.json
+  agtp --cacert .state/ca.pem --cert agent.pem --key agent-key.pem QUERY agtp://127.0.0.1:4480/documents
+
+  # The same, with the connection set once in the environment:
+  export AGTP_CACERT=.state/ca.pem AGTP_CERT=agent.pem AGTP_KEY=agent-key.pem
+  agtp QUERY agtp://127.0.0.1:4480/documents
+
+Environment (read when the flag is absent; a flag, even an empty one, wins):
+  AGTP_CACERT     for --cacert
+  AGTP_CERT       for --cert    (AGTP_CERT and AGTP_KEY are a pair: neither is
+  AGTP_KEY        for --key      read when --cert or --key is given)
+  AGTP_AGENT_ID   for --agent-id
+  They apply to requests and to audit verify, not to the genesis commands, whose
+  --key is the Genesis issuer key.
 
 Exit status:
   0  2xx answer (including 261-263)     3  3xx answer

@@ -77,10 +77,19 @@ type result struct {
 
 func run(t *testing.T, stdin string, tty bool, args ...string) result {
 	t.Helper()
+	return runEnv(t, nil, stdin, tty, args...)
+}
+
+// runEnv runs the command with environ as its whole environment, so
+// that variables set where the tests run (AGTP_CACERT, ...) never reach
+// it.
+func runEnv(t *testing.T, environ map[string]string, stdin string, tty bool, args ...string) result {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	code := Run(ctx, args, Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut, StdoutTTY: tty})
+	code := Run(ctx, args, Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut, StdoutTTY: tty,
+		Getenv: func(k string) string { return environ[k] }})
 	return result{code, out.String(), errOut.String()}
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +137,16 @@ func (f *flagSet) isSet(names ...string) bool {
 	return set
 }
 
+// Environment variables the connection flags fall back to, so that a
+// shell (or a container) can hold an agent's identity and the suite CA
+// once rather than on every command line.
+const (
+	EnvCACert  = "AGTP_CACERT"
+	EnvCert    = "AGTP_CERT"
+	EnvKey     = "AGTP_KEY"
+	EnvAgentID = "AGTP_AGENT_ID"
+)
+
 // connFlags are the connection flags every command that talks to a
 // server shares.
 type connFlags struct {
@@ -145,17 +156,50 @@ type connFlags struct {
 	cert, key string
 	agentID   string
 	timeout   time.Duration
+
+	flags *flagSet
+	// fromEnv names the variables that supplied values, for messages.
+	fromEnv []string
 }
 
 func (c *connFlags) register(f *flagSet) {
 	c.timeout = 30 * time.Second
-	f.str(&c.agentID, []string{"agent-id"}, "ID", "Agent-ID of the caller (64 hex digits)")
+	c.flags = f
+	f.str(&c.agentID, []string{"agent-id"}, "ID", "Agent-ID of the caller (64 hex digits) ($"+EnvAgentID+")")
 	f.boolean(&c.quic, []string{"quic"}, "use QUIC instead of TLS over TCP")
-	f.str(&c.cacert, []string{"cacert"}, "FILE", "trust this CA (PEM) for the server certificate, e.g. the suite CA `make run` prints")
+	f.str(&c.cacert, []string{"cacert"}, "FILE", "trust this CA (PEM) for the server certificate, e.g. the suite CA `make run` prints ($"+EnvCACert+")")
 	f.boolean(&c.insecure, []string{"k", "insecure"}, "do not verify the server certificate (testing only)")
-	f.str(&c.cert, []string{"cert"}, "FILE", "client certificate (PEM) for mutual TLS")
-	f.str(&c.key, []string{"key"}, "FILE", "private key (PEM) of --cert")
+	f.str(&c.cert, []string{"cert"}, "FILE", "client certificate (PEM) for mutual TLS, e.g. an Agent Certificate ($"+EnvCert+")")
+	f.str(&c.key, []string{"key"}, "FILE", "private key (PEM) of --cert ($"+EnvKey+")")
 	f.duration(&c.timeout, []string{"timeout"}, "give up after this long (default 30s)")
+}
+
+// applyEnv fills in the flags that were not given from the environment.
+// A flag given on the command line wins even when empty, so --agent-id ""
+// sends no Agent-ID whatever the environment holds. The certificate and
+// its key come as a pair: with either flag given neither variable is
+// read, or a certificate from the command line would meet a key from the
+// environment.
+func (c *connFlags) applyEnv(getenv func(string) string) {
+	if getenv == nil || c.flags == nil {
+		return
+	}
+	take := func(p *string, env string) {
+		if v := getenv(env); v != "" {
+			*p = v
+			c.fromEnv = append(c.fromEnv, env)
+		}
+	}
+	if !c.flags.isSet("cacert") {
+		take(&c.cacert, EnvCACert)
+	}
+	if !c.flags.isSet("cert", "key") {
+		take(&c.cert, EnvCert)
+		take(&c.key, EnvKey)
+	}
+	if !c.flags.isSet("agent-id") {
+		take(&c.agentID, EnvAgentID)
+	}
 }
 
 func (c *connFlags) options() client.Options {
@@ -167,8 +211,14 @@ func (c *connFlags) options() client.Options {
 	}
 }
 
-func (c *connFlags) check() error {
+// check reads the environment for the flags not given (getenv may be
+// nil) and checks the result.
+func (c *connFlags) check(getenv func(string) string) error {
+	c.applyEnv(getenv)
 	if (c.cert == "") != (c.key == "") {
+		if slices.Contains(c.fromEnv, EnvCert) || slices.Contains(c.fromEnv, EnvKey) {
+			return fmt.Errorf("%s and %s go together: set both, or neither", EnvCert, EnvKey)
+		}
 		return fmt.Errorf("--cert and --key go together")
 	}
 	if c.timeout <= 0 {

@@ -75,6 +75,10 @@ func runGenesis(ctx context.Context, args []string, env Env) int {
 		return runGenesisID(args[1:], env)
 	case "register":
 		return runGenesisRegister(ctx, args[1:], env)
+	case "request-cert":
+		return runGenesisRequestCert(ctx, args[1:], env)
+	case "cert":
+		return runGenesisCert(args[1:], env)
 	case "-h", "--help", "help":
 		fmt.Fprint(env.Stdout, genesisUsage())
 		return ExitOK
@@ -89,6 +93,7 @@ const genesisShortUsage = `usage: agtp genesis new --owner OWNER --archetype KIN
        agtp genesis verify GENESIS ...
        agtp genesis id GENESIS
        agtp genesis register --cacert FILE --cert FILE --key-tls FILE [flags] GENESIS
+       agtp genesis cert --key FILE --cert-out FILE --key-out FILE [flags] GENESIS
 Run 'agtp genesis --help' for flags and examples.
 `
 
@@ -119,6 +124,13 @@ and signature, recomputed, never read from agent_id. A stale agent_id is noted o
 		`Verifies the Genesis, then registers it with identitysvc's admin API over mutual TLS:
 gRPC (RegisterGenesis, default 127.0.0.1:7104), or the REST gateway with --admin
 (POST /v1/identity/agents). Prints the Agent-ID, name and status.`},
+	{"cert", "agtp genesis cert --key ISSUER_KEY --cert-out FILE --key-out FILE [--agent-key FILE] [--days N] GENESIS",
+		`Issues an issuer-signed Agent Certificate for the agent of GENESIS: an X.509 certificate
+for the agent's key, naming its Agent-ID in the SAN URI agtp://AGENT-ID, signed with the
+Genesis issuer key (--key must be the document's issuer_public_key). Presented with
+--cert/--key, it proves the Agent-ID at the TLS handshake. The agent key is a new Ed25519
+key written to --key-out (mode 0600), or --agent-key. Prints the Agent-ID on stdout and
+not_after and the certificate's SHA-256 fingerprint on stderr.`},
 }
 
 func genesisCmdUsage(c genesisCmd) string {
@@ -128,7 +140,8 @@ func genesisCmdUsage(c genesisCmd) string {
 
 func genesisUsage() string {
 	var b strings.Builder
-	b.WriteString(`agtp genesis makes, checks and registers Agent Genesis documents (core §6.5.2).
+	b.WriteString(`agtp genesis makes, checks and registers Agent Genesis documents (core §6.5.2), and
+issues the Agent Certificates that prove an agent's Agent-ID at the TLS handshake.
 
 GENESIS is a file, or - for stdin.
 
@@ -151,6 +164,10 @@ GENESIS is a file, or - for stdin.
   agtp genesis register --cacert .state/ca.pem --cert .state/admin.pem \
        --key-tls .state/admin-key.pem --activate helper.json
 
+  # An Agent Certificate for it (valid a day), then a request proven by it:
+  agtp genesis cert --key issuer.key --cert-out helper.pem --key-out helper-key.pem helper.json
+  agtp --cacert .state/ca.pem --cert helper.pem --key helper-key.pem QUERY agtp://127.0.0.1:4480/documents
+
 Exit status: 0 done; 1 usage, file, key or connection error; 2 the Genesis is malformed,
 invalid or does not verify (nothing is sent); register: 4 or 5 when identitysvc refuses
 (the AGTP status class of its answer: 409 already registered, 422, 503, ...).
@@ -169,6 +186,9 @@ func genesisFlagsFor(name string) *flagSet {
 		return f
 	case "register":
 		f, _ := genesisRegisterFlags()
+		return f
+	case "cert":
+		f, _ := genesisCertFlags()
 		return f
 	}
 	f, _ := plainFlags(name)

@@ -439,6 +439,10 @@ func startIdentity(t *testing.T) *identityStack {
 	common(&icfg.Common)
 	icfg.HTTPAddr = "127.0.0.1:0"
 	icfg.Peers = map[string]string{"auditsvc": audit.GRPCAddr()}
+	icfg.AgentCACertFile, icfg.AgentCAKeyFile = pki.AgentCA(), pki.AgentCAKey()
+	// The tests run lifecycle calls as the operator, without the Genesis
+	// issuer's certificate; identitysvc listens on loopback only.
+	icfg.Options.LifecycleAuth = "open"
 	ident, err := identitysvc.New(ctx, icfg)
 	if err != nil {
 		t.Fatal(err)

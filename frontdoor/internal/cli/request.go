@@ -77,7 +77,7 @@ func runRequest(ctx context.Context, args []string, env Env) int {
 	if len(pos) != 2 {
 		return usageError(env, fmt.Sprintf("want METHOD URI, got %d arguments", len(pos)))
 	}
-	if err := o.conn.check(); err != nil {
+	if err := o.conn.check(env.Getenv); err != nil {
 		return usageError(env, err.Error())
 	}
 	if o.pretty && o.raw {

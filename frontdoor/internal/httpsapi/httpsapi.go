@@ -7,6 +7,8 @@ package httpsapi
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -38,6 +40,23 @@ type Options struct {
 	// AGP, when set, adds the Agent Gateway Protocol's routes (/agp/...,
 	// /health, /keys; docs/agp.md).
 	AGP interface{ Register(*http.ServeMux) }
+}
+
+// TLSConfig is the HTTPS listener's TLS configuration. The listener is
+// public, so it presents the front door's public AGTP server certificate
+// (getCert: the AGTP listener's reloader, so both rotate together), never
+// the internal service certificate, which only the suite's own services
+// trust. Client certificates stay optional and are verified against
+// suiteCAs: the REST routes admit only a certificate from the suite CA
+// (requireClientCert), while AGP and the public documents need none.
+func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), suiteCAs *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: getCert,
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      suiteCAs,
+		NextProtos:     []string{"h2", "http/1.1"},
+	}
 }
 
 // Handler builds the HTTPS handler.

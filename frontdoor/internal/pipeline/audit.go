@@ -76,6 +76,12 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 		ContractHash:       x.contractHash,
 		NegotiationOrigin:  x.negotiationOrigin,
 		PriorActions:       x.priors,
+
+		VerificationLevel:      x.proof.Level,
+		VerifiedBy:             x.proof.By,
+		CertificateFingerprint: x.proof.CertFingerprint,
+		TokenIssuer:            x.proof.TokenIssuer,
+		UnprovenAgentID:        x.proof.IgnoredClaim,
 	}
 	if x.matched && x.decision.RequestedMethod != x.decision.Method {
 		payload.Method = x.decision.Method

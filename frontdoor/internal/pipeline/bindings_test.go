@@ -33,6 +33,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/carried"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
@@ -352,7 +353,10 @@ func newBndFixture(t testing.TB) *bndFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = up.Close() })
-	f.p, err = pipeline.New(pipeline.Options{ServerID: "agtp.test", RequestTimeout: 10 * time.Second}, pipeline.Deps{
+	// These tests are about bindings, not caller proof: the Agent-ID
+	// header is taken as it is (callerproof.Off), as on a loopback
+	// development server.
+	f.p, err = pipeline.New(pipeline.Options{ServerID: "agtp.test", RequestTimeout: 10 * time.Second, CallerProof: callerproof.Off}, pipeline.Deps{
 		Catalog:  store,
 		Agents:   agentcache.New(identityv1.NewIdentityServiceClient(identityConn), log),
 		Policy:   policyv1.NewPolicyServiceClient(policyConn),

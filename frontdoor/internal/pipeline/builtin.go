@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"crypto/ed25519"
 	"encoding/json"
 	"math"
 	"sort"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -434,35 +433,29 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 }
 
 // inspectCaller is the verified identity INSPECT's read ACL judges: the
-// TLS client certificate, and the Agent-ID only when the certificate is
-// that agent's.
+// TLS client certificate's key, and the Agent-ID only when the caller
+// proved it with a certificate (an Agent Certificate, or one for the
+// Genesis issuer key: the cross-check core §7.2.4 asks for). A header
+// claim or a token authenticates no one to read a chain.
 func inspectCaller(x *exchange) inspect.Caller {
-	if x.conn == nil || x.conn.TLS == nil || len(x.conn.TLS.PeerCertificates) == 0 {
+	peer := peerOf(x)
+	if peer == nil {
 		return inspect.Caller{}
 	}
-	c := inspect.Caller{KeyFingerprint: inspect.KeyFingerprint(x.conn.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)}
-	// The Agent-ID header is a claim: it is the caller's verified identity
-	// only when the certificate carries that agent's Genesis issuer key
-	// (the cross-check core §7.2.4 asks for). Any other certificate from
-	// the CA authenticates someone, but not that agent.
-	if issuer := x.caller.GetIssuerFingerprint(); issuer != "" && clientKeyFingerprint(x) == issuer {
+	c := inspect.Caller{KeyFingerprint: peer.SPKIFingerprint}
+	if x.proof.Level == callerproof.LevelCertificate {
 		c.AgentID = x.agentID
 	}
 	return c
 }
 
 // clientKeyFingerprint is the Genesis-issuer form of the TLS client
-// certificate's key (core §7.2.19): SHA-256 of the raw Ed25519 key. Other
-// key types get the SPKI's hash, which can never match an issuer.
+// certificate's key (core §7.2.19), "" without one.
 func clientKeyFingerprint(x *exchange) string {
-	if x.conn == nil || x.conn.TLS == nil || len(x.conn.TLS.PeerCertificates) == 0 {
-		return ""
+	if peer := peerOf(x); peer != nil {
+		return peer.KeyFingerprint
 	}
-	cert := x.conn.TLS.PeerCertificates[0]
-	if k, ok := cert.PublicKey.(ed25519.PublicKey); ok {
-		return genesis.Fingerprint(k)
-	}
-	return inspect.KeyFingerprint(cert.RawSubjectPublicKeyInfo)
+	return ""
 }
 
 var lifecycleTransitions = map[string]identityv1.LifecycleTransition{
@@ -532,7 +525,7 @@ func (p *Pipeline) anonymousDiscoveryClosed(x *exchange, ep *catalogv1.Endpoint)
 		ep.GetMethod() != agtp.MethodDiscover && ep.GetMethod() != agtp.MethodDescribe || ep.GetPath() == "/contracts" {
 		return nil
 	}
-	if _, present := x.req.Header.Lookup(agtp.HeaderAgentID); present {
+	if namesAgent(x) {
 		return nil
 	}
 	return x.fail(agtp.StatusAuthorizationRequired, agtp.ReasonAnonymousDiscoveryDisabled,

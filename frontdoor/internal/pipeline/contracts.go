@@ -39,12 +39,17 @@ func (p *Pipeline) contractEligible(x *exchange) bool {
 func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	presented, hasPresented := x.req.Header.Lookup(agtp.HeaderContractSynthesized)
 	allow := strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true")
-	_, hasAgent := x.req.Header.Lookup(agtp.HeaderAgentID)
-	if !hasPresented && !allow && !hasAgent {
+	if !hasPresented && !allow && !namesAgent(x) {
 		return nil
 	}
-	if resp := p.identify(x, false); resp != nil {
+	// Only a contract presented or asked for makes a bare claim worth a
+	// 401; otherwise an unproven Agent-ID is ignored and the structural
+	// answer (404, 405, ...) stands (digest-api §7).
+	if resp := p.identify(x, !hasPresented && !allow); resp != nil {
 		return resp
+	}
+	if x.agentID == "" {
+		return nil
 	}
 	in := &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path}
 	if hasPresented {

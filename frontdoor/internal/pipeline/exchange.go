@@ -17,6 +17,7 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
@@ -40,6 +41,10 @@ type exchange struct {
 	// anonymous.
 	caller  *identityv1.AgentRecord
 	agentID string
+	// proof is how the caller was proven (caller.go); tokenPending marks a
+	// caller whose bearer token policysvc has yet to check in Authorize.
+	proof        callerproof.Proof
+	tokenPending bool
 	// target is the agent a request addresses (DESCRIBE /agents/x), for
 	// the trust headers.
 	target *identityv1.AgentRecord
@@ -124,6 +129,13 @@ func (x *exchange) fail(status int, reason, explanation string, extra map[string
 // finish stamps the response, stores the idempotent outcome and the
 // Attribution-Record, and records telemetry.
 func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
+	if x.tokenPending {
+		// Answered before policysvc checked the token (a 422 on the
+		// input, say): the caller never proved the agent it named, so the
+		// answer goes on no agent's chain.
+		x.proof = callerproof.Proof{IgnoredClaim: x.agentID}
+		x.caller, x.agentID, x.tokenPending = nil, "", false
+	}
 	p.stampStable(x, resp)
 
 	// The stored idempotent outcome is the response before per-response

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
@@ -430,6 +431,10 @@ func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeS
 		return nil, "a task holds 1 to 16 calls"
 	}
 	results := []map[string]any{}
+	// The calls run as the delegatee, proven by the DELEGATE this front
+	// door verified rather than by the delegator's connection.
+	conn := *x.conn
+	conn.Peer = &callerproof.Delegated{AgentID: delegatee, Level: x.proof.Level}
 	for i, c := range calls {
 		if c.Method == "DELEGATE" {
 			return results, "a delegated task may not DELEGATE again through this hop"
@@ -447,7 +452,7 @@ func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeS
 			req.Body = c.Body
 			req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
 		}
-		resp := p.ServeAGTP(x.ctx, x.conn, req)
+		resp := p.ServeAGTP(x.ctx, &conn, req)
 		out := map[string]any{"method": c.Method, "path": c.Path, "status": resp.Status, "audit_id": resp.Header.Get(agtp.HeaderAuditID)}
 		if json.Valid(resp.Body) {
 			out["body"] = json.RawMessage(resp.Body)

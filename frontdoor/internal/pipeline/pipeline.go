@@ -20,6 +20,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -43,6 +44,9 @@ type Options struct {
 	DelegationEnabled bool
 	// InspectACL is public, agent_only or operator_only (core §7.2.4).
 	InspectACL string
+	// CallerProof is what a bare Agent-ID header is worth
+	// (callerproof.Required when empty).
+	CallerProof callerproof.Mode
 	// OperatorFingerprints are the SHA-256 of the SubjectPublicKeyInfo of
 	// the client certificates allowed to read under INSPECT operator_only.
 	OperatorFingerprints []string
@@ -88,6 +92,9 @@ type Pipeline struct {
 func New(opts Options, deps Deps) (*Pipeline, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 15 * time.Second
+	}
+	if opts.CallerProof == "" {
+		opts.CallerProof = callerproof.Required
 	}
 	mode, err := inspect.ParseMode(opts.InspectACL)
 	if err != nil {

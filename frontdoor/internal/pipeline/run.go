@@ -8,7 +8,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
-	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 )
@@ -114,50 +114,6 @@ func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
 	return x.fail(d.Status(), d.Reason, d.Explanation(), extra)
 }
 
-// identify resolves the caller. A malformed, unknown or non-active
-// Agent-ID is refused even on anonymous endpoints: a caller that names
-// itself must be who it says.
-func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
-	id, present := x.req.Header.Lookup(agtp.HeaderAgentID)
-	if !present {
-		if anonymousOK {
-			return nil
-		}
-		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
-			"this endpoint is not anonymous: send Agent-ID with your canonical Agent-ID", nil)
-	}
-	if !agtp.IsCanonicalID(id) {
-		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
-			"Agent-ID must be a canonical Agent-ID: 64 lowercase hexadecimal characters", nil)
-	}
-	rec, err := p.Agents.Lookup(x.ctx, id)
-	if err != nil {
-		return p.dependencyFailure(x, "identitysvc", err)
-	}
-	d := callerpolicy.Caller(rec)
-	if !d.Allowed {
-		return x.fail(d.Status, d.Reason, d.Explanation, d.Fields())
-	}
-	x.caller, x.agentID = rec, id
-	if resp := p.checkSession(x); resp != nil {
-		return resp
-	}
-	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
-		claimed, err := agtp.ParseScopes(raw)
-		if err != nil {
-			var pe *agtp.ProtocolError
-			if errors.As(err, &pe) {
-				return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, pe.Explanation, nil)
-			}
-			return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, err.Error(), nil)
-		}
-		if d := callerpolicy.ClaimedScopes(rec, claimed); !d.Allowed {
-			return x.fail(d.Status, d.Reason, d.Explanation, nil)
-		}
-	}
-	return nil
-}
-
 // authorize asks policysvc for the decision. The Idempotency-Key it sends
 // may be a REGISTER's idempotency_key parameter, and an allowed AUTHORIZE
 // still has its grant checked against the caller's scopes (tier2.go). A
@@ -186,6 +142,10 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	}
 	in.TaskRun = taskRun(x, ep)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
+	in.TokenProvesAgent = x.tokenPending
+	if peer := peerOf(x); peer != nil {
+		in.ClientCertThumbprint = peer.Thumbprint
+	}
 	in.TrustTier = x.caller.GetTrustTier()
 	in.BudgetLimit = x.req.Header.Get(agtp.HeaderBudgetLimit)
 	if in.BudgetLimit != "" && len(input) <= maxPolicyInput {
@@ -201,6 +161,11 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 		return p.dependencyFailure(x, "policysvc", err)
 	}
 	x.authz = out
+	if x.tokenPending {
+		if resp := p.settleTokenProof(x, out); resp != nil {
+			return resp
+		}
+	}
 	switch out.GetDecision() {
 	case policyv1.Decision_DECISION_ALLOW:
 		x.claim = out.GetClaim()
@@ -356,4 +321,30 @@ func pathParams(d *route.Decision) map[string]string {
 		m[p.Name] = p.Value
 	}
 	return m
+}
+
+// settleTokenProof finishes identify for a caller whose bearer token
+// policysvc has just checked: proven, it may bind a session; not proven,
+// the refusal belongs on no agent's chain, least of all the one the
+// request named.
+func (p *Pipeline) settleTokenProof(x *exchange, out *policyv1.AuthorizeResponse) *agtp.Response {
+	x.tokenPending = false
+	if out.GetTokenIssuer() == "" {
+		x.proof = callerproof.Proof{IgnoredClaim: x.agentID}
+		x.caller, x.agentID = nil, ""
+		return nil
+	}
+	x.proof.TokenIssuer = out.GetTokenIssuer()
+	if out.GetDecision() == policyv1.Decision_DECISION_DENY {
+		return nil
+	}
+	if resp := p.checkSession(x); resp != nil {
+		if c := out.GetClaim(); c != nil {
+			x.claim = c
+			p.releaseClaim(x)
+			x.claim = nil
+		}
+		return resp
+	}
+	return nil
 }

@@ -111,3 +111,11 @@ func (r *certReloader) stamp() (fileStamp, error) {
 		certSize: c.Size(), keySize: k.Size(),
 	}, nil
 }
+
+// GetCertificate is the tls.Config hook for another listener that must
+// present the AGTP server certificate (the front door's HTTPS side): both
+// share this reloader, so a rotation reaches them together and is loaded
+// and counted once.
+func (s *Server) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return s.certs.GetCertificate(hello)
+}

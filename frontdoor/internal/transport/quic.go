@@ -121,11 +121,11 @@ type quicConn struct {
 	s         *Server
 	qc        *quic.Conn
 	id        uint64
-	tls       atomic.Pointer[tls.ConnectionState] // set once the handshake is complete
-	requests  atomic.Uint64                       // streams accepted
-	active    atomic.Int64                        // streams being served
-	lastWrite atomic.Int64                        // unix nanoseconds of the last response
-	wasShed   atomic.Bool                         // closed to make room in the handshake backlog
+	tls       atomic.Pointer[handshakeState] // set once the handshake is complete
+	requests  atomic.Uint64                  // streams accepted
+	active    atomic.Int64                   // streams being served
+	lastWrite atomic.Int64                   // unix nanoseconds of the last response
+	wasShed   atomic.Bool                    // closed to make room in the handshake backlog
 	streams   sync.WaitGroup
 }
 
@@ -231,17 +231,30 @@ func (c *quicConn) drain() {
 	}
 }
 
-// tlsState returns the connection's TLS state. Before the handshake has
-// completed (0-RTT) it is recomputed per request and not cached.
-func (c *quicConn) tlsState(early bool) *tls.ConnectionState {
+// handshakeState is what a completed handshake established, shared by
+// the connection's streams.
+type handshakeState struct {
+	tls  tls.ConnectionState
+	peer any
+}
+
+// tlsState returns the connection's TLS state and what its client
+// certificate proves. Before the handshake has completed (0-RTT) the state
+// is recomputed per request and not cached, and proves no peer.
+func (c *quicConn) tlsState(early bool) (*tls.ConnectionState, any) {
 	if p := c.tls.Load(); p != nil {
-		return p
+		return &p.tls, p.peer
 	}
 	st := c.qc.ConnectionState().TLS
-	if !early {
-		c.tls.Store(&st)
+	if early {
+		return &st, nil
 	}
-	return &st
+	hs := &handshakeState{tls: st}
+	hs.peer = c.s.inspectPeer(&hs.tls)
+	if !c.tls.CompareAndSwap(nil, hs) {
+		hs = c.tls.Load()
+	}
+	return &hs.tls, hs.peer
 }
 
 // refuseEarly is the 0-RTT rule (DECISIONS.md, "Transport"): a request
@@ -278,7 +291,8 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 
 	early := !agtpquic.HandshakeComplete(c.qc)
 	info := &ConnInfo{Transport: TransportQUIC, RemoteAddr: c.qc.RemoteAddr(), ID: c.id,
-		Requests: n, EarlyData: early, TLS: c.tlsState(early)}
+		Requests: n, EarlyData: early}
+	info.TLS, info.Peer = c.tlsState(early)
 	ctx := str.Context()
 	var resp *agtp.Response
 	var perr *agtp.ProtocolError

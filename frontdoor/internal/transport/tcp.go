@@ -239,6 +239,7 @@ func (c *tcpConn) serve() {
 	}
 	st := c.tc.ConnectionState()
 	c.info.TLS = &st
+	c.info.Peer = s.inspectPeer(&st)
 	if !c.state.CompareAndSwap(stateNew, stateIdle) {
 		reason = "shutdown"
 		if c.wasShed.Load() {

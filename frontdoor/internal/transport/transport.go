@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
+	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/quic-go/quic-go"
 )
 
@@ -92,6 +92,10 @@ type ConnInfo struct {
 	// QUERY and DISCOVER get this far (agtp.AllowedIn0RTT); others are
 	// answered 425 by the transport.
 	EarlyData bool
+	// Peer is what Options.InspectPeer returned for the connection's
+	// client certificate; nil without one, without InspectPeer, and for
+	// 0-RTT requests, whose client has not completed the handshake.
+	Peer any
 }
 
 // Transport names used in ConnInfo.Transport and in logs.
@@ -147,6 +151,13 @@ type Options struct {
 	// pool none are requested.
 	ClientCAs    *x509.CertPool
 	ClientCAFile string
+	// InspectPeer, when set, asks every client for a certificate without
+	// verifying its chain (tls.RequestClientCert: the handshake still
+	// proves possession of its key) and is called once per connection,
+	// after the handshake, with the client's certificates; what it returns
+	// is ConnInfo.Peer for every request on that connection. It replaces
+	// ClientCAs: what a certificate proves is the caller's to decide.
+	InspectPeer func(*tls.ConnectionState) any
 	// DisableQUIC serves TCP/TLS only.
 	DisableQUIC bool
 
@@ -272,6 +283,9 @@ func (o Options) Validate() error {
 	if o.ClientCAs != nil && o.ClientCAFile != "" {
 		errs = append(errs, errors.New("transport: set ClientCAs or ClientCAFile, not both"))
 	}
+	if o.InspectPeer != nil && (o.ClientCAs != nil || o.ClientCAFile != "") {
+		errs = append(errs, errors.New("transport: InspectPeer decides what client certificates prove; do not set client CAs with it"))
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -373,16 +387,15 @@ func New(opts Options, h Handler) (*Server, error) {
 	s.tlsConf.GetCertificate = s.certs.GetCertificate
 	pool := opts.ClientCAs
 	if pool == nil && opts.ClientCAFile != "" {
-		pem, err := os.ReadFile(opts.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("transport: read client CA file: %w", err)
-		}
-		pool = x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("transport: no certificate in client CA file %s", opts.ClientCAFile)
+		var err error
+		if pool, err = kit.LoadCertPool(opts.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("transport: client CA: %w", err)
 		}
 	}
-	if pool != nil {
+	switch {
+	case opts.InspectPeer != nil:
+		s.tlsConf.ClientAuth = tls.RequestClientCert
+	case pool != nil:
 		s.tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
 		s.tlsConf.ClientCAs = pool
 	}

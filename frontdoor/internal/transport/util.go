@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"runtime/debug"
 	"sync"
@@ -72,3 +73,11 @@ func (b *tokenBucket) allow() bool {
 }
 
 func stack() string { return string(debug.Stack()) }
+
+// inspectPeer runs Options.InspectPeer on a completed handshake.
+func (s *Server) inspectPeer(st *tls.ConnectionState) any {
+	if s.opts.InspectPeer == nil || len(st.PeerCertificates) == 0 {
+		return nil
+	}
+	return s.opts.InspectPeer(st)
+}

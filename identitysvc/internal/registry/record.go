@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -31,6 +33,7 @@ const (
 	fPath         = "path"          // effective verification path
 	fWarning      = "warning"       // trust warning token
 	fIssuerFP     = "issuer_fp"     // Genesis-issuer fingerprint
+	fIssuerKey    = "issuer_key"    // Genesis issuer_public_key, base64url
 	fOrgDomain    = "org_domain"    //
 	fIssuedAt     = "issued_at"     // Genesis issued_at
 	fRegisteredAt = "registered_at" //
@@ -47,7 +50,7 @@ const (
 // recordFields is what ResolveAgent reads: everything but the Genesis.
 var recordFields = []string{
 	fName, fStatus, fRevision, fHistory, fOwner, fArchetype, fZone, fScopes, fTier, fPath, fWarning,
-	fIssuerFP, fOrgDomain, fIssuedAt, fRegisteredAt, fUpdatedAt, fActivatedAt, fRevokedAt, fSuccessor,
+	fIssuerFP, fIssuerKey, fOrgDomain, fIssuedAt, fRegisteredAt, fUpdatedAt, fActivatedAt, fRevokedAt, fSuccessor,
 	fDeadline, fLastMethod, fLastMethodAt, fRole,
 }
 
@@ -132,6 +135,7 @@ func agentFromMap(agentID string, m map[string]string) *Agent {
 		VerificationPath:  m[fPath],
 		TrustWarning:      m[fWarning],
 		IssuerFingerprint: m[fIssuerFP],
+		IssuerPublicKey:   issuerKey(m[fIssuerKey]),
 		Archetype:         m[fArchetype],
 		GovernanceZone:    m[fZone],
 		SuccessorAgentId:  m[fSuccessor],
@@ -152,6 +156,17 @@ func agentFromMap(agentID string, m map[string]string) *Agent {
 		LastMethod:   m[fLastMethod],
 		LastMethodAt: msTime(m[fLastMethodAt]),
 	}
+}
+
+// issuerKey decodes the stored issuer key; a record without one (or with
+// a damaged one) has none, and issuer-signed Agent Certificates of that
+// agent do not verify.
+func issuerKey(s string) []byte {
+	k, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(k) != ed25519.PublicKeySize {
+		return nil
+	}
+	return k
 }
 
 // ownerID is the machine-readable principal: the organisation's domain
@@ -181,6 +196,7 @@ func newAgentFields(g *genesis.Genesis, name string, now time.Time) []any {
 		fPath, string(g.EffectivePath()),
 		fWarning, g.TrustWarning(),
 		fIssuerFP, g.IssuerFingerprint(),
+		fIssuerKey, genesis.EncodeKey(g.IssuerPublicKey),
 		fOrgDomain, g.OrgDomain,
 		fIssuedAt, g.IssuedAt.UTC().Format(time.RFC3339Nano),
 		fRegisteredAt, msString(now),

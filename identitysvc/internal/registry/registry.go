@@ -59,8 +59,8 @@ const (
 // Options configure the registry. The zero value of a field means its
 // default.
 type Options struct {
-	// LifecycleAuth is "open" (default; development and single tenant
-	// only) or "genesis_issuer" (core §7.2.19).
+	// LifecycleAuth is "genesis_issuer" (default, core §7.2.19) or "open"
+	// (development and single tenant only).
 	LifecycleAuth string
 	// OperatorFingerprints are client key fingerprints (SHA-256 of the raw
 	// Ed25519 key, lowercase hex) allowed to run any lifecycle method in
@@ -89,7 +89,7 @@ type Options struct {
 // WithDefaults fills in defaults.
 func (o Options) WithDefaults() Options {
 	if o.LifecycleAuth == "" {
-		o.LifecycleAuth = AuthOpen
+		o.LifecycleAuth = AuthGenesisIssuer
 	}
 	if o.LockTTL == 0 {
 		o.LockTTL = 30 * time.Second

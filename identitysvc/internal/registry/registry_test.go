@@ -264,7 +264,7 @@ func TestRegisterRefusesDuplicateAsCollision(t *testing.T) {
 }
 
 func TestRegisterNeverReusesRetiredID(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen})
 	ctx := context.Background()
 	k := newGenesis(t, "Acme", 2)
 	if _, err := e.reg.Register(ctx, RegisterRequest{GenesisJSON: k.g.Bytes(), Name: "old", Activate: true}); err != nil {
@@ -284,7 +284,7 @@ func TestRegisterNeverReusesRetiredID(t *testing.T) {
 func TestRegisterNameRules(t *testing.T) {
 	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	clock := &now
-	e := newEnv(t, Options{Now: func() time.Time { return *clock }})
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen, Now: func() time.Time { return *clock }})
 	ctx := context.Background()
 	a := newGenesis(t, "Acme", 2)
 	if _, err := e.reg.Register(ctx, RegisterRequest{GenesisJSON: a.g.Bytes(), Name: "bookbot", Activate: true}); err != nil {
@@ -347,7 +347,7 @@ func lifecycle(t *testing.T, e *env, id string, tr identityv1.LifecycleTransitio
 // The lifecycle assertions of digest-core §13 (102–107), at the registry
 // layer, with the caller rules the front door applies to the result.
 func TestLifecycleAssertions(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen})
 	ctx := context.Background()
 	k := newGenesis(t, "Acme", 2)
 	id := k.g.AgentID
@@ -443,7 +443,7 @@ func TestLifecycleAssertions(t *testing.T) {
 }
 
 func TestActivateAfterSuspendOrDeprecateIsReinstatement(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen})
 	k := newGenesis(t, "Acme", 2)
 	if _, err := e.reg.Register(context.Background(), RegisterRequest{GenesisJSON: k.g.Bytes(), Activate: true}); err != nil {
 		t.Fatal(err)
@@ -540,8 +540,23 @@ func TestLifecycleAuthorisationOpen(t *testing.T) {
 	}
 }
 
-func TestTransitionLeavesStateUnchangedWhenAuditFails(t *testing.T) {
+// Lifecycle calls are authorised unless a deployment opens them on
+// purpose: the zero Options mean genesis_issuer.
+func TestLifecycleAuthorisationDefaultsToGenesisIssuer(t *testing.T) {
+	if got := (Options{}).WithDefaults().LifecycleAuth; got != AuthGenesisIssuer {
+		t.Fatalf("default lifecycle auth %q, want %q", got, AuthGenesisIssuer)
+	}
 	e := newEnv(t, Options{})
+	k := newGenesis(t, "Acme", 2)
+	if _, err := e.reg.Register(context.Background(), RegisterRequest{GenesisJSON: k.g.Bytes(), Activate: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.reg.Transition(context.Background(), TransitionRequest{AgentID: k.g.AgentID, Transition: tDEACTIVATE})
+	wantReason(t, err, codes.Unauthenticated, ReasonCertRequired)
+}
+
+func TestTransitionLeavesStateUnchangedWhenAuditFails(t *testing.T) {
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen})
 	k := newGenesis(t, "Acme", 2)
 	if _, err := e.reg.Register(context.Background(), RegisterRequest{GenesisJSON: k.g.Bytes(), Activate: true}); err != nil {
 		t.Fatal(err)
@@ -564,7 +579,7 @@ func TestTransitionLeavesStateUnchangedWhenAuditFails(t *testing.T) {
 // event's previous_status is the status of the event before it, one event
 // per real transition, and the final state and revision match the events.
 func TestConcurrentTransitionsLeaveOneConsistentHistory(t *testing.T) {
-	e := newEnv(t, Options{LockWait: 20 * time.Second})
+	e := newEnv(t, Options{LifecycleAuth: AuthOpen, LockWait: 20 * time.Second})
 	ctx := context.Background()
 	k := newGenesis(t, "Acme", 2)
 	id := k.g.AgentID
@@ -572,7 +587,7 @@ func TestConcurrentTransitionsLeaveOneConsistentHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two registries on the same Redis stand in for two replicas.
-	reg2, err := New(e.rdb, slog.New(slog.NewTextHandler(io.Discard, nil)), e.reg.audit, Options{LockWait: 20 * time.Second})
+	reg2, err := New(e.rdb, slog.New(slog.NewTextHandler(io.Discard, nil)), e.reg.audit, Options{LifecycleAuth: AuthOpen, LockWait: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	"github.com/agtpsuite/agtp/identitysvc/internal/registry"
 	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
@@ -15,8 +16,9 @@ import (
 // Options configure the identity service. The zero value of a field means
 // its default (see WithDefaults).
 type Options struct {
-	// LifecycleAuth is "open" (default; development and single tenant
-	// only) or "genesis_issuer" (core §7.2.19).
+	// LifecycleAuth is "genesis_issuer" (default, core §7.2.19) or "open"
+	// (development and single tenant only: any caller that reaches the
+	// service may run every lifecycle method).
 	LifecycleAuth string
 	// OperatorFingerprints may run any lifecycle method in either mode:
 	// SHA-256 of the raw Ed25519 key of their client certificates, hex.
@@ -61,6 +63,14 @@ type Options struct {
 	// reused when nothing changed; it must stay under the 300 s freshness
 	// threshold of core §6.2.3. Default 60 s.
 	NamespaceMaxAge time.Duration
+	// AgentCA issues registrar-issued Agent Certificates
+	// (IssueAgentCertificate). Nil: the RPC answers that this registrar
+	// issues none.
+	AgentCA *AgentCA
+	// AgentCertMaxLifetime is the longest validity IssueAgentCertificate
+	// grants. Default 24 h; at most agentcert.MaxLifetime.
+	AgentCertMaxLifetime time.Duration
+
 	// WatchBuffer is how many events a slow WatchAgents stream may fall
 	// behind before it is sent a resync instead. Default 256.
 	WatchBuffer int
@@ -90,6 +100,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.WatchBuffer == 0 {
 		o.WatchBuffer = 256
+	}
+	if o.AgentCertMaxLifetime == 0 {
+		o.AgentCertMaxLifetime = agentcert.DefaultLifetime
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -138,6 +151,14 @@ func (o Options) Validate() error {
 	}
 	if o.SessionTTL <= 0 {
 		errs = append(errs, errors.New("session TTL must be positive"))
+	}
+	if o.AgentCertMaxLifetime < time.Second || o.AgentCertMaxLifetime > agentcert.MaxLifetime {
+		errs = append(errs, fmt.Errorf("agent certificate max lifetime %v is not between 1s and %v", o.AgentCertMaxLifetime, agentcert.MaxLifetime))
+	}
+	if o.AgentCA != nil {
+		if err := o.AgentCA.Check(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := o.registryOptions().Validate(); err != nil {
 		errs = append(errs, err)

@@ -274,7 +274,7 @@ func TestIdentityDocumentAssertions(t *testing.T) {
 }
 
 func TestIdentityDocumentTier1AndLifecycleSignals(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen})
 	g := newGenesis(t, 1)
 	register(t, e.a.client, g, "verified")
 	_, doc := document(t, e.a.client, g.AgentID, "json")
@@ -324,7 +324,7 @@ func TestPendingAgentHasNoDocuments(t *testing.T) {
 
 // digest-core §13 assertions 62–64.
 func TestNamespaceDocument(t *testing.T) {
-	e := newEnv(t, Options{OrgDomain: "acme.tld", GovernanceZone: "zone:acme-internal"})
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen, OrgDomain: "acme.tld", GovernanceZone: "zone:acme-internal"})
 	ctx := context.Background()
 	a, b, c := newGenesis(t, 2), newGenesis(t, 1), newGenesis(t, 2)
 	register(t, e.a.client, a, "alpha")
@@ -408,7 +408,7 @@ func TestNamespaceDocument(t *testing.T) {
 }
 
 func TestListAgents(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen})
 	a, b := newGenesis(t, 2), newGenesis(t, 2)
 	register(t, e.a.client, a, "a1")
 	register(t, e.a.client, b, "b1")
@@ -541,8 +541,8 @@ func watch(t testing.TB, c identityv1.IdentityServiceClient) <-chan *identityv1.
 // A revoke on one replica reaches a watcher of another replica within 1 s,
 // and the front door's caller rule then refuses the agent with 410.
 func TestWatchDeliversRevokeAcrossReplicasWithinOneSecond(t *testing.T) {
-	e := newEnv(t, Options{})
-	other := startReplica(t, e, Options{})
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen})
+	other := startReplica(t, e, Options{LifecycleAuth: registry.AuthOpen})
 	g := newGenesis(t, 2)
 	register(t, e.a.client, g, "bot")
 
@@ -591,7 +591,7 @@ func TestWatchDeliversRevokeAcrossReplicasWithinOneSecond(t *testing.T) {
 }
 
 func TestWatchSendsRegistrationsAndTransitionsInOrder(t *testing.T) {
-	e := newEnv(t, Options{})
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen})
 	ch := watch(t, e.a.client)
 	if !recv(t, ch, 2*time.Second).GetResync() {
 		t.Fatal("no initial resync")

@@ -53,6 +53,10 @@ type Options struct {
 	Algorithms []string `json:"algorithms,omitempty"`
 	// PrincipalClaim is lifted into acting_principal_id. Default "sub".
 	PrincipalClaim string `json:"principal_claim,omitempty"`
+	// AgentClaim names the claim that carries the caller's Agent-ID when
+	// a token is the caller's proof (docs/identity.md); a token without it
+	// is read for "sub". Default "agtp_agent_id".
+	AgentClaim string `json:"agent_claim,omitempty"`
 	// RefreshInterval is how often the key set is reloaded. Default 5m.
 	RefreshInterval time.Duration `json:"refresh_interval,omitempty"`
 	// MinRefetchInterval bounds reloads triggered by tokens signed with an
@@ -93,6 +97,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.PrincipalClaim == "" {
 		o.PrincipalClaim = "sub"
+	}
+	if o.AgentClaim == "" {
+		o.AgentClaim = "agtp_agent_id"
 	}
 	if o.RefreshInterval == 0 {
 		o.RefreshInterval = 5 * time.Minute
@@ -169,6 +176,13 @@ type Principal struct {
 	ID string
 	// Scopes are the token's OAuth scopes ("scope" or "scp").
 	Scopes []string
+	// AgentID is the Agent-ID the token names: the AgentClaim, else "sub".
+	AgentID string
+	// CertThumbprint is the cnf claim's x5t#S256 (RFC 8705) of a
+	// certificate-bound token, empty for a bearer token.
+	CertThumbprint string
+	// Issuer is the token's "iss".
+	Issuer string
 }
 
 // Verifier validates bearer tokens against a cached key set.
@@ -293,7 +307,26 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (Principal,
 	if id == "" || len(id) > maxClaimLen {
 		return Principal{}, invalid("the credential has no usable " + v.opts.PrincipalClaim + " claim")
 	}
-	return Principal{ID: id, Scopes: scopesOf(extra)}, nil
+	p := Principal{ID: id, Scopes: scopesOf(extra), Issuer: claims.Issuer, AgentID: v.agentOf(extra)}
+	if cnf, ok := extra["cnf"].(map[string]any); ok {
+		thumb, _ := cnf["x5t#S256"].(string)
+		if thumb == "" || len(thumb) > maxClaimLen {
+			return Principal{}, invalid("the credential's cnf claim carries no usable x5t#S256")
+		}
+		p.CertThumbprint = thumb
+	}
+	return p, nil
+}
+
+// agentOf is the Agent-ID a token names: the configured agent claim, else
+// "sub" (empty when neither is a string within bounds).
+func (v *Verifier) agentOf(claims map[string]any) string {
+	for _, name := range []string{v.opts.AgentClaim, "sub"} {
+		if s, ok := claims[name].(string); ok && s != "" && len(s) <= maxClaimLen {
+			return s
+		}
+	}
+	return ""
 }
 
 // candidates are the keys that may have signed a token with hdr: the key

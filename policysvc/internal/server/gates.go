@@ -47,18 +47,35 @@ func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest
 		case req.GetAuthorization() != "":
 			p, err := s.oauth.Verify(ctx, req.GetAuthorization())
 			if err != nil {
+				reason := agtp.ReasonOAuthInvalid
+				if req.GetTokenProvesAgent() {
+					reason = agtp.ReasonAgentUnauthenticated
+				}
 				var oe *oauth.Error
 				if errors.As(err, &oe) {
-					return deny(agtp.StatusUnauthorized, agtp.ReasonOAuthInvalid, oe.Explanation), ""
+					return deny(agtp.StatusUnauthorized, reason, oe.Explanation), ""
 				}
-				return deny(agtp.StatusUnauthorized, agtp.ReasonOAuthInvalid, "the credential could not be validated"), ""
+				return deny(agtp.StatusUnauthorized, reason, "the credential could not be validated"), ""
+			}
+			if d := tokenBinding(req, p); d != nil {
+				return d, ""
 			}
 			principal = p
 			resp.ActingPrincipalId = p.ID
+			if req.GetTokenProvesAgent() {
+				resp.TokenIssuer = p.Issuer
+			}
 		case needs:
 			return deny(agtp.StatusUnauthorized, agtp.ReasonOAuthRequired,
 				method+" requires an Authorization credential"), ""
 		}
+	}
+	if req.GetTokenProvesAgent() && principal.AgentID == "" {
+		why := "the credential names no Agent-ID"
+		if s.oauth == nil {
+			why = "this server verifies no tokens; prove your Agent-ID with an Agent Certificate"
+		}
+		return deny(agtp.StatusUnauthorized, agtp.ReasonAgentUnauthenticated, why), ""
 	}
 	acting := principal.ID
 
@@ -277,6 +294,22 @@ func (s *Server) checkIdempotencyKey(req *policyv1.AuthorizeRequest) *policyv1.D
 	if !idempotency.ValidKey(key) {
 		return deny(agtp.StatusBadRequest, ReasonInvalidIdempotencyKey,
 			"an Idempotency-Key must be 1-255 printable ASCII characters")
+	}
+	return nil
+}
+
+// tokenBinding checks what a verified token says about the caller
+// (docs/identity.md, "Proven callers"): a certificate-bound token is used
+// only with its certificate (RFC 8705 §3), and a token that proves the
+// caller must name the caller's Agent-ID.
+func tokenBinding(req *policyv1.AuthorizeRequest, p oauth.Principal) *policyv1.Denial {
+	if p.CertThumbprint != "" && p.CertThumbprint != req.GetClientCertThumbprint() {
+		return deny(agtp.StatusUnauthorized, agtp.ReasonAgentUnauthenticated,
+			"the credential is bound to a client certificate (cnf) that this connection did not present")
+	}
+	if req.GetTokenProvesAgent() && p.AgentID != req.GetAgentId() {
+		return deny(agtp.StatusUnauthorized, agtp.ReasonAgentUnauthenticated,
+			"the credential names another agent than the Agent-ID header")
 	}
 	return nil
 }

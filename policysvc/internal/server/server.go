@@ -181,6 +181,12 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	// idempotency slot. Rate limits are spent even for requests refused
 	// here, so that a caller cannot probe policy without limit.
 	denial, acting := s.localChecks(ctx, req, resp)
+	if denial != nil && req.GetTokenProvesAgent() && resp.GetTokenIssuer() == "" {
+		// The caller is not the agent it named: nothing of that agent's
+		// (rate limits, task index) is touched on its behalf.
+		s.logDenial(ctx, req, denial)
+		return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, Denial: denial}, nil
+	}
 
 	var claim *ratelimit.Claim
 	if denial == nil && req.GetAgentId() != "" && req.GetIdempotencyKey() != "" {

@@ -218,6 +218,15 @@ type AttributionClaims struct {
 	RunInput []byte `protobuf:"bytes,31,opt,name=run_input,json=runInput,proto3" json:"run_input,omitempty"`
 	// The event of a lifecycle record or other signed event.
 	EventType string `protobuf:"bytes,32,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// How the caller was proven (docs/identity.md, "Proven callers"): the
+	// core §8 level (1 claim, 2 token or API key, 3 certificate), what
+	// proved it, the SHA-256 of the client certificate, the issuer of the
+	// token, and an Agent-ID header that proved nothing and was ignored.
+	VerificationLevel      int32  `protobuf:"varint,34,opt,name=verification_level,json=verificationLevel,proto3" json:"verification_level,omitempty"`
+	VerifiedBy             string `protobuf:"bytes,35,opt,name=verified_by,json=verifiedBy,proto3" json:"verified_by,omitempty"`
+	CertificateFingerprint string `protobuf:"bytes,36,opt,name=certificate_fingerprint,json=certificateFingerprint,proto3" json:"certificate_fingerprint,omitempty"`
+	TokenIssuer            string `protobuf:"bytes,37,opt,name=token_issuer,json=tokenIssuer,proto3" json:"token_issuer,omitempty"`
+	UnprovenAgentId        string `protobuf:"bytes,38,opt,name=unproven_agent_id,json=unprovenAgentId,proto3" json:"unproven_agent_id,omitempty"`
 	// Members not named above: member name to its raw JSON value. A name
 	// that is one of the named members is refused; credential-like names
 	// are dropped.
@@ -476,6 +485,41 @@ func (x *AttributionClaims) GetRunInput() []byte {
 func (x *AttributionClaims) GetEventType() string {
 	if x != nil {
 		return x.EventType
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetVerificationLevel() int32 {
+	if x != nil {
+		return x.VerificationLevel
+	}
+	return 0
+}
+
+func (x *AttributionClaims) GetVerifiedBy() string {
+	if x != nil {
+		return x.VerifiedBy
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetCertificateFingerprint() string {
+	if x != nil {
+		return x.CertificateFingerprint
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetTokenIssuer() string {
+	if x != nil {
+		return x.TokenIssuer
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetUnprovenAgentId() string {
+	if x != nil {
+		return x.UnprovenAgentId
 	}
 	return ""
 }
@@ -1613,8 +1657,7 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
 	"claimsJson\x12O\n" +
 	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\x128\n" +
-	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\xbd\n" +
-	"\n" +
+	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\x95\f\n" +
 	"\x11AttributionClaims\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\tR\ttimestamp\x12!\n" +
@@ -1655,7 +1698,13 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\fprocedure_id\x18\x1e \x01(\tR\vprocedureId\x12\x1b\n" +
 	"\trun_input\x18\x1f \x01(\fR\brunInput\x12\x1d\n" +
 	"\n" +
-	"event_type\x18  \x01(\tR\teventType\x12A\n" +
+	"event_type\x18  \x01(\tR\teventType\x12-\n" +
+	"\x12verification_level\x18\" \x01(\x05R\x11verificationLevel\x12\x1f\n" +
+	"\vverified_by\x18# \x01(\tR\n" +
+	"verifiedBy\x127\n" +
+	"\x17certificate_fingerprint\x18$ \x01(\tR\x16certificateFingerprint\x12!\n" +
+	"\ftoken_issuer\x18% \x01(\tR\vtokenIssuer\x12*\n" +
+	"\x11unproven_agent_id\x18& \x01(\tR\x0funprovenAgentId\x12A\n" +
 	"\x05extra\x18! \x03(\v2+.agtp.audit.v1.AttributionClaims.ExtraEntryR\x05extra\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +

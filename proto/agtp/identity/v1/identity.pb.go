@@ -160,9 +160,12 @@ type AgentRecord struct {
 	Wildcards         bool                   `protobuf:"varint,17,opt,name=wildcards,proto3" json:"wildcards,omitempty"`
 	Role              string                 `protobuf:"bytes,18,opt,name=role,proto3" json:"role,omitempty"`
 	// Increases on every change of this record.
-	Revision      uint64 `protobuf:"varint,19,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision uint64 `protobuf:"varint,19,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The raw 32-byte Ed25519 issuer_public_key of the agent's Genesis: what
+	// an issuer-signed Agent Certificate is verified with.
+	IssuerPublicKey []byte `protobuf:"bytes,20,opt,name=issuer_public_key,json=issuerPublicKey,proto3" json:"issuer_public_key,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AgentRecord) Reset() {
@@ -326,6 +329,13 @@ func (x *AgentRecord) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *AgentRecord) GetIssuerPublicKey() []byte {
+	if x != nil {
+		return x.IssuerPublicKey
+	}
+	return nil
 }
 
 // RegisterGenesisRequest carries a signed Agent Genesis as JSON.
@@ -1533,11 +1543,156 @@ func (x *ResumeSessionResponse) GetCheckpointJson() []byte {
 	return nil
 }
 
+// IssueAgentCertificateRequest asks for an Agent Certificate for the key
+// that signed csr.
+type IssueAgentCertificateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// A DER PKCS#10 certificate request signed by the key to certify (Ed25519
+	// or ECDSA). Its subject and extensions are ignored: the profile sets
+	// them.
+	Csr []byte `protobuf:"bytes,2,opt,name=csr,proto3" json:"csr,omitempty"`
+	// The Ed25519 signature, by the agent's Genesis issuer key, over the
+	// UTF-8 message
+	//
+	//	"agtp-agent-certificate-request\n" + agent_id + "\n" + hex(SHA-256(csr))
+	//
+	// with the digest in lowercase hexadecimal.
+	IssuerSignature []byte `protobuf:"bytes,3,opt,name=issuer_signature,json=issuerSignature,proto3" json:"issuer_signature,omitempty"`
+	// The validity asked for, in seconds; 0 means the registrar's default.
+	// More than the registrar's maximum is refused.
+	LifetimeSeconds uint32 `protobuf:"varint,4,opt,name=lifetime_seconds,json=lifetimeSeconds,proto3" json:"lifetime_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *IssueAgentCertificateRequest) Reset() {
+	*x = IssueAgentCertificateRequest{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueAgentCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueAgentCertificateRequest) ProtoMessage() {}
+
+func (x *IssueAgentCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueAgentCertificateRequest.ProtoReflect.Descriptor instead.
+func (*IssueAgentCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *IssueAgentCertificateRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *IssueAgentCertificateRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+func (x *IssueAgentCertificateRequest) GetIssuerSignature() []byte {
+	if x != nil {
+		return x.IssuerSignature
+	}
+	return nil
+}
+
+func (x *IssueAgentCertificateRequest) GetLifetimeSeconds() uint32 {
+	if x != nil {
+		return x.LifetimeSeconds
+	}
+	return 0
+}
+
+// IssueAgentCertificateResponse carries the issued certificate.
+type IssueAgentCertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Agent Certificate, DER.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// The agent CA's certificates, DER, issuing certificate first: what a
+	// verifier trusts and a client may send after the certificate.
+	CaChain       [][]byte               `protobuf:"bytes,2,rep,name=ca_chain,json=caChain,proto3" json:"ca_chain,omitempty"`
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueAgentCertificateResponse) Reset() {
+	*x = IssueAgentCertificateResponse{}
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueAgentCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueAgentCertificateResponse) ProtoMessage() {}
+
+func (x *IssueAgentCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_identity_v1_identity_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueAgentCertificateResponse.ProtoReflect.Descriptor instead.
+func (*IssueAgentCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *IssueAgentCertificateResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *IssueAgentCertificateResponse) GetCaChain() [][]byte {
+	if x != nil {
+		return x.CaChain
+	}
+	return nil
+}
+
+func (x *IssueAgentCertificateResponse) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
 var File_agtp_identity_v1_identity_proto protoreflect.FileDescriptor
 
 const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\n" +
-	"\x1fagtp/identity/v1/identity.proto\x12\x10agtp.identity.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x05\n" +
+	"\x1fagtp/identity/v1/identity.proto\x12\x10agtp.identity.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfa\x05\n" +
 	"\vAgentRecord\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x125\n" +
@@ -1561,7 +1716,8 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"revoked_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12\x1c\n" +
 	"\twildcards\x18\x11 \x01(\bR\twildcards\x12\x12\n" +
 	"\x04role\x18\x12 \x01(\tR\x04role\x12\x1a\n" +
-	"\brevision\x18\x13 \x01(\x04R\brevision\"k\n" +
+	"\brevision\x18\x13 \x01(\x04R\brevision\x12*\n" +
+	"\x11issuer_public_key\x18\x14 \x01(\fR\x0fissuerPublicKey\"k\n" +
 	"\x16RegisterGenesisRequest\x12!\n" +
 	"\fgenesis_json\x18\x01 \x01(\fR\vgenesisJson\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -1646,7 +1802,16 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
 	"\rsuspension_id\x18\x02 \x01(\tR\fsuspensionId\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12'\n" +
-	"\x0fcheckpoint_json\x18\x04 \x01(\fR\x0echeckpointJson*\x97\x01\n" +
+	"\x0fcheckpoint_json\x18\x04 \x01(\fR\x0echeckpointJson\"\xa1\x01\n" +
+	"\x1cIssueAgentCertificateRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x10\n" +
+	"\x03csr\x18\x02 \x01(\fR\x03csr\x12)\n" +
+	"\x10issuer_signature\x18\x03 \x01(\fR\x0fissuerSignature\x12)\n" +
+	"\x10lifetime_seconds\x18\x04 \x01(\rR\x0flifetimeSeconds\"\x95\x01\n" +
+	"\x1dIssueAgentCertificateResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x19\n" +
+	"\bca_chain\x18\x02 \x03(\fR\acaChain\x127\n" +
+	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter*\x97\x01\n" +
 	"\vAgentStatus\x12\x1c\n" +
 	"\x18AGENT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13AGENT_STATUS_ACTIVE\x10\x01\x12\x1a\n" +
@@ -1659,7 +1824,7 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1fLIFECYCLE_TRANSITION_DEACTIVATE\x10\x02\x12\"\n" +
 	"\x1eLIFECYCLE_TRANSITION_REINSTATE\x10\x03\x12\x1f\n" +
 	"\x1bLIFECYCLE_TRANSITION_REVOKE\x10\x04\x12\"\n" +
-	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\x8e\b\n" +
+	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\x88\t\n" +
 	"\x0fIdentityService\x12f\n" +
 	"\x0fRegisterGenesis\x12(.agtp.identity.v1.RegisterGenesisRequest\x1a).agtp.identity.v1.RegisterGenesisResponse\x12]\n" +
 	"\fResolveAgent\x12%.agtp.identity.v1.ResolveAgentRequest\x1a&.agtp.identity.v1.ResolveAgentResponse\x12r\n" +
@@ -1672,7 +1837,8 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\vWatchAgents\x12$.agtp.identity.v1.WatchAgentsRequest\x1a%.agtp.identity.v1.WatchAgentsResponse0\x01\x12c\n" +
 	"\x0eSuspendSession\x12'.agtp.identity.v1.SuspendSessionRequest\x1a(.agtp.identity.v1.SuspendSessionResponse\x12`\n" +
 	"\rResumeSession\x12&.agtp.identity.v1.ResumeSessionRequest\x1a'.agtp.identity.v1.ResumeSessionResponse\x12u\n" +
-	"\x14GetNamespaceDocument\x12-.agtp.identity.v1.GetNamespaceDocumentRequest\x1a..agtp.identity.v1.GetNamespaceDocumentResponseB=Z;github.com/agtpsuite/agtp/proto/agtp/identity/v1;identityv1b\x06proto3"
+	"\x14GetNamespaceDocument\x12-.agtp.identity.v1.GetNamespaceDocumentRequest\x1a..agtp.identity.v1.GetNamespaceDocumentResponse\x12x\n" +
+	"\x15IssueAgentCertificate\x12..agtp.identity.v1.IssueAgentCertificateRequest\x1a/.agtp.identity.v1.IssueAgentCertificateResponseB=Z;github.com/agtpsuite/agtp/proto/agtp/identity/v1;identityv1b\x06proto3"
 
 var (
 	file_agtp_identity_v1_identity_proto_rawDescOnce sync.Once
@@ -1687,74 +1853,79 @@ func file_agtp_identity_v1_identity_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_identity_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_agtp_identity_v1_identity_proto_goTypes = []any{
-	(AgentStatus)(0),                     // 0: agtp.identity.v1.AgentStatus
-	(LifecycleTransition)(0),             // 1: agtp.identity.v1.LifecycleTransition
-	(*AgentRecord)(nil),                  // 2: agtp.identity.v1.AgentRecord
-	(*RegisterGenesisRequest)(nil),       // 3: agtp.identity.v1.RegisterGenesisRequest
-	(*RegisterGenesisResponse)(nil),      // 4: agtp.identity.v1.RegisterGenesisResponse
-	(*ResolveAgentRequest)(nil),          // 5: agtp.identity.v1.ResolveAgentRequest
-	(*ResolveAgentResponse)(nil),         // 6: agtp.identity.v1.ResolveAgentResponse
-	(*GetIdentityDocumentRequest)(nil),   // 7: agtp.identity.v1.GetIdentityDocumentRequest
-	(*GetIdentityDocumentResponse)(nil),  // 8: agtp.identity.v1.GetIdentityDocumentResponse
-	(*GetGenesisRequest)(nil),            // 9: agtp.identity.v1.GetGenesisRequest
-	(*GetGenesisResponse)(nil),           // 10: agtp.identity.v1.GetGenesisResponse
-	(*ListAgentsRequest)(nil),            // 11: agtp.identity.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),           // 12: agtp.identity.v1.ListAgentsResponse
-	(*TransitionLifecycleRequest)(nil),   // 13: agtp.identity.v1.TransitionLifecycleRequest
-	(*TransitionLifecycleResponse)(nil),  // 14: agtp.identity.v1.TransitionLifecycleResponse
-	(*WatchAgentsRequest)(nil),           // 15: agtp.identity.v1.WatchAgentsRequest
-	(*WatchAgentsResponse)(nil),          // 16: agtp.identity.v1.WatchAgentsResponse
-	(*GetNamespaceDocumentRequest)(nil),  // 17: agtp.identity.v1.GetNamespaceDocumentRequest
-	(*GetNamespaceDocumentResponse)(nil), // 18: agtp.identity.v1.GetNamespaceDocumentResponse
-	(*SuspendSessionRequest)(nil),        // 19: agtp.identity.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),       // 20: agtp.identity.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),         // 21: agtp.identity.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),        // 22: agtp.identity.v1.ResumeSessionResponse
-	(*timestamppb.Timestamp)(nil),        // 23: google.protobuf.Timestamp
+	(AgentStatus)(0),                      // 0: agtp.identity.v1.AgentStatus
+	(LifecycleTransition)(0),              // 1: agtp.identity.v1.LifecycleTransition
+	(*AgentRecord)(nil),                   // 2: agtp.identity.v1.AgentRecord
+	(*RegisterGenesisRequest)(nil),        // 3: agtp.identity.v1.RegisterGenesisRequest
+	(*RegisterGenesisResponse)(nil),       // 4: agtp.identity.v1.RegisterGenesisResponse
+	(*ResolveAgentRequest)(nil),           // 5: agtp.identity.v1.ResolveAgentRequest
+	(*ResolveAgentResponse)(nil),          // 6: agtp.identity.v1.ResolveAgentResponse
+	(*GetIdentityDocumentRequest)(nil),    // 7: agtp.identity.v1.GetIdentityDocumentRequest
+	(*GetIdentityDocumentResponse)(nil),   // 8: agtp.identity.v1.GetIdentityDocumentResponse
+	(*GetGenesisRequest)(nil),             // 9: agtp.identity.v1.GetGenesisRequest
+	(*GetGenesisResponse)(nil),            // 10: agtp.identity.v1.GetGenesisResponse
+	(*ListAgentsRequest)(nil),             // 11: agtp.identity.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 12: agtp.identity.v1.ListAgentsResponse
+	(*TransitionLifecycleRequest)(nil),    // 13: agtp.identity.v1.TransitionLifecycleRequest
+	(*TransitionLifecycleResponse)(nil),   // 14: agtp.identity.v1.TransitionLifecycleResponse
+	(*WatchAgentsRequest)(nil),            // 15: agtp.identity.v1.WatchAgentsRequest
+	(*WatchAgentsResponse)(nil),           // 16: agtp.identity.v1.WatchAgentsResponse
+	(*GetNamespaceDocumentRequest)(nil),   // 17: agtp.identity.v1.GetNamespaceDocumentRequest
+	(*GetNamespaceDocumentResponse)(nil),  // 18: agtp.identity.v1.GetNamespaceDocumentResponse
+	(*SuspendSessionRequest)(nil),         // 19: agtp.identity.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),        // 20: agtp.identity.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),          // 21: agtp.identity.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),         // 22: agtp.identity.v1.ResumeSessionResponse
+	(*IssueAgentCertificateRequest)(nil),  // 23: agtp.identity.v1.IssueAgentCertificateRequest
+	(*IssueAgentCertificateResponse)(nil), // 24: agtp.identity.v1.IssueAgentCertificateResponse
+	(*timestamppb.Timestamp)(nil),         // 25: google.protobuf.Timestamp
 }
 var file_agtp_identity_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: agtp.identity.v1.AgentRecord.status:type_name -> agtp.identity.v1.AgentStatus
-	23, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
-	23, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
-	23, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
+	25, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
+	25, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agtp.identity.v1.RegisterGenesisResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 5: agtp.identity.v1.ResolveAgentResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 6: agtp.identity.v1.ListAgentsResponse.agents:type_name -> agtp.identity.v1.AgentRecord
 	1,  // 7: agtp.identity.v1.TransitionLifecycleRequest.transition:type_name -> agtp.identity.v1.LifecycleTransition
-	23, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
+	25, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 9: agtp.identity.v1.TransitionLifecycleResponse.status:type_name -> agtp.identity.v1.AgentStatus
 	0,  // 10: agtp.identity.v1.TransitionLifecycleResponse.previous_status:type_name -> agtp.identity.v1.AgentStatus
 	2,  // 11: agtp.identity.v1.TransitionLifecycleResponse.agent:type_name -> agtp.identity.v1.AgentRecord
 	2,  // 12: agtp.identity.v1.WatchAgentsResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	23, // 13: agtp.identity.v1.SuspendSessionRequest.resume_by:type_name -> google.protobuf.Timestamp
-	23, // 14: agtp.identity.v1.SuspendSessionResponse.resume_by:type_name -> google.protobuf.Timestamp
-	3,  // 15: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
-	5,  // 16: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
-	7,  // 17: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
-	9,  // 18: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
-	11, // 19: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
-	13, // 20: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
-	15, // 21: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
-	19, // 22: agtp.identity.v1.IdentityService.SuspendSession:input_type -> agtp.identity.v1.SuspendSessionRequest
-	21, // 23: agtp.identity.v1.IdentityService.ResumeSession:input_type -> agtp.identity.v1.ResumeSessionRequest
-	17, // 24: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
-	4,  // 25: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
-	6,  // 26: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
-	8,  // 27: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
-	10, // 28: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
-	12, // 29: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
-	14, // 30: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
-	16, // 31: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
-	20, // 32: agtp.identity.v1.IdentityService.SuspendSession:output_type -> agtp.identity.v1.SuspendSessionResponse
-	22, // 33: agtp.identity.v1.IdentityService.ResumeSession:output_type -> agtp.identity.v1.ResumeSessionResponse
-	18, // 34: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	25, // 13: agtp.identity.v1.SuspendSessionRequest.resume_by:type_name -> google.protobuf.Timestamp
+	25, // 14: agtp.identity.v1.SuspendSessionResponse.resume_by:type_name -> google.protobuf.Timestamp
+	25, // 15: agtp.identity.v1.IssueAgentCertificateResponse.not_after:type_name -> google.protobuf.Timestamp
+	3,  // 16: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
+	5,  // 17: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
+	7,  // 18: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
+	9,  // 19: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
+	11, // 20: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
+	13, // 21: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
+	15, // 22: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
+	19, // 23: agtp.identity.v1.IdentityService.SuspendSession:input_type -> agtp.identity.v1.SuspendSessionRequest
+	21, // 24: agtp.identity.v1.IdentityService.ResumeSession:input_type -> agtp.identity.v1.ResumeSessionRequest
+	17, // 25: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
+	23, // 26: agtp.identity.v1.IdentityService.IssueAgentCertificate:input_type -> agtp.identity.v1.IssueAgentCertificateRequest
+	4,  // 27: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
+	6,  // 28: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
+	8,  // 29: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
+	10, // 30: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
+	12, // 31: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
+	14, // 32: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
+	16, // 33: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
+	20, // 34: agtp.identity.v1.IdentityService.SuspendSession:output_type -> agtp.identity.v1.SuspendSessionResponse
+	22, // 35: agtp.identity.v1.IdentityService.ResumeSession:output_type -> agtp.identity.v1.ResumeSessionResponse
+	18, // 36: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
+	24, // 37: agtp.identity.v1.IdentityService.IssueAgentCertificate:output_type -> agtp.identity.v1.IssueAgentCertificateResponse
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_agtp_identity_v1_identity_proto_init() }
@@ -1768,7 +1939,7 @@ func file_agtp_identity_v1_identity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_identity_v1_identity_proto_rawDesc), len(file_agtp_identity_v1_identity_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

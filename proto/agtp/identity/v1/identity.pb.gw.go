@@ -418,6 +418,51 @@ func local_request_IdentityService_GetNamespaceDocument_0(ctx context.Context, m
 	return msg, metadata, err
 }
 
+func request_IdentityService_IssueAgentCertificate_0(ctx context.Context, marshaler runtime.Marshaler, client IdentityServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq IssueAgentCertificateRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["agent_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "agent_id")
+	}
+	protoReq.AgentId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "agent_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.IssueAgentCertificate(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_IdentityService_IssueAgentCertificate_0(ctx context.Context, marshaler runtime.Marshaler, server IdentityServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq IssueAgentCertificateRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["agent_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "agent_id")
+	}
+	protoReq.AgentId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "agent_id", err)
+	}
+	msg, err := server.IssueAgentCertificate(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterIdentityServiceHandlerServer registers the http handlers for service IdentityService to "mux".
 // UnaryRPC     :call IdentityServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -610,6 +655,26 @@ func RegisterIdentityServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 			return
 		}
 		forward_IdentityService_GetNamespaceDocument_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_IdentityService_IssueAgentCertificate_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.identity.v1.IdentityService/IssueAgentCertificate", runtime.WithHTTPPathPattern("/v1/identity/agents/{agent_id}/certificates"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_IdentityService_IssueAgentCertificate_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_IdentityService_IssueAgentCertificate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -821,31 +886,50 @@ func RegisterIdentityServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_IdentityService_GetNamespaceDocument_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_IdentityService_IssueAgentCertificate_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.identity.v1.IdentityService/IssueAgentCertificate", runtime.WithHTTPPathPattern("/v1/identity/agents/{agent_id}/certificates"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_IdentityService_IssueAgentCertificate_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_IdentityService_IssueAgentCertificate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_IdentityService_RegisterGenesis_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, ""))
-	pattern_IdentityService_ResolveAgent_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "agents", "agent_id"}, ""))
-	pattern_IdentityService_GetIdentityDocument_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "identity", "agents", "agent_id", "document"}, ""))
-	pattern_IdentityService_GetGenesis_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "identity", "agents", "agent_id", "genesis"}, ""))
-	pattern_IdentityService_ListAgents_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, ""))
-	pattern_IdentityService_TransitionLifecycle_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "agents", "agent_id"}, "transition"))
-	pattern_IdentityService_WatchAgents_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, "watch"))
-	pattern_IdentityService_SuspendSession_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "sessions", "session_id"}, "suspend"))
-	pattern_IdentityService_ResumeSession_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "sessions", "session_id"}, "resume"))
-	pattern_IdentityService_GetNamespaceDocument_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "namespace"}, ""))
+	pattern_IdentityService_RegisterGenesis_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, ""))
+	pattern_IdentityService_ResolveAgent_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "agents", "agent_id"}, ""))
+	pattern_IdentityService_GetIdentityDocument_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "identity", "agents", "agent_id", "document"}, ""))
+	pattern_IdentityService_GetGenesis_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "identity", "agents", "agent_id", "genesis"}, ""))
+	pattern_IdentityService_ListAgents_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, ""))
+	pattern_IdentityService_TransitionLifecycle_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "agents", "agent_id"}, "transition"))
+	pattern_IdentityService_WatchAgents_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "agents"}, "watch"))
+	pattern_IdentityService_SuspendSession_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "sessions", "session_id"}, "suspend"))
+	pattern_IdentityService_ResumeSession_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "identity", "sessions", "session_id"}, "resume"))
+	pattern_IdentityService_GetNamespaceDocument_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "identity", "namespace"}, ""))
+	pattern_IdentityService_IssueAgentCertificate_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "identity", "agents", "agent_id", "certificates"}, ""))
 )
 
 var (
-	forward_IdentityService_RegisterGenesis_0      = runtime.ForwardResponseMessage
-	forward_IdentityService_ResolveAgent_0         = runtime.ForwardResponseMessage
-	forward_IdentityService_GetIdentityDocument_0  = runtime.ForwardResponseMessage
-	forward_IdentityService_GetGenesis_0           = runtime.ForwardResponseMessage
-	forward_IdentityService_ListAgents_0           = runtime.ForwardResponseMessage
-	forward_IdentityService_TransitionLifecycle_0  = runtime.ForwardResponseMessage
-	forward_IdentityService_WatchAgents_0          = runtime.ForwardResponseStream
-	forward_IdentityService_SuspendSession_0       = runtime.ForwardResponseMessage
-	forward_IdentityService_ResumeSession_0        = runtime.ForwardResponseMessage
-	forward_IdentityService_GetNamespaceDocument_0 = runtime.ForwardResponseMessage
+	forward_IdentityService_RegisterGenesis_0       = runtime.ForwardResponseMessage
+	forward_IdentityService_ResolveAgent_0          = runtime.ForwardResponseMessage
+	forward_IdentityService_GetIdentityDocument_0   = runtime.ForwardResponseMessage
+	forward_IdentityService_GetGenesis_0            = runtime.ForwardResponseMessage
+	forward_IdentityService_ListAgents_0            = runtime.ForwardResponseMessage
+	forward_IdentityService_TransitionLifecycle_0   = runtime.ForwardResponseMessage
+	forward_IdentityService_WatchAgents_0           = runtime.ForwardResponseStream
+	forward_IdentityService_SuspendSession_0        = runtime.ForwardResponseMessage
+	forward_IdentityService_ResumeSession_0         = runtime.ForwardResponseMessage
+	forward_IdentityService_GetNamespaceDocument_0  = runtime.ForwardResponseMessage
+	forward_IdentityService_IssueAgentCertificate_0 = runtime.ForwardResponseMessage
 )

@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IdentityService_RegisterGenesis_FullMethodName      = "/agtp.identity.v1.IdentityService/RegisterGenesis"
-	IdentityService_ResolveAgent_FullMethodName         = "/agtp.identity.v1.IdentityService/ResolveAgent"
-	IdentityService_GetIdentityDocument_FullMethodName  = "/agtp.identity.v1.IdentityService/GetIdentityDocument"
-	IdentityService_GetGenesis_FullMethodName           = "/agtp.identity.v1.IdentityService/GetGenesis"
-	IdentityService_ListAgents_FullMethodName           = "/agtp.identity.v1.IdentityService/ListAgents"
-	IdentityService_TransitionLifecycle_FullMethodName  = "/agtp.identity.v1.IdentityService/TransitionLifecycle"
-	IdentityService_WatchAgents_FullMethodName          = "/agtp.identity.v1.IdentityService/WatchAgents"
-	IdentityService_SuspendSession_FullMethodName       = "/agtp.identity.v1.IdentityService/SuspendSession"
-	IdentityService_ResumeSession_FullMethodName        = "/agtp.identity.v1.IdentityService/ResumeSession"
-	IdentityService_GetNamespaceDocument_FullMethodName = "/agtp.identity.v1.IdentityService/GetNamespaceDocument"
+	IdentityService_RegisterGenesis_FullMethodName       = "/agtp.identity.v1.IdentityService/RegisterGenesis"
+	IdentityService_ResolveAgent_FullMethodName          = "/agtp.identity.v1.IdentityService/ResolveAgent"
+	IdentityService_GetIdentityDocument_FullMethodName   = "/agtp.identity.v1.IdentityService/GetIdentityDocument"
+	IdentityService_GetGenesis_FullMethodName            = "/agtp.identity.v1.IdentityService/GetGenesis"
+	IdentityService_ListAgents_FullMethodName            = "/agtp.identity.v1.IdentityService/ListAgents"
+	IdentityService_TransitionLifecycle_FullMethodName   = "/agtp.identity.v1.IdentityService/TransitionLifecycle"
+	IdentityService_WatchAgents_FullMethodName           = "/agtp.identity.v1.IdentityService/WatchAgents"
+	IdentityService_SuspendSession_FullMethodName        = "/agtp.identity.v1.IdentityService/SuspendSession"
+	IdentityService_ResumeSession_FullMethodName         = "/agtp.identity.v1.IdentityService/ResumeSession"
+	IdentityService_GetNamespaceDocument_FullMethodName  = "/agtp.identity.v1.IdentityService/GetNamespaceDocument"
+	IdentityService_IssueAgentCertificate_FullMethodName = "/agtp.identity.v1.IdentityService/IssueAgentCertificate"
 )
 
 // IdentityServiceClient is the client API for IdentityService service.
@@ -63,6 +64,12 @@ type IdentityServiceClient interface {
 	// core §6.2 (the /agents root): active agents only, regenerated after
 	// every registry change.
 	GetNamespaceDocument(ctx context.Context, in *GetNamespaceDocumentRequest, opts ...grpc.CallOption) (*GetNamespaceDocumentResponse, error)
+	// IssueAgentCertificate issues a CA-issued Agent Certificate from the
+	// registrar's agent CA for a key the agent holds. The caller proves
+	// possession of that key (the CSR's signature) and of the agent's Genesis
+	// issuer key (issuer_signature); docs/identity.md, "Registrar-issued
+	// certificates".
+	IssueAgentCertificate(ctx context.Context, in *IssueAgentCertificateRequest, opts ...grpc.CallOption) (*IssueAgentCertificateResponse, error)
 }
 
 type identityServiceClient struct {
@@ -182,6 +189,16 @@ func (c *identityServiceClient) GetNamespaceDocument(ctx context.Context, in *Ge
 	return out, nil
 }
 
+func (c *identityServiceClient) IssueAgentCertificate(ctx context.Context, in *IssueAgentCertificateRequest, opts ...grpc.CallOption) (*IssueAgentCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueAgentCertificateResponse)
+	err := c.cc.Invoke(ctx, IdentityService_IssueAgentCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IdentityServiceServer is the server API for IdentityService service.
 // All implementations must embed UnimplementedIdentityServiceServer
 // for forward compatibility.
@@ -214,6 +231,12 @@ type IdentityServiceServer interface {
 	// core §6.2 (the /agents root): active agents only, regenerated after
 	// every registry change.
 	GetNamespaceDocument(context.Context, *GetNamespaceDocumentRequest) (*GetNamespaceDocumentResponse, error)
+	// IssueAgentCertificate issues a CA-issued Agent Certificate from the
+	// registrar's agent CA for a key the agent holds. The caller proves
+	// possession of that key (the CSR's signature) and of the agent's Genesis
+	// issuer key (issuer_signature); docs/identity.md, "Registrar-issued
+	// certificates".
+	IssueAgentCertificate(context.Context, *IssueAgentCertificateRequest) (*IssueAgentCertificateResponse, error)
 	mustEmbedUnimplementedIdentityServiceServer()
 }
 
@@ -253,6 +276,9 @@ func (UnimplementedIdentityServiceServer) ResumeSession(context.Context, *Resume
 }
 func (UnimplementedIdentityServiceServer) GetNamespaceDocument(context.Context, *GetNamespaceDocumentRequest) (*GetNamespaceDocumentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNamespaceDocument not implemented")
+}
+func (UnimplementedIdentityServiceServer) IssueAgentCertificate(context.Context, *IssueAgentCertificateRequest) (*IssueAgentCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueAgentCertificate not implemented")
 }
 func (UnimplementedIdentityServiceServer) mustEmbedUnimplementedIdentityServiceServer() {}
 func (UnimplementedIdentityServiceServer) testEmbeddedByValue()                         {}
@@ -448,6 +474,24 @@ func _IdentityService_GetNamespaceDocument_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IdentityService_IssueAgentCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueAgentCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IdentityServiceServer).IssueAgentCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IdentityService_IssueAgentCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IdentityServiceServer).IssueAgentCertificate(ctx, req.(*IssueAgentCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IdentityService_ServiceDesc is the grpc.ServiceDesc for IdentityService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -490,6 +534,10 @@ var IdentityService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetNamespaceDocument",
 			Handler:    _IdentityService_GetNamespaceDocument_Handler,
+		},
+		{
+			MethodName: "IssueAgentCertificate",
+			Handler:    _IdentityService_IssueAgentCertificate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

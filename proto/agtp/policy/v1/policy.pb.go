@@ -126,9 +126,18 @@ type AuthorizeRequest struct {
 	// Set when the request carries a Task-ID and runs an operator endpoint:
 	// policysvc indexes it under (agent_id, task_id) so that a RETRY can run
 	// it again (standard methods §8.5). Ignored for anonymous callers.
-	TaskRun       *TaskRun `protobuf:"bytes,22,opt,name=task_run,json=taskRun,proto3" json:"task_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TaskRun *TaskRun `protobuf:"bytes,22,opt,name=task_run,json=taskRun,proto3" json:"task_run,omitempty"`
+	// Set when nothing but the bearer token in authorization proves that
+	// the caller is agent_id (caller proof, docs/identity.md): the token
+	// must verify and name agent_id, else the answer is 401
+	// agent-unauthenticated.
+	TokenProvesAgent bool `protobuf:"varint,23,opt,name=token_proves_agent,json=tokenProvesAgent,proto3" json:"token_proves_agent,omitempty"`
+	// RFC 8705 x5t#S256 of the TLS client certificate the request came
+	// with, empty without one. A certificate-bound token (cnf claim) is
+	// accepted only with that certificate.
+	ClientCertThumbprint string `protobuf:"bytes,24,opt,name=client_cert_thumbprint,json=clientCertThumbprint,proto3" json:"client_cert_thumbprint,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *AuthorizeRequest) Reset() {
@@ -313,6 +322,20 @@ func (x *AuthorizeRequest) GetTaskRun() *TaskRun {
 		return x.TaskRun
 	}
 	return nil
+}
+
+func (x *AuthorizeRequest) GetTokenProvesAgent() bool {
+	if x != nil {
+		return x.TokenProvesAgent
+	}
+	return false
+}
+
+func (x *AuthorizeRequest) GetClientCertThumbprint() string {
+	if x != nil {
+		return x.ClientCertThumbprint
+	}
+	return ""
 }
 
 // TaskRun is one request as RETRY re-runs it.
@@ -596,7 +619,10 @@ type AuthorizeResponse struct {
 	MerchantFingerprint string `protobuf:"bytes,11,opt,name=merchant_fingerprint,json=merchantFingerprint,proto3" json:"merchant_fingerprint,omitempty"`
 	// Set on ALLOW when the request's task_run was indexed: the token that
 	// CompleteTaskRun presents.
-	TaskRunToken  string `protobuf:"bytes,12,opt,name=task_run_token,json=taskRunToken,proto3" json:"task_run_token,omitempty"`
+	TaskRunToken string `protobuf:"bytes,12,opt,name=task_run_token,json=taskRunToken,proto3" json:"task_run_token,omitempty"`
+	// Set when the bearer token proved the caller (token_proves_agent):
+	// the token's issuer, for the Attribution-Record.
+	TokenIssuer   string `protobuf:"bytes,13,opt,name=token_issuer,json=tokenIssuer,proto3" json:"token_issuer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,6 +737,13 @@ func (x *AuthorizeResponse) GetMerchantFingerprint() string {
 func (x *AuthorizeResponse) GetTaskRunToken() string {
 	if x != nil {
 		return x.TaskRunToken
+	}
+	return ""
+}
+
+func (x *AuthorizeResponse) GetTokenIssuer() string {
+	if x != nil {
+		return x.TokenIssuer
 	}
 	return ""
 }
@@ -1389,7 +1422,7 @@ var File_agtp_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xed\x06\n" +
+	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xd1\a\n" +
 	"\x10AuthorizeRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12!\n" +
 	"\fagent_scopes\x18\x02 \x03(\tR\vagentScopes\x12'\n" +
@@ -1416,7 +1449,9 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x1dmerchant_manifest_fingerprint\x18\x14 \x01(\tR\x1bmerchantManifestFingerprint\x12\x1d\n" +
 	"\n" +
 	"input_json\x18\x15 \x01(\fR\tinputJson\x122\n" +
-	"\btask_run\x18\x16 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\"\xe3\x01\n" +
+	"\btask_run\x18\x16 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\x12,\n" +
+	"\x12token_proves_agent\x18\x17 \x01(\bR\x10tokenProvesAgent\x124\n" +
+	"\x16client_cert_thumbprint\x18\x18 \x01(\tR\x14clientCertThumbprint\"\xe3\x01\n" +
 	"\aTaskRun\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
@@ -1439,7 +1474,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12#\n" +
-	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\xc4\x04\n" +
+	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\xe7\x04\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.agtp.policy.v1.DecisionR\bdecision\x12.\n" +
 	"\x06denial\x18\x02 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x126\n" +
@@ -1454,7 +1489,8 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	" \x01(\tR\n" +
 	"merchantId\x121\n" +
 	"\x14merchant_fingerprint\x18\v \x01(\tR\x13merchantFingerprint\x12$\n" +
-	"\x0etask_run_token\x18\f \x01(\tR\ftaskRunToken\"p\n" +
+	"\x0etask_run_token\x18\f \x01(\tR\ftaskRunToken\x12!\n" +
+	"\ftoken_issuer\x18\r \x01(\tR\vtokenIssuer\"p\n" +
 	"\x1aCompleteIdempotencyRequest\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\x12\x1a\n" +
 	"\bresponse\x18\x02 \x01(\fR\bresponse\"\x1d\n" +

@@ -1,0 +1,132 @@
+package callerproof
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/agtpsuite/agtp/identitysvc/agentcert"
+	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+)
+
+func key(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func parse(t *testing.T, der []byte) *x509.Certificate {
+	t.Helper()
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func record(issuer ed25519.PrivateKey) *identityv1.AgentRecord {
+	pub := issuer.Public().(ed25519.PublicKey)
+	return &identityv1.AgentRecord{IssuerPublicKey: pub, IssuerFingerprint: genesis.Fingerprint(pub)}
+}
+
+func TestInspectAndVerify(t *testing.T) {
+	const id = "aa00000000000000000000000000000000000000000000000000000000000001"
+	issuer, stranger := key(t), key(t)
+	now := time.Now()
+	issued := func(signer ed25519.PrivateKey, at time.Time) *x509.Certificate {
+		der, err := agentcert.IssueByIssuer(agentcert.Request{AgentID: id, PublicKey: key(t).Public(), Now: at, Lifetime: time.Hour}, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parse(t, der)
+	}
+	caKey := key(t)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "agent CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
+	caCert := parse(t, must(x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)))
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	caIssued := parse(t, must(agentcert.IssueByCA(agentcert.Request{AgentID: id, PublicKey: key(t).Public(), Lifetime: time.Hour}, caCert, caKey)))
+
+	for _, tc := range []struct {
+		name   string
+		cert   *x509.Certificate
+		rec    *identityv1.AgentRecord
+		at     time.Time
+		reason string
+	}{
+		{"issuer-signed", issued(issuer, now), record(issuer), now, ""},
+		{"signed by another key", issued(stranger, now), record(issuer), now, agentcert.ReasonUntrusted},
+		{"expired since the handshake", issued(issuer, now), record(issuer), now.Add(2 * time.Hour), agentcert.ReasonExpired},
+		{"CA-issued", caIssued, record(stranger), now, ""},
+		{"CA-issued, expired", caIssued, record(stranger), now.Add(2 * time.Hour), agentcert.ReasonExpired},
+		{"a record without an issuer key", issued(issuer, now), &identityv1.AgentRecord{}, now, agentcert.ReasonUntrusted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peer := NewVerifier(pool).Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{tc.cert}})
+			if peer == nil || peer.AgentID != id || peer.Err != nil {
+				t.Fatalf("Inspect = %+v, want agent %s", peer, id)
+			}
+			for i := 0; i < 2; i++ { // the second time from the per-connection memory
+				err := peer.VerifyAgent(tc.rec, tc.at)
+				switch {
+				case tc.reason == "" && err != nil:
+					t.Fatalf("VerifyAgent = %v", err)
+				case tc.reason != "" && (err == nil || err.Reason != tc.reason):
+					t.Fatalf("VerifyAgent = %v, want %s", err, tc.reason)
+				}
+			}
+		})
+	}
+
+	t.Run("the memory is per issuer key", func(t *testing.T) {
+		peer := NewVerifier(nil).Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{issued(issuer, now)}})
+		if err := peer.VerifyAgent(record(issuer), now); err != nil {
+			t.Fatal(err)
+		}
+		if err := peer.VerifyAgent(record(stranger), now); err == nil || err.Reason != agentcert.ReasonUntrusted {
+			t.Fatalf("after the record's issuer changed: %v, want %s", err, agentcert.ReasonUntrusted)
+		}
+	})
+
+	t.Run("a certificate that names no agent proves a key", func(t *testing.T) {
+		k := key(t)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}
+		c := parse(t, must(x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)))
+		peer := NewVerifier(nil).Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}})
+		if peer.AgentID != "" || peer.Err != nil || peer.KeyFingerprint != genesis.Fingerprint(k.Public().(ed25519.PublicKey)) {
+			t.Fatalf("peer = %+v, want the key's Genesis-issuer fingerprint and no agent", peer)
+		}
+	})
+
+	if NewVerifier(nil).Inspect(&tls.ConnectionState{}) != nil {
+		t.Fatal("no certificate must prove nothing")
+	}
+}
+
+func must(der []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return der
+}
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]Mode{"": Required, "required": Required, "informational": Informational, "off": Off} {
+		if got, err := ParseMode(in); err != nil || got != want {
+			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseMode("maybe"); err == nil {
+		t.Error("ParseMode(maybe) succeeded")
+	}
+}

@@ -1,0 +1,176 @@
+package pipeline
+
+import (
+	"errors"
+	"time"
+
+	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+)
+
+// The caller stage (digest-api §7, "identity"): who the request is from,
+// and how that was proven (docs/identity.md, "Proven callers"). Facts
+// about the caller come from what it proved: an Agent Certificate or the
+// Genesis issuer key at the handshake, a bearer token policysvc verifies,
+// or an API key a binding checked. A bare Agent-ID header is a claim
+// (core §8 Level 1) and counts only as the caller_proof policy allows.
+
+// peerOf is what the connection's client certificate proved, nil without
+// one.
+func peerOf(x *exchange) *callerproof.Peer {
+	if x.conn == nil {
+		return nil
+	}
+	p, _ := x.conn.Peer.(*callerproof.Peer)
+	return p
+}
+
+// delegatedTo is the delegation a sub-request of a verified DELEGATE runs
+// under, nil for every request read off the wire.
+func delegatedTo(x *exchange) *callerproof.Delegated {
+	if x.conn == nil {
+		return nil
+	}
+	d, _ := x.conn.Peer.(*callerproof.Delegated)
+	return d
+}
+
+// namesAgent reports whether the request names a caller at all: an
+// Agent-ID header, or a certificate that presents itself as an Agent
+// Certificate.
+func namesAgent(x *exchange) bool {
+	if _, ok := x.req.Header.Lookup(agtp.HeaderAgentID); ok {
+		return true
+	}
+	peer := peerOf(x)
+	return peer != nil && (peer.AgentID != "" || peer.Err != nil)
+}
+
+// identify resolves the caller. An agent that proved itself but is
+// unknown or not active is refused even on anonymous endpoints: a caller
+// that names itself must be who it says.
+func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
+	header, present := x.req.Header.Lookup(agtp.HeaderAgentID)
+	peer := peerOf(x)
+	var id string
+	switch {
+	case delegatedTo(x) != nil && present && header == delegatedTo(x).AgentID:
+		id, x.proof = header, callerproof.Proof{Level: delegatedTo(x).Level, By: callerproof.ByDelegation}
+	case x.bound != nil && present:
+		// A binding (AGP) authenticated the caller with its own
+		// credential and named it in the synthesized request.
+		id, x.proof = header, callerproof.Proof{Level: callerproof.LevelToken, By: "agp-api-key"}
+	case peer != nil && (peer.AgentID != "" || peer.Err != nil):
+		if peer.Err != nil {
+			return x.fail(agtp.StatusUnauthorized, peer.Err.Reason, peer.Err.Explanation, nil)
+		}
+		if present && header != peer.AgentID {
+			return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+				"the Agent-ID header names another agent than the client certificate does; send the certificate's Agent-ID or none", nil)
+		}
+		id = peer.AgentID
+		x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByCertificate, CertFingerprint: peer.CertFingerprint}
+	case !present:
+		if anonymousOK {
+			return nil
+		}
+		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+			"this endpoint is not anonymous: present your Agent Certificate (or a token naming your Agent-ID) with Agent-ID", nil)
+	default:
+		if !agtp.IsCanonicalID(header) {
+			if anonymousOK && p.opts.CallerProof == callerproof.Required {
+				x.proof.IgnoredClaim = "malformed"
+				return nil
+			}
+			return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+				"Agent-ID must be a canonical Agent-ID: 64 lowercase hexadecimal characters", nil)
+		}
+		id = header
+	}
+
+	rec, err := p.Agents.Lookup(x.ctx, id)
+	if err != nil {
+		return p.dependencyFailure(x, "identitysvc", err)
+	}
+	if x.proof.Level == 0 {
+		// A header without a certificate for it: proven by the Genesis
+		// issuer key at the handshake, by a token policysvc will check,
+		// or not at all.
+		switch {
+		case peer != nil && rec != nil && rec.GetIssuerFingerprint() != "" && peer.KeyFingerprint == rec.GetIssuerFingerprint():
+			x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByGenesisIssuerKey, CertFingerprint: peer.CertFingerprint}
+		case x.req.Header.Get(agtp.HeaderAuthorization) != "" && p.opts.CallerProof != callerproof.Off:
+			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByToken}
+			x.tokenPending = true
+		default:
+			if resp := p.unprovenClaim(x, id, anonymousOK); resp != nil || x.proof.IgnoredClaim != "" {
+				return resp
+			}
+		}
+	}
+	d := callerpolicy.Caller(rec)
+	if !d.Allowed {
+		return x.fail(d.Status, d.Reason, d.Explanation, d.Fields())
+	}
+	if x.proof.By == callerproof.ByCertificate {
+		if e := peer.VerifyAgent(rec, time.Now()); e != nil {
+			return x.fail(agtp.StatusUnauthorized, e.Reason, e.Explanation, nil)
+		}
+	}
+	x.caller, x.agentID = rec, id
+	if !x.tokenPending {
+		if resp := p.checkSession(x); resp != nil {
+			return resp
+		}
+	}
+	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
+		claimed, err := agtp.ParseScopes(raw)
+		if err != nil {
+			var pe *agtp.ProtocolError
+			if errors.As(err, &pe) {
+				return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, pe.Explanation, nil)
+			}
+			return x.fail(agtp.StatusAuthorizationRequired, callerpolicy.ReasonScopeClaimInvalid, err.Error(), nil)
+		}
+		if d := callerpolicy.ClaimedScopes(rec, claimed); !d.Allowed {
+			return x.fail(d.Status, d.Reason, d.Explanation, nil)
+		}
+	}
+	return nil
+}
+
+// unprovenClaim applies the caller_proof policy to an Agent-ID header
+// nothing proved. It returns a refusal, or nil with x.proof saying whether
+// the claim stands (Level 1) or was ignored (the request goes on as
+// anonymous).
+func (p *Pipeline) unprovenClaim(x *exchange, id string, anonymousOK bool) *agtp.Response {
+	switch p.opts.CallerProof {
+	case callerproof.Off:
+		x.proof = callerproof.Proof{Level: callerproof.LevelClaim, By: callerproof.ByClaim}
+		return nil
+	case callerproof.Informational:
+		if p.informational(x) {
+			x.proof = callerproof.Proof{Level: callerproof.LevelClaim, By: callerproof.ByClaim}
+			return nil
+		}
+		return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+			"this endpoint changes state: prove your Agent-ID with an Agent Certificate or a token naming it; a bare Agent-ID header is accepted only on informational endpoints", nil)
+	}
+	if anonymousOK {
+		x.proof.IgnoredClaim = id
+		return nil
+	}
+	return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+		"this server does not take a bare Agent-ID header as proof: present your Agent Certificate, or a token naming your Agent-ID", nil)
+}
+
+// informational reports whether the matched endpoint's semantic impact
+// is informational (read-only, AGTP-API §7.1).
+func (p *Pipeline) informational(x *exchange) bool {
+	if !x.matched || x.state == nil || x.decision.Endpoint == nil {
+		return false
+	}
+	ep := x.state.Endpoints[x.decision.Endpoint.Index]
+	return ep != nil && ep.Def != nil && ep.Def.Semantic.Impact == "informational"
+}
