@@ -68,7 +68,11 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	if err := os.WriteFile(policyFile, []byte(policyOptions), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts := e2e.Options{RedisURL: rc.URL(), Env: []string{"AGTP_POLICY_FILE=" + policyFile}}
+	// This test is about durability, not caller proof: its clients name
+	// agents with header claims, which the suites on loopback take as
+	// they are (caller_proof off), and it revokes as an operator over
+	// gRPC (lifecycle open, loopback only).
+	opts := e2e.Options{RedisURL: rc.URL(), Env: []string{"AGTP_POLICY_FILE=" + policyFile, "AGTP_CALLER_PROOF=off", "AGTP_LIFECYCLE_AUTH=open"}}
 	suites := []*e2e.Cluster{e2e.Start(t, opts), e2e.Start(t, opts)}
 	t.Cleanup(func() { checkNoCrossSlot(t, suites) })
 
