@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -582,6 +583,38 @@ func TestAGP(t *testing.T) {
 			t.Fatalf("revoke its own agent's key = %d %s", res.status, res.body)
 		}
 		agpError(t, own.do("POST", "/agp/discover", `{"businessId":"orders"}`), 401, "UNAUTHORIZED")
+
+		t.Run("a key an operator made global manages another agent's keys", func(t *testing.T) {
+			gk, err := keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "e2e ops", AgentId: buyer, Scopes: []string{"admin"}, Global: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			global := anon.with(gk.GetSecret())
+			if me := global.do("GET", "/keys/me", ""); me.status != 200 || me.json["global"] != true {
+				t.Fatalf("GET /keys/me = %d %s, want a global key", me.status, me.body)
+			}
+			minted := global.do("POST", "/keys", `{"label":"e2e for other","agentId":"`+other+`","scopes":["discover"]}`)
+			if minted.status != 201 || minted.str("agentId") != other || minted.json["global"] != false {
+				t.Fatalf("mint for another agent = %d %s", minted.status, minted.body)
+			}
+			if res := anon.with(minted.str("key")).do("POST", "/agp/discover", `{"businessId":"orders"}`); res.status != 200 {
+				t.Fatalf("discover with the key minted for %s = %d %s", other, res.status, res.body)
+			} else {
+				signed(t, res, other)
+			}
+			listed := global.do("GET", "/keys?agentId="+other, "")
+			ids := []string{}
+			for _, k := range listed.json["keys"].([]any) {
+				ids = append(ids, k.(map[string]any)["id"].(string))
+			}
+			if listed.status != 200 || !slices.Contains(ids, minted.str("id")) || !slices.Contains(ids, othersKey.GetKey().GetId()) {
+				t.Fatalf("GET /keys?agentId=%s = %d %s", other, listed.status, listed.body)
+			}
+			if res := global.do("DELETE", "/keys/"+othersKey.GetKey().GetId(), ""); res.status != 200 {
+				t.Fatalf("revoke another agent's key = %d %s", res.status, res.body)
+			}
+			agpError(t, anon.with(othersKey.GetSecret()).do("GET", "/keys/me", ""), 401, "UNAUTHORIZED")
+		})
 	})
 
 	t.Run("rate limits are policysvc's, with X-RateLimit headers", func(t *testing.T) {

@@ -216,7 +216,7 @@ func (h *Handler) authenticate(ctx context.Context, r *http.Request) authResult 
 // keyView is a key as AGP shows it (never its secret).
 func keyView(k *agpv1.ApiKey) map[string]any {
 	return map[string]any{
-		"id": k.GetId(), "label": k.GetLabel(), "agentId": k.GetAgentId(), "scopes": k.GetScopes(),
+		"id": k.GetId(), "label": k.GetLabel(), "agentId": k.GetAgentId(), "scopes": k.GetScopes(), "global": k.GetGlobal(),
 		"createdAt": k.GetCreatedAt().AsTime().UTC().Format(time.RFC3339),
 	}
 }
@@ -239,19 +239,20 @@ func (c *call) admin() bool {
 // manages reports whether the caller's admin key may manage the keys of
 // agentID. An admin key is bound to one Agent-ID like any key, and its
 // authority stops there: an agent's admin must not mint keys that act as
-// another agent, list their keys or revoke them.
+// another agent, list their keys or revoke them. Only a key an operator
+// made global (AgpService, never /keys) reaches every agent's keys.
 func (c *call) manages(agentID string) bool {
-	return agentID == c.key.GetAgentId()
+	return c.key.GetGlobal() || agentID == c.key.GetAgentId()
 }
 
 // foreignAgent refuses the management of another agent's keys; nothing is
-// changed. named is whether the caller named that agent: the agent of a
-// key named only by its id is not told.
-func (c *call) foreignAgent(agentID string, named bool) {
+// changed. agentID is the agent the caller named, "" when it named a key
+// only: that key's agent is not told.
+func (c *call) foreignAgent(agentID string) {
 	c.h.o.Log.WarnContext(c.r.Context(), "agp key management of another agent refused",
-		"key_id", c.key.GetId(), "key_agent_id", c.key.GetAgentId(), "agent_id", agentID)
+		"key_id", c.key.GetId(), "key_agent_id", c.key.GetAgentId(), "agent_id", agentID, "target_key_id", c.r.PathValue("id"))
 	details := map[string]any{"keyAgentId": c.key.GetAgentId()}
-	if named {
+	if agentID != "" {
 		details["agentId"] = agentID
 	}
 	c.writeError(&apiError{Status: http.StatusForbidden, Code: CodeAgentMismatch, Error: "Forbidden",
@@ -295,7 +296,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !c.manages(in.GetAgentId()) {
-		c.foreignAgent(in.GetAgentId(), true)
+		c.foreignAgent(in.GetAgentId())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -311,19 +312,19 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request) {
 	c.writeDirect(http.StatusCreated, v)
 }
 
-// listKeys serves GET /keys[?agentId=]: the keys of the admin key's own
-// agent unless agentId names another it manages.
+// listKeys serves GET /keys[?agentId=]: without agentId, the keys of the
+// admin key's own agent, or every key for a global admin key.
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	c := h.begin(w, r, "")
 	if !c.admin() {
 		return
 	}
 	agentID := r.URL.Query().Get("agentId")
-	if agentID == "" {
+	if agentID == "" && !c.key.GetGlobal() {
 		agentID = c.key.GetAgentId()
 	}
 	if !c.manages(agentID) {
-		c.foreignAgent(agentID, true)
+		c.foreignAgent(agentID)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -350,23 +351,18 @@ func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	id := r.PathValue("id")
-	// The key's agent decides, so it is looked up first; a key that does
-	// not exist is the same 404 RevokeApiKey would answer.
-	list, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{})
+	in := &agpv1.RevokeApiKeyRequest{Id: id}
+	if !c.key.GetGlobal() {
+		// policysvc checks the key's agent in the same step as the
+		// revocation, so a key rebound to another agent meanwhile is safe.
+		in.AgentId = c.key.GetAgentId()
+	}
+	_, err := h.o.Keys.RevokeApiKey(ctx, in)
+	if status.Code(err) == codes.PermissionDenied {
+		c.foreignAgent("")
+		return
+	}
 	if err != nil {
-		c.rpcError(err)
-		return
-	}
-	i := slices.IndexFunc(list.GetKeys(), func(k *agpv1.ApiKey) bool { return k.GetId() == id })
-	if i < 0 {
-		c.writeError(&apiError{Status: http.StatusNotFound, Code: "KEY_NOT_FOUND", Message: "no API key has this id"})
-		return
-	}
-	if agentID := list.GetKeys()[i].GetAgentId(); !c.manages(agentID) {
-		c.foreignAgent(agentID, false)
-		return
-	}
-	if _, err := h.o.Keys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: id}); err != nil {
 		c.rpcError(err)
 		return
 	}

@@ -16,10 +16,11 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// TestAdminKeyManagesItsOwnAgent drives /keys with an admin key against a
-// real policysvc: the key manages the keys of its own agent, and every
-// attempt on another agent's keys is a 403 AGENT_MISMATCH that leaves
-// them as they were.
+// TestAdminKeyManagesItsOwnAgent drives /keys with admin keys against a
+// real policysvc: an admin key manages the keys of its own agent, and
+// every attempt on another agent's keys is a 403 AGENT_MISMATCH that
+// leaves them as they were; a key an operator made global manages every
+// agent's keys.
 func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 	const (
 		agentA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -35,8 +36,10 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 		return must(keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "test", AgentId: agent, Scopes: scopes}))(t)
 	}
 	adminA := mint(agentA, "admin").GetSecret()
+	globalA := must(keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "ops", AgentId: agentA, Scopes: []string{"admin"}, Global: true}))(t).GetSecret()
 	keyA := mint(agentA, "query").GetKey()
 	keyB := mint(agentB, "query").GetKey()
+	keyB2 := mint(agentB, "query").GetKey()
 	// keysOf is what policysvc holds for an agent, for the before/after
 	// comparison of a refused call.
 	keysOf := func(agent string) []*agpv1.ApiKey {
@@ -53,6 +56,9 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 		code         string
 		// agentID is the details.agentId a refusal names ("" for none).
 		agentID string
+		// global: the call is made with the global admin key, and may
+		// change agent B's keys.
+		global bool
 	}{
 		{name: "create for another agent", method: "POST", path: "/keys", body: `{"agentId":"` + agentB + `","scopes":["admin"]}`,
 			status: 403, code: CodeAgentMismatch, agentID: agentB},
@@ -63,6 +69,10 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 		{name: "create for its own agent by default", method: "POST", path: "/keys", body: `{"label":"mine"}`, status: 201},
 		{name: "list its own agent's keys", method: "GET", path: "/keys?agentId=" + agentA, status: 200},
 		{name: "revoke its own agent's key", method: "DELETE", path: "/keys/" + keyA.GetId(), status: 200},
+		{name: "global is not set through /keys", method: "POST", path: "/keys", body: `{"scopes":["admin"],"global":true}`, status: 400, code: CodeValidation},
+		{name: "global: list another agent's keys", method: "GET", path: "/keys?agentId=" + agentB, status: 200, global: true},
+		{name: "global: create for another agent", method: "POST", path: "/keys", body: `{"agentId":"` + agentB + `","scopes":["query"]}`, status: 201, global: true},
+		{name: "global: revoke another agent's key", method: "DELETE", path: "/keys/" + keyB2.GetId(), status: 200, global: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r *http.Request
@@ -72,7 +82,11 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 			} else {
 				r = httptest.NewRequest(tc.method, tc.path, nil)
 			}
-			r.Header.Set("X-Api-Key", adminA)
+			wantAgent := agentA
+			if r.Header.Set("X-Api-Key", adminA); tc.global {
+				r.Header.Set("X-Api-Key", globalA)
+				wantAgent = agentB
+			}
 			w := httptest.NewRecorder()
 			mux.ServeHTTP(w, r)
 			var body map[string]any
@@ -92,44 +106,50 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 					t.Fatalf("details %v, want keyAgentId %s and agentId %q", details, agentA, tc.agentID)
 				}
 			}
-			if tc.status == 201 && body["agentId"] != agentA {
-				t.Fatalf("created %v, want a key of %s", body, agentA)
+			if tc.status == 201 && (body["agentId"] != wantAgent || body["global"] != false) {
+				t.Fatalf("created %v, want a key of %s that is not global", body, wantAgent)
 			}
 			if tc.status == 200 && tc.method == "GET" {
 				list, _ := body["keys"].([]any)
 				for _, k := range list {
-					if k.(map[string]any)["agentId"] != agentA {
-						t.Fatalf("listed %v: another agent's key", k)
+					if k.(map[string]any)["agentId"] != wantAgent {
+						t.Fatalf("listed %v: a key of another agent than %s", k, wantAgent)
 					}
 				}
 			}
-			if after := keysOf(agentB); !slices.EqualFunc(after, beforeB, func(a, b *agpv1.ApiKey) bool { return proto.Equal(a, b) }) {
+			after := keysOf(agentB)
+			if !tc.global && !slices.EqualFunc(after, beforeB, func(a, b *agpv1.ApiKey) bool { return proto.Equal(a, b) }) {
 				t.Fatalf("agent B's keys changed: %v, were %v", after, beforeB)
 			}
+			beforeB = after
 		})
 	}
 
-	t.Run("GET /keys lists its own agent's keys only", func(t *testing.T) {
-		r := httptest.NewRequest("GET", "/keys", nil)
-		r.Header.Set("X-Api-Key", adminA)
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, r)
-		var body struct {
-			Keys []struct {
-				ID      string `json:"id"`
-				AgentID string `json:"agentId"`
-			} `json:"keys"`
-		}
-		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 {
-			t.Fatalf("GET /keys = %d %s (%v)", w.Code, w.Body, err)
-		}
-		if want := len(keysOf(agentA)); len(body.Keys) != want {
-			t.Fatalf("listed %d keys, want agent A's %d", len(body.Keys), want)
-		}
-		for _, k := range body.Keys {
-			if k.AgentID != agentA {
-				t.Fatalf("listed key %s of %s", k.ID, k.AgentID)
+	// GET /keys without agentId: its own agent's keys, or every key for a
+	// global admin key.
+	for _, tc := range []struct {
+		name, key string
+		want      int
+	}{
+		{"admin key", adminA, len(keysOf(agentA))},
+		{"global admin key", globalA, len(keysOf(agentA)) + len(keysOf(agentB))},
+	} {
+		t.Run("GET /keys with the "+tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/keys", nil)
+			r.Header.Set("X-Api-Key", tc.key)
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, r)
+			var body struct {
+				Keys []struct {
+					AgentID string `json:"agentId"`
+				} `json:"keys"`
 			}
-		}
-	})
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 {
+				t.Fatalf("GET /keys = %d %s (%v)", w.Code, w.Body, err)
+			}
+			if len(body.Keys) != tc.want {
+				t.Fatalf("listed %d keys, want %d", len(body.Keys), tc.want)
+			}
+		})
+	}
 }

@@ -224,11 +224,19 @@ const (
 	fieldAgent   = "agent_id"
 	fieldScopes  = "scopes"
 	fieldCreated = "created"
+	// fieldGlobal is "1" on a global key; records written before global
+	// keys existed lack it and are not global.
+	fieldGlobal = "global"
 )
 
 func keyFields(k *agpv1.ApiKey) []any {
+	global := "0"
+	if k.GetGlobal() {
+		global = "1"
+	}
 	return []any{fieldID, k.GetId(), fieldLabel, k.GetLabel(), fieldAgent, k.GetAgentId(),
-		fieldScopes, strings.Join(k.GetScopes(), " "), fieldCreated, strconv.FormatInt(k.GetCreatedAt().AsTime().UnixMilli(), 10)}
+		fieldScopes, strings.Join(k.GetScopes(), " "), fieldCreated, strconv.FormatInt(k.GetCreatedAt().AsTime().UnixMilli(), 10),
+		fieldGlobal, global}
 }
 
 func keyFromHash(m map[string]string) *agpv1.ApiKey {
@@ -236,6 +244,7 @@ func keyFromHash(m map[string]string) *agpv1.ApiKey {
 	return &agpv1.ApiKey{
 		Id: m[fieldID], Label: m[fieldLabel], AgentId: m[fieldAgent],
 		Scopes: strings.Fields(m[fieldScopes]), CreatedAt: timestamppb.New(time.UnixMilli(ms)),
+		Global: m[fieldGlobal] == "1",
 	}
 }
 
@@ -245,7 +254,7 @@ func (s *Server) CreateApiKey(ctx context.Context, in *agpv1.CreateApiKeyRequest
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
-	k, err := s.store(ctx, "key_"+strings.ReplaceAll(uuid.NewString(), "-", "")[:20], in.GetLabel(), in.GetAgentId(), in.GetScopes(), agpkey.Hash(secret))
+	k, err := s.store(ctx, "key_"+strings.ReplaceAll(uuid.NewString(), "-", "")[:20], in.GetLabel(), in.GetAgentId(), in.GetScopes(), in.GetGlobal(), agpkey.Hash(secret))
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +269,7 @@ func (s *Server) ImportApiKey(ctx context.Context, in *agpv1.ImportApiKeyRequest
 	if in.GetId() == "" || !printable(in.GetId(), maxKeyID) || strings.ContainsAny(in.GetId(), " /{}") {
 		return nil, grpcerr.InvalidArgument("invalid-key-id", fmt.Sprintf("id must be 1–%d printable characters without spaces, '/' or braces", maxKeyID))
 	}
-	k, err := s.store(ctx, in.GetId(), in.GetLabel(), in.GetAgentId(), in.GetScopes(), in.GetKeySha256())
+	k, err := s.store(ctx, in.GetId(), in.GetLabel(), in.GetAgentId(), in.GetScopes(), in.GetGlobal(), in.GetKeySha256())
 	if err != nil {
 		return nil, err
 	}
@@ -291,12 +300,15 @@ return 'ok'
 `)
 
 // revokeScript deletes a key and publishes the revocation in one step,
-// if the id still maps to the hash the caller read.
+// if the id still maps to the hash and the record to the agent the caller
+// read: the event names that agent, and a revocation limited to one
+// agent's keys must not reach a key rebound to another meanwhile.
 //
 // KEYS[1] index, KEYS[2] the record; ARGV[1] id, ARGV[2] hash, ARGV[3]
-// channel, ARGV[4] event.
+// channel, ARGV[4] event, ARGV[5] agent.
 var revokeScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if (redis.call('HGET', KEYS[2], 'agent_id') or '') ~= ARGV[5] then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[3], ARGV[4])
@@ -318,8 +330,9 @@ func (s *Server) event(change agpv1.ApiKeyChange, id, agentID string, hashes ...
 
 // store writes a key record and its index entry in one step, replacing an
 // earlier key with the same id; a replacement is announced to every
-// WatchKeyEvents watcher.
-func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []string, hash string) (*agpv1.ApiKey, error) {
+// WatchKeyEvents watcher, so a front door also drops a key whose global
+// flag changed.
+func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []string, global bool, hash string) (*agpv1.ApiKey, error) {
 	if err := checkAgent(agentID); err != nil {
 		return nil, err
 	}
@@ -330,7 +343,12 @@ func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []
 	if err != nil {
 		return nil, err
 	}
-	k := &agpv1.ApiKey{Id: id, Label: label, AgentId: agentID, Scopes: sc, CreatedAt: timestamppb.New(s.opts.Now().UTC().Truncate(time.Millisecond))}
+	// Global widens the admin scope only; on any other key it would be a
+	// flag that does nothing until someone adds admin, and then too much.
+	if global && !slices.Contains(sc, ScopeAdmin) && !slices.Contains(sc, ScopeAll) {
+		return nil, grpcerr.InvalidArgument("invalid-global", "only a key with the admin scope (or *) can be global")
+	}
+	k := &agpv1.ApiKey{Id: id, Label: label, AgentId: agentID, Scopes: sc, Global: global, CreatedAt: timestamppb.New(s.opts.Now().UTC().Truncate(time.Millisecond))}
 	for range casAttempts {
 		old, err := s.rdb.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -360,7 +378,7 @@ func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []
 		case "conflict":
 			return nil, grpcerr.Conflict("api-key-exists", "another key already has this secret")
 		case "ok":
-			s.log.InfoContext(ctx, "agp api key stored", "key_id", id, "agent_id", agentID, "scopes", sc, "replaced", old != "")
+			s.log.InfoContext(ctx, "agp api key stored", "key_id", id, "agent_id", agentID, "scopes", sc, "global", global, "replaced", old != "")
 			return k, nil
 		}
 	}
@@ -405,11 +423,18 @@ func (s *Server) ListApiKeys(ctx context.Context, in *agpv1.ListApiKeysRequest) 
 }
 
 // RevokeApiKey deletes a key and announces it to every WatchKeyEvents
-// watcher, so front doors drop it from their caches at once.
+// watcher, so front doors drop it from their caches at once. With an
+// agent_id, only a key of that agent is revoked: the front door's /keys
+// revokes for a non-global admin key this way.
 func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest) (*agpv1.RevokeApiKeyResponse, error) {
 	id := in.GetId()
 	if id == "" || len(id) > maxKeyID {
 		return nil, grpcerr.InvalidArgument("invalid-key-id", "id is required")
+	}
+	if in.GetAgentId() != "" {
+		if err := checkAgent(in.GetAgentId()); err != nil {
+			return nil, err
+		}
 	}
 	for range casAttempts {
 		hash, err := s.rdb.HGet(ctx, rediskeys.AGPKeyIndex, id).Result()
@@ -423,11 +448,15 @@ func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, storeErr("revoke key", err)
 		}
+		if in.GetAgentId() != "" && agentID != in.GetAgentId() {
+			s.log.InfoContext(ctx, "agp api key revocation refused: another agent's key", "key_id", id, "agent_id", in.GetAgentId())
+			return nil, grpcerr.PermissionDenied("api-key-other-agent", "the key is bound to another agent")
+		}
 		ev, err := s.event(agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED, id, agentID, hash)
 		if err != nil {
 			return nil, grpcerr.Internal(err)
 		}
-		done, err := revokeScript.Run(ctx, s.rdb, []string{rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash)}, id, hash, rediskeys.AGPKeyEvents, ev).Int()
+		done, err := revokeScript.Run(ctx, s.rdb, []string{rediskeys.AGPKeyIndex, rediskeys.AGPKey(hash)}, id, hash, rediskeys.AGPKeyEvents, ev, agentID).Int()
 		if err != nil {
 			return nil, storeErr("revoke key", err)
 		}

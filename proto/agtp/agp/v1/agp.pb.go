@@ -84,8 +84,13 @@ type ApiKey struct {
 	// The canonical Agent-ID the key authenticates as.
 	AgentId string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// A subset of discover, query, execute, admin (or "*").
-	Scopes        []string               `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Scopes    []string               `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// An admin key manages the keys of its own agent only, unless an
+	// operator made it global: then it manages every agent's keys. Set only
+	// through this service (CreateApiKey, ImportApiKey); the front door's
+	// /keys never sets it.
+	Global        bool `protobuf:"varint,6,opt,name=global,proto3" json:"global,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -155,12 +160,21 @@ func (x *ApiKey) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ApiKey) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
+}
+
 // CreateApiKeyRequest names the key's agent and scopes.
 type CreateApiKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Label         string                 `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
-	AgentId       string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	Scopes        []string               `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Label   string                 `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	AgentId string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Scopes  []string               `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// See ApiKey.global.
+	Global        bool `protobuf:"varint,4,opt,name=global,proto3" json:"global,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +228,13 @@ func (x *CreateApiKeyRequest) GetScopes() []string {
 		return x.Scopes
 	}
 	return nil
+}
+
+func (x *CreateApiKeyRequest) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
 }
 
 // CreateApiKeyResponse carries the secret, shown once.
@@ -277,7 +298,9 @@ type ImportApiKeyRequest struct {
 	AgentId string                 `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	Scopes  []string               `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// 64 lowercase hex characters.
-	KeySha256     string `protobuf:"bytes,5,opt,name=key_sha256,json=keySha256,proto3" json:"key_sha256,omitempty"`
+	KeySha256 string `protobuf:"bytes,5,opt,name=key_sha256,json=keySha256,proto3" json:"key_sha256,omitempty"`
+	// See ApiKey.global.
+	Global        bool `protobuf:"varint,6,opt,name=global,proto3" json:"global,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +368,13 @@ func (x *ImportApiKeyRequest) GetKeySha256() string {
 		return x.KeySha256
 	}
 	return ""
+}
+
+func (x *ImportApiKeyRequest) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
 }
 
 // ImportApiKeyResponse is the stored key.
@@ -484,8 +514,12 @@ func (x *ListApiKeysResponse) GetKeys() []*ApiKey {
 
 // RevokeApiKeyRequest names the key.
 type RevokeApiKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When set, the key is revoked only if it is bound to this Agent-ID,
+	// checked in the same step as the revocation; a key of another agent is
+	// PERMISSION_DENIED and nothing changes.
+	AgentId       string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +557,13 @@ func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
 func (x *RevokeApiKeyRequest) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *RevokeApiKeyRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
 	}
 	return ""
 }
@@ -1391,36 +1432,40 @@ var File_agtp_agp_v1_agp_proto protoreflect.FileDescriptor
 
 const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\n" +
-	"\x15agtp/agp/v1/agp.proto\x12\vagtp.agp.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x01\n" +
+	"\x15agtp/agp/v1/agp.proto\x12\vagtp.agp.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x19\n" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"^\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06global\x18\x06 \x01(\bR\x06global\"v\n" +
 	"\x13CreateApiKeyRequest\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"U\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06global\x18\x04 \x01(\bR\x06global\"U\n" +
 	"\x14CreateApiKeyResponse\x12%\n" +
 	"\x03key\x18\x01 \x01(\v2\x13.agtp.agp.v1.ApiKeyR\x03key\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x8d\x01\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xa5\x01\n" +
 	"\x13ImportApiKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x19\n" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1d\n" +
 	"\n" +
-	"key_sha256\x18\x05 \x01(\tR\tkeySha256\"=\n" +
+	"key_sha256\x18\x05 \x01(\tR\tkeySha256\x12\x16\n" +
+	"\x06global\x18\x06 \x01(\bR\x06global\"=\n" +
 	"\x14ImportApiKeyResponse\x12%\n" +
 	"\x03key\x18\x01 \x01(\v2\x13.agtp.agp.v1.ApiKeyR\x03key\"/\n" +
 	"\x12ListApiKeysRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\">\n" +
 	"\x13ListApiKeysResponse\x12'\n" +
-	"\x04keys\x18\x01 \x03(\v2\x13.agtp.agp.v1.ApiKeyR\x04keys\"%\n" +
+	"\x04keys\x18\x01 \x03(\v2\x13.agtp.agp.v1.ApiKeyR\x04keys\"@\n" +
 	"\x13RevokeApiKeyRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\"\x16\n" +
 	"\x14RevokeApiKeyResponse\"\x17\n" +
 	"\x15WatchKeyEventsRequest\"\xf7\x01\n" +
 	"\x16WatchKeyEventsResponse\x12\x1e\n" +
