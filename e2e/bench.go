@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -96,22 +97,23 @@ type BenchOptions struct {
 
 // Scenario names, in run order.
 const (
-	ScenarioLatency        = "latency"          // QUERY /orders/{id}, TCP, one request in flight
-	ScenarioLatencyMix     = "latency-mix"      // the mix, TCP, one request in flight
-	ScenarioThroughput     = "throughput"       // QUERY /orders/{id}, TCP, Concurrency in flight
-	ScenarioThroughputMix  = "throughput-mix"   // the mix, TCP, Concurrency in flight
-	ScenarioNewConn        = "new-conn"         // QUERY /orders/{id}, a new TLS connection per request
-	ScenarioNewConnResumed = "new-conn-resumed" // the same, resuming the TLS session from a ticket
-	ScenarioQUICLatency    = "quic-latency"     // QUERY /orders/{id}, QUIC, one request in flight
-	ScenarioQUICThroughput = "quic-throughput"  // QUERY /orders/{id}, QUIC, Concurrency in flight
-	ScenarioSweep          = "sweep"            // the mix, open loop at rising offered loads
-	ScenarioIdle           = "idle"             // front-door memory with IdleConns idle TLS connections
-	ScenarioAbuse          = "abuse"            // well-behaved clients' latency with each kind of abuse alongside
-	ScenarioTuned          = "tuned"            // latency and throughput again, on a suite started with TunedEnv
+	ScenarioLatency          = "latency"           // QUERY /orders/{id}, TCP, one request in flight
+	ScenarioLatencyMix       = "latency-mix"       // the mix, TCP, one request in flight
+	ScenarioThroughput       = "throughput"        // QUERY /orders/{id}, TCP, Concurrency in flight
+	ScenarioThroughputClaims = "throughput-claims" // the same with bare Agent-ID headers instead of Agent Certificates
+	ScenarioThroughputMix    = "throughput-mix"    // the mix, TCP, Concurrency in flight
+	ScenarioNewConn          = "new-conn"          // QUERY /orders/{id}, a new TLS connection per request
+	ScenarioNewConnResumed   = "new-conn-resumed"  // the same, resuming the TLS session from a ticket
+	ScenarioQUICLatency      = "quic-latency"      // QUERY /orders/{id}, QUIC, one request in flight
+	ScenarioQUICThroughput   = "quic-throughput"   // QUERY /orders/{id}, QUIC, Concurrency in flight
+	ScenarioSweep            = "sweep"             // the mix, open loop at rising offered loads
+	ScenarioIdle             = "idle"              // front-door memory with IdleConns idle TLS connections
+	ScenarioAbuse            = "abuse"             // well-behaved clients' latency with each kind of abuse alongside
+	ScenarioTuned            = "tuned"             // latency and throughput again, on a suite started with TunedEnv
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputMix,
+var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix,
 	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned}
 
 // DefaultTunedEnv is what the "tuned" scenario changes, each found by
@@ -248,16 +250,20 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	closed := []struct {
 		name string
 		cfg  loadgen.Config
+		// claims sends bare Agent-ID headers instead of presenting the
+		// agents' certificates: the comparison for what proof costs.
+		claims bool
 	}{
-		{ScenarioLatency, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: loadgen.PipelineMix}},
-		{ScenarioLatencyMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: o.Mix}},
-		{ScenarioThroughput, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}},
-		{ScenarioThroughputMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix}},
-		{ScenarioNewConn, loadgen.Config{Transport: loadgen.TransportTCPNew, Concurrency: o.NewConnConcurrency, Mix: loadgen.PipelineMix}},
+		{ScenarioLatency, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: loadgen.PipelineMix}, false},
+		{ScenarioLatencyMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: 1, Mix: o.Mix}, false},
+		{ScenarioThroughput, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}, false},
+		{ScenarioThroughputClaims, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}, true},
+		{ScenarioThroughputMix, loadgen.Config{Transport: loadgen.TransportTCP, Concurrency: o.Concurrency, Mix: o.Mix}, false},
+		{ScenarioNewConn, loadgen.Config{Transport: loadgen.TransportTCPNew, Concurrency: o.NewConnConcurrency, Mix: loadgen.PipelineMix}, false},
 		{ScenarioNewConnResumed, loadgen.Config{Transport: loadgen.TransportTCPNew, Concurrency: o.NewConnConcurrency, Mix: loadgen.PipelineMix,
-			Target: loadgen.Target{Resume: true}}},
-		{ScenarioQUICLatency, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: 1, Mix: loadgen.PipelineMix}},
-		{ScenarioQUICThroughput, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}},
+			Target: loadgen.Target{Resume: true}}, false},
+		{ScenarioQUICLatency, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: 1, Mix: loadgen.PipelineMix}, false},
+		{ScenarioQUICThroughput, loadgen.Config{Transport: loadgen.TransportQUIC, Concurrency: o.Concurrency, Mix: loadgen.PipelineMix}, false},
 	}
 	if o.runs(ScenarioLatency) {
 		progress("floors: round trips without work, one at a time")
@@ -269,7 +275,7 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 		if !o.runs(sc.name) {
 			continue
 		}
-		r, err := s.run(ctx, sc.name, sc.cfg)
+		r, err := s.runAs(ctx, sc.name, sc.cfg, !sc.claims)
 		if err != nil {
 			return rep, err
 		}
@@ -361,6 +367,7 @@ type benchSuite struct {
 	target   loadgen.Target
 	procs    map[string]int
 	agents   []string
+	certs    []tls.Certificate // the agents' Agent Certificates
 	pprof    map[string]string
 	progress func(string, ...any)
 }
@@ -375,9 +382,11 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	progress("starting %s", what)
 	// Warn level: the harness keeps process output in memory, and
 	// per-request logging is not what is being measured.
-	// The load generator sends header claims, which the suite takes as
-	// proof only with caller_proof off (loopback only).
-	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=off"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
+	// The load generator calls as the agents, with their Agent
+	// Certificates; caller_proof informational also takes bare headers on
+	// read-only endpoints, so that the throughput-claims scenario measures
+	// the same QUERY without proof, side by side.
+	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=informational"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
 	s := &benchSuite{o: o, pprof: map[string]string{}, progress: progress}
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
@@ -416,19 +425,30 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	}
 	progress("registering %d agents", o.Agents)
 	s.agents = make([]string, o.Agents)
+	s.certs = make([]tls.Certificate, o.Agents)
 	for i := range s.agents {
 		if s.agents[i], err = s.c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), "orders:read", "orders:write", "documents:read", "reports:run"); err != nil {
 			return nil, err
 		}
+		s.certs[i] = *AgentCertificate(s.agents[i])
 	}
 	return s, nil
 }
 
 // run is one load run against the suite, with the suite's target,
-// agents and processes filled in.
+// agents (calling with their Agent Certificates) and processes filled in.
 func (s *benchSuite) run(ctx context.Context, name string, cfg loadgen.Config) (*loadgen.Result, error) {
+	return s.runAs(ctx, name, cfg, true)
+}
+
+// runAs is run, with the agents presenting their certificates or, without
+// withCerts, naming themselves in a bare Agent-ID header.
+func (s *benchSuite) runAs(ctx context.Context, name string, cfg loadgen.Config, withCerts bool) (*loadgen.Result, error) {
 	resume := cfg.Target.Resume
 	cfg.Name, cfg.Target, cfg.Agents, cfg.Procs = name, s.target, s.agents, s.procs
+	if withCerts {
+		cfg.AgentCerts = s.certs
+	}
 	cfg.Target.Resume = resume
 	if cfg.Warmup == 0 {
 		cfg.Warmup = s.o.Warmup

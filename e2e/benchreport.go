@@ -19,6 +19,9 @@ const (
 	TargetNewConnPerCore = 1000    // requests per second per front-door core, new TLS connection each
 	TargetIdleConns      = 10000   // idle connections held ...
 	TargetIdleRSS        = 1 << 30 // ... in less than this much front-door memory
+	// TargetProofRatio is the least throughput with Agent Certificates,
+	// as a share of the same load with bare Agent-ID headers.
+	TargetProofRatio = 0.95
 )
 
 // Verdict is one target checked against a measurement.
@@ -48,6 +51,13 @@ func (r *BenchReport) Verdicts() []Verdict {
 			v = append(v, Verdict{"one request in flight: p50 ≤ 1 ms" + label, loadgen.Ms(t.Latency.P50) + " ms", t.Latency.P50 <= TargetP50, ""})
 			v = append(v, Verdict{"one request in flight: p99 ≤ 5 ms" + label, loadgen.Ms(t.Latency.P99) + " ms", t.Latency.P99 <= TargetP99, ""})
 		}
+	}
+	if certs, claims := r.Runs[ScenarioThroughput], r.Runs[ScenarioThroughputClaims]; certs != nil && claims != nil && claims.Throughput > 0 {
+		ratio := certs.Throughput / claims.Throughput
+		v = append(v, Verdict{fmt.Sprintf("throughput with Agent Certificates within %.0f%% of bare Agent-ID headers, side by side", 100*(1-TargetProofRatio)),
+			fmt.Sprintf("×%.3f", ratio), ratio >= TargetProofRatio,
+			fmt.Sprintf("%.0f against %.0f req/s; front door %.0f against %.0f req per CPU-second",
+				certs.Throughput, claims.Throughput, certs.PerCPUSecond("frontdoor"), claims.PerCPUSecond("frontdoor"))})
 	}
 	if t := r.Runs[ScenarioNewConn]; t != nil {
 		pc := t.PerCPUSecond("frontdoor")

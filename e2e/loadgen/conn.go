@@ -45,6 +45,9 @@ type Target struct {
 	// opened from (any 127.0.0.0/8 address works on Linux loopback), so
 	// that a server's per-address limits see distinct clients.
 	Source string
+	// Certificate, when set, is presented as the client certificate: an
+	// agent's Agent Certificate, which proves its Agent-ID.
+	Certificate *tls.Certificate
 }
 
 // dialer opens TCP connections from t.Source.
@@ -57,7 +60,11 @@ func (t Target) dialer() *net.Dialer {
 }
 
 func (t Target) tlsConfig() *tls.Config {
-	return agtp.ClientTLSConfig(t.ServerName, t.Roots)
+	conf := agtp.ClientTLSConfig(t.ServerName, t.Roots)
+	if t.Certificate != nil {
+		conf.Certificates = []tls.Certificate{*t.Certificate}
+	}
+	return conf
 }
 
 // responseLimits bound what the generator reads: manifests are answers,

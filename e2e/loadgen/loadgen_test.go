@@ -111,7 +111,7 @@ func TestPickerFollowsWeights(t *testing.T) {
 
 func TestReplaysRepeatKeyBodyAndAgentOfASuccessfulCreate(t *testing.T) {
 	ag := agents(3)
-	b := &builder{agents: ag, static: staticRequests(ag)}
+	b := &builder{agents: ag, static: staticRequests(ag), pinned: -1}
 	r := rand.New(rand.NewPCG(5, 6))
 	replayOp := indexOf(OpReplay)
 	req, agent, op := b.build(replayOp, r)

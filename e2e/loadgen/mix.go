@@ -141,6 +141,9 @@ const summarizeText = "The quarterly report shows steady growth in all regions. 
 // are built once and shared: agtp.Request.Write only reads them.
 type builder struct {
 	agents []string
+	// pinned is the one agent this worker speaks for (its connection is
+	// that agent's), or -1 for any.
+	pinned int
 	worker int
 	seq    uint64
 	// static[agent][op] is the prebuilt request, nil for dynamic ops.
@@ -221,7 +224,10 @@ func staticRequest(op, agent string) *agtp.Request {
 // replay yet is a fresh CREATE.
 func (b *builder) build(op int, r *rand.Rand) (*agtp.Request, int, int) {
 	agent := 0
-	if len(b.agents) > 1 {
+	switch {
+	case b.pinned >= 0:
+		agent = b.pinned
+	case len(b.agents) > 1:
 		agent = r.IntN(len(b.agents))
 	}
 	switch Ops[op] {

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -58,6 +59,11 @@ type Config struct {
 	// Agents are the canonical Agent-IDs requests are sent as, picked at
 	// random per request.
 	Agents []string
+	// AgentCerts, aligned with Agents, are their Agent Certificates. With
+	// them every connection is one agent's: it presents that agent's
+	// certificate and carries only that agent's requests, as a real agent
+	// does. Without them the Agent-ID header is the only claim.
+	AgentCerts []tls.Certificate
 	// Procs are the processes whose CPU time the run measures, by name.
 	Procs map[string]int
 	// Seed makes the request sequence repeatable; zero picks one.
@@ -121,6 +127,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	} else if mix.needsAgent() && len(c.Agents) == 0 {
 		errs = append(errs, errors.New("the mix sends requests as an agent, but no Agent-IDs are given"))
+	}
+	if len(c.AgentCerts) > 0 && len(c.AgentCerts) != len(c.Agents) {
+		errs = append(errs, fmt.Errorf("%d agent certificates for %d agents", len(c.AgentCerts), len(c.Agents)))
 	}
 	return errors.Join(errs...)
 }
@@ -258,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	senders, closeAll, err := openSenders(ctx, c)
+	senders, agentOf, closeAll, err := openSenders(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	var wg sync.WaitGroup
 	for w := range c.Concurrency {
-		b := &builder{agents: c.Agents, worker: w, static: static}
+		b := &builder{agents: c.Agents, worker: w, static: static, pinned: agentOf[w]}
 		rng := rand.New(rand.NewPCG(c.Seed, uint64(w)))
 		snd := senders[w]
 		one := func(due time.Time, record bool) {
@@ -444,47 +453,63 @@ func snapshot(procs map[string]int) cpuSnapshot {
 }
 
 // openSenders dials what the workers use: one sender per worker.
-func openSenders(ctx context.Context, c Config) ([]sender, func(), error) {
+func openSenders(ctx context.Context, c Config) ([]sender, []int, func(), error) {
 	senders := make([]sender, c.Concurrency)
+	// agentOf[w] is the agent worker w speaks for when connections are
+	// agents' own (AgentCerts), else -1: any agent, per request.
+	agentOf := make([]int, c.Concurrency)
 	var closers []func()
 	closeAll := func() {
 		for _, f := range closers {
 			f()
 		}
 	}
+	// target is connection i's: with AgentCerts, agent i%len(Agents)'s.
+	target := func(i int) (Target, int) {
+		if len(c.AgentCerts) == 0 {
+			return c.Target, -1
+		}
+		t, a := c.Target, i%len(c.AgentCerts)
+		t.Certificate = &c.AgentCerts[a]
+		return t, a
+	}
 	switch c.Transport {
 	case TransportTCP:
-		conf := c.Target.tlsConfig()
 		slots := make([]*tcpSlot, c.Connections)
+		slotAgent := make([]int, c.Connections)
 		for i := range slots {
-			slots[i] = &tcpSlot{t: c.Target, conf: conf}
+			t, a := target(i)
+			slots[i], slotAgent[i] = &tcpSlot{t: t, conf: t.tlsConfig()}, a
 			closers = append(closers, slots[i].close)
 			if _, err := slots[i].get(ctx); err != nil {
 				closeAll()
-				return nil, nil, fmt.Errorf("dial %s: %w", c.Target.Addr, err)
+				return nil, nil, nil, fmt.Errorf("dial %s: %w", c.Target.Addr, err)
 			}
 		}
 		for w := range senders {
-			senders[w] = slots[w%len(slots)]
+			senders[w], agentOf[w] = slots[w%len(slots)], slotAgent[w%len(slots)]
 		}
 	case TransportTCPNew:
 		for w := range senders {
-			senders[w] = newNewConnSender(c.Target)
+			t, a := target(w)
+			senders[w], agentOf[w] = newNewConnSender(t), a
 		}
 	case TransportQUIC:
 		conns := make([]*quicSender, c.Connections)
+		connAgent := make([]int, c.Connections)
 		for i := range conns {
-			qc, err := dialQUIC(ctx, c.Target)
+			t, a := target(i)
+			qc, err := dialQUIC(ctx, t)
 			if err != nil {
 				closeAll()
-				return nil, nil, fmt.Errorf("dial QUIC %s: %w", c.Target.Addr, err)
+				return nil, nil, nil, fmt.Errorf("dial QUIC %s: %w", c.Target.Addr, err)
 			}
-			conns[i] = &quicSender{conn: qc}
+			conns[i], connAgent[i] = &quicSender{conn: qc}, a
 			closers = append(closers, conns[i].close)
 		}
 		for w := range senders {
-			senders[w] = conns[w%len(conns)]
+			senders[w], agentOf[w] = conns[w%len(conns)], connAgent[w%len(conns)]
 		}
 	}
-	return senders, closeAll, nil
+	return senders, agentOf, closeAll, nil
 }
