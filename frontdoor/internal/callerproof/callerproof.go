@@ -228,5 +228,10 @@ type Delegated struct {
 	Level int
 }
 
-// ByDelegation names a caller proven by a verified DELEGATE.
-const ByDelegation = "delegation"
+// Proofs that come from a DELEGATE: ByDelegation for the calls a verified
+// DELEGATE runs as its delegatee, ByDelegationToken for a DELEGATE
+// forwarded by another server, whose delegator signed its token.
+const (
+	ByDelegation      = "delegation"
+	ByDelegationToken = "delegation-token"
+)

@@ -1,8 +1,13 @@
 package pipeline
 
 import (
+	"cmp"
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
@@ -100,6 +105,11 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 		switch {
 		case peer != nil && rec != nil && rec.GetIssuerFingerprint() != "" && peer.KeyFingerprint == rec.GetIssuerFingerprint():
 			x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByGenesisIssuerKey, CertFingerprint: peer.CertFingerprint}
+		case rec != nil && delegationSignedBy(x, id, rec.GetIssuerPublicKey()):
+			// A DELEGATE from another server: the delegator's token,
+			// signed with its Genesis issuer key, is its proof; the
+			// handler checks the rest of the token.
+			x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByDelegationToken}
 		case x.req.Header.Get(agtp.HeaderAuthorization) != "" && p.opts.CallerProof != callerproof.Off:
 			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByToken}
 			x.tokenPending = true
@@ -173,4 +183,35 @@ func (p *Pipeline) informational(x *exchange) bool {
 	}
 	ep := x.state.Endpoints[x.decision.Endpoint.Index]
 	return ep != nil && ep.Def != nil && ep.Def.Semantic.Impact == "informational"
+}
+
+// delegationSignedBy reports whether a DELEGATE carries a delegation
+// token (core §7.2.9) that agentID's Genesis issuer key signed for
+// agentID as the delegator. That is what a DELEGATE forwarded by another
+// server can prove about its delegator; expiry, delegatee, scope and task
+// are the handler's to check.
+func delegationSignedBy(x *exchange, agentID string, issuer []byte) bool {
+	if x.decision.Method != "DELEGATE" || len(issuer) != ed25519.PublicKeySize || len(x.req.Body) == 0 {
+		return false
+	}
+	var body struct {
+		Token      string `json:"delegation_token"`
+		Parameters struct {
+			Token string `json:"delegation_token"`
+		} `json:"parameters"`
+	}
+	if json.Unmarshal(x.req.Body, &body) != nil {
+		return false
+	}
+	token := cmp.Or(body.Token, body.Parameters.Token)
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return false
+	}
+	payload, err := jws.Verify(ed25519.PublicKey(issuer))
+	if err != nil {
+		return false
+	}
+	var c DelegationClaims
+	return json.Unmarshal(payload, &c) == nil && c.Delegator == agentID
 }
