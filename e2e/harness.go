@@ -178,6 +178,12 @@ func Start(tb testing.TB, opts Options) *Cluster {
 		if n == "catalogsvc" || n == "rcnssvc" || n == "frontdoor" {
 			p.Env = append(p.Env, "AGTP_DEMO=true")
 		}
+		if n == "policysvc" {
+			// NOTIFY deliveries to other suites present the AGTP server
+			// certificate, which a suite that trusts this one as a peer
+			// takes as proof of the sending agent.
+			p.Env = append(p.Env, "AGTP_NOTIFY_CLIENT_CERT_FILE="+c.PKI.Cert(devpki.AGTPServer), "AGTP_NOTIFY_CLIENT_KEY_FILE="+c.PKI.Key(devpki.AGTPServer))
+		}
 		if n == "identitysvc" {
 			p.Env = append(p.Env, "AGTP_AGENT_CA_CERT_FILE="+c.PKI.AgentCA(), "AGTP_AGENT_CA_KEY_FILE="+c.PKI.AgentCAKey())
 		}

@@ -135,11 +135,12 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() bool)
 // every service a process: suite A (where the agents work) and suite B
 // (another organisation's server hosting a sub-agent and a recipient).
 func TestMechanicsAcrossSuites(t *testing.T) {
-	// A hop from suite A to suite B (a remote DELEGATE, a NOTIFY
-	// delivered to B's host) names the agent as a header claim, which B
-	// accepts only with caller_proof off: server-to-server proof is not
-	// built yet (docs/identity.md, "Proven callers").
-	b := Start(t, Options{Env: []string{"AGTP_CALLER_PROOF=off"}})
+	// Suite B takes suite A's word on A's agents (a NOTIFY delivered from
+	// A, a DELEGATE forwarded by A): A's servers present its AGTP server
+	// certificate, and B lists it as a trusted peer (docs/identity.md,
+	// "Proven callers"). One test PKI serves both suites.
+	pki := testkit.PKI(t)
+	b := Start(t, Options{Env: []string{"AGTP_TRUSTED_PEER_CA_FILE=" + pki.CA(), "AGTP_TRUSTED_PEER_NAMES=" + devpki.AGTPServer}})
 	worker := newPortableAgent(t, "x-worker", "orders:read", "orders:write", "documents:read")
 	sub := newPortableAgent(t, "x-sub", "orders:read", "orders:write")
 	rcpt := newPortableAgent(t, "x-recipient", "orders:read")

@@ -39,6 +39,13 @@ type Config struct {
 	// CallerProof is what a bare Agent-ID header is worth: required,
 	// informational or off (docs/identity.md, "Proven callers").
 	CallerProof string
+	// TrustedPeerCAFile and TrustedPeerNames name the other AGTP servers
+	// whose word on their own agents this front door takes: a client
+	// certificate that chains to the bundle and carries one of the names
+	// (a DNS SAN) proves the Agent-ID header it sends (a remote DELEGATE,
+	// a NOTIFY delivered from that suite). Both or neither.
+	TrustedPeerCAFile string
+	TrustedPeerNames  []string
 	// ServerID is stamped on every response.
 	ServerID string
 	// OwnerID is the principal accountable for this server.
@@ -134,6 +141,11 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ServerCertFile, "server-cert", c.ServerCertFile, "AGTP server certificate, PEM (env AGTP_SERVER_CERT_FILE)")
 	fs.StringVar(&c.ServerKeyFile, "server-key", c.ServerKeyFile, "AGTP server key, PEM (env AGTP_SERVER_KEY_FILE)")
 	fs.StringVar(&c.AgentCAFile, "agent-ca", c.AgentCAFile, "PEM bundle of agent CAs whose Agent Certificates prove an Agent-ID, never the suite CA (env AGTP_AGENT_CA_FILE)")
+	fs.StringVar(&c.TrustedPeerCAFile, "trusted-peer-ca", c.TrustedPeerCAFile, "PEM bundle of the CAs of trusted peer AGTP servers, with -trusted-peer-names (env AGTP_TRUSTED_PEER_CA_FILE)")
+	fs.Func("trusted-peer-names", "comma-separated DNS names of trusted peer AGTP servers (env AGTP_TRUSTED_PEER_NAMES)", func(v string) error {
+		c.TrustedPeerNames = splitList(v)
+		return nil
+	})
 	fs.StringVar(&c.CallerProof, "caller-proof", c.CallerProof, "what a bare Agent-ID header is worth: required, informational or off (loopback only) (env AGTP_CALLER_PROOF)")
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
@@ -166,6 +178,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
 		"AGTP_AGENT_CA_FILE": &c.AgentCAFile, "AGTP_OWNER_ID": &c.OwnerID, "AGTP_CALLER_PROOF": &c.CallerProof,
+		"AGTP_TRUSTED_PEER_CA_FILE": &c.TrustedPeerCAFile,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -204,8 +217,11 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			*dst = n
 		}
 	}
+	if v, ok := lookup("AGTP_TRUSTED_PEER_NAMES"); ok && v != "" {
+		c.TrustedPeerNames = splitList(v)
+	}
 	if v, ok := lookup("AGTP_OPERATOR_FINGERPRINTS"); ok && v != "" {
-		c.OperatorFingerprints = strings.Split(v, ",")
+		c.OperatorFingerprints = splitList(v)
 	}
 	return c.Outbound.ApplyEnv(lookup)
 }
@@ -229,6 +245,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	} else if mode == callerproof.Off && !c.publicOnLoopback() {
 		errs = append(errs, fmt.Errorf("caller_proof off takes bare Agent-ID headers as proof; it is allowed only when every listener is on loopback (agtp %s, https %s)", c.AGTPAddr, c.HTTPSAddr))
+	}
+	if (c.TrustedPeerCAFile == "") != (len(c.TrustedPeerNames) == 0) {
+		errs = append(errs, errors.New("trusted peers need both a CA bundle (AGTP_TRUSTED_PEER_CA_FILE) and their names (AGTP_TRUSTED_PEER_NAMES)"))
 	}
 	if c.AgentCAFile != "" && c.AgentCAFile == c.CAFile {
 		errs = append(errs, errors.New("the agent CA bundle is the suite's service CA: agents must never be proven by service certificates"))
@@ -271,4 +290,15 @@ func perIPLimit(n int) int {
 		return -1
 	}
 	return n
+}
+
+// splitList reads a comma-separated list, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

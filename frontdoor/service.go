@@ -6,6 +6,7 @@ package frontdoor
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -149,7 +150,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if s.outbound, err = newOutbound(cfg, base.Telemetry.TracerProvider, base.Log); err != nil {
 		return nil, err
 	}
-	if s.peers, err = newPeerClient(cfg.PeerCAFile, s.outbound.Policy); err != nil {
+	if s.peers, err = newPeerClient(cfg, s.outbound.Policy); err != nil {
 		return nil, err
 	}
 	tracer := base.Telemetry.TracerProvider.Tracer("github.com/agtpsuite/agtp/frontdoor")
@@ -248,16 +249,25 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 }
 
 // agentVerifier trusts the configured agent CAs for CA-issued Agent
-// Certificates; issuer-signed ones need none.
+// Certificates (issuer-signed ones need none) and the configured peer
+// servers for the agents they forward for.
 func agentVerifier(cfg Config) (*callerproof.Verifier, error) {
-	if cfg.AgentCAFile == "" {
-		return callerproof.NewVerifier(nil), nil
+	var agentCAs *x509.CertPool
+	if cfg.AgentCAFile != "" {
+		var err error
+		if agentCAs, err = kit.LoadCertPool(cfg.AgentCAFile); err != nil {
+			return nil, fmt.Errorf("agent CA: %w", err)
+		}
 	}
-	pool, err := kit.LoadCertPool(cfg.AgentCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("agent CA: %w", err)
+	v := callerproof.NewVerifier(agentCAs)
+	if cfg.TrustedPeerCAFile != "" {
+		peers, err := kit.LoadCertPool(cfg.TrustedPeerCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("trusted peer CA: %w", err)
+		}
+		v.TrustPeers(peers, cfg.TrustedPeerNames)
 	}
-	return callerproof.NewVerifier(pool), nil
+	return v, nil
 }
 
 // bodyLimit applies an endpoint's max_body_bytes (DECISIONS.md: body
@@ -421,12 +431,15 @@ func newOutbound(cfg Config, tp trace.TracerProvider, log *slog.Logger) (*pipeli
 }
 
 // newPeerClient is the AGTP client for other servers (DELEGATE to a
-// sub-agent on another host), trusting the system roots plus caFile and
-// dialling through the outbound policy.
-func newPeerClient(caFile string, pol *outbound.Policy) (*client.Client, error) {
-	roots, err := outbound.RootCAs(caFile)
+// sub-agent on another host), trusting the system roots plus the peer CA
+// file and dialling through the outbound policy. It presents this front
+// door's AGTP server certificate, which a server that lists this suite as
+// a trusted peer takes as proof of the agent it forwards for.
+func newPeerClient(cfg Config, pol *outbound.Policy) (*client.Client, error) {
+	roots, err := outbound.RootCAs(cfg.PeerCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("frontdoor: peer %w", err)
 	}
-	return client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 8, DialContext: pol.DialContext})
+	return client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 8, DialContext: pol.DialContext,
+		CertFile: cfg.ServerCertFile, KeyFile: cfg.ServerKeyFile})
 }

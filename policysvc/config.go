@@ -46,6 +46,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Common.BindFlags(fs)
 	fs.StringVar(&c.OptionsFile, "options", c.OptionsFile, "policy options, JSON (env AGTP_POLICY_FILE)")
 	fs.StringVar(&c.Tasks.DefaultRecipient, "escalation-recipient", c.Tasks.DefaultRecipient, "where an ESCALATE without recipient goes: admin, an Agent-ID or an https:// webhook (env AGTP_ESCALATION_RECIPIENT)")
+	fs.StringVar(&c.Tasks.ClientCertFile, "notify-client-cert", c.Tasks.ClientCertFile, "certificate presented to remote recipients' AGTP servers, PEM: the suite's AGTP server certificate (env AGTP_NOTIFY_CLIENT_CERT_FILE)")
+	fs.StringVar(&c.Tasks.ClientKeyFile, "notify-client-key", c.Tasks.ClientKeyFile, "key of -notify-client-cert, PEM (env AGTP_NOTIFY_CLIENT_KEY_FILE)")
 	fs.StringVar(&c.Tasks.CAFile, "notify-ca", c.Tasks.CAFile, "extra CA roots, PEM, for NOTIFY webhooks and remote AGTP servers (env AGTP_NOTIFY_CA_FILE)")
 	fs.StringVar(&c.Tasks.GroupsFile, "notify-groups", c.Tasks.GroupsFile, "NOTIFY broadcast groups, JSON {\"name\": [recipients]} (env AGTP_NOTIFY_GROUPS_FILE)")
 	fs.DurationVar(&c.Tasks.NotifyMaxBackoff, "notify-max-backoff", c.Tasks.NotifyMaxBackoff, "longest wait between NOTIFY delivery attempts (env AGTP_NOTIFY_MAX_BACKOFF)")
@@ -70,7 +72,8 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		c.AGP.MaxExecuteAmountCents = n
 	}
 	for key, dst := range map[string]*string{
-		"AGTP_ESCALATION_RECIPIENT": &c.Tasks.DefaultRecipient, "AGTP_NOTIFY_CA_FILE": &c.Tasks.CAFile, "AGTP_NOTIFY_GROUPS_FILE": &c.Tasks.GroupsFile,
+		"AGTP_ESCALATION_RECIPIENT": &c.Tasks.DefaultRecipient, "AGTP_NOTIFY_CA_FILE": &c.Tasks.CAFile,
+		"AGTP_NOTIFY_CLIENT_CERT_FILE": &c.Tasks.ClientCertFile, "AGTP_NOTIFY_CLIENT_KEY_FILE": &c.Tasks.ClientKeyFile, "AGTP_NOTIFY_GROUPS_FILE": &c.Tasks.GroupsFile,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v

@@ -89,13 +89,15 @@ type Payload struct {
 
 	// Caller proof (docs/identity.md, "Proven callers"): the core §8
 	// verification level, what proved the caller, the client
-	// certificate's SHA-256, the proving token's issuer, and an Agent-ID
-	// header that proved nothing and was ignored.
+	// certificate's SHA-256, the proving token's issuer, an Agent-ID
+	// header that proved nothing and was ignored, and the peer server
+	// that vouched for the caller.
 	VerificationLevel      int    `json:"verification_level,omitempty"`
 	VerifiedBy             string `json:"verified_by,omitempty"`
 	CertificateFingerprint string `json:"certificate_fingerprint,omitempty"`
 	TokenIssuer            string `json:"token_issuer,omitempty"`
 	UnprovenAgentID        string `json:"unproven_agent_id,omitempty"`
+	PeerServer             string `json:"peer_server,omitempty"`
 
 	// Extra holds members not named above, raw JSON values by member
 	// name.
@@ -117,7 +119,7 @@ var knownMembers = func() map[string]bool {
 		PriorActions: []PriorAction{{}}, StandingAuthorizationDecisionID: "x", MerchantID: "x",
 		MerchantFingerprint: "x", IntentAssertionJTI: "x", FromPrincipal: "x", ToPrincipal: "x", ProcedureID: "x",
 		RunInput: json.RawMessage(`{}`), EventType: "x",
-		VerificationLevel: 1, VerifiedBy: "x", CertificateFingerprint: "x", TokenIssuer: "x", UnprovenAgentID: "x",
+		VerificationLevel: 1, VerifiedBy: "x", CertificateFingerprint: "x", TokenIssuer: "x", UnprovenAgentID: "x", PeerServer: "x",
 	})
 	var raw map[string]json.RawMessage
 	_ = json.Unmarshal(b, &raw)

@@ -166,6 +166,9 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		return nil, err
 	}
 	policy.Tasks.Outbound = dest
+	// NOTIFY deliveries to other suites present the AGTP server
+	// certificate, as the front door's DELEGATE hops do.
+	policy.Tasks.ClientCertFile, policy.Tasks.ClientKeyFile = s.layout.Cert(devpki.AGTPServer), s.layout.Key(devpki.AGTPServer)
 	front := frontdoor.DefaultConfig()
 	common(&front.Common)
 	front.Outbound = dest

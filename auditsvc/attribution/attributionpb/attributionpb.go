@@ -58,6 +58,7 @@ func Claims(p *attribution.Payload) *auditv1.AttributionClaims {
 		CertificateFingerprint:          p.CertificateFingerprint,
 		TokenIssuer:                     p.TokenIssuer,
 		UnprovenAgentId:                 p.UnprovenAgentID,
+		PeerServer:                      p.PeerServer,
 	}
 	if len(p.PriorActions) > 0 {
 		c.PriorActions = make([]*auditv1.PriorAction, len(p.PriorActions))
@@ -127,6 +128,7 @@ func Payload(c *auditv1.AttributionClaims) (attribution.Payload, error) {
 		CertificateFingerprint:          c.GetCertificateFingerprint(),
 		TokenIssuer:                     c.GetTokenIssuer(),
 		UnprovenAgentID:                 c.GetUnprovenAgentId(),
+		PeerServer:                      c.GetPeerServer(),
 	}
 	if r := c.GetRunInput(); len(r) > 0 {
 		if !json.Valid(r) {

@@ -66,6 +66,7 @@ const (
 	ByCertificate      = "agent-certificate"
 	ByGenesisIssuerKey = "genesis-issuer-key"
 	ByToken            = "token"
+	ByPeerServer       = "peer-server"
 	ByClaim            = "claim"
 )
 
@@ -100,6 +101,10 @@ type Peer struct {
 	// Err is why an Agent Certificate proves nothing (malformed SAN,
 	// outside its validity, untrusted issuer); nil otherwise.
 	Err *agentcert.Error
+	// PeerServer is the name of the trusted peer AGTP server the
+	// certificate belongs to (Verifier.TrustPeers), empty otherwise: that
+	// server's word on the agent it forwards for is taken.
+	PeerServer string
 
 	cert       *x509.Certificate
 	caIssued   bool
@@ -108,14 +113,45 @@ type Peer struct {
 
 // Verifier inspects client certificates at the handshake.
 type Verifier struct {
-	agentCAs *x509.CertPool
-	now      func() time.Time
+	agentCAs  *x509.CertPool
+	peerCAs   *x509.CertPool
+	peerNames []string
+	now       func() time.Time
 }
 
 // NewVerifier returns a verifier trusting agentCAs (nil: none) for
 // CA-issued Agent Certificates.
 func NewVerifier(agentCAs *x509.CertPool) *Verifier {
 	return &Verifier{agentCAs: agentCAs, now: time.Now}
+}
+
+// TrustPeers makes the verifier take the word of other AGTP servers: a
+// client certificate that chains to pool for client authentication and
+// carries one of names as a DNS SAN is that peer server's.
+func (v *Verifier) TrustPeers(pool *x509.CertPool, names []string) {
+	v.peerCAs, v.peerNames = pool, names
+}
+
+// peerServer is the trusted peer a certificate belongs to, "" for none.
+func (v *Verifier) peerServer(cs *tls.ConnectionState) string {
+	if v.peerCAs == nil {
+		return ""
+	}
+	leaf := cs.PeerCertificates[0]
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: v.peerCAs, Intermediates: inter, CurrentTime: v.now(),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return ""
+	}
+	for _, name := range v.peerNames {
+		if leaf.VerifyHostname(name) == nil {
+			return name
+		}
+	}
+	return ""
 }
 
 // Inspect establishes what a connection's client certificate proves. It
@@ -138,6 +174,7 @@ func (v *Verifier) Inspect(cs *tls.ConnectionState) *Peer {
 		p.KeyFingerprint = genesis.Fingerprint(k)
 	}
 	if !agentcert.HasAgentURI(leaf) {
+		p.PeerServer = v.peerServer(cs)
 		return p
 	}
 	id, err := agentcert.AgentID(leaf)
@@ -211,6 +248,9 @@ type Proof struct {
 	CertFingerprint string
 	// TokenIssuer is the issuer of the token that proved the caller.
 	TokenIssuer string
+	// PeerServer is the trusted peer AGTP server that vouched for the
+	// caller.
+	PeerServer string
 	// IgnoredClaim is an Agent-ID header that proved nothing and was
 	// ignored (the request was answered as anonymous).
 	IgnoredClaim string

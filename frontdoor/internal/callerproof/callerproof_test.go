@@ -113,6 +113,46 @@ func TestInspectAndVerify(t *testing.T) {
 	}
 }
 
+// TestTrustedPeers: a certificate from a trusted peer's CA proves that
+// peer's word only when it carries one of the peer names and is for
+// client authentication.
+func TestTrustedPeers(t *testing.T) {
+	now := time.Now()
+	caKey := key(t)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "peer CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
+	ca := parse(t, must(x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)))
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	leaf := func(signer ed25519.PrivateKey, parent *x509.Certificate, name string, usage x509.ExtKeyUsage) *x509.Certificate {
+		k := key(t)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(now.UnixNano()), DNSNames: []string{name}, KeyUsage: x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}
+		if parent == nil {
+			parent = tmpl
+			signer = k
+		}
+		return parse(t, must(x509.CreateCertificate(rand.Reader, tmpl, parent, k.Public(), signer)))
+	}
+	v := NewVerifier(nil)
+	v.TrustPeers(pool, []string{"agtp.peer.example"})
+	for _, tc := range []struct {
+		name string
+		cert *x509.Certificate
+		want string
+	}{
+		{"the peer's certificate", leaf(caKey, ca, "agtp.peer.example", x509.ExtKeyUsageClientAuth), "agtp.peer.example"},
+		{"another name from the peer's CA", leaf(caKey, ca, "other.example", x509.ExtKeyUsageClientAuth), ""},
+		{"a server-only certificate", leaf(caKey, ca, "agtp.peer.example", x509.ExtKeyUsageServerAuth), ""},
+		{"the peer's name, self-signed", leaf(nil, nil, "agtp.peer.example", x509.ExtKeyUsageClientAuth), ""},
+	} {
+		p := v.Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{tc.cert}})
+		if p.PeerServer != tc.want {
+			t.Errorf("%s: PeerServer %q, want %q", tc.name, p.PeerServer, tc.want)
+		}
+	}
+}
+
 func must(der []byte, err error) []byte {
 	if err != nil {
 		panic(err)

@@ -82,6 +82,7 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 		CertificateFingerprint: x.proof.CertFingerprint,
 		TokenIssuer:            x.proof.TokenIssuer,
 		UnprovenAgentID:        x.proof.IgnoredClaim,
+		PeerServer:             x.proof.PeerServer,
 	}
 	if x.matched && x.decision.RequestedMethod != x.decision.Method {
 		payload.Method = x.decision.Method

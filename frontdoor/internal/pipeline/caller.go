@@ -110,6 +110,11 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 			// signed with its Genesis issuer key, is its proof; the
 			// handler checks the rest of the token.
 			x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByDelegationToken}
+		case peer != nil && peer.PeerServer != "":
+			// Another suite's server forwards for its own agent (a
+			// DELEGATE hop, a NOTIFY delivery); the operator trusts its
+			// word.
+			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByPeerServer, PeerServer: peer.PeerServer}
 		case x.req.Header.Get(agtp.HeaderAuthorization) != "" && p.opts.CallerProof != callerproof.Off:
 			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByToken}
 			x.tokenPending = true

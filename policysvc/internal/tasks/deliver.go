@@ -361,7 +361,8 @@ func deliveryClients(o Options, pol *outbound.Policy) (*http.Client, *client.Cli
 	}
 	ac := o.AGTPClient
 	if ac == nil {
-		if ac, err = client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 4, DialContext: pol.DialContext}); err != nil {
+		if ac, err = client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 4, DialContext: pol.DialContext,
+			CertFile: o.ClientCertFile, KeyFile: o.ClientKeyFile}); err != nil {
 			return nil, nil, err
 		}
 	}

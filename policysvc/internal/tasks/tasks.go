@@ -82,6 +82,13 @@ type Options struct {
 	// for webhook recipients and for the AGTP servers of remote agent
 	// recipients.
 	CAFile string `json:"ca_file,omitempty"`
+	// ClientCertFile and ClientKeyFile are the certificate this service
+	// presents to the AGTP servers of remote recipients: the suite's AGTP
+	// server certificate, which a receiving server that lists this suite
+	// as a trusted peer takes as proof of the sending agent
+	// (docs/identity.md, "Proven callers"). Empty presents none.
+	ClientCertFile string `json:"client_cert_file,omitempty"`
+	ClientKeyFile  string `json:"client_key_file,omitempty"`
 	// Groups are the broadcast groups a NOTIFY may name as
 	// group:<name>: each member an Agent-ID or agtp:// agent URI, or an
 	// https:// webhook.

@@ -221,12 +221,15 @@ type AttributionClaims struct {
 	// How the caller was proven (docs/identity.md, "Proven callers"): the
 	// core §8 level (1 claim, 2 token or API key, 3 certificate), what
 	// proved it, the SHA-256 of the client certificate, the issuer of the
-	// token, and an Agent-ID header that proved nothing and was ignored.
+	// token, an Agent-ID header that proved nothing and was ignored, and the
+	// peer server that vouched for it.
 	VerificationLevel      int32  `protobuf:"varint,34,opt,name=verification_level,json=verificationLevel,proto3" json:"verification_level,omitempty"`
 	VerifiedBy             string `protobuf:"bytes,35,opt,name=verified_by,json=verifiedBy,proto3" json:"verified_by,omitempty"`
 	CertificateFingerprint string `protobuf:"bytes,36,opt,name=certificate_fingerprint,json=certificateFingerprint,proto3" json:"certificate_fingerprint,omitempty"`
 	TokenIssuer            string `protobuf:"bytes,37,opt,name=token_issuer,json=tokenIssuer,proto3" json:"token_issuer,omitempty"`
 	UnprovenAgentId        string `protobuf:"bytes,38,opt,name=unproven_agent_id,json=unprovenAgentId,proto3" json:"unproven_agent_id,omitempty"`
+	// The trusted peer AGTP server that vouched for the caller.
+	PeerServer string `protobuf:"bytes,39,opt,name=peer_server,json=peerServer,proto3" json:"peer_server,omitempty"`
 	// Members not named above: member name to its raw JSON value. A name
 	// that is one of the named members is refused; credential-like names
 	// are dropped.
@@ -520,6 +523,13 @@ func (x *AttributionClaims) GetTokenIssuer() string {
 func (x *AttributionClaims) GetUnprovenAgentId() string {
 	if x != nil {
 		return x.UnprovenAgentId
+	}
+	return ""
+}
+
+func (x *AttributionClaims) GetPeerServer() string {
+	if x != nil {
+		return x.PeerServer
 	}
 	return ""
 }
@@ -1657,7 +1667,7 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
 	"claimsJson\x12O\n" +
 	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\x128\n" +
-	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\x95\f\n" +
+	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\xb6\f\n" +
 	"\x11AttributionClaims\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\tR\ttimestamp\x12!\n" +
@@ -1704,7 +1714,9 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"verifiedBy\x127\n" +
 	"\x17certificate_fingerprint\x18$ \x01(\tR\x16certificateFingerprint\x12!\n" +
 	"\ftoken_issuer\x18% \x01(\tR\vtokenIssuer\x12*\n" +
-	"\x11unproven_agent_id\x18& \x01(\tR\x0funprovenAgentId\x12A\n" +
+	"\x11unproven_agent_id\x18& \x01(\tR\x0funprovenAgentId\x12\x1f\n" +
+	"\vpeer_server\x18' \x01(\tR\n" +
+	"peerServer\x12A\n" +
 	"\x05extra\x18! \x03(\v2+.agtp.audit.v1.AttributionClaims.ExtraEntryR\x05extra\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
