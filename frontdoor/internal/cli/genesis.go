@@ -94,6 +94,7 @@ const genesisShortUsage = `usage: agtp genesis new --owner OWNER --archetype KIN
        agtp genesis id GENESIS
        agtp genesis register --cacert FILE --cert FILE --key-tls FILE [flags] GENESIS
        agtp genesis cert --key FILE --cert-out FILE --key-out FILE [flags] GENESIS
+       agtp genesis request-cert --key FILE --cert-out FILE --key-out FILE --cacert FILE --cert FILE --key-tls FILE [flags] GENESIS
 Run 'agtp genesis --help' for flags and examples.
 `
 
@@ -131,6 +132,7 @@ Genesis issuer key (--key must be the document's issuer_public_key). Presented w
 --cert/--key, it proves the Agent-ID at the TLS handshake. The agent key is a new Ed25519
 key written to --key-out (mode 0600), or --agent-key. Prints the Agent-ID on stdout and
 not_after and the certificate's SHA-256 fingerprint on stderr.`},
+	requestCertCmd,
 }
 
 func genesisCmdUsage(c genesisCmd) string {
@@ -168,6 +170,10 @@ GENESIS is a file, or - for stdin.
   agtp genesis cert --key issuer.key --cert-out helper.pem --key-out helper-key.pem helper.json
   agtp --cacert .state/ca.pem --cert helper.pem --key helper-key.pem QUERY agtp://127.0.0.1:4480/documents
 
+  # Or one from identitysvc's agent CA (make run's is .state/agent-ca.pem):
+  agtp genesis request-cert --key issuer.key --cert-out helper.pem --key-out helper-key.pem \
+       --cacert .state/ca.pem --cert .state/admin.pem --key-tls .state/admin-key.pem helper.json
+
 Exit status: 0 done; 1 usage, file, key or connection error; 2 the Genesis is malformed,
 invalid or does not verify (nothing is sent); register: 4 or 5 when identitysvc refuses
 (the AGTP status class of its answer: 409 already registered, 422, 503, ...).
@@ -189,6 +195,9 @@ func genesisFlagsFor(name string) *flagSet {
 		return f
 	case "cert":
 		f, _ := genesisCertFlags()
+		return f
+	case "request-cert":
+		f, _ := genesisRequestFlags()
 		return f
 	}
 	f, _ := plainFlags(name)
@@ -648,29 +657,59 @@ func runGenesisID(args []string, env Env) int {
 // ---- register ----
 
 type genesisRegisterOptions struct {
-	name                 string
-	activate             bool
-	grpcAddr, admin      string
-	cacert, cert, keyTLS string
-	serverName           string
-	timeout              time.Duration
-	help                 bool
+	name            string
+	activate        bool
+	grpcAddr, admin string
+	adminFlags
+	help bool
 }
 
 func genesisRegisterFlags() (*flagSet, *genesisRegisterOptions) {
-	o := &genesisRegisterOptions{timeout: 30 * time.Second}
+	o := &genesisRegisterOptions{adminFlags: adminFlags{timeout: 30 * time.Second}}
 	f := newFlagSet("agtp genesis register", io.Discard)
 	f.str(&o.name, []string{"name"}, "LABEL", "the agent's name in the registry (default: org_label, else agent- and 12 hex digits)")
 	f.boolean(&o.activate, []string{"activate"}, "activate at once (else the agent stays pending until ACTIVATE)")
 	f.str(&o.grpcAddr, []string{"grpc"}, "HOST:PORT", "identitysvc's gRPC address (default "+DefaultIdentityGRPC+")")
 	f.str(&o.admin, []string{"admin"}, "URL", "use identitysvc's REST gateway instead, e.g. https://127.0.0.1:8104")
+	o.adminFlags.define(f)
+	f.boolean(&o.help, []string{"h", "help"}, "show this help")
+	return f, o
+}
+
+// adminFlags are the flags of the mutual TLS connection to identitysvc's
+// admin API (register, request-cert).
+type adminFlags struct {
+	cacert, cert, keyTLS string
+	serverName           string
+	timeout              time.Duration
+}
+
+func (o *adminFlags) define(f *flagSet) {
 	f.str(&o.cacert, []string{"cacert"}, "FILE", "the suite CA (PEM), e.g. .state/ca.pem (required)")
 	f.str(&o.cert, []string{"cert"}, "FILE", "operator client certificate (PEM), e.g. .state/admin.pem (required)")
 	f.str(&o.keyTLS, []string{"key-tls"}, "FILE", "private key of --cert, e.g. .state/admin-key.pem (required)")
 	f.str(&o.serverName, []string{"server-name"}, "NAME", "name to check identitysvc's certificate for (default: the host)")
 	f.duration(&o.timeout, []string{"timeout"}, "give up after this long (default 30s)")
-	f.boolean(&o.help, []string{"h", "help"}, "show this help")
-	return f, o
+}
+
+// tlsProblem and timeoutProblem return what is wrong with the flags, or "".
+func (o *adminFlags) tlsProblem() string {
+	if o.cacert == "" || o.cert == "" || o.keyTLS == "" {
+		return "identitysvc takes mutual TLS only: give --cacert, --cert and --key-tls " +
+			"(for make run: --cacert .state/ca.pem --cert .state/admin.pem --key-tls .state/admin-key.pem)"
+	}
+	return ""
+}
+
+func (o *adminFlags) timeoutProblem() string {
+	if o.timeout <= 0 {
+		return "--timeout must be positive"
+	}
+	return ""
+}
+
+func (o *adminFlags) tlsConfig() (*tls.Config, error) {
+	return adminTLS(o.cacert, o.cert, o.keyTLS, o.serverName)
 }
 
 // identityAdmin is identitysvc's admin API over gRPC or the REST gateway.
@@ -695,12 +734,8 @@ func runGenesisRegister(ctx context.Context, args []string, env Env) int {
 	if o.grpcAddr != "" && o.admin != "" {
 		return genesisUsageError(env, name, "--grpc and --admin are two ways to the same API; give one")
 	}
-	if o.cacert == "" || o.cert == "" || o.keyTLS == "" {
-		return genesisUsageError(env, name, "identitysvc takes mutual TLS only: give --cacert, --cert and --key-tls "+
-			"(for make run: --cacert .state/ca.pem --cert .state/admin.pem --key-tls .state/admin-key.pem)")
-	}
-	if o.timeout <= 0 {
-		return genesisUsageError(env, name, "--timeout must be positive")
+	if msg := cmpOr(o.tlsProblem(), o.timeoutProblem()); msg != "" {
+		return genesisUsageError(env, name, msg)
 	}
 	data, err := readGenesisFile(pos[0], env.Stdin)
 	if err != nil {
@@ -714,7 +749,7 @@ func runGenesisRegister(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintln(env.Stderr, "  (nothing was sent)")
 		return code
 	}
-	tlsCfg, err := adminTLS(o.cacert, o.cert, o.keyTLS, o.serverName)
+	tlsCfg, err := o.tlsConfig()
 	if err != nil {
 		return genesisFail(env, name, err)
 	}
@@ -767,20 +802,10 @@ func statusWord(s identityv1.AgentStatus) string {
 // registerFailed explains a refused or failed registration. An answer
 // from identitysvc exits with its AGTP status class; no answer exits 1.
 func registerFailed(ctx context.Context, env Env, admin identityAdmin, where string, g *genesis.Genesis, sent []byte, err error) int {
-	code, reason, explanation, _ := grpcerr.Reason(err)
-	st, isStatus := status.FromError(err)
-	if !isStatus || !fromService(st) {
-		msg := err.Error()
-		if isStatus {
-			msg = st.Message()
-		}
-		fmt.Fprintf(env.Stderr, "agtp genesis register: identitysvc at %s: %s\n", where, msg)
-		if h := adminHint(msg, where); h != "" {
-			fmt.Fprintf(env.Stderr, "  hint: %s\n", h)
-		}
+	agtpStatus, reason, explanation, _, answered := serviceAnswer(env, "register", where, err)
+	if !answered {
 		return ExitError
 	}
-	agtpStatus := grpcerr.StatusFor(code)
 	id := g.AgentID
 	say := func(format string, args ...any) {
 		fmt.Fprintf(env.Stderr, "agtp genesis register: %d %s: %s\n", agtpStatus, reason, fmt.Sprintf(format, args...))
@@ -813,6 +838,28 @@ func registerFailed(ctx context.Context, env Env, admin identityAdmin, where str
 		say("%s", explanation)
 	}
 	return exitForStatus(agtpStatus)
+}
+
+// serviceAnswer reads err, from a call to identitysvc at where, as its
+// answer: the AGTP status, reason token, explanation and metadata. When
+// identitysvc did not answer at all (no connection, TLS, deadline), it
+// says so as `agtp genesis cmd`, with a hint, and returns answered false:
+// the command exits 1.
+func serviceAnswer(env Env, cmd, where string, err error) (agtpStatus int, reason, explanation string, md map[string]string, answered bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || !fromService(st) {
+		msg := err.Error()
+		if isStatus {
+			msg = st.Message()
+		}
+		fmt.Fprintf(env.Stderr, "agtp genesis %s: identitysvc at %s: %s\n", cmd, where, msg)
+		if h := adminHint(msg, where); h != "" {
+			fmt.Fprintf(env.Stderr, "  hint: %s\n", h)
+		}
+		return 0, "", "", nil, false
+	}
+	code, reason, explanation, md := grpcerr.Reason(err)
+	return grpcerr.StatusFor(code), reason, explanation, md, true
 }
 
 // fromService reports whether a status came from identitysvc, which

@@ -3,24 +3,14 @@ package cli
 import (
 	"context"
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
-	"github.com/agtpsuite/agtp/identitysvc/demo"
-	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
-	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 
 // Reason tokens identitysvc answers IssueAgentCertificate with, which the
@@ -48,29 +38,18 @@ speaks for the agent. --cert-out receives the certificate followed by the agent 
 fingerprint on stderr.`}
 
 type genesisRequestOptions struct {
-	key, certOut, keyOut, agentKey string
-	days                           uint64
-	grpcAddr                       string
-	cacert, cert, keyTLS           string
-	serverName                     string
-	timeout                        time.Duration
-	help                           bool
+	agentCertFlags
+	grpcAddr string
+	adminFlags
+	help bool
 }
 
 func genesisRequestFlags() (*flagSet, *genesisRequestOptions) {
-	o := &genesisRequestOptions{timeout: 30 * time.Second}
+	o := &genesisRequestOptions{agentCertFlags: agentCertFlags{cmd: &requestCertSpec}, adminFlags: adminFlags{timeout: 30 * time.Second}}
 	f := newFlagSet("agtp genesis request-cert", io.Discard)
-	f.str(&o.key, []string{"key"}, "FILE", "the Genesis issuer's Ed25519 key (PKCS#8 PEM) (required)")
-	f.str(&o.certOut, []string{"cert-out"}, "FILE", "write the certificate and the agent CA's chain here, PEM (required)")
-	f.str(&o.keyOut, []string{"key-out"}, "FILE", "write the agent key here, PKCS#8 PEM, mode 0600 (required unless --agent-key)")
-	f.str(&o.agentKey, []string{"agent-key"}, "FILE", "certify this agent key (PKCS#8 PEM, Ed25519 or ECDSA) instead of a new Ed25519 key")
-	f.uint(&o.days, []string{"days"}, "N", "validity in days (default: identitysvc's, a day; more than its maximum is refused)")
+	o.agentCertFlags.define(f)
 	f.str(&o.grpcAddr, []string{"identity", "grpc"}, "HOST:PORT", "identitysvc's gRPC address (default "+DefaultIdentityGRPC+")")
-	f.str(&o.cacert, []string{"cacert"}, "FILE", "the suite CA (PEM), e.g. .state/ca.pem (required)")
-	f.str(&o.cert, []string{"cert"}, "FILE", "operator client certificate (PEM), e.g. .state/admin.pem (required)")
-	f.str(&o.keyTLS, []string{"key-tls"}, "FILE", "private key of --cert, e.g. .state/admin-key.pem (required)")
-	f.str(&o.serverName, []string{"server-name"}, "NAME", "name to check identitysvc's certificate for (default: the host)")
-	f.duration(&o.timeout, []string{"timeout"}, "give up after this long (default 30s)")
+	o.adminFlags.define(f)
 	f.boolean(&o.help, []string{"h", "help"}, "show this help")
 	return f, o
 }
@@ -84,10 +63,15 @@ Example (make run; the agent CA is .state/agent-ca.pem):
 `
 }
 
-func requestCertUsageError(env Env, msg string) int {
-	fmt.Fprintf(env.Stderr, "agtp genesis request-cert: %s\n", msg)
-	fmt.Fprintf(env.Stderr, "usage: %s\nRun 'agtp genesis request-cert --help' for more.\n", requestCertCmd.synopsis)
-	return ExitError
+var requestCertSpec = agentCertCmd{
+	name:           "request-cert",
+	certOutUsage:   "write the certificate and the agent CA's chain here, PEM (required)",
+	daysUsage:      "validity in days (default: identitysvc's, a day; more than its maximum is refused)",
+	minDays:        0, // --days 0 asks for identitysvc's default
+	certIsKeyOut:   "--cert-out names the agent key's file; give another file",
+	certIsAgentKey: "--cert-out names the agent key's file; give another file",
+	issuerHint:     "identitysvc issues a certificate only on a request signed with the key that signed the Genesis",
+	usageError:     func(env Env, msg string) int { return genesisUsageError(env, "request-cert", msg) },
 }
 
 func runGenesisRequestCert(ctx context.Context, args []string, env Env) int {
@@ -95,99 +79,41 @@ func runGenesisRequestCert(ctx context.Context, args []string, env Env) int {
 	f, o := genesisRequestFlags()
 	pos, err := f.parse(args)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		return requestCertUsageError(env, err.Error())
+		return genesisUsageError(env, "request-cert", err.Error())
 	}
 	if err != nil || o.help {
 		fmt.Fprint(env.Stdout, requestCertUsage())
 		return ExitOK
 	}
 	if len(pos) != 1 {
-		return requestCertUsageError(env, fmt.Sprintf("want one GENESIS file, got %d arguments", len(pos)))
-	}
-	var missing []string
-	for _, m := range []struct{ flag, v string }{{"--key", o.key}, {"--cert-out", o.certOut}} {
-		if m.v == "" {
-			missing = append(missing, m.flag)
-		}
-	}
-	if o.keyOut == "" && o.agentKey == "" {
-		missing = append(missing, "--key-out")
-	}
-	if len(missing) > 0 {
-		return requestCertUsageError(env, "missing "+strings.Join(missing, ", "))
-	}
-	if o.cacert == "" || o.cert == "" || o.keyTLS == "" {
-		return requestCertUsageError(env, "identitysvc takes mutual TLS only: give --cacert, --cert and --key-tls "+
-			"(for make run: --cacert .state/ca.pem --cert .state/admin.pem --key-tls .state/admin-key.pem)")
-	}
-	maxDays := uint64(agentcert.MaxLifetime / (24 * time.Hour))
-	if o.days > maxDays {
-		return requestCertUsageError(env, fmt.Sprintf("--days must be at most %d: an Agent Certificate is short-lived, renewed rather than kept", maxDays))
-	}
-	if o.timeout <= 0 {
-		return requestCertUsageError(env, "--timeout must be positive")
+		return genesisUsageError(env, "request-cert", fmt.Sprintf("want one GENESIS file, got %d arguments", len(pos)))
 	}
 	in := pos[0]
-	// The issuer key and the Genesis are what the certificate stands on;
-	// writing over either would lose the agent.
-	for _, out := range []struct{ flag, path string }{{"--cert-out", o.certOut}, {"--key-out", o.keyOut}} {
-		if sameFile(out.path, o.key) {
-			return requestCertUsageError(env, out.flag+" names the issuer key --key; give another file")
-		}
-		if in != "-" && sameFile(out.path, in) {
-			return requestCertUsageError(env, out.flag+" names the Genesis; give another file")
-		}
+	if code, done := o.check(env, in, o.tlsProblem, o.daysProblem, o.timeoutProblem); done {
+		return code
 	}
-	if sameFile(o.certOut, o.keyOut) || sameFile(o.certOut, o.agentKey) {
-		return requestCertUsageError(env, "--cert-out names the agent key's file; give another file")
+	l, code, done := o.load(env, in)
+	if done {
+		return code
 	}
-
-	data, err := readGenesisFile(in, env.Stdin)
-	if err != nil {
-		return genesisFail(env, name, err)
-	}
-	g, err := genesis.Load(data)
-	if err != nil {
-		return invalidGenesis(env, name, displayName(in), err)
-	}
-	issuer, err := demo.ReadKey(o.key)
-	if err != nil {
-		return genesisFail(env, name, fmt.Errorf("--key: %w", err))
-	}
-	if pub, _ := issuer.Public().(ed25519.PublicKey); !g.IssuerPublicKey.Equal(pub) {
-		fmt.Fprintf(env.Stderr, "agtp genesis request-cert: --key %s is not the issuer of %s: issuer_public_key has fingerprint %s, the key %s\n",
-			o.key, displayName(in), g.IssuerFingerprint(), genesis.Fingerprint(pub))
-		fmt.Fprint(env.Stderr, "  hint: identitysvc issues a certificate only on a request signed with the key that signed the Genesis\n")
-		return ExitError
-	}
-	var agentKey crypto.Signer
-	if o.agentKey != "" {
-		if agentKey, err = readAgentKey(o.agentKey); err != nil {
-			return genesisFail(env, name, fmt.Errorf("--agent-key: %w", err))
-		}
-		if pub, _ := agentKey.Public().(ed25519.PublicKey); pub.Equal(g.IssuerPublicKey) {
-			return requestCertUsageError(env, "--agent-key is the Genesis issuer key; give the agent a key of its own (or omit --agent-key for a new one)")
-		}
-	} else if _, agentKey, err = ed25519.GenerateKey(rand.Reader); err != nil {
-		return genesisFail(env, name, fmt.Errorf("generate the agent key: %w", err))
-	}
+	g, agentKey := l.g, l.agentKey
 	csr, err := agentcert.CreateCSR(g.AgentID, agentKey)
 	if err != nil {
 		return genesisFail(env, name, err)
 	}
 	req := &identityv1.IssueAgentCertificateRequest{
-		AgentId: g.AgentID, Csr: csr, IssuerSignature: agentcert.SignRequest(issuer, g.AgentID, csr),
+		AgentId: g.AgentID, Csr: csr, IssuerSignature: agentcert.SignRequest(l.issuer, g.AgentID, csr),
 		LifetimeSeconds: uint32(o.days * 24 * 3600),
 	}
 
-	tlsCfg, err := adminTLS(o.cacert, o.cert, o.keyTLS, o.serverName)
+	tlsCfg, err := o.tlsConfig()
 	if err != nil {
 		return genesisFail(env, name, err)
 	}
 	addr := cmpOr(o.grpcAddr, DefaultIdentityGRPC)
 	admin, err := newGRPCAdmin(addr, tlsCfg)
 	if err != nil {
-		return requestCertUsageError(env, err.Error())
+		return genesisUsageError(env, "request-cert", err.Error())
 	}
 	defer admin.close()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -208,10 +134,7 @@ func runGenesisRequestCert(ctx context.Context, args []string, env Env) int {
 	if k, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(agentKey.Public()) {
 		return genesisFail(env, name, errors.New("identitysvc answered with a certificate for another key"))
 	}
-	keyOut := o.keyOut
-	if o.agentKey != "" && (keyOut == "" || sameFile(keyOut, o.agentKey)) {
-		keyOut = "" // the key is already where it was read from
-	}
+	keyOut := o.keyOutFile()
 	if err := writeCertAndKey(o.certOut, keyOut, append([][]byte{res.GetCertificate()}, res.GetCaChain()...), agentKey); err != nil {
 		return genesisFail(env, name, err)
 	}
@@ -222,44 +145,13 @@ func runGenesisRequestCert(ctx context.Context, args []string, env Env) int {
 	return ExitOK
 }
 
-// writeCertAndKey writes a certificate chain (leaf first) as PEM, mode
-// 0644, and, when keyPath is set, the private key as PKCS#8 PEM, mode
-// 0600: the pair `agtp --cert/--key` presents. The key is written first,
-// so a certificate on disk always has its key beside it.
-func writeCertAndKey(certPath, keyPath string, chain [][]byte, key crypto.Signer) error {
-	if keyPath != "" {
-		der, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return fmt.Errorf("encode the agent key: %w", err)
-		}
-		if err := demo.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-			return err
-		}
-	}
-	var certs []byte
-	for _, der := range chain {
-		certs = append(certs, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	return demo.WriteFileAtomic(certPath, certs, 0o644)
-}
-
 // requestCertFailed explains a refused or failed request. An answer from
 // identitysvc exits with its AGTP status class; no answer exits 1.
 func requestCertFailed(env Env, where, agentID string, err error) int {
-	code, reason, explanation, md := grpcerr.Reason(err)
-	st, isStatus := status.FromError(err)
-	if !isStatus || !fromService(st) {
-		msg := err.Error()
-		if isStatus {
-			msg = st.Message()
-		}
-		fmt.Fprintf(env.Stderr, "agtp genesis request-cert: identitysvc at %s: %s\n", where, msg)
-		if h := adminHint(msg, where); h != "" {
-			fmt.Fprintf(env.Stderr, "  hint: %s\n", h)
-		}
+	agtpStatus, reason, explanation, md, answered := serviceAnswer(env, "request-cert", where, err)
+	if !answered {
 		return ExitError
 	}
-	agtpStatus := grpcerr.StatusFor(code)
 	fmt.Fprintf(env.Stderr, "agtp genesis request-cert: %d %s: %s\n", agtpStatus, reason, explanation)
 	hint := ""
 	switch reason {
