@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -237,7 +236,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		if s.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
 			return nil, fmt.Errorf("listen https on %s: %w", cfg.HTTPSAddr, err)
 		}
-		s.https = &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+		s.https = kit.NewHTTPServer(h, tlsCfg, base.Log)
 	}
 	s.agents.OnSession = s.pipeline.DropSession
 	if err := s.observeTransport(meter); err != nil {
@@ -356,7 +355,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.https != nil {
 		tasks = append(tasks, func(ctx context.Context) error {
 			errc := make(chan error, 1)
-			go func() { errc <- s.https.Serve(tls.NewListener(s.httpsLn, s.https.TLSConfig)) }()
+			go func() { errc <- s.https.Serve(tls.NewListener(kit.LimitListener(s.httpsLn), s.https.TLSConfig)) }()
 			select {
 			case err := <-errc:
 				if errors.Is(err, http.ErrServerClosed) {

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -53,6 +54,10 @@ type Common struct {
 	// loopback addresses only, because profiles expose internals and the
 	// listener has no authentication.
 	PprofAddr string
+	// Reflection serves the gRPC reflection API, which lists every
+	// service and message to whoever may connect. Off by default; on for
+	// debugging with grpcurl and the like.
+	Reflection bool
 }
 
 // DefaultCommon returns defaults for the named service listening on the
@@ -121,6 +126,7 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env LOG_FORMAT)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline (env SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
+	fs.BoolVar(&c.Reflection, "grpc-reflection", c.Reflection, "serve the gRPC reflection API, for debugging (env GRPC_REFLECTION)")
 	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
 		return c.addPeers(v)
 	})
@@ -156,6 +162,13 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	if v, ok := lookup("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); ok && v != "" {
 		c.Telemetry.OTLPExport = true
+	}
+	if v, ok := lookup("GRPC_REFLECTION"); ok && v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("GRPC_REFLECTION: %w", err)
+		}
+		c.Reflection = b
 	}
 	if v, ok := lookup("AGTP_PEERS"); ok && v != "" {
 		for _, p := range strings.Split(v, ",") {

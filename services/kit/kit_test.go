@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +22,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -30,12 +34,21 @@ import (
 // returns it with its span recorder.
 func startServer(t *testing.T, name string) (*kit.Base, *tracetest.SpanRecorder) {
 	t.Helper()
+	return startServerWith(t, name, nil)
+}
+
+// startServerWith is startServer with the configuration adjusted by edit.
+func startServerWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Base, *tracetest.SpanRecorder) {
+	t.Helper()
 	pki := testkit.PKI(t)
 	rec := tracetest.NewSpanRecorder()
 	cfg := kit.DefaultCommon(name, "127.0.0.1:0", "127.0.0.1:0")
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert(name), pki.Key(name)
 	cfg.Telemetry.SpanProcessors = []trace.SpanProcessor{rec}
 	cfg.LogLevel = "error"
+	if edit != nil {
+		edit(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -251,5 +264,96 @@ func TestDrainEndsOpenStreams(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the server did not stop after its only stream ended")
+	}
+}
+
+// TestReflectionIsOffUnlessAsked: the reflection API lists every service
+// and message, so it is served only when configured.
+func TestReflectionIsOffUnlessAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		on   bool
+	}{{"default", false}, {"grpc-reflection on", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := startServerWith(t, "catalogsvc", func(c *kit.Common) { c.Reflection = tc.on })
+			client, _ := startServer(t, "policysvc")
+			conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+			var resp *reflectionpb.ServerReflectionResponse
+			if err == nil {
+				// A refused stream may fail the Send with io.EOF; the
+				// status comes with Recv.
+				_ = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+				resp, err = stream.Recv()
+			}
+			switch {
+			case tc.on && (err != nil || len(resp.GetListServicesResponse().GetService()) == 0):
+				t.Fatalf("reflection on: %v, %v", resp, err)
+			case !tc.on && status.Code(err) != codes.Unimplemented:
+				t.Fatalf("reflection off: got %v, %v; want Unimplemented", resp, err)
+			}
+		})
+	}
+}
+
+// TestCABundleIsReloaded: a CA added to the suite bundle is trusted from
+// the next handshake on, without a restart, so the suite CA can be
+// rotated.
+func TestCABundleIsReloaded(t *testing.T) {
+	suite := testkit.PKI(t)
+	other, err := devpki.Ensure(t.TempDir(), "policysvc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	bundle := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(bundle, read(suite.CA()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := startServerWith(t, "catalogsvc", func(c *kit.Common) { c.CAFile = bundle })
+
+	both := filepath.Join(t.TempDir(), "both.pem")
+	if err := os.WriteFile(both, append(read(suite.CA()), read(other.CA())...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	client, err := kit.LoadMTLS(both, other.Cert("policysvc"), other.Key("policysvc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() error {
+		conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client, b.Telemetry)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = checkHealth(ctx, conn, "")
+		return err
+	}
+	if err := call(); err == nil {
+		t.Fatal("a certificate from a CA outside the bundle was accepted")
+	}
+	if err := os.WriteFile(bundle, append(read(suite.CA()), read(other.CA())...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(bundle, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("after the CA was added to the bundle: %v", err)
 	}
 }

@@ -91,7 +91,10 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
 	)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	if cfg.Reflection {
+		reflection.Register(s.grpc)
+		s.log.Warn("gRPC reflection is on: the API's services and messages are listed to every client with a suite certificate")
+	}
 	// Until Run marks it ready, the service reports NOT_SERVING.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
@@ -198,15 +201,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 		}
 		tlsCfg := s.mtls.ServerConfig()
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		httpSrv = &http.Server{
-			Handler:           mux,
-			TLSConfig:         tlsCfg,
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		}
+		httpSrv = NewHTTPServer(mux, tlsCfg, s.log)
 	}
 
 	tasks := []Task{
@@ -225,7 +220,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 	if httpSrv != nil {
 		tasks = append(tasks, func(ctx context.Context) error {
 			errc := make(chan error, 1)
-			go func() { errc <- httpSrv.Serve(tls.NewListener(s.httpLis, httpSrv.TLSConfig)) }()
+			go func() { errc <- httpSrv.Serve(tls.NewListener(LimitListener(s.httpLis), httpSrv.TLSConfig)) }()
 			select {
 			case err := <-errc:
 				return fmt.Errorf("gateway serve: %w", err)
