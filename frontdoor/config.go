@@ -61,6 +61,9 @@ type Config struct {
 	// MaxConnections and MaxInFlight bound concurrency.
 	MaxConnections int
 	MaxInFlight    int
+	// BodyBudget bounds the bytes of request bodies held at once across
+	// all connections (docs/frontdoor-transport.md).
+	BodyBudget int64
 	// MaxConnectionsPerIP bounds one source's connections (an IPv4
 	// address or an IPv6 /64); 0 means no limit (behind a load balancer
 	// that hides client addresses).
@@ -119,6 +122,7 @@ func DefaultConfig() Config {
 		HeaderTimeout:  10 * time.Second,
 		MaxConnections: 20000,
 		MaxInFlight:    4096,
+		BodyBudget:     transport.DefaultBodyBudget,
 		RequestTimeout: 15 * time.Second,
 		InspectACL:     "agent_only",
 		CallerProof:    string(callerproof.Required),
@@ -155,6 +159,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "concurrent connection limit (env AGTP_MAX_CONNECTIONS)")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests in flight across all connections (env AGTP_MAX_IN_FLIGHT)")
+	fs.Int64Var(&c.BodyBudget, "body-budget", c.BodyBudget, "bytes of request bodies held at once across all connections (env AGTP_BODY_BUDGET)")
 	fs.IntVar(&c.MaxConnectionsPerIP, "max-connections-per-ip", c.MaxConnectionsPerIP, "connections from one IPv4 address or IPv6 /64, 0 for no limit (env AGTP_MAX_CONNECTIONS_PER_IP)")
 	fs.IntVar(&c.MaxHandshakes, "max-handshakes", c.MaxHandshakes, "TLS and QUIC handshakes in progress (env AGTP_MAX_HANDSHAKES)")
 	fs.DurationVar(&c.HandshakeTimeout, "handshake-timeout", c.HandshakeTimeout, "time allowed for a TLS or QUIC handshake (env AGTP_HANDSHAKE_TIMEOUT)")
@@ -217,6 +222,13 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			*dst = n
 		}
 	}
+	if v, ok := lookup("AGTP_BODY_BUDGET"); ok && v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("AGTP_BODY_BUDGET: %w", err)
+		}
+		c.BodyBudget = n
+	}
 	if v, ok := lookup("AGTP_TRUSTED_PEER_NAMES"); ok && v != "" {
 		c.TrustedPeerNames = splitList(v)
 	}
@@ -265,6 +277,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Outbound.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.BodyBudget < c.Limits.MaxBody || c.BodyBudget <= 0 {
+		errs = append(errs, fmt.Errorf("the body budget %d must be positive and at least the body limit %d", c.BodyBudget, c.Limits.MaxBody))
 	}
 	if c.MaxConnectionsPerIP < 0 {
 		errs = append(errs, errors.New("the per-address connection limit must not be negative (0 means no limit)"))

@@ -199,6 +199,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		IdleTimeout:   cfg.IdleTimeout,
 		MaxConns:      cfg.MaxConnections,
 		MaxInFlight:   cfg.MaxInFlight,
+		BodyBudget:    cfg.BodyBudget,
 		DrainTimeout:  cfg.ShutdownTimeout,
 		Logger:        base.Log,
 

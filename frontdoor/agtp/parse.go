@@ -27,15 +27,48 @@ import (
 // holds the request line and fields, but no body, for the error response.
 //
 // ReadRequest never reads or buffers more than lim allows; see [Limits].
+// It is ReadRequestHead followed by [Head.ReadBody].
 func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
+	h, err := ReadRequestHead(br, lim)
+	if err != nil {
+		return h.Request, err
+	}
+	return h.ReadBody(br, nil)
+}
+
+// Head is a request whose header section has been read and whose body
+// has not; see [ReadRequestHead].
+type Head struct {
+	// Request holds the request line and the fields; Body is nil.
+	Request *Request
+	// ContentLength is the length of the body that follows the head
+	// (0 for none). It is within the body limit.
+	ContentLength int64
+
+	retired string // the first retired field, reported after the body
+}
+
+// ReadRequestHead reads a request up to the end of its header section
+// and checks everything that does not need the body: the request line,
+// the fields, the framing and the body limit. It lets a server decide
+// whether it can take a request (a worker, memory for its body) before
+// any byte of the body is buffered. The caller must then call
+// [Head.ReadBody] or [Head.DiscardBody] before reading the next message
+// from br.
+//
+// Its errors are ReadRequest's for the same input. When one of them comes
+// after the header section parsed (framing, body-too-large), Head.Request
+// holds the request line and fields for the error response; otherwise it
+// is nil.
+func ReadRequestHead(br *bufio.Reader, lim Limits) (Head, error) {
 	lim = lim.withDefaults()
 	head, startLen, nfields, err := readHead(br, &lim, ReasonRequestLineTooLong, checkRequestLine)
 	if err != nil {
-		return nil, err
+		return Head{}, err
 	}
 	var rl requestLine
 	if perr := parseRequestLine(trimLineEnd(head[:startLen]), &rl); perr != nil {
-		return nil, perr
+		return Head{}, perr
 	}
 	// Every token below is a substring of head: one allocation for all.
 	req := &Request{Method: head[rl.methodStart:rl.methodEnd], Target: "/", Path: "/"}
@@ -45,28 +78,47 @@ func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
 	}
 	var perr *ProtocolError
 	if req.Header, perr = parseFieldLines(head[startLen:], fieldStore(&req.fields, nfields)); perr != nil {
-		return nil, perr
+		return Head{}, perr
 	}
 	n, retired, perr := framing(req.Header)
 	if perr != nil {
-		return req, perr
+		return Head{Request: req}, perr
 	}
 	limit := lim.MaxBody
 	if lim.BodyLimit != nil {
 		limit = max(lim.BodyLimit(req.Method, req.Path), 0)
 	}
 	if n > limit {
-		return req, badRequest(ReasonBodyTooLarge,
+		return Head{Request: req}, badRequest(ReasonBodyTooLarge,
 			"Content-Length "+strconv.FormatInt(n, 10)+" exceeds the body limit of "+strconv.FormatInt(limit, 10)+" bytes", true)
 	}
-	if req.Body, err = readBody(br, n); err != nil {
+	return Head{Request: req, ContentLength: n, retired: retired}, nil
+}
+
+// ReadBody reads the body of h from br into h.Request.Body and returns
+// the request, with ReadRequest's results for what is checked once the
+// body is consumed (400 retired-header, 459 method-invalid: the request is
+// complete and br is at the next message). A read error gives a nil
+// request, as in ReadRequest.
+//
+// The body's buffer grows as bytes arrive, never past ContentLength: a
+// peer that announces a body and sends nothing costs no buffer, and one
+// that sends part of it costs at most twice what it sent, or 4 KiB. Before
+// each growth grow, when not nil, is called with the number of bytes the
+// buffer grows by (their sum is the buffer's final capacity); an error
+// from it ends the read and is returned unchanged, with the rest of the
+// body unread.
+func (h Head) ReadBody(br *bufio.Reader, grow func(n int) error) (*Request, error) {
+	req := h.Request
+	var err error
+	if req.Body, err = readBody(br, h.ContentLength, grow); err != nil {
 		return nil, err
 	}
 
 	// Rules checked after the body is consumed, so the connection stays
 	// framed. Order follows digest-core §3.2: wire (400) before method (459).
-	if retired != "" {
-		return req, badRequest(ReasonRetiredHeader, retired+" is retired (core §5.5.6)", false)
+	if h.retired != "" {
+		return req, badRequest(ReasonRetiredHeader, h.retired+" is retired (core §5.5.6)", false)
 	}
 	if !ValidMethodToken(req.Method) {
 		return req, &ProtocolError{
@@ -76,6 +128,22 @@ func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// DiscardBody reads past the body of h without keeping it, so that br is
+// at the next message: for a server that refuses the request without
+// needing its body and keeps the connection. It costs no memory beyond
+// br's buffer. A read error is returned as ReadBody would.
+func (h Head) DiscardBody(br *bufio.Reader) error {
+	for n := h.ContentLength; n > 0; {
+		step := int(min(n, 1<<30))
+		m, err := br.Discard(step)
+		n -= int64(m)
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+	}
+	return nil
 }
 
 // ReadResponse reads one response from br, with the same EOF rules,
@@ -109,7 +177,7 @@ func ReadResponse(br *bufio.Reader, lim Limits) (*Response, error) {
 		return nil, badRequest(ReasonBodyTooLarge,
 			"Content-Length "+strconv.FormatInt(n, 10)+" exceeds the body limit of "+strconv.FormatInt(lim.MaxBody, 10)+" bytes", true)
 	}
-	if resp.Body, err = readBody(br, n); err != nil {
+	if resp.Body, err = readBody(br, n, nil); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -424,18 +492,55 @@ func parseContentLength(s string) (int64, bool) {
 	return n, true
 }
 
-func readBody(br *bufio.Reader, n int64) ([]byte, error) {
+// firstBodyStep is the first size of a body buffer that grows: the
+// default bufio.Reader size, so that a typical body is allocated once, at
+// its exact size, while a peer that sends one byte of a large body pins
+// no more than this.
+const firstBodyStep = 4 << 10
+
+// readBody reads an n-byte body into a buffer that grows as bytes arrive,
+// doubling from firstBodyStep (or what br already holds) and capped at n;
+// see Head.ReadBody for grow.
+func readBody(br *bufio.Reader, n int64, grow func(int) error) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	var body []byte
+	for int64(len(body)) < n {
+		if len(body) == cap(body) {
+			// Wait for a byte before allocating, so a peer that stops
+			// sending costs nothing more.
+			if _, err := br.Peek(1); err != nil {
+				return nil, unexpectedEOF(err)
+			}
+			size := int(min(n, int64(max(2*cap(body), firstBodyStep, len(body)+br.Buffered()))))
+			if grow != nil {
+				if err := grow(size - cap(body)); err != nil {
+					return nil, err
+				}
+			}
+			// A fresh buffer rather than append: append would round the
+			// capacity up past n.
+			grown := make([]byte, len(body), size)
+			copy(grown, body)
+			body = grown
 		}
-		return nil, err
+		m, err := br.Read(body[len(body):cap(body)])
+		body = body[:len(body)+m]
+		if err != nil && int64(len(body)) < n {
+			return nil, unexpectedEOF(err)
+		}
 	}
 	return body, nil
+}
+
+// unexpectedEOF maps the end of input inside a message to
+// io.ErrUnexpectedEOF and returns other errors unchanged.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // requestLine holds offsets into the head buffer.

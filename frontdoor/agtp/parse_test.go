@@ -436,3 +436,188 @@ func TestReadRequestKeepsFieldsPastInlineStorage(t *testing.T) {
 		t.Fatalf("got %d fields, X-N39=%q", len(req.Header), req.Header.Get("X-N39"))
 	}
 }
+
+// errStall stands for a peer that stops sending (a read deadline).
+var errStall = errors.New("stalled")
+
+// TestBodyBufferGrowsAsBytesArrive pins that a body's buffer follows the
+// bytes that arrived, not the Content-Length announced: at most twice what
+// arrived, or firstBodyStep, and exactly Content-Length once complete.
+func TestBodyBufferGrowsAsBytesArrive(t *testing.T) {
+	const mib = 1 << 20
+	head := func(n int) string {
+		return "AGTP/1.0 EXECUTE /upload\r\nContent-Type: application/octet-stream\r\nContent-Length: " + strconv.Itoa(n) + "\r\n\r\n"
+	}
+	body := func(n int) string { return strings.Repeat("b", n) }
+	tests := []struct {
+		name      string
+		announced int
+		in        io.Reader // after the head
+		oneByte   bool      // deliver a byte per read
+		wantErr   error     // nil: body complete
+		wantGrown int       // exact sum of growths when > 0
+		maxGrown  int       // otherwise, its bound
+	}{
+		{"small body, one allocation of its size", 85, strings.NewReader(body(85)), false, nil, 85, 0},
+		{"1 MiB body, capacity exactly its size", mib, strings.NewReader(body(mib)), false, nil, mib, 0},
+		{"1 MiB body a byte at a time", mib, strings.NewReader(body(mib)), true, nil, mib, 0},
+		{"body at the step size", firstBodyStep, strings.NewReader(body(firstBodyStep)), false, nil, firstBodyStep, 0},
+		{"nothing sent", mib, iotest.ErrReader(errStall), false, errStall, 0, 0},
+		{"one byte sent", mib, io.MultiReader(strings.NewReader("b"), iotest.ErrReader(errStall)), false, errStall, 0, firstBodyStep},
+		{"short body then end of input", mib, strings.NewReader(body(100)), false, io.ErrUnexpectedEOF, 0, firstBodyStep},
+		{"300 KiB of 1 MiB then stall", mib, io.MultiReader(strings.NewReader(body(300<<10)), iotest.ErrReader(errStall)), false, errStall, 0, 2 * 300 << 10},
+		{"300 KiB of 1 MiB a byte at a time", mib, io.MultiReader(iotest.OneByteReader(strings.NewReader(body(300<<10))), iotest.ErrReader(errStall)), false, errStall, 0, 2 * 300 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := io.MultiReader(strings.NewReader(head(tt.announced)), tt.in)
+			if tt.oneByte {
+				in = iotest.OneByteReader(in)
+			}
+			br := bufio.NewReader(in)
+			h, err := ReadRequestHead(br, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.ContentLength != int64(tt.announced) || h.Request.Body != nil {
+				t.Fatalf("head: ContentLength %d, body %d bytes", h.ContentLength, len(h.Request.Body))
+			}
+			grown, calls := 0, 0
+			req, err := h.ReadBody(br, func(n int) error {
+				if n <= 0 {
+					t.Errorf("grow(%d)", n)
+				}
+				grown += n
+				calls++
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			switch {
+			case tt.wantErr != nil:
+				if req != nil {
+					t.Error("a failed body read returned a request")
+				}
+			case len(req.Body) != tt.announced || cap(req.Body) != tt.announced || string(req.Body) != body(tt.announced):
+				t.Fatalf("body %d bytes, capacity %d, want exactly %d", len(req.Body), cap(req.Body), tt.announced)
+			}
+			if tt.wantGrown > 0 && grown != tt.wantGrown {
+				t.Errorf("grew by %d bytes in %d steps, want %d", grown, calls, tt.wantGrown)
+			}
+			if tt.wantGrown == 0 && grown > tt.maxGrown {
+				t.Errorf("grew by %d bytes in %d steps for a body that did not arrive, bound %d", grown, calls, tt.maxGrown)
+			}
+		})
+	}
+}
+
+// A body over the limit is refused from the head, before any buffer is
+// reserved; the body read of a request within it stops at the first
+// growth its caller refuses.
+func TestBodyLimitAndRefusedGrowth(t *testing.T) {
+	const msg = "AGTP/1.0 EXECUTE /upload\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\n0123456789a"
+	tests := []struct {
+		name    string
+		lim     Limits
+		refuse  int // refuse the growth call with this index (0 = first); -1 none
+		wantErr string
+	}{
+		{"over the limit by one byte", Limits{MaxBody: 10}, -1, ReasonBodyTooLarge},
+		{"over a per-endpoint limit of 0", Limits{BodyLimit: func(string, string) int64 { return 0 }}, -1, ReasonBodyTooLarge},
+		{"at the limit, growth refused", Limits{MaxBody: 11}, 0, "refused"},
+		{"at the limit, growth allowed", Limits{MaxBody: 11}, -1, ""},
+	}
+	errRefused := errors.New("refused")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			br := bufio.NewReader(strings.NewReader(msg))
+			h, err := ReadRequestHead(br, tt.lim)
+			if tt.wantErr == ReasonBodyTooLarge {
+				wantProtocolError(t, err, StatusBadRequest, ReasonBodyTooLarge, true)
+				if h.Request == nil || h.Request.Path != "/upload" || h.Request.Body != nil {
+					t.Fatalf("head of a refused body: %+v", h.Request)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			req, err := h.ReadBody(br, func(int) error {
+				calls++
+				if calls-1 == tt.refuse {
+					return errRefused
+				}
+				return nil
+			})
+			if tt.wantErr == "" {
+				if err != nil || string(req.Body) != "0123456789a" {
+					t.Fatalf("got %v %q", err, req.Body)
+				}
+				return
+			}
+			if !errors.Is(err, errRefused) || req != nil {
+				t.Fatalf("got %v, request %v; want the growth's error", err, req)
+			}
+		})
+	}
+}
+
+// DiscardBody leaves the reader at the next message without keeping the
+// body; ReadBody and DiscardBody report the checks ReadRequest makes after
+// the body in the same way.
+func TestHeadThenBody(t *testing.T) {
+	next := "AGTP/1.0 QUERY /next\r\n\r\n"
+	withBody := "AGTP/1.0 EXECUTE /x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
+	tests := []struct {
+		name    string
+		in      string
+		discard bool
+		status  int // 0: no error from ReadBody
+		reason  string
+	}{
+		{"discard then next", withBody + next, true, 0, ""},
+		{"read then next", withBody + next, false, 0, ""},
+		{"discard without a body", next + next, true, 0, ""},
+		{"retired field after the body", "AGTP/1.0 EXECUTE /x\r\nAGTP-Version: 1.0\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello" + next, false, StatusBadRequest, ReasonRetiredHeader},
+		{"invalid method after the body", "AGTP/1.0 frob /x\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello" + next, false, StatusMethodViolation, ReasonMethodInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			br := bufio.NewReader(strings.NewReader(tt.in))
+			h, err := ReadRequestHead(br, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.discard {
+				if err := h.DiscardBody(br); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				req, err := h.ReadBody(br, nil)
+				if tt.status != 0 {
+					wantProtocolError(t, err, tt.status, tt.reason, false)
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if req == nil || req.Body == nil {
+					t.Fatalf("request %+v: body not read", req)
+				}
+			}
+			req, err := ReadRequest(br, Limits{})
+			if err != nil || req.Path != "/next" {
+				t.Fatalf("next request: %v %+v", err, req)
+			}
+		})
+	}
+
+	br := bufio.NewReader(strings.NewReader(withBody[:len(withBody)-2]))
+	h, err := ReadRequestHead(br, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.DiscardBody(br); err != io.ErrUnexpectedEOF {
+		t.Fatalf("discarding a short body: %v, want io.ErrUnexpectedEOF", err)
+	}
+}

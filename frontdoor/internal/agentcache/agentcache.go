@@ -5,8 +5,10 @@
 package agentcache
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,13 +27,21 @@ type Cache struct {
 	client      identityv1.IdentityServiceClient
 	log         *slog.Logger
 	NegativeTTL time.Duration
-	// MaxEntries bounds memory; the cache is cleared when it is reached,
-	// which only costs re-lookups.
+	// MaxEntries bounds memory; at the bound the least recently used
+	// entry makes room, which only costs it a re-lookup.
 	MaxEntries int
 
-	mu      sync.RWMutex
-	entries map[string]entry
-	group   singleflight.Group
+	mu      sync.Mutex
+	entries map[string]*list.Element // of *entry
+	lru     list.List                // most recently used first
+	// gen changes with every watch event and reset. A lookup takes it
+	// before asking identitysvc and its answer is stored only if it has
+	// not changed, so an answer given before a revocation cannot be put
+	// back after the event that replaced or dropped the entry. It also
+	// keys the lookups in flight, so that a lookup starting after a change
+	// never shares the answer of one that started before it.
+	gen   uint64
+	group singleflight.Group
 	// watching is true while the watch stream is connected; without it,
 	// entries cannot be trusted to be fresh and are kept only briefly.
 	watching bool
@@ -42,28 +52,26 @@ type Cache struct {
 }
 
 type entry struct {
+	id      string
 	rec     *identityv1.AgentRecord
 	expires time.Time
 }
 
 // New returns an empty cache.
 func New(client identityv1.IdentityServiceClient, log *slog.Logger) *Cache {
-	return &Cache{client: client, log: log, NegativeTTL: 2 * time.Second, MaxEntries: 100_000, entries: map[string]entry{}}
+	return &Cache{client: client, log: log, NegativeTTL: 2 * time.Second, MaxEntries: 100_000, entries: map[string]*list.Element{}}
 }
 
 // Lookup returns the record of agentID, or nil when it is not registered.
 func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRecord, error) {
-	now := time.Now()
-	c.mu.RLock()
-	e, ok := c.entries[agentID]
-	c.mu.RUnlock()
-	if ok && (e.expires.IsZero() || now.Before(e.expires)) {
-		return e.rec, nil
+	rec, ok, gen := c.get(agentID, time.Now())
+	if ok {
+		return rec, nil
 	}
-	v, err, _ := c.group.Do(agentID, func() (any, error) {
+	v, err, _ := c.group.Do(strconv.FormatUint(gen, 10)+"/"+agentID, func() (any, error) {
 		resp, err := c.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: agentID})
 		if status.Code(err) == codes.NotFound {
-			c.put(agentID, nil, time.Now().Add(c.NegativeTTL))
+			c.putIfCurrent(gen, agentID, nil, time.Now().Add(c.NegativeTTL))
 			return (*identityv1.AgentRecord)(nil), nil
 		}
 		if err != nil {
@@ -73,7 +81,7 @@ func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRe
 		if pending(resp.GetAgent()) {
 			expiry = time.Now().Add(c.NegativeTTL)
 		}
-		c.put(agentID, resp.GetAgent(), expiry)
+		c.putIfCurrent(gen, agentID, resp.GetAgent(), expiry)
 		return resp.GetAgent(), nil
 	})
 	if err != nil {
@@ -82,22 +90,66 @@ func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRe
 	return v.(*identityv1.AgentRecord), nil
 }
 
+// get returns the fresh entry of id, marking it used, or the generation
+// a lookup of id starts from.
+func (c *Cache) get(id string, now time.Time) (rec *identityv1.AgentRecord, ok bool, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, found := c.entries[id]; found {
+		e := el.Value.(*entry)
+		if e.expires.IsZero() || now.Before(e.expires) {
+			c.lru.MoveToFront(el)
+			return e.rec, true, 0
+		}
+	}
+	return nil, false, c.gen
+}
+
 func (c *Cache) positiveExpiry() time.Time {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.watching {
 		return time.Time{}
 	}
 	return time.Now().Add(time.Second)
 }
 
-func (c *Cache) put(id string, rec *identityv1.AgentRecord, expires time.Time) {
+// putIfCurrent stores a lookup's answer unless a watch event or reset
+// came after the lookup began (gen).
+func (c *Cache) putIfCurrent(gen uint64, id string, rec *identityv1.AgentRecord, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.entries) >= c.MaxEntries {
-		c.entries = map[string]entry{}
+	if gen != c.gen {
+		return
 	}
-	c.entries[id] = entry{rec: rec, expires: expires}
+	c.store(id, rec, expires)
+}
+
+// changed applies a watch event that carries the agent's new record: it
+// is the newest word, so it is stored and every lookup in flight loses
+// its right to store.
+func (c *Cache) changed(id string, rec *identityv1.AgentRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.store(id, rec, time.Time{})
+}
+
+// store puts an entry, evicting the least recently used ones at
+// MaxEntries. The caller holds mu.
+func (c *Cache) store(id string, rec *identityv1.AgentRecord, expires time.Time) {
+	if el, ok := c.entries[id]; ok {
+		e := el.Value.(*entry)
+		e.rec, e.expires = rec, expires
+		c.lru.MoveToFront(el)
+		return
+	}
+	for c.lru.Len() > 0 && c.lru.Len() >= c.MaxEntries {
+		oldest := c.lru.Back()
+		c.lru.Remove(oldest)
+		delete(c.entries, oldest.Value.(*entry).id)
+	}
+	c.entries[id] = c.lru.PushFront(&entry{id: id, rec: rec, expires: expires})
 }
 
 // pending is a registered agent that is not activated yet: registration
@@ -107,19 +159,24 @@ func pending(rec *identityv1.AgentRecord) bool {
 	return rec.GetStatus() == identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED
 }
 
-// Drop forgets one agent.
+// Drop forgets one agent, including any answer still on its way.
 func (c *Cache) Drop(id string) {
 	c.mu.Lock()
-	delete(c.entries, id)
-	c.mu.Unlock()
-	c.group.Forget(id)
+	defer c.mu.Unlock()
+	c.gen++
+	if el, ok := c.entries[id]; ok {
+		c.lru.Remove(el)
+		delete(c.entries, id)
+	}
 }
 
 func (c *Cache) reset(watching bool) {
 	c.mu.Lock()
-	c.entries = map[string]entry{}
+	defer c.mu.Unlock()
+	c.gen++
+	c.entries = map[string]*list.Element{}
+	c.lru.Init()
 	c.watching = watching
-	c.mu.Unlock()
 }
 
 // Watch follows identitysvc's WatchAgents until ctx is done. Every event
@@ -145,8 +202,7 @@ func (c *Cache) Watch(ctx context.Context) error {
 			case ev.GetResync():
 				c.reset(true)
 			case ev.GetAgent() != nil && !pending(ev.GetAgent()):
-				c.put(ev.GetAgentId(), ev.GetAgent(), time.Time{})
-				c.group.Forget(ev.GetAgentId())
+				c.changed(ev.GetAgentId(), ev.GetAgent())
 			default:
 				c.Drop(ev.GetAgentId())
 			}

@@ -25,6 +25,9 @@ const (
 	idleClientEnv   = "AGTP_TRANSPORT_IDLE_CLIENT_ADDR"
 	idleClientNEnv  = "AGTP_TRANSPORT_IDLE_CLIENT_N"
 	idleClientCAEnv = "AGTP_TRANSPORT_IDLE_CLIENT_CA"
+	// idleClientAnnounceEnv, when set to n, makes each client send a
+	// request head announcing an n-byte body, then nothing more.
+	idleClientAnnounceEnv = "AGTP_TRANSPORT_IDLE_CLIENT_ANNOUNCE"
 )
 
 // Per-connection memory of an idle TLS connection (one request served,
@@ -36,33 +39,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 	ts := startServer(t, Options{DisableQUIC: true, MaxConnsPerIP: -1}, echo())
 	n := *idleConns
 	before := serverMemory()
-
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		idleClientEnv+"="+ts.TCPAddr().String(),
-		idleClientNEnv+"="+strconv.Itoa(n),
-		idleClientCAEnv+"="+ts.certs.caFile)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-		waitFor(t, "idle connections closed", func() bool { return ts.Stats().OpenTCP == 0 })
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("client process: %q %v", line, err)
-	}
+	holdClients(t, ts, n, "")
 	waitFor(t, "connections idle", func() bool {
 		st := ts.Stats()
 		return st.OpenTCP == int64(n) && st.RequestsTCP == uint64(n) && st.InFlight == 0
@@ -77,6 +54,40 @@ func TestIdleConnectionMemory(t *testing.T) {
 	}
 }
 
+// holdClients starts a child process that opens n connections to ts and
+// holds them until the test ends; announce is idleClientAnnounceEnv's
+// value. It returns once every connection has sent its request.
+func holdClients(t *testing.T, ts *testServer, n int, announce string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		idleClientEnv+"="+ts.TCPAddr().String(),
+		idleClientNEnv+"="+strconv.Itoa(n),
+		idleClientCAEnv+"="+ts.certs.caFile,
+		idleClientAnnounceEnv+"="+announce)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+		waitFor(t, "client connections closed", func() bool { return ts.Stats().OpenTCP == 0 })
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("client process: %q %v", line, err)
+	}
+}
+
 // serverMemory is the process's live Go memory after a full collection:
 // heap in use plus goroutine stacks.
 func serverMemory() uint64 {
@@ -88,7 +99,8 @@ func serverMemory() uint64 {
 }
 
 // runIdleClients is the child process: it opens N connections, makes one
-// request on each, reports "ready" and holds them until stdin closes.
+// request on each (or only announces a body, see idleClientAnnounceEnv),
+// reports "ready" and holds them until stdin closes.
 func runIdleClients() int {
 	addr := os.Getenv(idleClientEnv)
 	n, _ := strconv.Atoi(os.Getenv(idleClientNEnv))
@@ -107,6 +119,10 @@ func runIdleClients() int {
 	var firstErr error
 	sem := make(chan struct{}, 32)
 	raw := []byte("AGTP/1.0 QUERY /idle\r\nContent-Length: 0\r\n\r\n")
+	announce := os.Getenv(idleClientAnnounceEnv)
+	if announce != "" {
+		raw = []byte("AGTP/1.0 EXECUTE /upload\r\nContent-Type: application/octet-stream\r\nContent-Length: " + announce + "\r\n\r\n")
+	}
 	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -115,7 +131,7 @@ func runIdleClients() int {
 			if err == nil {
 				_, err = c.Write(raw)
 			}
-			if err == nil {
+			if err == nil && announce == "" {
 				_, err = agtp.ReadResponse(bufio.NewReader(c), agtp.Limits{})
 			}
 			if err != nil {

@@ -285,21 +285,60 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 		str.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 		return s.bodyLimit(method, path)
 	}
-	req, err := agtp.ReadRequest(br, lim)
-	extra := br.Buffered() > 0
+	ctx := str.Context()
+	// As on TCP, a body is read only once its request holds an in-flight
+	// slot, within the body budget (see tcpConn.request).
+	head, err := agtp.ReadRequestHead(br, lim)
+	req := head.Request
+	held, refused := false, ""
+	var g *bodyGrant
+	if err == nil {
+		switch {
+		case head.ContentLength == 0:
+			req, err = head.ReadBody(br, nil)
+		case !s.acquire(ctx):
+			refused = ReasonServerBusy
+		default:
+			held = true
+			g = s.bodies.grant(ctx)
+			req, err = head.ReadBody(br, g.grow)
+			if errors.Is(err, errBodyBudget) {
+				req, err, refused = head.Request, nil, ReasonBodyBudgetExhausted
+			}
+		}
+	}
+	// An unread body is refused with STOP_SENDING after the response.
+	extra := refused != "" || br.Buffered() > 0
 	putReader(br)
+	// The slot and the body's budget are given back once the response is
+	// built, as on TCP, and on every early return.
+	done := func() {
+		if g != nil {
+			g.release()
+		}
+		if held {
+			held = false
+			s.release()
+		}
+	}
+	defer done()
 
 	early := !agtpquic.HandshakeComplete(c.qc)
 	info := &ConnInfo{Transport: TransportQUIC, RemoteAddr: c.qc.RemoteAddr(), ID: c.id,
 		Requests: n, EarlyData: early}
 	info.TLS, info.Peer = c.tlsState(early)
-	ctx := str.Context()
 	var resp *agtp.Response
 	var perr *agtp.ProtocolError
 	switch {
+	case refused == ReasonServerBusy:
+		resp = s.busy(ctx, info, req)
+	case refused == ReasonBodyBudgetExhausted:
+		resp = s.budgetExhausted(ctx, info, req)
 	case err == nil && refuseEarly(early, req.Method):
 		s.stats.tooEarly.Add(1)
 		resp = s.errorResponse(ctx, info, req, agtp.TooEarly(req.Method))
+	case err == nil && held:
+		resp = s.handle(ctx, info, req)
 	case err == nil:
 		resp = s.serve(ctx, info, req)
 	case errors.As(err, &perr):
@@ -318,6 +357,7 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 		str.CancelWrite(agtpquic.StreamAbandoned)
 		return
 	}
+	done()
 	s.stats.quicRequests.Add(1)
 
 	str.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))

@@ -12,14 +12,18 @@ type Stats struct {
 	// Requests read and answered (including those answered with an
 	// error by the transport), per transport.
 	RequestsTCP, RequestsQUIC uint64
-	// InFlight is the number of requests in the handler now.
+	// InFlight is the number of requests being served now: receiving
+	// their body or in the handler.
 	InFlight int
+	// BodyBytes is the part of BodyBudget that request bodies hold now.
+	BodyBytes int64
 	// Handshakes is the number of TLS and QUIC handshakes in progress now
 	// (bounded by MaxHandshakes).
 	Handshakes int
 
 	// Rejections and abnormal closes, by reason.
 	Busy             uint64 // 503 server-busy: MaxInFlight full for BusyWait
+	BodyBudget       uint64 // 503 body-budget-exhausted: BodyBudget held by other bodies for BusyWait
 	TooEarly         uint64 // 425 too-early: non-QUERY/DISCOVER in QUIC 0-RTT data
 	ProtocolErrors   uint64 // wire errors answered (400, 459, ...)
 	HandshakeFailed  uint64 // TLS/QUIC handshake failed or timed out, or not TLS at all
@@ -44,6 +48,7 @@ type Stats struct {
 func (st Stats) Rejections() map[string]uint64 {
 	return map[string]uint64{
 		"server_busy":       st.Busy,
+		"body_budget":       st.BodyBudget,
 		"too_early":         st.TooEarly,
 		"protocol_error":    st.ProtocolErrors,
 		"handshake_failed":  st.HandshakeFailed,
@@ -67,6 +72,7 @@ type counters struct {
 	tcpAccepted, quicAccepted               atomic.Uint64
 	tcpRequests, quicRequests               atomic.Uint64
 	busy, tooEarly, protocolErrors          atomic.Uint64
+	bodyBudget                              atomic.Uint64
 	handshakeFailed                         atomic.Uint64
 	headerTimeouts, bodyTimeouts, idleTimes atomic.Uint64
 	connLimitWaits, quicRefused, quicRetry  atomic.Uint64
@@ -84,8 +90,10 @@ func (s *Server) Stats() Stats {
 		AcceptedTCP: c.tcpAccepted.Load(), AcceptedQUIC: c.quicAccepted.Load(),
 		RequestsTCP: c.tcpRequests.Load(), RequestsQUIC: c.quicRequests.Load(),
 		InFlight:           len(s.inflight),
+		BodyBytes:          s.bodies.inUse.Load(),
 		Handshakes:         s.hs.len(),
 		Busy:               c.busy.Load(),
+		BodyBudget:         c.bodyBudget.Load(),
 		TooEarly:           c.tooEarly.Load(),
 		ProtocolErrors:     c.protocolErrors.Load(),
 		HandshakeFailed:    c.handshakeFailed.Load(),

@@ -254,20 +254,10 @@ func (c *tcpConn) serve() {
 		}
 		c.raw.SetReadDeadline(time.Now().Add(s.opts.HeaderTimeout))
 		c.inBody = false
-		req, err := agtp.ReadRequest(c.br, c.lim)
-		var resp *agtp.Response
-		closeAfter := false
+		req, resp, closeAfter, err := c.request()
 		if err != nil {
-			var perr *agtp.ProtocolError
-			if !errors.As(err, &perr) {
-				reason = c.readFailure(err)
-				return
-			}
-			s.stats.protocolErrors.Add(1)
-			closeAfter = perr.CloseConnection
-			resp = s.errorResponse(s.baseCtx, &c.info, req, perr)
-		} else {
-			resp = s.serve(s.baseCtx, &c.info, req)
+			reason = c.readFailure(err)
+			return
 		}
 		s.stats.tcpRequests.Add(1)
 		if c.bw == nil {
@@ -300,6 +290,61 @@ func (c *tcpConn) serve() {
 		// response joins this one in bw, flushed when Read must wait for
 		// the network.
 	}
+}
+
+// request reads the next request from br and answers it; err is a read
+// failure that leaves nothing to answer. A body is read only once its
+// request holds an in-flight slot, into a buffer that grows within the
+// body budget as bytes arrive: connections that announce bodies and send
+// nothing hold no body memory, and at most MaxInFlight of them wait on
+// their bodies at once.
+func (c *tcpConn) request() (req *agtp.Request, resp *agtp.Response, closeAfter bool, err error) {
+	s := c.s
+	ctx := s.baseCtx
+	head, err := agtp.ReadRequestHead(c.br, c.lim)
+	if err != nil {
+		return c.protocolError(head.Request, err)
+	}
+	if head.ContentLength == 0 {
+		// Nothing to hold: the slot is taken around the handler only, and
+		// a request refused after its head (459) needs none.
+		if req, err = head.ReadBody(c.br, nil); err != nil {
+			return c.protocolError(req, err)
+		}
+		return req, s.serve(ctx, &c.info, req), false, nil
+	}
+	req = head.Request
+	if !s.acquire(ctx) {
+		resp = s.busy(ctx, &c.info, req)
+		// The body is read past without being kept, so the connection
+		// stays framed for the client's next request as after any 503.
+		if err := head.DiscardBody(c.br); err != nil {
+			return nil, nil, false, err
+		}
+		return req, resp, false, nil
+	}
+	defer s.release()
+	g := s.bodies.grant(ctx)
+	defer g.release()
+	if req, err = head.ReadBody(c.br, g.grow); err != nil {
+		if errors.Is(err, errBodyBudget) {
+			// The rest of the body is unread: answer, then close.
+			return head.Request, s.budgetExhausted(ctx, &c.info, head.Request), true, nil
+		}
+		return c.protocolError(req, err)
+	}
+	return req, s.handle(ctx, &c.info, req), false, nil
+}
+
+// protocolError answers a wire error from agtp; any other error is a
+// read failure, returned as it is.
+func (c *tcpConn) protocolError(req *agtp.Request, err error) (*agtp.Request, *agtp.Response, bool, error) {
+	var perr *agtp.ProtocolError
+	if !errors.As(err, &perr) {
+		return nil, nil, false, err
+	}
+	c.s.stats.protocolErrors.Add(1)
+	return req, c.s.errorResponse(c.s.baseCtx, &c.info, req, perr), perr.CloseConnection, nil
 }
 
 // awaitRequest flushes and releases the write buffer, then waits up to
@@ -376,7 +421,7 @@ func (c *tcpConn) flush() error {
 	return c.bw.Flush()
 }
 
-// bodyLimit is Limits.BodyLimit: agtp.ReadRequest calls it when the header
+// bodyLimit is Limits.BodyLimit: agtp.ReadRequestHead calls it when the header
 // section is complete, which is where the header deadline gives way to
 // the body deadline.
 func (c *tcpConn) bodyLimit(method, path string) int64 {

@@ -509,6 +509,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad addr", Options{CertFile: "c", KeyFile: "k", Addr: "4480"}, false},
 		{"negative timeout", Options{CertFile: "c", KeyFile: "k", IdleTimeout: -1}, false},
 		{"both client CA forms", Options{CertFile: "c", KeyFile: "k", ClientCAFile: "x", ClientCAs: newTestCerts(t).ca}, false},
+		{"negative body budget", Options{CertFile: "c", KeyFile: "k", BodyBudget: -1}, false},
+		{"body budget below the default body limit", Options{CertFile: "c", KeyFile: "k", BodyBudget: agtp.DefaultMaxBody - 1}, false},
+		{"body budget below the configured body limit", Options{CertFile: "c", KeyFile: "k", BodyBudget: 4 << 20, Limits: agtp.Limits{MaxBody: 8 << 20}}, false},
+		{"body budget of one body", Options{CertFile: "c", KeyFile: "k", BodyBudget: 8 << 20, Limits: agtp.Limits{MaxBody: 8 << 20}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

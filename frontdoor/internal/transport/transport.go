@@ -129,6 +129,7 @@ const (
 	DefaultQUICRetryAbove    = 1000
 	DefaultMaxConnsPerIP     = 1000
 	DefaultMaxHandshakes     = 1024
+	DefaultBodyBudget        = 64 << 20
 )
 
 // Options configure a Server. The zero value of every field but CertFile
@@ -203,11 +204,24 @@ type Options struct {
 	// what connections that never finish their handshake can hold, well
 	// below MaxConns. Default 1024.
 	MaxHandshakes int
-	// MaxInFlight bounds requests being served across all connections. A
-	// request that finds it full waits up to BusyWait for a slot, then is
-	// answered 503 server-busy. Default 2048.
+	// MaxInFlight bounds requests being served across all connections,
+	// from the start of their body to their response. A request that finds
+	// it full waits up to BusyWait for a slot, then is answered 503
+	// server-busy. A body is read only once its request has a slot, so at
+	// most MaxInFlight bodies are being received at once. Default 2048.
 	MaxInFlight int
-	// BusyWait: see MaxInFlight. Default 100 ms.
+	// BodyBudget bounds the bytes of request bodies held across all
+	// connections, from their first byte until the response is built. A
+	// body's buffer grows as its bytes arrive (never at once to the
+	// announced Content-Length) and each growth takes from the budget; a
+	// request that cannot get budget within BusyWait is answered 503
+	// body-budget-exhausted with Retry-After, and its connection closed
+	// (its QUIC stream ended) because the rest of its body is unread. It
+	// must hold at least one body of Limits.MaxBody; a per-endpoint limit
+	// (Limits.BodyLimit) above it is lowered to it, since such a body could
+	// never be held. Default 64 MiB, or Limits.MaxBody if larger.
+	BodyBudget int64
+	// BusyWait: see MaxInFlight and BodyBudget. Default 100 ms.
 	BusyWait time.Duration
 	// MaxStreamsPerConn bounds concurrent requests on one QUIC connection.
 	// A TCP connection serves one request at a time (pipelined requests
@@ -263,6 +277,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxHandshakes <= 0 {
 		o.MaxHandshakes = DefaultMaxHandshakes
 	}
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = max(DefaultBodyBudget, o.Limits.MaxBody)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -298,8 +315,18 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("transport: %s must not be negative", d.name))
 		}
 	}
-	if o.MaxConns < 0 || o.MaxInFlight < 0 || o.MaxStreamsPerConn < 0 || o.MaxHandshakes < 0 {
-		errs = append(errs, errors.New("transport: MaxConns, MaxHandshakes, MaxInFlight and MaxStreamsPerConn must not be negative"))
+	if o.MaxConns < 0 || o.MaxInFlight < 0 || o.MaxStreamsPerConn < 0 || o.MaxHandshakes < 0 || o.BodyBudget < 0 {
+		errs = append(errs, errors.New("transport: MaxConns, MaxHandshakes, MaxInFlight, MaxStreamsPerConn and BodyBudget must not be negative"))
+	}
+	// A budget smaller than one body would refuse every body of the
+	// maximum size, however idle the server.
+	if maxBody := o.Limits.MaxBody; o.BodyBudget > 0 {
+		if maxBody <= 0 {
+			maxBody = agtp.DefaultMaxBody
+		}
+		if o.BodyBudget < maxBody {
+			errs = append(errs, fmt.Errorf("transport: BodyBudget %d is smaller than one body of Limits.MaxBody (%d)", o.BodyBudget, maxBody))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -317,6 +344,7 @@ type Server struct {
 	lim     agtp.Limits
 
 	inflight  chan struct{} // request slots (MaxInFlight)
+	bodies    *bodyBudget   // bytes of bodies held (BodyBudget)
 	connSlots chan struct{} // connection slots (MaxConns)
 	perAddr   *perAddr      // connections per source (MaxConnsPerIP)
 	hs        *handshakes   // handshakes in progress (MaxHandshakes)
@@ -366,6 +394,7 @@ func New(opts Options, h Handler) (*Server, error) {
 		h:         h,
 		log:       opts.Logger,
 		inflight:  make(chan struct{}, opts.MaxInFlight),
+		bodies:    newBodyBudget(opts.BodyBudget, opts.BusyWait),
 		connSlots: make(chan struct{}, opts.MaxConns),
 		perAddr:   newPerAddr(opts.MaxConnsPerIP),
 		hs:        newHandshakes(opts.MaxHandshakes),
@@ -628,17 +657,27 @@ func (s *Server) acquire(ctx context.Context) bool {
 
 func (s *Server) release() { <-s.inflight }
 
-// serve runs the handler for one request under the in-flight limit and
-// turns panics and nil responses into 500.
-func (s *Server) serve(ctx context.Context, info *ConnInfo, req *agtp.Request) (resp *agtp.Response) {
+// serve runs the handler for one request under the in-flight limit.
+func (s *Server) serve(ctx context.Context, info *ConnInfo, req *agtp.Request) *agtp.Response {
 	if !s.acquire(ctx) {
-		s.stats.busy.Add(1)
-		return s.errorResponse(ctx, info, req, &agtp.ProtocolError{
-			Status: agtp.StatusUnavailable, Reason: ReasonServerBusy,
-			Explanation: "too many requests in flight; retry later",
-		})
+		return s.busy(ctx, info, req)
 	}
 	defer s.release()
+	return s.handle(ctx, info, req)
+}
+
+// busy is the answer to a request that found no in-flight slot.
+func (s *Server) busy(ctx context.Context, info *ConnInfo, req *agtp.Request) *agtp.Response {
+	s.stats.busy.Add(1)
+	return s.errorResponse(ctx, info, req, &agtp.ProtocolError{
+		Status: agtp.StatusUnavailable, Reason: ReasonServerBusy,
+		Explanation: "too many requests in flight; retry later",
+	})
+}
+
+// handle runs the handler for a request that holds an in-flight slot and
+// turns panics and nil responses into 500.
+func (s *Server) handle(ctx context.Context, info *ConnInfo, req *agtp.Request) (resp *agtp.Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.stats.panics.Add(1)
@@ -703,11 +742,13 @@ func defaultErrorResponse(req *agtp.Request, perr *agtp.ProtocolError) *agtp.Res
 }
 
 // bodyLimit wraps the configured body limit so the header deadline can be
-// swapped for the body deadline: agtp.ReadRequest calls Limits.BodyLimit
-// exactly when the header section has been read.
+// swapped for the body deadline: agtp.ReadRequestHead calls
+// Limits.BodyLimit exactly when the header section has been read.
 func (s *Server) bodyLimit(method, path string) int64 {
 	if s.lim.BodyLimit != nil {
-		return s.lim.BodyLimit(method, path)
+		// A body larger than the whole budget could never be held: it is
+		// refused as too large rather than as a 503 worth retrying.
+		return min(s.lim.BodyLimit(method, path), s.opts.BodyBudget)
 	}
 	return s.lim.MaxBody
 }
