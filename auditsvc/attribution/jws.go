@@ -243,6 +243,12 @@ func Verify(jws string, opts VerifyOptions) (*Record, error) {
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return nil, fmt.Errorf("%w: kid %q: signature is not 64 base64url bytes", ErrBadSignature, r.KID)
 	}
+	// The decoder ignores CR and LF and the unused low bits of the last
+	// character, so other spellings of the same signature would verify
+	// under other Audit-IDs: only the one encoding is accepted.
+	if b64.EncodeToString(sig) != jws[dot+1:] {
+		return nil, fmt.Errorf("%w: kid %q: signature is not in canonical base64url", ErrBadSignature, r.KID)
+	}
 	if !ed25519.Verify(pub, []byte(jws[:dot]), sig) {
 		return nil, fmt.Errorf("%w: kid %q", ErrBadSignature, r.KID)
 	}

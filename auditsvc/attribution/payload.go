@@ -132,9 +132,26 @@ var knownMembers = func() map[string]bool {
 // IsKnownMember reports whether name is one of Payload's named members.
 func IsKnownMember(name string) bool { return knownMembers[name] }
 
+// foldsToMember returns the named member encoding/json decodes name into
+// when name is not that member's exact spelling: the decoder matches
+// names with strings.EqualFold, so "Method" and "\u017Ftatus" (with a
+// long s) fill Method and Status, while a case-sensitive verifier sees
+// unknown members.
+func foldsToMember(name string) (string, bool) {
+	if knownMembers[name] {
+		return "", false
+	}
+	for m := range knownMembers {
+		if strings.EqualFold(name, m) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
 // MarshalJSON writes the named members, then the Extra members in sorted
-// order. An Extra member that shadows a named member is an error: the
-// record would otherwise carry the member twice.
+// order. An Extra member that shadows a named member, in any case, is an
+// error: the record would otherwise carry the member twice.
 func (p Payload) MarshalJSON() ([]byte, error) {
 	b, err := json.Marshal(payloadFields(p))
 	if err != nil || len(p.Extra) == 0 {
@@ -142,7 +159,7 @@ func (p Payload) MarshalJSON() ([]byte, error) {
 	}
 	keys := make([]string, 0, len(p.Extra))
 	for k := range p.Extra {
-		if knownMembers[k] {
+		if _, folds := foldsToMember(k); knownMembers[k] || folds {
 			return nil, fmt.Errorf("attribution: extra member %q shadows a named member", k)
 		}
 		keys = append(keys, k)
@@ -215,7 +232,9 @@ func (p *Payload) UnmarshalJSON(data []byte) error {
 
 // CheckNoDuplicateMembers refuses a JSON object with a repeated top-level
 // member name: a signed payload whose meaning depends on which duplicate a
-// parser keeps is ambiguous. data must be valid JSON.
+// parser keeps is ambiguous. A name that differs from a named member only
+// in case is refused too, since encoding/json reads it into that member
+// and other parsers do not. data must be valid JSON.
 func CheckNoDuplicateMembers(data []byte) error {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
@@ -223,6 +242,11 @@ func CheckNoDuplicateMembers(data []byte) error {
 	}
 	if n := topLevelMembers(data); n != len(raw) {
 		return errors.New("attribution: payload has duplicate member names")
+	}
+	for k := range raw {
+		if m, folds := foldsToMember(k); folds {
+			return fmt.Errorf("attribution: payload member %q differs from %q only in case", k, m)
+		}
 	}
 	return nil
 }

@@ -63,6 +63,14 @@ func (e *apiError) body(requestID string) []byte {
 	if short == "" {
 		short = http.StatusText(e.Status)
 	}
+	if short == "" {
+		// AGTP's own codes (461, 463, 464) have no HTTP text, and AGP
+		// §5.2 requires the member.
+		short = agtp.StatusText(e.Status)
+	}
+	if short == "" {
+		short = "Error"
+	}
 	b, _ := json.Marshal(errorBody{Error: short, Message: msg, Code: e.Code, RequestID: requestID, RetryAfter: e.RetryAfter, Details: e.Details})
 	return b
 }
