@@ -77,6 +77,24 @@ type Handler struct {
 	OutputTransform map[string]string `json:"output_transform,omitempty"`
 	ErrorMap        map[string]string `json:"error_map,omitempty"`
 	TimeoutSeconds  *float64          `json:"timeout_seconds,omitempty"`
+	// IdempotencyHeader names the upstream header that carries the
+	// request's Idempotency-Key, so that an upstream can recognise a retry
+	// of a call it already made (project extension; empty means
+	// DefaultIdempotencyHeader).
+	IdempotencyHeader string `json:"idempotency_header,omitempty"`
+}
+
+// DefaultIdempotencyHeader is the upstream header of the Idempotency-Key
+// when a binding names none.
+const DefaultIdempotencyHeader = "Idempotency-Key"
+
+// UpstreamIdempotencyHeader is the header the binding sends the
+// Idempotency-Key in.
+func (h *Handler) UpstreamIdempotencyHeader() string {
+	if h.IdempotencyHeader != "" {
+		return h.IdempotencyHeader
+	}
+	return DefaultIdempotencyHeader
 }
 
 // Handler binding kinds.

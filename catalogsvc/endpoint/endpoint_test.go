@@ -169,6 +169,8 @@ func TestRules(t *testing.T) {
 		{"external forwards AGTP-Principal-ID", external, func(m map[string]any) { handler(m)["headers"] = map[string]any{"AGTP-Principal-ID": "x"} }, "handler.headers.AGTP-Principal-ID", "identity-forwarding"},
 		{"external unresolved placeholder", external, func(m map[string]any) { handler(m)["headers"] = map[string]any{"X-Key": "${MISSING_VAR}"} }, "handler.headers.X-Key", "placeholder-unresolved"},
 		{"external timeout zero", external, func(m map[string]any) { handler(m)["timeout_seconds"] = 0 }, "handler.timeout_seconds", "timeout-range"},
+		{"external idempotency_header not a field name", external, func(m map[string]any) { handler(m)["idempotency_header"] = "Idempotency Key" }, "handler.idempotency_header", "header-name"},
+		{"external idempotency_header an identity header", external, func(m map[string]any) { handler(m)["idempotency_header"] = "Agent-ID" }, "handler.idempotency_header", "identity-forwarding"},
 		{"deprecated without deprecated_in", bookRoom, func(m map[string]any) { m["deprecated"] = map[string]any{"removed_in": "3.0.0"} }, "deprecated.deprecated_in", "required"},
 		{"deprecated successor empty", bookRoom, func(m map[string]any) {
 			m["deprecated"] = map[string]any{"deprecated_in": "2.1.0", "successor": map[string]any{}}
@@ -562,4 +564,40 @@ func TestTier2Rules(t *testing.T) {
 	t.Run("a TRANSFER with a scope and both principals compiles", func(t *testing.T) {
 		mustCompile(t, tier2Endpoint("TRANSFER", "/contracts/{contract_id}", map[string]any{"contract_id": str, "from_principal": str, "to_principal": str}, "contracts:write"))
 	})
+}
+
+// TestIdempotencyHeader: an external_service binding names the upstream
+// header of the Idempotency-Key, Idempotency-Key by default, and a static
+// header of that name is flagged, since the request's key replaces it.
+func TestIdempotencyHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		header      string
+		static      map[string]any
+		want        string
+		wantWarning bool
+	}{
+		{name: "default", want: "Idempotency-Key"},
+		{name: "named", header: "X-Request-Key", want: "X-Request-Key"},
+		{name: "a static header of the same name", header: "X-Request-Key", static: map[string]any{"x-request-key": "fixed"}, want: "X-Request-Key", wantWarning: true},
+		{name: "a static Idempotency-Key", static: map[string]any{"Idempotency-Key": "fixed"}, want: "Idempotency-Key", wantWarning: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := external()
+			if tc.header != "" {
+				handler(m)["idempotency_header"] = tc.header
+			}
+			if tc.static != nil {
+				handler(m)["headers"] = tc.static
+			}
+			ep := mustCompile(t, m)
+			if got := ep.Def.Handler.UpstreamIdempotencyHeader(); got != tc.want {
+				t.Fatalf("UpstreamIdempotencyHeader() = %q, want %q", got, tc.want)
+			}
+			warned := strings.Contains(strings.Join(ep.Warnings, "\n"), "Idempotency-Key is sent in")
+			if warned != tc.wantWarning {
+				t.Fatalf("warnings %q; want the replaced-header warning: %v", ep.Warnings, tc.wantWarning)
+			}
+		})
+	}
 }

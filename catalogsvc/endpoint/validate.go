@@ -100,7 +100,7 @@ var (
 	topKeys = []string{"method", "path", "description", "namespace", "semantic", "input_schema", "output_schema",
 		"errors", "handler", "required_scopes", "deprecated", "anonymous", "idempotency_key_required", "max_body_bytes"}
 	semanticKeys   = []string{"intent", "actor", "outcome", "capability", "confidence", "impact", "is_idempotent", "parameter_hints", "state_transition", "mcp_tool_name", "confidence_guidance", "impact_tier"}
-	handlerKeys    = map[string][]string{HandlerRegisteredFunction: {"type", "function"}, HandlerComposition: {"type", "recipe"}, HandlerExternalService: {"type", "url", "method", "headers", "input_transform", "output_transform", "error_map", "timeout_seconds"}}
+	handlerKeys    = map[string][]string{HandlerRegisteredFunction: {"type", "function"}, HandlerComposition: {"type", "recipe"}, HandlerExternalService: {"type", "url", "method", "headers", "input_transform", "output_transform", "error_map", "timeout_seconds", "idempotency_header"}}
 	deprecatedKeys = []string{"deprecated_in", "removed_in", "successor"}
 	successorKeys  = []string{"method", "path"}
 	requiredTop    = []string{"method", "path", "description", "semantic", "input_schema", "output_schema", "errors", "handler"}
@@ -551,6 +551,19 @@ func (c *checker) external(def *Definition, ctx Context) {
 					c.fail(f, "placeholder-unresolved", "${%s} is not set in the environment (AGTP-API §12.3)", name)
 				}
 			}
+		}
+	}
+	if v := h.IdempotencyHeader; v != "" {
+		switch {
+		case !validHeaderName(v):
+			c.fail("handler.idempotency_header", "header-name", "not an HTTP field name")
+		case slices.Contains(forbiddenUpstreamHeaders, strings.ToLower(v)):
+			c.fail("handler.idempotency_header", "identity-forwarding", "agent and principal identity headers are never forwarded upstream (AGTP-API §12.3)")
+		}
+	}
+	for k := range h.Headers {
+		if strings.EqualFold(k, h.UpstreamIdempotencyHeader()) {
+			c.warnf("handler.headers."+k, "the request's Idempotency-Key is sent in %s and replaces this value", h.UpstreamIdempotencyHeader())
 		}
 	}
 	for _, tr := range []struct {

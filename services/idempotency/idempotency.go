@@ -8,10 +8,22 @@
 //	absent  --claim-->  {state: pending, token, fingerprint}, PEXPIRE lease
 //	pending --complete(token)-->  {state: done, response}, PEXPIRE ttl
 //	pending --release(token)-->   absent
+//	pending --unknown(token)-->   {state: unknown}, PEXPIRE hold
 //	pending --lease lapses-->     absent (the claimer died; a retry runs again)
+//	unknown --resolve release-->  absent (an operator allows a re-run)
+//	unknown --resolve applied-->  {state: applied}, PEXPIRE ttl
+//	unknown --hold lapses-->      absent
 //
-// Only the holder of the token may complete or release, so a claimer whose
-// lease lapsed and whose slot was re-claimed cannot overwrite the newer run.
+// Only the holder of the token may complete, release or mark the slot
+// unknown, so a claimer whose lease lapsed and whose slot was re-claimed
+// cannot overwrite the newer run.
+//
+// "unknown" is the state of a request whose handler ran, or may have run,
+// and whose outcome was not stored (its audit append failed, it timed out):
+// running it again could do its effect twice, so a retry is refused until
+// an operator resolves the slot or the hold lapses. Only the holder of the
+// token can still complete it (a late audit append that did land), which
+// turns it into a normal done slot.
 //
 // The slot shares the agent's hash tag, so a Lua script that appends to the
 // agent's audit chain can complete the slot in the same script (one round
@@ -50,6 +62,21 @@ const (
 	Reused Outcome = 3
 	// InFlight: the same request is running under another claim.
 	InFlight Outcome = 4
+	// Unknown: the same request ran, or may have run, and its outcome
+	// was not stored (409 idempotency-outcome-unknown).
+	Unknown Outcome = 5
+	// Applied: the same request's outcome was unknown and an operator
+	// confirmed that it took effect; its response is not available
+	// (409 idempotency-outcome-applied).
+	Applied Outcome = 6
+)
+
+// Slot states beyond rediskeys.SlotPending and rediskeys.SlotDone.
+const (
+	// StateUnknown marks a request whose outcome is not known.
+	StateUnknown = "unknown"
+	// StateApplied marks an unknown outcome an operator said took effect.
+	StateApplied = "applied"
 )
 
 func (o Outcome) String() string {
@@ -62,6 +89,10 @@ func (o Outcome) String() string {
 		return "reused"
 	case InFlight:
 		return "in-flight"
+	case Unknown:
+		return "outcome-unknown"
+	case Applied:
+		return "outcome-applied"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -121,17 +152,22 @@ func lua(s string) string {
 		"$RESPONSE", "'"+rediskeys.SlotResponse+"'",
 		"$PENDING", "'"+rediskeys.SlotPending+"'",
 		"$DONE", "'"+rediskeys.SlotDone+"'",
+		"$UNKNOWN", "'"+StateUnknown+"'",
+		"$APPLIED", "'"+StateApplied+"'",
 	).Replace(s)
 }
 
 // ClaimLuaFunction defines the Lua function
 //
-//	agtp_idem_claim(slot, fingerprint, token, lease_ms) -> {outcome[, response]}
+//	agtp_idem_claim(slot, fingerprint, token, lease_ms, rerun) -> {outcome[, response]}
 //
 // where outcome is an Outcome number and response (a string) is present
-// only for Replay. Embed it at the top of a script whose KEYS include slot.
+// only for Replay. rerun is '1' for a request to an idempotent endpoint,
+// which may run again over an unknown outcome: it claims such a slot
+// instead of being refused. Embed it at the top of a script whose KEYS
+// include slot.
 var ClaimLuaFunction = lua(`
-local function agtp_idem_claim(slot, fp, token, lease_ms)
+local function agtp_idem_claim(slot, fp, token, lease_ms, rerun)
   local v = redis.call('HMGET', slot, $STATE, $FINGERPRINT, $RESPONSE)
   if not v[1] then
     redis.call('HSET', slot, $STATE, $PENDING, $TOKEN, token, $FINGERPRINT, fp)
@@ -140,6 +176,13 @@ local function agtp_idem_claim(slot, fp, token, lease_ms)
   end
   if v[2] ~= fp then return {3} end
   if v[1] == $DONE then return {2, v[3] or ''} end
+  if v[1] == $UNKNOWN then
+    if rerun ~= '1' then return {5} end
+    redis.call('HSET', slot, $STATE, $PENDING, $TOKEN, token)
+    redis.call('PEXPIRE', slot, lease_ms)
+    return {1}
+  end
+  if v[1] == $APPLIED then return {6} end
   return {4}
 end
 `)
@@ -177,10 +220,49 @@ local function agtp_idem_release(slot, token)
 end
 `)
 
+// UnknownLuaFunction defines the Lua function
+//
+//	agtp_idem_unknown(slot, token, hold_ms) -> 1 | 0
+//
+// which marks a pending claim held by token as having an unknown outcome
+// and keeps it hold_ms, so that retries are refused rather than run again.
+// A slot that is no longer pending (a late completion stored the outcome)
+// or no longer the token's is left alone (0).
+var UnknownLuaFunction = lua(`
+local function agtp_idem_unknown(slot, token, hold_ms)
+  local v = redis.call('HMGET', slot, $STATE, $TOKEN)
+  if v[2] ~= token or v[1] ~= $PENDING then return 0 end
+  redis.call('HSET', slot, $STATE, $UNKNOWN)
+  redis.call('PEXPIRE', slot, hold_ms)
+  return 1
+end
+`)
+
+// resolveScript settles an unknown outcome for an operator. KEYS[1] the
+// slot; ARGV[1] the resolution (release or applied); ARGV[2] how long an
+// applied slot is kept (ms). It returns {changed, previous state}; the
+// state is empty for an absent slot. release also undoes an earlier
+// applied.
+var resolveScript = redis.NewScript(lua(`
+local st = redis.call('HGET', KEYS[1], $STATE)
+if not st then return {0, ''} end
+if ARGV[1] == 'release' and (st == $UNKNOWN or st == $APPLIED) then
+  redis.call('DEL', KEYS[1])
+  return {1, st}
+end
+if ARGV[1] == 'applied' and st == $UNKNOWN then
+  redis.call('HSET', KEYS[1], $STATE, $APPLIED)
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+  return {1, st}
+end
+return {0, st}
+`))
+
 var (
-	claimScript    = redis.NewScript(ClaimLuaFunction + `return agtp_idem_claim(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))`)
+	claimScript    = redis.NewScript(ClaimLuaFunction + `return agtp_idem_claim(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4])`)
 	completeScript = redis.NewScript(CompleteLuaFunction + `return agtp_idem_complete(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))`)
 	releaseScript  = redis.NewScript(ReleaseLuaFunction + `return agtp_idem_release(KEYS[1], ARGV[1])`)
+	unknownScript  = redis.NewScript(UnknownLuaFunction + `return agtp_idem_unknown(KEYS[1], ARGV[1], tonumber(ARGV[2]))`)
 )
 
 // Result is the outcome of a claim; Response is set for Replay.
@@ -196,7 +278,7 @@ func ParseResult(v any) (Result, error) {
 		return Result{}, fmt.Errorf("idempotency: unexpected claim reply %T", v)
 	}
 	n, ok := arr[0].(int64)
-	if !ok || n < int64(Claimed) || n > int64(InFlight) {
+	if !ok || n < int64(Claimed) || n > int64(Applied) {
 		return Result{}, fmt.Errorf("idempotency: unexpected claim outcome %v", arr[0])
 	}
 	r := Result{Outcome: Outcome(n)}
@@ -214,13 +296,32 @@ func ParseResult(v any) (Result, error) {
 }
 
 // Claim tries to claim slot for a request with fingerprint under token; a
-// fresh claim stays pending for lease.
+// fresh claim stays pending for lease. An unknown outcome refuses it
+// (Unknown); ClaimRerun is the claim of an idempotent endpoint's request.
 func Claim(ctx context.Context, rdb redis.Scripter, slot, fingerprint, token string, lease time.Duration) (Result, error) {
-	v, err := claimScript.Run(ctx, rdb, []string{slot}, fingerprint, token, lease.Milliseconds()).Result()
+	return claim(ctx, rdb, slot, fingerprint, token, lease, false)
+}
+
+// ClaimRerun is Claim for a request that may run again over an unknown
+// outcome (an idempotent endpoint's): it claims such a slot.
+func ClaimRerun(ctx context.Context, rdb redis.Scripter, slot, fingerprint, token string, lease time.Duration) (Result, error) {
+	return claim(ctx, rdb, slot, fingerprint, token, lease, true)
+}
+
+func claim(ctx context.Context, rdb redis.Scripter, slot, fingerprint, token string, lease time.Duration, rerun bool) (Result, error) {
+	v, err := claimScript.Run(ctx, rdb, []string{slot}, fingerprint, token, lease.Milliseconds(), RerunArg(rerun)).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: claim: %w", err)
 	}
 	return ParseResult(v)
+}
+
+// RerunArg is the rerun argument of agtp_idem_claim.
+func RerunArg(rerun bool) string {
+	if rerun {
+		return "1"
+	}
+	return "0"
 }
 
 // Complete stores response under the claim and keeps it for ttl. It reports
@@ -244,6 +345,52 @@ func Release(ctx context.Context, rdb redis.Scripter, slot, token string) (bool,
 	return n == 1, nil
 }
 
+// MarkUnknown records that the request holding the claim ran, or may have
+// run, and that its outcome was not stored: retries with the same request
+// are refused (Unknown) for hold, or until an operator resolves the slot.
+// It reports false if token no longer holds a pending claim (released,
+// lapsed, re-claimed, or completed after all).
+func MarkUnknown(ctx context.Context, rdb redis.Scripter, slot, token string, hold time.Duration) (bool, error) {
+	n, err := unknownScript.Run(ctx, rdb, []string{slot}, token, max(hold.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("idempotency: mark unknown: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Resolution is an operator's answer to an unknown outcome.
+type Resolution string
+
+// Resolutions.
+const (
+	// ResolveRelease drops the slot, so a retry runs again (the operator
+	// found the request had no effect, or accepts a second one). It also
+	// undoes an earlier ResolveApplied.
+	ResolveRelease Resolution = "release"
+	// ResolveApplied records that the request took effect: retries keep
+	// being refused (Applied) for the outcome TTL, without a response.
+	ResolveApplied Resolution = "applied"
+)
+
+// Resolve applies an operator's resolution to slot. It returns the state
+// the slot was in ("" when absent) and whether the resolution changed it;
+// a slot in another state (pending, done) is left alone.
+func Resolve(ctx context.Context, rdb redis.Scripter, slot string, r Resolution, ttl time.Duration) (previous string, changed bool, err error) {
+	if r != ResolveRelease && r != ResolveApplied {
+		return "", false, fmt.Errorf("idempotency: unknown resolution %q", r)
+	}
+	v, err := resolveScript.Run(ctx, rdb, []string{slot}, string(r), max(ttl.Milliseconds(), 1)).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("idempotency: resolve: %w", err)
+	}
+	if len(v) != 2 {
+		return "", false, fmt.Errorf("idempotency: unexpected resolve reply %v", v)
+	}
+	n, _ := v[0].(int64)
+	previous, _ = v[1].(string)
+	return previous, n == 1, nil
+}
+
 // WaitOptions bound how long a duplicate waits for the first request.
 type WaitOptions struct {
 	// MaxWait is the longest a duplicate waits; 0 means do not wait.
@@ -254,11 +401,15 @@ type WaitOptions struct {
 	// Lease is the lease of a claim this waiter takes if the first request
 	// released or lost its claim.
 	Lease time.Duration
+	// Rerun lets this waiter claim the slot over an unknown outcome (an
+	// idempotent endpoint's request) instead of reporting Unknown.
+	Rerun bool
 }
 
 // Wait polls slot until the in-flight request with fingerprint completes
 // (Replay), its claim disappears and this caller claims the slot with token
-// (Claimed), another request takes it (Reused), or MaxWait passes (InFlight).
+// (Claimed), another request takes it (Reused), its outcome is marked
+// unknown (Unknown, or Claimed with Rerun) or MaxWait passes (InFlight).
 //
 // Polling rather than pub/sub keeps completion a plain hash write, which the
 // audit append script can do without knowing who waits; a duplicate is rare,
@@ -293,10 +444,11 @@ func Wait(ctx context.Context, rdb redis.Cmdable, slot, fingerprint, token strin
 		state, _ := v[0].(string)
 		fp, _ := v[1].(string)
 		switch {
-		case state == "":
-			// The first request released its claim or its lease lapsed:
-			// this duplicate may run now.
-			r, err := Claim(ctx, rdb, slot, fingerprint, token, o.Lease)
+		case state == "", state == StateUnknown && fp == fingerprint && o.Rerun:
+			// The first request released its claim or its lease lapsed
+			// (or an idempotent request may run over its unknown
+			// outcome): this duplicate may run now.
+			r, err := claim(ctx, rdb, slot, fingerprint, token, o.Lease, o.Rerun)
 			if err != nil || r.Outcome != InFlight {
 				return r, err
 			}
@@ -305,6 +457,10 @@ func Wait(ctx context.Context, rdb redis.Cmdable, slot, fingerprint, token strin
 		case state == rediskeys.SlotDone:
 			resp, _ := v[2].(string)
 			return Result{Outcome: Replay, Response: []byte(resp)}, nil
+		case state == StateUnknown:
+			return Result{Outcome: Unknown}, nil
+		case state == StateApplied:
+			return Result{Outcome: Applied}, nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {

@@ -257,3 +257,172 @@ return agtp_idem_complete(KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4]))`)
 		t.Fatalf("complete with no claim = %v, %v; want 0", n, err)
 	}
 }
+
+// TestUnknownOutcomeRefusesRetries: a claim marked unknown refuses the
+// same request (and says another fingerprint reused the key) until it is
+// resolved or its hold lapses; an idempotent endpoint's request claims it;
+// a late completion by the holder still stores the outcome.
+func TestUnknownOutcomeRefusesRetries(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// then acts on the unknown slot and checks what a retry gets.
+		then func(t *testing.T, rdb *redis.Client, slot string)
+	}{
+		{"a retry of the same request is refused", func(t *testing.T, rdb *redis.Client, slot string) {
+			if r, err := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); err != nil || r.Outcome != idempotency.Unknown {
+				t.Fatalf("retry = %v, %v; want outcome-unknown", r.Outcome, err)
+			}
+			if r, _ := idempotency.Claim(ctx, rdb, slot, fpB, "tok2", time.Minute); r.Outcome != idempotency.Reused {
+				t.Fatalf("another request under the key = %v, want reused", r.Outcome)
+			}
+			if ok, _ := idempotency.Release(ctx, rdb, slot, "tok1"); ok {
+				t.Fatal("the holder released an unknown outcome")
+			}
+		}},
+		{"an idempotent request runs again", func(t *testing.T, rdb *redis.Client, slot string) {
+			if r, err := idempotency.ClaimRerun(ctx, rdb, slot, fpA, "tok2", time.Minute); err != nil || r.Outcome != idempotency.Claimed {
+				t.Fatalf("rerun claim = %v, %v; want claimed", r.Outcome, err)
+			}
+			if tok := rdb.HGet(ctx, slot, rediskeys.SlotToken).Val(); tok != "tok2" {
+				t.Fatalf("token = %q, want the new claimer's", tok)
+			}
+			if r, _ := idempotency.ClaimRerun(ctx, rdb, slot, fpA, "tok3", time.Minute); r.Outcome != idempotency.InFlight {
+				t.Fatalf("second rerun claim = %v, want in-flight", r.Outcome)
+			}
+		}},
+		{"a late completion by the holder stores the outcome", func(t *testing.T, rdb *redis.Client, slot string) {
+			if ok, err := idempotency.Complete(ctx, rdb, slot, "tok1", []byte("late"), time.Hour); !ok || err != nil {
+				t.Fatalf("complete = %v, %v", ok, err)
+			}
+			if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay || string(r.Response) != "late" {
+				t.Fatalf("retry = %v %q, want the replay", r.Outcome, r.Response)
+			}
+		}},
+		{"the hold lapses", func(t *testing.T, rdb *redis.Client, slot string) {
+			if pttl := rdb.PTTL(ctx, slot).Val(); pttl <= time.Minute || pttl > time.Hour {
+				t.Fatalf("unknown slot PTTL = %v, want the hold", pttl)
+			}
+			rdb.PExpire(ctx, slot, 20*time.Millisecond)
+			testkit.WaitFor(t, 5*time.Second, "the slot to lapse", func() bool {
+				r, err := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute)
+				return err == nil && r.Outcome == idempotency.Claimed
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := startRedis(t)
+			slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+			if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute); r.Outcome != idempotency.Claimed {
+				t.Fatal("first claim failed")
+			}
+			if ok, _ := idempotency.MarkUnknown(ctx, rdb, slot, "not-the-token", time.Hour); ok {
+				t.Fatal("a foreign token marked the slot")
+			}
+			if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour); !ok || err != nil {
+				t.Fatalf("mark unknown = %v, %v", ok, err)
+			}
+			tc.then(t, rdb, slot)
+		})
+	}
+}
+
+// TestMarkUnknownLeavesSettledSlots: only a pending claim can become
+// unknown; a stored outcome stays replayable.
+func TestMarkUnknownLeavesSettledSlots(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+	_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+	_, _ = idempotency.Complete(ctx, rdb, slot, "tok1", []byte("done"), time.Hour)
+	if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour); ok || err != nil {
+		t.Fatalf("mark unknown of a done slot = %v, %v; want false", ok, err)
+	}
+	if ok, _ := idempotency.MarkUnknown(ctx, rdb, rediskeys.IdempotencySlot("agent-1", "absent"), "tok1", time.Hour); ok {
+		t.Fatal("an absent slot was marked")
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay {
+		t.Fatalf("retry = %v, want replay", r.Outcome)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	unknown := func(t *testing.T, rdb *redis.Client, slot string) {
+		_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+		_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour)
+	}
+	for _, tc := range []struct {
+		name        string
+		setup       func(t *testing.T, rdb *redis.Client, slot string)
+		resolve     []idempotency.Resolution
+		wantPrev    string
+		wantChanged bool
+		wantRetry   idempotency.Outcome
+	}{
+		{"release lets a retry run", unknown, []idempotency.Resolution{idempotency.ResolveRelease}, idempotency.StateUnknown, true, idempotency.Claimed},
+		{"applied keeps refusing", unknown, []idempotency.Resolution{idempotency.ResolveApplied}, idempotency.StateUnknown, true, idempotency.Applied},
+		{"release undoes applied", unknown, []idempotency.Resolution{idempotency.ResolveApplied, idempotency.ResolveRelease}, idempotency.StateApplied, true, idempotency.Claimed},
+		{"applied twice changes nothing", unknown, []idempotency.Resolution{idempotency.ResolveApplied, idempotency.ResolveApplied}, idempotency.StateApplied, false, idempotency.Applied},
+		{"an absent slot", func(*testing.T, *redis.Client, string) {}, []idempotency.Resolution{idempotency.ResolveRelease}, "", false, idempotency.Claimed},
+		{"a pending claim is left to its holder", func(t *testing.T, rdb *redis.Client, slot string) {
+			_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+		}, []idempotency.Resolution{idempotency.ResolveRelease}, rediskeys.SlotPending, false, idempotency.InFlight},
+		{"a stored outcome is left alone", func(t *testing.T, rdb *redis.Client, slot string) {
+			_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+			_, _ = idempotency.Complete(ctx, rdb, slot, "tok1", []byte("done"), time.Hour)
+		}, []idempotency.Resolution{idempotency.ResolveRelease}, rediskeys.SlotDone, false, idempotency.Replay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := startRedis(t)
+			slot := rediskeys.IdempotencySlot("agent-1", "key-1")
+			tc.setup(t, rdb, slot)
+			var prev string
+			var changed bool
+			for _, r := range tc.resolve {
+				var err error
+				if prev, changed, err = idempotency.Resolve(ctx, rdb, slot, r, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if prev != tc.wantPrev || changed != tc.wantChanged {
+				t.Fatalf("last resolve = %q, %v; want %q, %v", prev, changed, tc.wantPrev, tc.wantChanged)
+			}
+			if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok9", time.Minute); r.Outcome != tc.wantRetry {
+				t.Fatalf("retry = %v, want %v", r.Outcome, tc.wantRetry)
+			}
+		})
+	}
+	t.Run("an unknown resolution is an error", func(t *testing.T) {
+		if _, _, err := idempotency.Resolve(ctx, startRedis(t), "slot", "maybe", time.Hour); err == nil {
+			t.Fatal("no error")
+		}
+	})
+}
+
+func TestWaitSeesAnUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		rerun bool
+		want  idempotency.Outcome
+	}{
+		{"refused", false, idempotency.Unknown},
+		{"idempotent runs again", true, idempotency.Claimed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := startRedis(t)
+			slot := rediskeys.IdempotencySlot("agent", "k")
+			_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
+			go func() {
+				time.Sleep(30 * time.Millisecond)
+				_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour)
+			}()
+			r, err := idempotency.Wait(ctx, rdb, slot, fpA, "tok2", idempotency.WaitOptions{
+				MaxWait: time.Second, FirstPoll: time.Millisecond, MaxPoll: 10 * time.Millisecond, Lease: time.Minute, Rerun: tc.rerun})
+			if err != nil || r.Outcome != tc.want {
+				t.Fatalf("Wait = %v, %v; want %v", r.Outcome, err, tc.want)
+			}
+		})
+	}
+}

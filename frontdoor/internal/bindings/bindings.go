@@ -1,8 +1,9 @@
 // Package bindings holds what the front door's handler-binding executors
 // share (AGTP-API §12): the Invoker through which a composition or the MCP
 // tool gateway calls other endpoints of the same server, the nesting depth
-// of such calls, and ${VAR} placeholder expansion for external_service
-// bindings.
+// of such calls, ${VAR} placeholder expansion for external_service
+// bindings, and which outcomes are settled answers (Replayable) and which
+// failures a retry may cure (Transient).
 //
 // The executors themselves are in the sub-packages: upstream
 // (external_service over HTTPS and gRPC, and MCP servers over their HTTP
@@ -13,10 +14,13 @@ package bindings
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/agtpsuite/agtp/frontdoor/handler"
 )
 
 // Invocation is one call of another endpoint on the same server, made
@@ -113,3 +117,42 @@ func Expand(s string, lookup func(string) (string, bool)) (string, error) {
 	}
 	return out, nil
 }
+
+// Replayable reports whether an outcome with status is the request's own,
+// settled answer, which is stored under its Idempotency-Key and replayed
+// to a retry: successes and client errors, except 401, 409 and 429
+// (credentials, conflicts of the moment and rate limits change with time).
+// A 5xx never is: it says the server or something it depends on failed,
+// not what the request asked for.
+func Replayable(status int) bool {
+	switch {
+	case status >= 500:
+		return false
+	case status == 401, status == 409, status == 429:
+		return false
+	}
+	return true
+}
+
+// Transient marks a binding's declared error as a failure of what the
+// binding depends on (an upstream that timed out, could not be reached or
+// answered 5xx; a composition step that failed that way), which a retry of
+// the same request may cure: the front door answers it with e.Status (502
+// or 504), never stores it under the request's Idempotency-Key, and lets a
+// retry run the request again. Upstreams learn the key (their
+// idempotency_header), so a call that did reach one is recognised there.
+func Transient(e *handler.Error) error { return &transientError{e: e} }
+
+// IsTransient reports whether err is, or wraps, a Transient error.
+func IsTransient(err error) bool {
+	var t *transientError
+	return errors.As(err, &t)
+}
+
+type transientError struct{ e *handler.Error }
+
+func (t *transientError) Error() string { return t.e.Error() }
+
+// Unwrap exposes the declared error, which names the failure in the
+// answer.
+func (t *transientError) Unwrap() error { return t.e }

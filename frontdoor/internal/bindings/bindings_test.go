@@ -2,9 +2,12 @@ package bindings_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 )
 
@@ -40,5 +43,31 @@ func TestDepth(t *testing.T) {
 	ctx := context.Background()
 	if bindings.Depth(ctx) != 0 || bindings.Depth(bindings.Deeper(bindings.Deeper(ctx))) != 2 {
 		t.Fatal("depth does not count invocations")
+	}
+}
+
+// TestReplayable: only settled answers are stored under an
+// Idempotency-Key; failures of the moment and of the server are not.
+func TestReplayable(t *testing.T) {
+	for status, want := range map[int]bool{
+		200: true, 201: true, 261: true, 400: true, 404: true, 422: true, 456: true, 262: true,
+		401: false, 409: false, 429: false, 500: false, 502: false, 503: false, 504: false,
+	} {
+		if got := bindings.Replayable(status); got != want {
+			t.Errorf("Replayable(%d) = %v, want %v", status, got, want)
+		}
+	}
+}
+
+// TestTransient: a transient failure still reads as its declared error.
+func TestTransient(t *testing.T) {
+	he := &handler.Error{Name: "upstream_timeout", Status: 504}
+	err := fmt.Errorf("call: %w", bindings.Transient(he))
+	var got *handler.Error
+	if !bindings.IsTransient(err) || !errors.As(err, &got) || got != he {
+		t.Fatalf("transient %v, declared %v", bindings.IsTransient(err), got)
+	}
+	if bindings.IsTransient(he) {
+		t.Fatal("a plain declared error is transient")
 	}
 }

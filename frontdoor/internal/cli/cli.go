@@ -53,9 +53,10 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"audit":   {"verify Attribution-Record chains (audit verify)", runAudit},
-		"genesis": {"make, sign, verify and register Agent Genesis documents; issue Agent Certificates", runGenesis},
-		"help":    {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
+		"audit":       {"verify Attribution-Record chains (audit verify)", runAudit},
+		"genesis":     {"make, sign, verify and register Agent Genesis documents; issue Agent Certificates", runGenesis},
+		"idempotency": {"resolve a request whose outcome is unknown (idempotency resolve)", runIdempotency},
+		"help":        {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
 	}
 }
 
@@ -92,6 +93,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 const shortUsage = `usage: agtp [flags] METHOD URI
        agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
        agtp genesis new|sign|verify|id|register|cert [flags] ...
+       agtp idempotency resolve [flags]
 Run 'agtp --help' for flags and examples.
 `
 
@@ -114,8 +116,15 @@ Flags (each given separately; they may come before or after METHOD URI):
 	b.WriteString(`
 Commands:
 `)
-	for _, name := range []string{"audit", "genesis", "help"} {
-		fmt.Fprintf(&b, "  %-8s %s\n", name, commands[name].summary)
+	for _, name := range []string{"audit", "genesis", "idempotency", "help"} {
+		if len(name) > 8 {
+			// A long name goes on a line of its own, so the summaries
+			// stay in one column.
+			fmt.Fprintf(&b, "  %s\n  %-8s", name, "")
+		} else {
+			fmt.Fprintf(&b, "  %-8s", name)
+		}
+		fmt.Fprintf(&b, " %s\n", commands[name].summary)
 	}
 	b.WriteString(`
 Examples:
@@ -158,7 +167,7 @@ Environment (read when the flag is absent; a flag, even an empty one, wins):
   AGTP_KEY        for --key      read when --cert or --key is given)
   AGTP_AGENT_ID   for --agent-id
   They apply to requests and to audit verify, not to the genesis commands, whose
-  --key is the Genesis issuer key.
+  --key is the Genesis issuer key, nor to idempotency resolve (an operator's call).
 
 Exit status:
   0  2xx answer (including 261-263)     3  3xx answer

@@ -10,6 +10,12 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 )
 
+// BoundKeyPrefix is the namespace the AGP binding keeps its clients'
+// Idempotency-Keys in (agp:<key>), apart from the same agent's AGTP keys:
+// a replay must come back in the protocol it was stored in. Handlers and
+// upstreams get the key as the client sent it.
+const BoundKeyPrefix = "agp:"
+
 // Bound is a request of another protocol (the AGP binding over HTTPS,
 // docs/agp.md) run as an AGTP request: the same structural decision,
 // caller, input validation, policysvc Authorize (scopes, rate limits,

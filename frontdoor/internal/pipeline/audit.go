@@ -136,6 +136,54 @@ func intentAssertionJTI(v string) string {
 	return jti
 }
 
+// idempotencyOutcomeUnknown is the outcome member of an answer whose
+// request's outcome is unknown.
+const idempotencyOutcomeUnknown = "unknown"
+
+// settleClaim ends a claim whose outcome was not stored. It is released,
+// so a retry runs the request, when the handler never ran (a refusal
+// decided before dispatch), when the endpoint is idempotent, when the
+// binding failed in a way a retry may cure (its upstreams had the key to
+// recognise the retry), or when the handler answered and the answer is
+// merely not one to replay (a 409 or 429 of its own). It is marked unknown
+// when the handler ran, or may have run, and its outcome is not known: a
+// 5xx after dispatch (a timeout, a failure after a side effect) or an
+// answer whose record could not be stored (recorded false). It reports
+// whether the claim was marked unknown.
+func (p *Pipeline) settleClaim(x *exchange, status int, recorded bool) bool {
+	if x.claim == nil {
+		return false
+	}
+	if !x.dispatched || x.idempotentEndpoint || x.transient || (recorded && status < 500) {
+		p.releaseClaim(x)
+		return false
+	}
+	return p.markUnknown(x, status)
+}
+
+// markUnknown has policysvc hold the claim as an unknown outcome, so a
+// retry with the same key is refused instead of doing the request twice.
+// The log names the agent and key an operator resolves.
+func (p *Pipeline) markUnknown(x *exchange, status int) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 2*time.Second)
+	defer cancel()
+	key, _ := x.idempotencyKey()
+	out, err := p.Policy.MarkIdempotencyUnknown(ctx, &policyv1.MarkIdempotencyUnknownRequest{Claim: x.claim})
+	if err != nil {
+		p.Log.ErrorContext(ctx, "idempotency claim not marked unknown; a retry may run the request again once its lease lapses",
+			"error", err, "agent_id", x.agentID, "idempotency_key", key, "method", x.req.Method, "path", x.req.Path)
+		return false
+	}
+	if !out.GetMarked() {
+		// Its outcome was stored after all (the record landed), or the
+		// lease lapsed and another request holds the key.
+		return false
+	}
+	p.Log.WarnContext(ctx, "request outcome unknown: retries with its Idempotency-Key are refused until the operator resolves it",
+		"agent_id", x.agentID, "idempotency_key", key, "method", x.req.Method, "path", x.req.Path, "status", status)
+	return true
+}
+
 // releaseClaim gives up an idempotency claim whose request produced no
 // cacheable outcome, so a retry runs again.
 func (p *Pipeline) releaseClaim(x *exchange) {

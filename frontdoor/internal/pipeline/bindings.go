@@ -58,7 +58,7 @@ func endpointOf(x *exchange) *endpoint.Endpoint {
 func (p *Pipeline) bindFunc(x *exchange, f handler.Func) handler.Func {
 	def := endpointOf(x).Def
 	return func(ctx context.Context, call *handler.Call) (*handler.Result, error) {
-		call.IdempotencyKey, _ = x.idempotencyKey()
+		call.IdempotencyKey = x.handlerKey()
 		res, err := f(ctx, call)
 		if res != nil {
 			x.priors = append(x.priors, res.PriorActions...)
@@ -164,8 +164,8 @@ func (p *Pipeline) dispatchCarried(x *exchange, input []byte) (resp *agtp.Respon
 		if err != nil {
 			return x.fail(agtp.StatusUnprocessable, carried.ReasonPayloadInvalid, err.Error(), nil), true
 		}
-		f = func(ctx context.Context, _ *handler.Call) (*handler.Result, error) {
-			return p.Bindings.Upstream.CallMCP(ctx, ep.Def, raw)
+		f = func(ctx context.Context, call *handler.Call) (*handler.Result, error) {
+			return p.Bindings.Upstream.CallMCP(ctx, ep.Def, raw, call.IdempotencyKey)
 		}
 	default:
 		return x.fail(agtp.StatusUnprocessable, carried.ReasonUnsupported,

@@ -9,6 +9,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
@@ -129,11 +130,13 @@ func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 	// The recipe runs like any composition endpoint: each step a request
 	// of its own through the pipeline, recorded on the caller's chain and
 	// named in this record's prior_actions.
+	x.dispatched = true
 	res, err := p.Bindings.Compositions.RunRecipe(x.ctx, &rc, p.handlerCall(x, x.req.Method, x.req.Path, c.GetPath(), b, values), &bindingInvoker{p: p, x: x})
 	if res != nil {
 		x.priors = append(x.priors, res.PriorActions...)
 	}
 	if err != nil {
+		x.transient = bindings.IsTransient(err)
 		var he *handler.Error
 		if errors.As(err, &he) {
 			return namedError(x, he)

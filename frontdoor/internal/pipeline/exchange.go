@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
@@ -53,6 +55,17 @@ type exchange struct {
 	claim *policyv1.IdempotencyClaim
 	// replayed is set when the response is an idempotent replay.
 	replayed bool
+	// idempotentEndpoint is the matched endpoint's is_idempotent, set by
+	// authorize: such a request may always run again.
+	idempotentEndpoint bool
+	// dispatched is set once the handler was called: from then on a
+	// failure may follow a side effect, so a claim whose outcome is not
+	// stored is marked unknown rather than released (settleClaim).
+	dispatched bool
+	// transient is set when the handler's binding failed in a way a retry
+	// may cure (bindings.Transient): its upstreams were given the
+	// Idempotency-Key, so the claim is released and a retry runs.
+	transient bool
 	// idemKey is the request's Idempotency-Key (the header, or a
 	// REGISTER's idempotency_key parameter), set by authorize.
 	idemKey string
@@ -115,6 +128,17 @@ func (x *exchange) idempotencyKey() (string, bool) {
 	return x.req.Header.Lookup(agtp.HeaderIdempotencyKey)
 }
 
+// handlerKey is the Idempotency-Key handlers and upstreams get to
+// recognise a retry by: the key the caller sent, without the namespace a
+// binding keeps its keys in (BoundKeyPrefix).
+func (x *exchange) handlerKey() string {
+	key, _ := x.idempotencyKey()
+	if x.bound != nil {
+		key = strings.TrimPrefix(key, BoundKeyPrefix)
+	}
+	return key
+}
+
 // fail builds an error response; extra members go into the body.
 func (x *exchange) fail(status int, reason, explanation string, extra map[string]any) *agtp.Response {
 	x.rejection = reason
@@ -150,10 +174,15 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
 	jws, auditID, err := p.appendAudit(x, resp, responseID, stored)
 	if err != nil {
-		p.releaseClaim(x)
 		p.Log.ErrorContext(x.ctx, "attribution record not stored; refusing to answer without it", "error", err, "method", x.req.Method)
-		resp = x.fail(agtp.StatusUnavailable, "audit-unavailable",
-			"the attribution record for this response could not be stored, so the server does not answer it; retry later", nil)
+		explanation := "the attribution record for this response could not be stored, so the server does not answer it; retry later"
+		var extra map[string]any
+		if p.settleClaim(x, resp.Status, false) {
+			explanation = "the request ran, but the attribution record of its response could not be stored, so the server does not answer it; " +
+				"it is not run again: a retry with the same Idempotency-Key is refused (409 idempotency-outcome-unknown) until the server's operator resolves the key"
+			extra = map[string]any{"outcome": idempotencyOutcomeUnknown}
+		}
+		resp = x.fail(agtp.StatusUnavailable, "audit-unavailable", explanation, extra)
 		p.stampStable(x, resp)
 		p.stampPerResponse(x, resp)
 		resp.Header.Set(agtp.HeaderResponseID, responseID)
@@ -165,7 +194,7 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	} else {
 		if x.claim != nil && stored == nil {
-			p.releaseClaim(x)
+			p.settleClaim(x, resp.Status, true)
 		}
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
@@ -224,15 +253,7 @@ func (p *Pipeline) stampPerResponse(x *exchange, resp *agtp.Response) {
 // cacheable says whether an outcome is stored for idempotent replay:
 // successes and deterministic client errors (DECISIONS.md), not rate
 // limits, conflicts of the moment or server failures.
-func cacheable(status int) bool {
-	switch {
-	case status >= 500:
-		return false
-	case status == agtp.StatusRateLimited, status == agtp.StatusConflict, status == agtp.StatusUnauthorized:
-		return false
-	}
-	return true
-}
+func cacheable(status int) bool { return bindings.Replayable(status) }
 
 // encodeStored serializes a response for the idempotency store.
 func encodeStored(resp *agtp.Response) []byte {

@@ -8,6 +8,8 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -168,7 +170,7 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	}
 	switch out.GetDecision() {
 	case policyv1.Decision_DECISION_ALLOW:
-		x.claim = out.GetClaim()
+		x.claim, x.idempotentEndpoint = out.GetClaim(), ep.GetIsIdempotent()
 		return p.checkGrant(x, method, input)
 	case policyv1.Decision_DECISION_REPLAY:
 		x.replayed = true
@@ -215,6 +217,7 @@ func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
 	switch ep.GetHandlerKind() {
 	case kindRegisteredFunction, "":
 		if strings.HasPrefix(ep.GetHandlerName(), builtinPrefix) {
+			x.dispatched = true
 			return p.builtin(x, input)
 		}
 		f, ok := p.Handlers.Lookup(ep.GetHandlerName())
@@ -236,9 +239,16 @@ func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp
 	ep := x.decision.Endpoint.Proto
 	call := p.handlerCall(x, x.decision.Method, x.req.Path, ep.GetPath(), input, pathParams(&x.decision))
 	started := time.Now()
+	x.dispatched = true
 	res, err := safeCall(x, f, call)
 	p.costs.observe(x.decision.Method, ep.GetPath(), time.Since(started))
 	if err != nil {
+		x.transient = bindings.IsTransient(err)
+		if errors.Is(err, upstream.ErrBinding) {
+			// The binding could not be used: no upstream was called, so
+			// a retry may run once the operator fixed it.
+			x.dispatched = false
+		}
 		var he *handler.Error
 		if errors.As(err, &he) {
 			return namedError(x, he)
@@ -260,9 +270,10 @@ func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp
 }
 
 // namedError answers a handler's declared error: 422 unless the handler
-// says otherwise, with the error's name as the reason and as "error"; the
-// handler's Details are members of the body (the bindings put theirs
-// under "details", as digest-api §6 suggests).
+// says otherwise (a binding's transient failure is 502 or 504), with the
+// error's name as the reason and as "error"; the handler's Details are
+// members of the body (the bindings put theirs under "details", as
+// digest-api §6 suggests).
 func namedError(x *exchange, he *handler.Error) *agtp.Response {
 	status := he.Status
 	if status == 0 {

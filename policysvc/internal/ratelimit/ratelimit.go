@@ -83,11 +83,15 @@ type Bucket struct {
 type Claim struct {
 	Slot, Fingerprint, Token string
 	Lease                    time.Duration
+	// Rerun claims a slot whose outcome is unknown instead of refusing:
+	// the request is to an idempotent endpoint, which may run again.
+	Rerun bool
 }
 
 // gcra is the gate script. KEYS: the buckets, then the slot if a claim is
 // asked. ARGV: the bucket count, an (interval µs, burst, cost) triple per
-// bucket, then fingerprint, token and lease ms for the claim.
+// bucket, then fingerprint, token, lease ms and the rerun flag for the
+// claim.
 //
 // Reply: {1, remaining, reset µs, tightest, claim outcome, [response]} when
 // allowed, where tightest is the (1-based) bucket with the fewest requests
@@ -123,7 +127,7 @@ for i = 1, n do
   redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000) + 1)
 end
 if #KEYS > n then
-  local c = agtp_idem_claim(KEYS[n + 1], ARGV[3*n + 2], ARGV[3*n + 3], tonumber(ARGV[3*n + 4]))
+  local c = agtp_idem_claim(KEYS[n + 1], ARGV[3*n + 2], ARGV[3*n + 3], tonumber(ARGV[3*n + 4]), ARGV[3*n + 5])
   return {1, remaining, math.ceil(reset), tightest, c[1], c[2]}
 end
 return {1, remaining, math.ceil(reset), tightest, 0}
@@ -193,7 +197,7 @@ type Batch struct {
 // All keys must share a hash slot.
 func (b *Batch) Gate(buckets []Bucket, claim *Claim) *Call {
 	keys := make([]string, 0, len(buckets)+1)
-	args := make([]any, 0, 1+3*len(buckets)+3)
+	args := make([]any, 0, 1+3*len(buckets)+4)
 	args = append(args, len(buckets))
 	for _, bk := range buckets {
 		keys = append(keys, bk.Key)
@@ -201,7 +205,7 @@ func (b *Batch) Gate(buckets []Bucket, claim *Claim) *Call {
 	}
 	if claim != nil {
 		keys = append(keys, claim.Slot)
-		args = append(args, claim.Fingerprint, claim.Token, max(claim.Lease.Milliseconds(), 1))
+		args = append(args, claim.Fingerprint, claim.Token, max(claim.Lease.Milliseconds(), 1), idempotency.RerunArg(claim.Rerun))
 	}
 	c := &Call{script: gcra, keys: keys, args: args, buckets: buckets, claim: claim}
 	b.calls = append(b.calls, c)

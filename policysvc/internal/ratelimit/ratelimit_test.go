@@ -138,6 +138,38 @@ func TestGateWithoutBucketsOnlyClaims(t *testing.T) {
 	}
 }
 
+// TestGateClaimOverAnUnknownOutcome: the gate refuses a claim over an
+// unknown outcome unless the request may run again (an idempotent
+// endpoint's), and then spends and claims in the same call.
+func TestGateClaimOverAnUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		rerun bool
+		want  idempotency.Outcome
+	}{
+		{"refused", false, idempotency.Unknown},
+		{"rerun", true, idempotency.Claimed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := testkit.StartRedis(t).Client(t)
+			slot := rediskeys.IdempotencySlot("a", "k")
+			_, _ = idempotency.Claim(ctx, rdb, slot, "fp", "first", time.Minute)
+			_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "first", time.Hour)
+			bk := ratelimit.Bucket{Key: rediskeys.AgentRateLimit("a", "tier"), Rate: ratelimit.Rate{Limit: 2, Period: time.Minute}, Cost: 1}
+			var b ratelimit.Batch
+			c := b.Gate([]ratelimit.Bucket{bk}, &ratelimit.Claim{Slot: slot, Fingerprint: "fp", Token: "tok", Lease: time.Minute, Rerun: tc.rerun})
+			if err := b.Exec(ctx, rdb); err != nil {
+				t.Fatal(err)
+			}
+			r, err := c.Result()
+			if err != nil || !r.Allowed || !r.Claimed || r.Claim.Outcome != tc.want {
+				t.Fatalf("gate = %+v, %v; want allowed with claim outcome %v", r, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
 	ctx := context.Background()
 	rdb := testkit.StartRedis(t).Client(t)

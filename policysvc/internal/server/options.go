@@ -95,6 +95,12 @@ type IdempotencyOptions struct {
 	RequireForNonIdempotent bool `json:"require_for_non_idempotent,omitempty"`
 	// MaxResponseBytes bounds a stored response. Default 4 MiB.
 	MaxResponseBytes int `json:"max_response_bytes,omitempty"`
+	// UnknownLease is how long a claim whose outcome is unknown (the
+	// request ran, or may have run, and nothing was stored) keeps refusing
+	// retries with 409 idempotency-outcome-unknown unless an operator
+	// resolves it first. Default the TTL: as long as a stored outcome would
+	// have answered them.
+	UnknownLease time.Duration `json:"unknown_lease,omitempty"`
 }
 
 // BudgetOptions enforce Budget-Limit (core §5.5.5, §11.7: 456). Budget-Limit
@@ -184,6 +190,9 @@ func (o Options) WithDefaults() Options {
 	if o.Idempotency.MaxWait == 0 {
 		o.Idempotency.MaxWait = defaultMaxWait
 	}
+	if o.Idempotency.UnknownLease == 0 {
+		o.Idempotency.UnknownLease = o.Idempotency.TTL
+	}
 	if o.Idempotency.MaxResponseBytes == 0 {
 		o.Idempotency.MaxResponseBytes = defaultMaxResponseBytes
 	}
@@ -247,6 +256,8 @@ func (o Options) Validate() error {
 		bad("idempotency.lease must not exceed idempotency.ttl")
 	case id.MaxWait > maxWaitLimit:
 		bad("idempotency.max_wait must be at most %v", maxWaitLimit)
+	case id.UnknownLease < id.Lease:
+		bad("idempotency.unknown_lease must not be shorter than idempotency.lease")
 	case id.MaxResponseBytes < 1024:
 		bad("idempotency.max_response_bytes must be at least 1024")
 	}

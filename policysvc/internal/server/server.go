@@ -44,6 +44,12 @@ const (
 	ReasonUnknownRateLimitScope   = "unknown-rate-limit-scope"
 	ReasonInvalidPolicyRequest    = "invalid-policy-request"
 	ReasonIdempotencyResponseSize = "idempotency-response-too-large"
+	// ReasonIdempotencyOutcomeUnknown refuses a retry of a request that
+	// ran, or may have run, and whose outcome was not stored.
+	ReasonIdempotencyOutcomeUnknown = "idempotency-outcome-unknown"
+	// ReasonIdempotencyOutcomeApplied refuses a retry of a request an
+	// operator recorded as having taken effect.
+	ReasonIdempotencyOutcomeApplied = "idempotency-outcome-applied"
 )
 
 // Server is the PolicyService implementation.
@@ -195,6 +201,9 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 			Fingerprint: req.GetRequestFingerprint(),
 			Token:       idempotency.NewToken(),
 			Lease:       s.opts.Idempotency.Lease,
+			// An idempotent endpoint's request may run again whatever
+			// became of an earlier one.
+			Rerun: req.GetEndpointIdempotent(),
 		}
 	}
 	plan := s.plan(req, acting, claim)
@@ -407,7 +416,7 @@ func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim,
 		if s.opts.Idempotency.MaxWait > 0 {
 			var err error
 			out, err = idempotency.Wait(ctx, s.rdb, claim.Slot, claim.Fingerprint, claim.Token, idempotency.WaitOptions{
-				MaxWait: s.opts.Idempotency.MaxWait, Lease: claim.Lease,
+				MaxWait: s.opts.Idempotency.MaxWait, Lease: claim.Lease, Rerun: claim.Rerun,
 			})
 			if err != nil {
 				return nil, s.redisError(ctx, err)
@@ -431,6 +440,23 @@ func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim,
 			Status:      agtp.StatusConflict,
 			Reason:      agtp.ReasonIdempotencyKeyReused,
 			Explanation: "this Idempotency-Key was already used by this agent with a different request",
+		}, nil
+	case idempotency.Unknown:
+		return &policyv1.Denial{
+			Status: agtp.StatusConflict,
+			Reason: ReasonIdempotencyOutcomeUnknown,
+			Explanation: "the request sent earlier with this Idempotency-Key ran, or may have run, but its outcome was not recorded, " +
+				"so it is not run again: check whether it took effect (read the resource it changes), then send it with a new " +
+				"Idempotency-Key to run it again, or ask the server's operator to resolve this key",
+			Details: map[string]string{"outcome": idempotency.StateUnknown},
+		}, nil
+	case idempotency.Applied:
+		return &policyv1.Denial{
+			Status: agtp.StatusConflict,
+			Reason: ReasonIdempotencyOutcomeApplied,
+			Explanation: "the server's operator recorded that the request sent earlier with this Idempotency-Key took effect; " +
+				"its response is not available: read the resource it changed, and use a new Idempotency-Key for a new request",
+			Details: map[string]string{"outcome": idempotency.StateApplied},
 		}, nil
 	default:
 		return &policyv1.Denial{

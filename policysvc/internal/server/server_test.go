@@ -698,6 +698,7 @@ func TestOptionsValidate(t *testing.T) {
 		"bad tier":               {TrustTiers: server.TrustTierOptions{Minimum: 4}},
 		"bad rate":               {RateLimits: server.RateLimitOptions{PerIP: rateT{Limit: 10}}},
 		"lease over ttl":         {Idempotency: server.IdempotencyOptions{TTL: time.Minute, Lease: time.Hour}},
+		"unknown under lease":    {Idempotency: server.IdempotencyOptions{Lease: time.Minute, UnknownLease: time.Second}},
 		"bad cost":               {Budget: server.BudgetOptions{Costs: []server.EndpointCost{{Cost: "tokens=x"}}}},
 		"fingerprint without id": {Merchant: server.MerchantOptions{ManifestFingerprint: strings.Repeat("a", 64)}},
 		"short fingerprint":      {Merchant: server.MerchantOptions{MerchantID: "m", ManifestFingerprint: "abc"}},

@@ -160,6 +160,44 @@ func TestRunFailsHalfWayNamingTheStep(t *testing.T) {
 	}
 }
 
+// A step that failed for a reason a retry may cure makes the composite a
+// transient failure (502, 504, or the step's 401/409/429), which the front
+// door does not store under the Idempotency-Key; a settled refusal of a
+// step stays the 422 of AGTP-API §12.1.
+func TestFailedStepStatus(t *testing.T) {
+	for _, tc := range []struct {
+		step, reason string
+		status       int
+		wantStatus   int
+		transient    bool
+	}{
+		{step: "declared error", reason: "text_too_long", status: 422, wantStatus: 0},
+		{step: "not found", reason: "order_not_found", status: 404, wantStatus: 0},
+		{step: "upstream timeout", reason: "upstream_timeout", status: 504, wantStatus: 504, transient: true},
+		{step: "upstream down", reason: "upstream_connection_error", status: 502, wantStatus: 502, transient: true},
+		{step: "audit unavailable", reason: "audit-unavailable", status: 503, wantStatus: 502, transient: true},
+		{step: "rate limited", reason: "rate-limited", status: 429, wantStatus: 429, transient: true},
+		{step: "outcome unknown", reason: "idempotency-outcome-unknown", status: 409, wantStatus: 409, transient: true},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			inv := &invoker{invoke: func(ctx context.Context, in bindings.Invocation) *bindings.Outcome {
+				if in.Method == "SUMMARIZE" {
+					return &bindings.Outcome{Status: tc.status, Reason: tc.reason}
+				}
+				return orderDesk(ctx, in)
+			}}
+			_, err := demoRunner(t, composition.Options{}).Run(context.Background(), "order-brief",
+				&handler.Call{Input: json.RawMessage(`{"order_id":"o-1"}`)}, inv)
+			d := compositionError(t, err)
+			var he *handler.Error
+			errors.As(err, &he)
+			if he.Status != tc.wantStatus || bindings.IsTransient(err) != tc.transient || d["step_status"] != tc.status || d["step_reason"] != tc.reason {
+				t.Fatalf("status %d transient %v details %v; want %d %v", he.Status, bindings.IsTransient(err), d, tc.wantStatus, tc.transient)
+			}
+		})
+	}
+}
+
 // A step runs under its own timeout_seconds, or the runner's StepTimeout
 // when it names none; overrunning it fails the composition as that step.
 func TestStepTimeouts(t *testing.T) {
@@ -189,6 +227,9 @@ steps:
 	d := compositionError(t, err)
 	if d["step"] != 2 || d["step_timed_out"] != true || d["step_reason"] != "step-timeout" {
 		t.Fatalf("details %v", d)
+	}
+	if he := (*handler.Error)(nil); !errors.As(err, &he) || he.Status != 504 || !bindings.IsTransient(err) {
+		t.Fatalf("a step timeout = %v, want a transient 504", err)
 	}
 	if deadlines[0] < time.Second || deadlines[1] > 50*time.Millisecond || time.Since(start) > 2*time.Second {
 		t.Fatalf("deadlines %v: step 1 has its own 5 s, step 2 the runner's 50 ms", deadlines)

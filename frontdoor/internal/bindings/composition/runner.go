@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -193,12 +194,13 @@ func (r *Runner) RunRecipe(ctx context.Context, rec *recipe.Recipe, call *handle
 	return &handler.Result{Output: b}, nil
 }
 
-// failure is the composition_failed error of a failed step. Its details
+// failure is the composition_failed error of a failed step, Transient when
+// the step's failure is one a retry may cure (failureStatus). Its details
 // (nested under "details", the body digest-api §6.1 suggests) use the
 // keys the project settled: recipe, recipe_version, step (from 1),
 // step_method, step_path, step_status, captured_outputs, plus step_reason
 // (the step's AGTP reason token) and step_timed_out.
-func failure(f *recipe.Failure, outcomes []*bindings.Outcome) *handler.Error {
+func failure(f *recipe.Failure, outcomes []*bindings.Outcome) error {
 	d := f.Details()
 	reason := ""
 	if i := f.Step - 1; i >= 0 && i < len(outcomes) && outcomes[i] != nil {
@@ -227,5 +229,28 @@ func failure(f *recipe.Failure, outcomes []*bindings.Outcome) *handler.Error {
 	if f.StepStatus == 0 && f.Err != nil && !timedOut {
 		msg += ": " + f.Err.Error()
 	}
-	return &handler.Error{Name: ErrorName, Message: msg, Details: map[string]any{"details": d}}
+	he := &handler.Error{Name: ErrorName, Message: msg, Details: map[string]any{"details": d}}
+	if he.Status = failureStatus(f.StepStatus, timedOut); he.Status != 0 {
+		return bindings.Transient(he)
+	}
+	return he
+}
+
+// failureStatus is the composite's status when a step's failure is not a
+// settled answer (bindings.Replayable): 504 for a step that timed out or
+// answered 504, 502 for another 5xx, the step's own status for a 401, 409
+// or 429; 0 (the 422 of AGTP-API §12.1) when the step's refusal is settled
+// and a retry would meet it again. A retry of the composite replays the
+// steps that already ran (their keys derive from the composite's) and runs
+// the failed one again.
+func failureStatus(step int, timedOut bool) int {
+	switch {
+	case timedOut, step == http.StatusGatewayTimeout:
+		return http.StatusGatewayTimeout
+	case step >= 500:
+		return http.StatusBadGateway
+	case step != 0 && !bindings.Replayable(step):
+		return step
+	}
+	return 0
 }

@@ -48,8 +48,11 @@ import (
 )
 
 // The upstream failure names every external_service endpoint declares
-// (AGTP-API §12.3). They are named errors, so the front door answers them
-// with 422.
+// (AGTP-API §12.3). They are named errors: the front door answers them
+// with 422 when the upstream refused the call for what it asked, and with
+// 502 or 504, as bindings.Transient failures that are never stored under
+// the Idempotency-Key, when the upstream could not be reached, did not
+// answer in time, refused this server's credentials or failed itself.
 const (
 	ErrTimeout        = "upstream_timeout"
 	ErrConnection     = "upstream_connection_error"
@@ -290,6 +293,8 @@ type binding struct {
 	timeout    time.Duration
 	idempotent bool
 	endpoint   string // "METHOD /path", for logs
+	// idemHeader carries the request's Idempotency-Key upstream.
+	idemHeader string
 }
 
 var (
@@ -317,6 +322,7 @@ func (e *Executor) compile(def *endpoint.Definition) (*binding, error) {
 		timeout:    e.opts.DefaultTimeout,
 		idempotent: def.Semantic.IsIdempotent != nil && *def.Semantic.IsIdempotent,
 		endpoint:   def.Method + " " + def.Path,
+		idemHeader: http.CanonicalHeaderKey(h.UpstreamIdempotencyHeader()),
 	}
 	fail := func(format string, a ...any) (*binding, error) {
 		return nil, fmt.Errorf("%w: %s: %s", ErrBinding, b.endpoint, fmt.Sprintf(format, a...))
@@ -341,6 +347,9 @@ func (e *Executor) compile(def *endpoint.Definition) (*binding, error) {
 	b.target = u.Host
 	if u.Port() == "" {
 		b.target = net.JoinHostPort(u.Hostname(), "443")
+	}
+	if identityHeaders[strings.ToLower(b.idemHeader)] {
+		return fail("handler.idempotency_header: identity headers are never forwarded (AGTP-API §12.3)")
 	}
 	for name, v := range h.Headers {
 		if identityHeaders[strings.ToLower(name)] {
@@ -383,8 +392,10 @@ func authorityKey(u *url.URL) string {
 }
 
 // Call runs an external_service endpoint: call.Input (the validated input
-// object) goes upstream with input_transform applied, and the answer comes
-// back as the result (output_transform inverted) or an upstream_* error.
+// object) goes upstream with input_transform applied, with
+// call.IdempotencyKey in the binding's idempotency header when the request
+// has one, and the answer comes back as the result (output_transform
+// inverted) or an upstream_* error.
 func (e *Executor) Call(ctx context.Context, def *endpoint.Definition, call *handler.Call) (*handler.Result, error) {
 	b, err := e.compile(def)
 	if err != nil {
@@ -397,9 +408,9 @@ func (e *Executor) Call(ctx context.Context, def *endpoint.Definition, call *han
 	in = rename(in, b.inTr, false)
 	var a attempt
 	if b.grpc {
-		a, err = e.callGRPC(ctx, b, in)
+		a, err = e.callGRPC(ctx, b, in, call.IdempotencyKey)
 	} else {
-		a, err = e.callHTTP(ctx, b, in)
+		a, err = e.callHTTP(ctx, b, in, call.IdempotencyKey)
 	}
 	if err != nil {
 		return nil, err
@@ -527,33 +538,38 @@ func (e *Executor) sleep(ctx context.Context, n int) bool {
 }
 
 // result maps the last attempt to the endpoint's output or a named error
-// (AGTP-API §12.3 failure mapping).
+// (AGTP-API §12.3 failure mapping). What the upstream refused for the call
+// itself is a 422; what says nothing about the call (no answer, an open
+// circuit, this server's credentials refused, an upstream failure or rate
+// limit) is a Transient 502 or 504; a 2xx that cannot be read is a 502 that
+// is not transient: the upstream acted, and what it did is not known.
 func (e *Executor) result(ctx context.Context, b *binding, a attempt) (*handler.Result, error) {
 	log := func(msg string) {
 		e.opts.Log.WarnContext(ctx, msg, "endpoint", b.endpoint, "upstream", b.key, "status", a.status, "error", a.err)
 	}
 	switch a.fail {
 	case failCircuitOpen:
-		return nil, &handler.Error{Name: ErrConnection, Message: "the upstream service is failing; calls are paused for a while",
-			Details: nest(map[string]any{"circuit": CircuitOpen, "retry_after_seconds": int(a.retryAfter.Seconds() + 0.999)})}
+		return nil, bindings.Transient(&handler.Error{Name: ErrConnection, Status: http.StatusBadGateway,
+			Message: "the upstream service is failing; calls are paused for a while",
+			Details: nest(map[string]any{"circuit": CircuitOpen, "retry_after_seconds": int(a.retryAfter.Seconds() + 0.999)})})
 	case failTimeout:
 		log("upstream timed out")
-		return nil, &handler.Error{Name: ErrTimeout, Message: "the upstream service did not answer in time"}
+		return nil, bindings.Transient(&handler.Error{Name: ErrTimeout, Status: http.StatusGatewayTimeout, Message: "the upstream service did not answer in time"})
 	case failConnection:
 		log("upstream unreachable")
-		return nil, &handler.Error{Name: ErrConnection, Message: "the upstream service could not be reached"}
+		return nil, bindings.Transient(&handler.Error{Name: ErrConnection, Status: http.StatusBadGateway, Message: "the upstream service could not be reached"})
 	case failTooLarge:
 		log("upstream answer too large")
-		return nil, &handler.Error{Name: ErrMalformed, Message: fmt.Sprintf("the upstream answer exceeds %d bytes", e.opts.MaxResponseBytes)}
+		return nil, &handler.Error{Name: ErrMalformed, Status: http.StatusBadGateway, Message: fmt.Sprintf("the upstream answer exceeds %d bytes", e.opts.MaxResponseBytes)}
 	case failMalformed:
 		log("upstream answer unreadable")
-		return nil, &handler.Error{Name: ErrMalformed, Message: "the upstream answer could not be read"}
+		return nil, &handler.Error{Name: ErrMalformed, Status: http.StatusBadGateway, Message: "the upstream answer could not be read"}
 	}
 	if a.status >= 200 && a.status <= 299 {
 		out, err := decodeOutput(a.body)
 		if err != nil {
 			e.opts.Log.WarnContext(ctx, "upstream answer is not JSON", "endpoint", b.endpoint, "upstream", b.key, "error", err)
-			return nil, &handler.Error{Name: ErrMalformed, Message: "the upstream answer is not JSON"}
+			return nil, &handler.Error{Name: ErrMalformed, Status: http.StatusBadGateway, Message: "the upstream answer is not JSON"}
 		}
 		if obj, ok := out.(map[string]any); ok {
 			out = rename(obj, b.outTr, true)
@@ -565,17 +581,43 @@ func (e *Executor) result(ctx context.Context, b *binding, a attempt) (*handler.
 		return &handler.Result{Output: raw}, nil
 	}
 	details := nest(map[string]any{"upstream_status": a.status})
+	transient := transientStatus(a.status)
 	if name, ok := b.errorMap[a.status]; ok {
-		return nil, &handler.Error{Name: name, Message: "the upstream service answered " + strconv.Itoa(a.status), Details: details}
+		he := &handler.Error{Name: name, Message: "the upstream service answered " + strconv.Itoa(a.status), Details: details}
+		if transient != 0 {
+			he.Status = transient
+			return nil, bindings.Transient(he)
+		}
+		return nil, he
 	}
 	log("upstream refused")
 	switch {
 	case b.grpc && a.status == http.StatusServiceUnavailable:
-		return nil, &handler.Error{Name: ErrConnection, Message: "the upstream service is unavailable", Details: details}
+		return nil, bindings.Transient(&handler.Error{Name: ErrConnection, Status: http.StatusBadGateway, Message: "the upstream service is unavailable", Details: details})
 	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
-		return nil, &handler.Error{Name: ErrAuthentication, Message: "the upstream service refused this server's credentials", Details: details}
+		return nil, bindings.Transient(&handler.Error{Name: ErrAuthentication, Status: http.StatusBadGateway,
+			Message: "the upstream service refused this server's credentials", Details: details})
 	}
-	return nil, &handler.Error{Name: ErrUpstream, Message: "the upstream service answered " + strconv.Itoa(a.status), Details: details}
+	he := &handler.Error{Name: ErrUpstream, Message: "the upstream service answered " + strconv.Itoa(a.status), Details: details}
+	if transient != 0 {
+		he.Status = transient
+		return nil, bindings.Transient(he)
+	}
+	return nil, he
+}
+
+// transientStatus is the front door's status for an upstream status that
+// says nothing settled about the call: 504 for the upstream's own timeouts
+// (408, 504), 502 for its failures and rate limits (429, other 5xx), 0 for
+// an answer about the call itself.
+func transientStatus(upstream int) int {
+	switch {
+	case upstream == http.StatusRequestTimeout, upstream == http.StatusGatewayTimeout:
+		return http.StatusGatewayTimeout
+	case upstream == http.StatusTooManyRequests, upstream >= 500:
+		return http.StatusBadGateway
+	}
+	return 0
 }
 
 // nest puts an error's details under "details", the body digest-api §6

@@ -90,6 +90,7 @@ type binding struct {
 	errorMap    map[string]string
 	timeout     float64
 	idempotent  bool
+	idemHeader  string
 }
 
 func (b binding) def() *endpoint.Definition {
@@ -99,7 +100,7 @@ func (b binding) def() *endpoint.Definition {
 		Semantic: endpoint.Semantic{IsIdempotent: &idem, Impact: "informational"},
 		Errors:   append([]string{"room_not_found"}, endpoint.UpstreamErrors...),
 		Handler: endpoint.Handler{Type: endpoint.HandlerExternalService, URL: b.url, Method: b.method, Headers: b.headers,
-			InputTransform: b.inTr, OutputTransform: b.outTr, ErrorMap: b.errorMap},
+			InputTransform: b.inTr, OutputTransform: b.outTr, ErrorMap: b.errorMap, IdempotencyHeader: b.idemHeader},
 	}
 	if d.Handler.Method == "" {
 		d.Handler.Method = http.MethodPost

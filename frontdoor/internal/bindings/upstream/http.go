@@ -17,7 +17,7 @@ import (
 // bodyless methods send the input as query parameters.
 var bodyless = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodDelete: true, http.MethodOptions: true}
 
-func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any) (attempt, error) {
+func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any, idemKey string) (attempt, error) {
 	target, err := fillURL(b.rawURL, in)
 	if err != nil {
 		return attempt{}, fmt.Errorf("%w: %s: handler.url: %v", ErrBinding, b.endpoint, err)
@@ -49,6 +49,12 @@ func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any) 
 			req.Header.Set("Accept", "application/json")
 		}
 		req.Header.Set("User-Agent", e.opts.UserAgent)
+		if idemKey != "" {
+			// Every attempt carries the same key, so an upstream that saw
+			// an earlier one (a timed-out call, a retry of the request)
+			// can answer it without acting twice.
+			req.Header.Set(b.idemHeader, idemKey)
+		}
 		e.opts.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 		return e.do(ctx, req)
 	})

@@ -84,7 +84,9 @@ func (e *Executor) mcpSession(b *binding) *mcpSession {
 // external_service binding names, and returns the server's JSON-RPC
 // response (with the caller's id) as the output. HTTP-level failures are
 // the upstream_* errors; a JSON-RPC error is a response like any other.
-func (e *Executor) CallMCP(ctx context.Context, def *endpoint.Definition, msg json.RawMessage) (*handler.Result, error) {
+// idemKey, the request's Idempotency-Key, goes with the forwarded request
+// in the binding's idempotency header, as for any external service.
+func (e *Executor) CallMCP(ctx context.Context, def *endpoint.Definition, msg json.RawMessage, idemKey string) (*handler.Result, error) {
 	b, err := e.compile(def)
 	if err != nil {
 		return nil, err
@@ -106,7 +108,7 @@ func (e *Executor) CallMCP(ctx context.Context, def *endpoint.Definition, msg js
 			return e.result(ctx, b, *a)
 		}
 		req.ID = sess.nextID()
-		a, err := e.mcpPost(ctx, b, sess, req, true)
+		a, err := e.mcpPost(ctx, b, sess, req, true, idemKey)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +143,7 @@ func (e *Executor) mcpOpen(ctx context.Context, b *binding, sess *mcpSession) (*
 	}
 	init := RPCMessage{JSONRPC: "2.0", ID: sess.nextID(), Method: "initialize",
 		Params: json.RawMessage(`{"protocolVersion":"` + MCPProtocolVersion + `","capabilities":{},"clientInfo":{"name":"agtp-frontdoor","version":"1"}}`)}
-	a, err := e.mcpPost(ctx, b, sess, init, true)
+	a, err := e.mcpPost(ctx, b, sess, init, true, "")
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +163,7 @@ func (e *Executor) mcpOpen(ctx context.Context, b *binding, sess *mcpSession) (*
 	sess.version = resp.Result.ProtocolVersion
 	sess.mu.Unlock()
 	note := RPCMessage{JSONRPC: "2.0", Method: "notifications/initialized"}
-	n, err := e.mcpPost(ctx, b, sess, note, false)
+	n, err := e.mcpPost(ctx, b, sess, note, false, "")
 	if err != nil {
 		return nil, err
 	}
@@ -174,10 +176,11 @@ func (e *Executor) mcpOpen(ctx context.Context, b *binding, sess *mcpSession) (*
 	return nil, nil
 }
 
-// mcpPost sends one message. For a request (wantReply), the attempt's
-// body is the JSON-RPC response with the request's id, taken from a JSON
-// answer or from the event stream.
-func (e *Executor) mcpPost(ctx context.Context, b *binding, sess *mcpSession, msg RPCMessage, wantReply bool) (attempt, error) {
+// mcpPost sends one message, with idemKey in the idempotency header when
+// it is not empty. For a request (wantReply), the attempt's body is the
+// JSON-RPC response with the request's id, taken from a JSON answer or
+// from the event stream.
+func (e *Executor) mcpPost(ctx context.Context, b *binding, sess *mcpSession, msg RPCMessage, wantReply bool, idemKey string) (attempt, error) {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return attempt{}, err
@@ -199,6 +202,9 @@ func (e *Executor) mcpPost(ctx context.Context, b *binding, sess *mcpSession, ms
 		}
 		if version != "" {
 			req.Header.Set("MCP-Protocol-Version", version)
+		}
+		if idemKey != "" {
+			req.Header.Set(b.idemHeader, idemKey)
 		}
 		e.opts.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 		resp, err := e.client.Do(req)

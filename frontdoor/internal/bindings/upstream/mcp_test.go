@@ -21,6 +21,7 @@ type mcpServer struct {
 	sse      bool
 	methods  []string
 	versions []string
+	keys     []string // the Idempotency-Key of each message, in order
 }
 
 func (m *mcpServer) forget() {
@@ -38,6 +39,7 @@ func (m *mcpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.methods = append(m.methods, msg.Method)
+	m.keys = append(m.keys, r.Header.Get("Idempotency-Key"))
 	if msg.Method == "initialize" {
 		m.inits++
 		id := fmt.Sprintf("sess-%d", m.inits)
@@ -92,7 +94,7 @@ func TestCallMCP(t *testing.T) {
 	callTool := func(id string) upstream.RPCMessage {
 		t.Helper()
 		msg := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"echo","arguments":{"x":1}}}`
-		res, err := e.CallMCP(testCtx(t), def, json.RawMessage(msg))
+		res, err := e.CallMCP(testCtx(t), def, json.RawMessage(msg), "key-"+id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,6 +130,12 @@ func TestCallMCP(t *testing.T) {
 	if mcp.inits != 2 {
 		t.Errorf("%d sessions opened, want 2", mcp.inits)
 	}
+	// The carried request has the request's key; the session's own
+	// messages have none.
+	wantKeys := []string{"", "", `key-"task-1"`, "key-7", "key-8", "", "", "key-8"}
+	if fmt.Sprint(mcp.keys) != fmt.Sprint(wantKeys) {
+		t.Errorf("Idempotency-Key per message %q\nwant %q", mcp.keys, wantKeys)
+	}
 	for _, v := range mcp.versions {
 		if v != upstream.MCPProtocolVersion {
 			t.Errorf("MCP-Protocol-Version %q", v)
@@ -139,7 +147,7 @@ func TestCallMCP(t *testing.T) {
 func TestCallMCPUpstreamFailure(t *testing.T) {
 	srv := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(401) }))
 	e := newExecutor(t, nil)
-	_, err := e.CallMCP(testCtx(t), binding{url: srv.URL}.def(), json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	_, err := e.CallMCP(testCtx(t), binding{url: srv.URL}.def(), json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`), "")
 	if errName(t, err) != upstream.ErrAuthentication {
 		t.Fatalf("%v", err)
 	}

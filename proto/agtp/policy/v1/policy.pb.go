@@ -77,6 +77,123 @@ func (Decision) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{0}
 }
 
+// IdempotencyResolution is what an operator decided about an unknown
+// outcome.
+type IdempotencyResolution int32
+
+const (
+	IdempotencyResolution_IDEMPOTENCY_RESOLUTION_UNSPECIFIED IdempotencyResolution = 0
+	// The request had no effect, or a second one is accepted: the key is
+	// freed and a retry runs the request again. Also undoes APPLIED.
+	IdempotencyResolution_IDEMPOTENCY_RESOLUTION_RELEASE IdempotencyResolution = 1
+	// The request took effect: retries keep being refused (409
+	// idempotency-outcome-applied) for the outcome TTL; its response is not
+	// available.
+	IdempotencyResolution_IDEMPOTENCY_RESOLUTION_APPLIED IdempotencyResolution = 2
+)
+
+// Enum value maps for IdempotencyResolution.
+var (
+	IdempotencyResolution_name = map[int32]string{
+		0: "IDEMPOTENCY_RESOLUTION_UNSPECIFIED",
+		1: "IDEMPOTENCY_RESOLUTION_RELEASE",
+		2: "IDEMPOTENCY_RESOLUTION_APPLIED",
+	}
+	IdempotencyResolution_value = map[string]int32{
+		"IDEMPOTENCY_RESOLUTION_UNSPECIFIED": 0,
+		"IDEMPOTENCY_RESOLUTION_RELEASE":     1,
+		"IDEMPOTENCY_RESOLUTION_APPLIED":     2,
+	}
+)
+
+func (x IdempotencyResolution) Enum() *IdempotencyResolution {
+	p := new(IdempotencyResolution)
+	*p = x
+	return p
+}
+
+func (x IdempotencyResolution) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IdempotencyResolution) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_policy_v1_policy_proto_enumTypes[1].Descriptor()
+}
+
+func (IdempotencyResolution) Type() protoreflect.EnumType {
+	return &file_agtp_policy_v1_policy_proto_enumTypes[1]
+}
+
+func (x IdempotencyResolution) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IdempotencyResolution.Descriptor instead.
+func (IdempotencyResolution) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{1}
+}
+
+// IdempotencySlotState is the state of an (Agent-ID, Idempotency-Key) slot.
+type IdempotencySlotState int32
+
+const (
+	// No slot: the key was never used, or its outcome expired.
+	IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_UNSPECIFIED IdempotencySlotState = 0
+	// A request holds the key and is running.
+	IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_PENDING IdempotencySlotState = 1
+	// The outcome is stored and replayed.
+	IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_DONE IdempotencySlotState = 2
+	// The request ran, or may have run; its outcome was not stored.
+	IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_UNKNOWN IdempotencySlotState = 3
+	// An operator recorded that the request took effect.
+	IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_APPLIED IdempotencySlotState = 4
+)
+
+// Enum value maps for IdempotencySlotState.
+var (
+	IdempotencySlotState_name = map[int32]string{
+		0: "IDEMPOTENCY_SLOT_STATE_UNSPECIFIED",
+		1: "IDEMPOTENCY_SLOT_STATE_PENDING",
+		2: "IDEMPOTENCY_SLOT_STATE_DONE",
+		3: "IDEMPOTENCY_SLOT_STATE_UNKNOWN",
+		4: "IDEMPOTENCY_SLOT_STATE_APPLIED",
+	}
+	IdempotencySlotState_value = map[string]int32{
+		"IDEMPOTENCY_SLOT_STATE_UNSPECIFIED": 0,
+		"IDEMPOTENCY_SLOT_STATE_PENDING":     1,
+		"IDEMPOTENCY_SLOT_STATE_DONE":        2,
+		"IDEMPOTENCY_SLOT_STATE_UNKNOWN":     3,
+		"IDEMPOTENCY_SLOT_STATE_APPLIED":     4,
+	}
+)
+
+func (x IdempotencySlotState) Enum() *IdempotencySlotState {
+	p := new(IdempotencySlotState)
+	*p = x
+	return p
+}
+
+func (x IdempotencySlotState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IdempotencySlotState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_policy_v1_policy_proto_enumTypes[2].Descriptor()
+}
+
+func (IdempotencySlotState) Type() protoreflect.EnumType {
+	return &file_agtp_policy_v1_policy_proto_enumTypes[2]
+}
+
+func (x IdempotencySlotState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IdempotencySlotState.Descriptor instead.
+func (IdempotencySlotState) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
 // AuthorizeRequest carries what the front door knows about a request after
 // its local structural and identity checks.
 type AuthorizeRequest struct {
@@ -920,6 +1037,226 @@ func (*ReleaseIdempotencyResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{8}
 }
 
+// MarkIdempotencyUnknownRequest names the claim whose outcome is unknown.
+type MarkIdempotencyUnknownRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Claim         *IdempotencyClaim      `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkIdempotencyUnknownRequest) Reset() {
+	*x = MarkIdempotencyUnknownRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkIdempotencyUnknownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkIdempotencyUnknownRequest) ProtoMessage() {}
+
+func (x *MarkIdempotencyUnknownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkIdempotencyUnknownRequest.ProtoReflect.Descriptor instead.
+func (*MarkIdempotencyUnknownRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MarkIdempotencyUnknownRequest) GetClaim() *IdempotencyClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// MarkIdempotencyUnknownResponse says whether the claim was marked.
+type MarkIdempotencyUnknownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the claim no longer held the slot as pending: it lapsed,
+	// was re-claimed, or its outcome was stored after all.
+	Marked        bool `protobuf:"varint,1,opt,name=marked,proto3" json:"marked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkIdempotencyUnknownResponse) Reset() {
+	*x = MarkIdempotencyUnknownResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkIdempotencyUnknownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkIdempotencyUnknownResponse) ProtoMessage() {}
+
+func (x *MarkIdempotencyUnknownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkIdempotencyUnknownResponse.ProtoReflect.Descriptor instead.
+func (*MarkIdempotencyUnknownResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MarkIdempotencyUnknownResponse) GetMarked() bool {
+	if x != nil {
+		return x.Marked
+	}
+	return false
+}
+
+// ResolveIdempotencyOutcomeRequest resolves one agent's key.
+type ResolveIdempotencyOutcomeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Agent-ID that sent the request, and the Idempotency-Key it sent
+	// (an AGP request's key is agp:<key>).
+	AgentId        string                `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	IdempotencyKey string                `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Resolution     IdempotencyResolution `protobuf:"varint,3,opt,name=resolution,proto3,enum=agtp.policy.v1.IdempotencyResolution" json:"resolution,omitempty"`
+	// Why, for the log (at most 1024 bytes).
+	Note          string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) Reset() {
+	*x = ResolveIdempotencyOutcomeRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIdempotencyOutcomeRequest) ProtoMessage() {}
+
+func (x *ResolveIdempotencyOutcomeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIdempotencyOutcomeRequest.ProtoReflect.Descriptor instead.
+func (*ResolveIdempotencyOutcomeRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) GetResolution() IdempotencyResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return IdempotencyResolution_IDEMPOTENCY_RESOLUTION_UNSPECIFIED
+}
+
+func (x *ResolveIdempotencyOutcomeRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ResolveIdempotencyOutcomeResponse reports the slot's states. A slot that
+// is not unknown (or applied, for RELEASE) is not changed: the answer is
+// Aborted (409) naming its state, or NotFound when there is none. APPLIED
+// over APPLIED succeeds and changes nothing.
+type ResolveIdempotencyOutcomeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PreviousState IdempotencySlotState   `protobuf:"varint,1,opt,name=previous_state,json=previousState,proto3,enum=agtp.policy.v1.IdempotencySlotState" json:"previous_state,omitempty"`
+	State         IdempotencySlotState   `protobuf:"varint,2,opt,name=state,proto3,enum=agtp.policy.v1.IdempotencySlotState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIdempotencyOutcomeResponse) Reset() {
+	*x = ResolveIdempotencyOutcomeResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIdempotencyOutcomeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIdempotencyOutcomeResponse) ProtoMessage() {}
+
+func (x *ResolveIdempotencyOutcomeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIdempotencyOutcomeResponse.ProtoReflect.Descriptor instead.
+func (*ResolveIdempotencyOutcomeResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResolveIdempotencyOutcomeResponse) GetPreviousState() IdempotencySlotState {
+	if x != nil {
+		return x.PreviousState
+	}
+	return IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_UNSPECIFIED
+}
+
+func (x *ResolveIdempotencyOutcomeResponse) GetState() IdempotencySlotState {
+	if x != nil {
+		return x.State
+	}
+	return IdempotencySlotState_IDEMPOTENCY_SLOT_STATE_UNSPECIFIED
+}
+
 // CheckRateLimitRequest spends from one limit.
 type CheckRateLimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -933,7 +1270,7 @@ type CheckRateLimitRequest struct {
 
 func (x *CheckRateLimitRequest) Reset() {
 	*x = CheckRateLimitRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1282,7 @@ func (x *CheckRateLimitRequest) String() string {
 func (*CheckRateLimitRequest) ProtoMessage() {}
 
 func (x *CheckRateLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[9]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1295,7 @@ func (x *CheckRateLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRateLimitRequest.ProtoReflect.Descriptor instead.
 func (*CheckRateLimitRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{9}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckRateLimitRequest) GetScope() string {
@@ -994,7 +1331,7 @@ type CheckRateLimitResponse struct {
 
 func (x *CheckRateLimitResponse) Reset() {
 	*x = CheckRateLimitResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1343,7 @@ func (x *CheckRateLimitResponse) String() string {
 func (*CheckRateLimitResponse) ProtoMessage() {}
 
 func (x *CheckRateLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[10]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1356,7 @@ func (x *CheckRateLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRateLimitResponse.ProtoReflect.Descriptor instead.
 func (*CheckRateLimitResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{10}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckRateLimitResponse) GetAllowed() bool {
@@ -1052,7 +1389,7 @@ type GetMerchantRequest struct {
 
 func (x *GetMerchantRequest) Reset() {
 	*x = GetMerchantRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1401,7 @@ func (x *GetMerchantRequest) String() string {
 func (*GetMerchantRequest) ProtoMessage() {}
 
 func (x *GetMerchantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[11]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1414,7 @@ func (x *GetMerchantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMerchantRequest.ProtoReflect.Descriptor instead.
 func (*GetMerchantRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{11}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{15}
 }
 
 // GetMerchantResponse is this server's merchant identity.
@@ -1102,7 +1439,7 @@ type GetMerchantResponse struct {
 
 func (x *GetMerchantResponse) Reset() {
 	*x = GetMerchantResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1451,7 @@ func (x *GetMerchantResponse) String() string {
 func (*GetMerchantResponse) ProtoMessage() {}
 
 func (x *GetMerchantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[12]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1464,7 @@ func (x *GetMerchantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMerchantResponse.ProtoReflect.Descriptor instead.
 func (*GetMerchantResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{12}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetMerchantResponse) GetConfigured() bool {
@@ -1182,7 +1519,7 @@ type CompleteTaskRunRequest struct {
 
 func (x *CompleteTaskRunRequest) Reset() {
 	*x = CompleteTaskRunRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1531,7 @@ func (x *CompleteTaskRunRequest) String() string {
 func (*CompleteTaskRunRequest) ProtoMessage() {}
 
 func (x *CompleteTaskRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[13]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1544,7 @@ func (x *CompleteTaskRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTaskRunRequest.ProtoReflect.Descriptor instead.
 func (*CompleteTaskRunRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{13}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CompleteTaskRunRequest) GetAgentId() string {
@@ -1247,7 +1584,7 @@ type CompleteTaskRunResponse struct {
 
 func (x *CompleteTaskRunResponse) Reset() {
 	*x = CompleteTaskRunResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1596,7 @@ func (x *CompleteTaskRunResponse) String() string {
 func (*CompleteTaskRunResponse) ProtoMessage() {}
 
 func (x *CompleteTaskRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[14]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1609,7 @@ func (x *CompleteTaskRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTaskRunResponse.ProtoReflect.Descriptor instead.
 func (*CompleteTaskRunResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{14}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{18}
 }
 
 // RetryTaskRequest asks to re-run one of the caller's tasks.
@@ -1290,7 +1627,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1639,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[15]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1652,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{15}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryTaskRequest) GetAgentId() string {
@@ -1362,7 +1699,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1711,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agtp_policy_v1_policy_proto_msgTypes[16]
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1724,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{16}
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryTaskResponse) GetDenial() *Denial {
@@ -1497,7 +1834,21 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x1bCompleteIdempotencyResponse\"S\n" +
 	"\x19ReleaseIdempotencyRequest\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\"\x1c\n" +
-	"\x1aReleaseIdempotencyResponse\"S\n" +
+	"\x1aReleaseIdempotencyResponse\"W\n" +
+	"\x1dMarkIdempotencyUnknownRequest\x126\n" +
+	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\"8\n" +
+	"\x1eMarkIdempotencyUnknownResponse\x12\x16\n" +
+	"\x06marked\x18\x01 \x01(\bR\x06marked\"\xc1\x01\n" +
+	" ResolveIdempotencyOutcomeRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12E\n" +
+	"\n" +
+	"resolution\x18\x03 \x01(\x0e2%.agtp.policy.v1.IdempotencyResolutionR\n" +
+	"resolution\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\"\xac\x01\n" +
+	"!ResolveIdempotencyOutcomeResponse\x12K\n" +
+	"\x0eprevious_state\x18\x01 \x01(\x0e2$.agtp.policy.v1.IdempotencySlotStateR\rpreviousState\x12:\n" +
+	"\x05state\x18\x02 \x01(\x0e2$.agtp.policy.v1.IdempotencySlotStateR\x05state\"S\n" +
 	"\x15CheckRateLimitRequest\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1536,11 +1887,23 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ALLOW\x10\x01\x12\x11\n" +
 	"\rDECISION_DENY\x10\x02\x12\x13\n" +
-	"\x0fDECISION_REPLAY\x10\x032\xad\x05\n" +
+	"\x0fDECISION_REPLAY\x10\x03*\x87\x01\n" +
+	"\x15IdempotencyResolution\x12&\n" +
+	"\"IDEMPOTENCY_RESOLUTION_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eIDEMPOTENCY_RESOLUTION_RELEASE\x10\x01\x12\"\n" +
+	"\x1eIDEMPOTENCY_RESOLUTION_APPLIED\x10\x02*\xcb\x01\n" +
+	"\x14IdempotencySlotState\x12&\n" +
+	"\"IDEMPOTENCY_SLOT_STATE_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eIDEMPOTENCY_SLOT_STATE_PENDING\x10\x01\x12\x1f\n" +
+	"\x1bIDEMPOTENCY_SLOT_STATE_DONE\x10\x02\x12\"\n" +
+	"\x1eIDEMPOTENCY_SLOT_STATE_UNKNOWN\x10\x03\x12\"\n" +
+	"\x1eIDEMPOTENCY_SLOT_STATE_APPLIED\x10\x042\xa9\a\n" +
 	"\rPolicyService\x12P\n" +
 	"\tAuthorize\x12 .agtp.policy.v1.AuthorizeRequest\x1a!.agtp.policy.v1.AuthorizeResponse\x12n\n" +
 	"\x13CompleteIdempotency\x12*.agtp.policy.v1.CompleteIdempotencyRequest\x1a+.agtp.policy.v1.CompleteIdempotencyResponse\x12k\n" +
-	"\x12ReleaseIdempotency\x12).agtp.policy.v1.ReleaseIdempotencyRequest\x1a*.agtp.policy.v1.ReleaseIdempotencyResponse\x12_\n" +
+	"\x12ReleaseIdempotency\x12).agtp.policy.v1.ReleaseIdempotencyRequest\x1a*.agtp.policy.v1.ReleaseIdempotencyResponse\x12w\n" +
+	"\x16MarkIdempotencyUnknown\x12-.agtp.policy.v1.MarkIdempotencyUnknownRequest\x1a..agtp.policy.v1.MarkIdempotencyUnknownResponse\x12\x80\x01\n" +
+	"\x19ResolveIdempotencyOutcome\x120.agtp.policy.v1.ResolveIdempotencyOutcomeRequest\x1a1.agtp.policy.v1.ResolveIdempotencyOutcomeResponse\x12_\n" +
 	"\x0eCheckRateLimit\x12%.agtp.policy.v1.CheckRateLimitRequest\x1a&.agtp.policy.v1.CheckRateLimitResponse\x12V\n" +
 	"\vGetMerchant\x12\".agtp.policy.v1.GetMerchantRequest\x1a#.agtp.policy.v1.GetMerchantResponse\x12b\n" +
 	"\x0fCompleteTaskRun\x12&.agtp.policy.v1.CompleteTaskRunRequest\x1a'.agtp.policy.v1.CompleteTaskRunResponse\x12P\n" +
@@ -1558,58 +1921,72 @@ func file_agtp_policy_v1_policy_proto_rawDescGZIP() []byte {
 	return file_agtp_policy_v1_policy_proto_rawDescData
 }
 
-var file_agtp_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_agtp_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agtp_policy_v1_policy_proto_goTypes = []any{
-	(Decision)(0),                       // 0: agtp.policy.v1.Decision
-	(*AuthorizeRequest)(nil),            // 1: agtp.policy.v1.AuthorizeRequest
-	(*TaskRun)(nil),                     // 2: agtp.policy.v1.TaskRun
-	(*Denial)(nil),                      // 3: agtp.policy.v1.Denial
-	(*IdempotencyClaim)(nil),            // 4: agtp.policy.v1.IdempotencyClaim
-	(*AuthorizeResponse)(nil),           // 5: agtp.policy.v1.AuthorizeResponse
-	(*CompleteIdempotencyRequest)(nil),  // 6: agtp.policy.v1.CompleteIdempotencyRequest
-	(*CompleteIdempotencyResponse)(nil), // 7: agtp.policy.v1.CompleteIdempotencyResponse
-	(*ReleaseIdempotencyRequest)(nil),   // 8: agtp.policy.v1.ReleaseIdempotencyRequest
-	(*ReleaseIdempotencyResponse)(nil),  // 9: agtp.policy.v1.ReleaseIdempotencyResponse
-	(*CheckRateLimitRequest)(nil),       // 10: agtp.policy.v1.CheckRateLimitRequest
-	(*CheckRateLimitResponse)(nil),      // 11: agtp.policy.v1.CheckRateLimitResponse
-	(*GetMerchantRequest)(nil),          // 12: agtp.policy.v1.GetMerchantRequest
-	(*GetMerchantResponse)(nil),         // 13: agtp.policy.v1.GetMerchantResponse
-	(*CompleteTaskRunRequest)(nil),      // 14: agtp.policy.v1.CompleteTaskRunRequest
-	(*CompleteTaskRunResponse)(nil),     // 15: agtp.policy.v1.CompleteTaskRunResponse
-	(*RetryTaskRequest)(nil),            // 16: agtp.policy.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),           // 17: agtp.policy.v1.RetryTaskResponse
-	nil,                                 // 18: agtp.policy.v1.Denial.DetailsEntry
+	(Decision)(0),                             // 0: agtp.policy.v1.Decision
+	(IdempotencyResolution)(0),                // 1: agtp.policy.v1.IdempotencyResolution
+	(IdempotencySlotState)(0),                 // 2: agtp.policy.v1.IdempotencySlotState
+	(*AuthorizeRequest)(nil),                  // 3: agtp.policy.v1.AuthorizeRequest
+	(*TaskRun)(nil),                           // 4: agtp.policy.v1.TaskRun
+	(*Denial)(nil),                            // 5: agtp.policy.v1.Denial
+	(*IdempotencyClaim)(nil),                  // 6: agtp.policy.v1.IdempotencyClaim
+	(*AuthorizeResponse)(nil),                 // 7: agtp.policy.v1.AuthorizeResponse
+	(*CompleteIdempotencyRequest)(nil),        // 8: agtp.policy.v1.CompleteIdempotencyRequest
+	(*CompleteIdempotencyResponse)(nil),       // 9: agtp.policy.v1.CompleteIdempotencyResponse
+	(*ReleaseIdempotencyRequest)(nil),         // 10: agtp.policy.v1.ReleaseIdempotencyRequest
+	(*ReleaseIdempotencyResponse)(nil),        // 11: agtp.policy.v1.ReleaseIdempotencyResponse
+	(*MarkIdempotencyUnknownRequest)(nil),     // 12: agtp.policy.v1.MarkIdempotencyUnknownRequest
+	(*MarkIdempotencyUnknownResponse)(nil),    // 13: agtp.policy.v1.MarkIdempotencyUnknownResponse
+	(*ResolveIdempotencyOutcomeRequest)(nil),  // 14: agtp.policy.v1.ResolveIdempotencyOutcomeRequest
+	(*ResolveIdempotencyOutcomeResponse)(nil), // 15: agtp.policy.v1.ResolveIdempotencyOutcomeResponse
+	(*CheckRateLimitRequest)(nil),             // 16: agtp.policy.v1.CheckRateLimitRequest
+	(*CheckRateLimitResponse)(nil),            // 17: agtp.policy.v1.CheckRateLimitResponse
+	(*GetMerchantRequest)(nil),                // 18: agtp.policy.v1.GetMerchantRequest
+	(*GetMerchantResponse)(nil),               // 19: agtp.policy.v1.GetMerchantResponse
+	(*CompleteTaskRunRequest)(nil),            // 20: agtp.policy.v1.CompleteTaskRunRequest
+	(*CompleteTaskRunResponse)(nil),           // 21: agtp.policy.v1.CompleteTaskRunResponse
+	(*RetryTaskRequest)(nil),                  // 22: agtp.policy.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),                 // 23: agtp.policy.v1.RetryTaskResponse
+	nil,                                       // 24: agtp.policy.v1.Denial.DetailsEntry
 }
 var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
-	2,  // 0: agtp.policy.v1.AuthorizeRequest.task_run:type_name -> agtp.policy.v1.TaskRun
-	18, // 1: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
+	4,  // 0: agtp.policy.v1.AuthorizeRequest.task_run:type_name -> agtp.policy.v1.TaskRun
+	24, // 1: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
 	0,  // 2: agtp.policy.v1.AuthorizeResponse.decision:type_name -> agtp.policy.v1.Decision
-	3,  // 3: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
-	4,  // 4: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	4,  // 5: agtp.policy.v1.CompleteIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	4,  // 6: agtp.policy.v1.ReleaseIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
-	3,  // 7: agtp.policy.v1.RetryTaskResponse.denial:type_name -> agtp.policy.v1.Denial
-	2,  // 8: agtp.policy.v1.RetryTaskResponse.task_run:type_name -> agtp.policy.v1.TaskRun
-	1,  // 9: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
-	6,  // 10: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
-	8,  // 11: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
-	10, // 12: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
-	12, // 13: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
-	14, // 14: agtp.policy.v1.PolicyService.CompleteTaskRun:input_type -> agtp.policy.v1.CompleteTaskRunRequest
-	16, // 15: agtp.policy.v1.PolicyService.RetryTask:input_type -> agtp.policy.v1.RetryTaskRequest
-	5,  // 16: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
-	7,  // 17: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
-	9,  // 18: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
-	11, // 19: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
-	13, // 20: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
-	15, // 21: agtp.policy.v1.PolicyService.CompleteTaskRun:output_type -> agtp.policy.v1.CompleteTaskRunResponse
-	17, // 22: agtp.policy.v1.PolicyService.RetryTask:output_type -> agtp.policy.v1.RetryTaskResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	5,  // 3: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
+	6,  // 4: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	6,  // 5: agtp.policy.v1.CompleteIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	6,  // 6: agtp.policy.v1.ReleaseIdempotencyRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	6,  // 7: agtp.policy.v1.MarkIdempotencyUnknownRequest.claim:type_name -> agtp.policy.v1.IdempotencyClaim
+	1,  // 8: agtp.policy.v1.ResolveIdempotencyOutcomeRequest.resolution:type_name -> agtp.policy.v1.IdempotencyResolution
+	2,  // 9: agtp.policy.v1.ResolveIdempotencyOutcomeResponse.previous_state:type_name -> agtp.policy.v1.IdempotencySlotState
+	2,  // 10: agtp.policy.v1.ResolveIdempotencyOutcomeResponse.state:type_name -> agtp.policy.v1.IdempotencySlotState
+	5,  // 11: agtp.policy.v1.RetryTaskResponse.denial:type_name -> agtp.policy.v1.Denial
+	4,  // 12: agtp.policy.v1.RetryTaskResponse.task_run:type_name -> agtp.policy.v1.TaskRun
+	3,  // 13: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
+	8,  // 14: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
+	10, // 15: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
+	12, // 16: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:input_type -> agtp.policy.v1.MarkIdempotencyUnknownRequest
+	14, // 17: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:input_type -> agtp.policy.v1.ResolveIdempotencyOutcomeRequest
+	16, // 18: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
+	18, // 19: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
+	20, // 20: agtp.policy.v1.PolicyService.CompleteTaskRun:input_type -> agtp.policy.v1.CompleteTaskRunRequest
+	22, // 21: agtp.policy.v1.PolicyService.RetryTask:input_type -> agtp.policy.v1.RetryTaskRequest
+	7,  // 22: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
+	9,  // 23: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
+	11, // 24: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
+	13, // 25: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:output_type -> agtp.policy.v1.MarkIdempotencyUnknownResponse
+	15, // 26: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:output_type -> agtp.policy.v1.ResolveIdempotencyOutcomeResponse
+	17, // 27: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
+	19, // 28: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
+	21, // 29: agtp.policy.v1.PolicyService.CompleteTaskRun:output_type -> agtp.policy.v1.CompleteTaskRunResponse
+	23, // 30: agtp.policy.v1.PolicyService.RetryTask:output_type -> agtp.policy.v1.RetryTaskResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_agtp_policy_v1_policy_proto_init() }
@@ -1622,8 +1999,8 @@ func file_agtp_policy_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_policy_v1_policy_proto_rawDesc), len(file_agtp_policy_v1_policy_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   18,
+			NumEnums:      3,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PolicyService_Authorize_FullMethodName           = "/agtp.policy.v1.PolicyService/Authorize"
-	PolicyService_CompleteIdempotency_FullMethodName = "/agtp.policy.v1.PolicyService/CompleteIdempotency"
-	PolicyService_ReleaseIdempotency_FullMethodName  = "/agtp.policy.v1.PolicyService/ReleaseIdempotency"
-	PolicyService_CheckRateLimit_FullMethodName      = "/agtp.policy.v1.PolicyService/CheckRateLimit"
-	PolicyService_GetMerchant_FullMethodName         = "/agtp.policy.v1.PolicyService/GetMerchant"
-	PolicyService_CompleteTaskRun_FullMethodName     = "/agtp.policy.v1.PolicyService/CompleteTaskRun"
-	PolicyService_RetryTask_FullMethodName           = "/agtp.policy.v1.PolicyService/RetryTask"
+	PolicyService_Authorize_FullMethodName                 = "/agtp.policy.v1.PolicyService/Authorize"
+	PolicyService_CompleteIdempotency_FullMethodName       = "/agtp.policy.v1.PolicyService/CompleteIdempotency"
+	PolicyService_ReleaseIdempotency_FullMethodName        = "/agtp.policy.v1.PolicyService/ReleaseIdempotency"
+	PolicyService_MarkIdempotencyUnknown_FullMethodName    = "/agtp.policy.v1.PolicyService/MarkIdempotencyUnknown"
+	PolicyService_ResolveIdempotencyOutcome_FullMethodName = "/agtp.policy.v1.PolicyService/ResolveIdempotencyOutcome"
+	PolicyService_CheckRateLimit_FullMethodName            = "/agtp.policy.v1.PolicyService/CheckRateLimit"
+	PolicyService_GetMerchant_FullMethodName               = "/agtp.policy.v1.PolicyService/GetMerchant"
+	PolicyService_CompleteTaskRun_FullMethodName           = "/agtp.policy.v1.PolicyService/CompleteTaskRun"
+	PolicyService_RetryTask_FullMethodName                 = "/agtp.policy.v1.PolicyService/RetryTask"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -41,9 +43,19 @@ type PolicyServiceClient interface {
 	// duplicates replay it. The front door normally folds this into the audit
 	// append (one hop); this RPC serves other callers.
 	CompleteIdempotency(ctx context.Context, in *CompleteIdempotencyRequest, opts ...grpc.CallOption) (*CompleteIdempotencyResponse, error)
-	// ReleaseIdempotency drops a claim whose request produced no cacheable
-	// outcome (a 5xx), so a retry runs again.
+	// ReleaseIdempotency drops a claim whose request produced no stored
+	// outcome and did not run its handler, or may run again, so a retry
+	// runs.
 	ReleaseIdempotency(ctx context.Context, in *ReleaseIdempotencyRequest, opts ...grpc.CallOption) (*ReleaseIdempotencyResponse, error)
+	// MarkIdempotencyUnknown records that a claimed request ran, or may have
+	// run, and that its outcome was not stored (its audit append failed, it
+	// timed out, it failed after its handler was called): retries with the
+	// same request are refused with 409 idempotency-outcome-unknown until
+	// the hold lapses or an operator resolves the key.
+	MarkIdempotencyUnknown(ctx context.Context, in *MarkIdempotencyUnknownRequest, opts ...grpc.CallOption) (*MarkIdempotencyUnknownResponse, error)
+	// ResolveIdempotencyOutcome is the operator's answer to an unknown
+	// outcome: allow a re-run, or record that the request took effect.
+	ResolveIdempotencyOutcome(ctx context.Context, in *ResolveIdempotencyOutcomeRequest, opts ...grpc.CallOption) (*ResolveIdempotencyOutcomeResponse, error)
 	// CheckRateLimit spends from one named limit (RCNS negotiation uses scope rcns).
 	CheckRateLimit(ctx context.Context, in *CheckRateLimitRequest, opts ...grpc.CallOption) (*CheckRateLimitResponse, error)
 	// GetMerchant returns this server's merchant identity (core §9): what a
@@ -90,6 +102,26 @@ func (c *policyServiceClient) ReleaseIdempotency(ctx context.Context, in *Releas
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReleaseIdempotencyResponse)
 	err := c.cc.Invoke(ctx, PolicyService_ReleaseIdempotency_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) MarkIdempotencyUnknown(ctx context.Context, in *MarkIdempotencyUnknownRequest, opts ...grpc.CallOption) (*MarkIdempotencyUnknownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MarkIdempotencyUnknownResponse)
+	err := c.cc.Invoke(ctx, PolicyService_MarkIdempotencyUnknown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) ResolveIdempotencyOutcome(ctx context.Context, in *ResolveIdempotencyOutcomeRequest, opts ...grpc.CallOption) (*ResolveIdempotencyOutcomeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveIdempotencyOutcomeResponse)
+	err := c.cc.Invoke(ctx, PolicyService_ResolveIdempotencyOutcome_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +181,19 @@ type PolicyServiceServer interface {
 	// duplicates replay it. The front door normally folds this into the audit
 	// append (one hop); this RPC serves other callers.
 	CompleteIdempotency(context.Context, *CompleteIdempotencyRequest) (*CompleteIdempotencyResponse, error)
-	// ReleaseIdempotency drops a claim whose request produced no cacheable
-	// outcome (a 5xx), so a retry runs again.
+	// ReleaseIdempotency drops a claim whose request produced no stored
+	// outcome and did not run its handler, or may run again, so a retry
+	// runs.
 	ReleaseIdempotency(context.Context, *ReleaseIdempotencyRequest) (*ReleaseIdempotencyResponse, error)
+	// MarkIdempotencyUnknown records that a claimed request ran, or may have
+	// run, and that its outcome was not stored (its audit append failed, it
+	// timed out, it failed after its handler was called): retries with the
+	// same request are refused with 409 idempotency-outcome-unknown until
+	// the hold lapses or an operator resolves the key.
+	MarkIdempotencyUnknown(context.Context, *MarkIdempotencyUnknownRequest) (*MarkIdempotencyUnknownResponse, error)
+	// ResolveIdempotencyOutcome is the operator's answer to an unknown
+	// outcome: allow a re-run, or record that the request took effect.
+	ResolveIdempotencyOutcome(context.Context, *ResolveIdempotencyOutcomeRequest) (*ResolveIdempotencyOutcomeResponse, error)
 	// CheckRateLimit spends from one named limit (RCNS negotiation uses scope rcns).
 	CheckRateLimit(context.Context, *CheckRateLimitRequest) (*CheckRateLimitResponse, error)
 	// GetMerchant returns this server's merchant identity (core §9): what a
@@ -182,6 +224,12 @@ func (UnimplementedPolicyServiceServer) CompleteIdempotency(context.Context, *Co
 }
 func (UnimplementedPolicyServiceServer) ReleaseIdempotency(context.Context, *ReleaseIdempotencyRequest) (*ReleaseIdempotencyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseIdempotency not implemented")
+}
+func (UnimplementedPolicyServiceServer) MarkIdempotencyUnknown(context.Context, *MarkIdempotencyUnknownRequest) (*MarkIdempotencyUnknownResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MarkIdempotencyUnknown not implemented")
+}
+func (UnimplementedPolicyServiceServer) ResolveIdempotencyOutcome(context.Context, *ResolveIdempotencyOutcomeRequest) (*ResolveIdempotencyOutcomeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveIdempotencyOutcome not implemented")
 }
 func (UnimplementedPolicyServiceServer) CheckRateLimit(context.Context, *CheckRateLimitRequest) (*CheckRateLimitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckRateLimit not implemented")
@@ -266,6 +314,42 @@ func _PolicyService_ReleaseIdempotency_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PolicyServiceServer).ReleaseIdempotency(ctx, req.(*ReleaseIdempotencyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_MarkIdempotencyUnknown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MarkIdempotencyUnknownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).MarkIdempotencyUnknown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_MarkIdempotencyUnknown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).MarkIdempotencyUnknown(ctx, req.(*MarkIdempotencyUnknownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_ResolveIdempotencyOutcome_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveIdempotencyOutcomeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).ResolveIdempotencyOutcome(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_ResolveIdempotencyOutcome_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).ResolveIdempotencyOutcome(ctx, req.(*ResolveIdempotencyOutcomeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -360,6 +444,14 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseIdempotency",
 			Handler:    _PolicyService_ReleaseIdempotency_Handler,
+		},
+		{
+			MethodName: "MarkIdempotencyUnknown",
+			Handler:    _PolicyService_MarkIdempotencyUnknown_Handler,
+		},
+		{
+			MethodName: "ResolveIdempotencyOutcome",
+			Handler:    _PolicyService_ResolveIdempotencyOutcome_Handler,
 		},
 		{
 			MethodName: "CheckRateLimit",
