@@ -42,6 +42,9 @@ var (
 	ErrContended = errors.New("chain head contended")
 	// ErrInvalid: the caller passed a bad chain, stream or payload.
 	ErrInvalid = errors.New("invalid append")
+	// ErrRequestReused: the request ID was already appended to this stream
+	// with other content; nothing was appended.
+	ErrRequestReused = errors.New("request ID already used for another record")
 )
 
 // Options tune a Store. Zero values take the defaults.
@@ -63,11 +66,17 @@ type Options struct {
 	OnAppend func(attribution.Entry)
 	// Now is the clock for stored_at (default time.Now).
 	Now func() time.Time
+	// RequestWindow is how long after an append a retry with the same
+	// request ID gets the record appended then instead of a new one
+	// (default 24 h, the idempotency TTL). Each request ID costs its
+	// entry's memory for this long (docs/audit.md); a later retry appends
+	// a second record.
+	RequestWindow time.Duration
 }
 
 // Validate reports options that cannot work.
 func (o Options) Validate() error {
-	if o.MaxAttempts < 0 || o.CacheChains < 0 || o.MaxBatch < 0 || o.Pipelines < 0 {
+	if o.MaxAttempts < 0 || o.CacheChains < 0 || o.MaxBatch < 0 || o.Pipelines < 0 || o.RequestWindow < 0 {
 		return errors.New("chain: negative option")
 	}
 	return nil
@@ -89,6 +98,9 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RequestWindow == 0 {
+		o.RequestWindow = DefaultRequestWindow
+	}
 	return o
 }
 
@@ -107,6 +119,7 @@ type Store struct {
 	indexErrors  atomic.Uint64
 	outcomeMiss  atomic.Uint64
 	unknownOutcm atomic.Uint64
+	replays      atomic.Uint64
 }
 
 // New returns a store. signer signs every record (attribution.NewSigner(nil)
@@ -142,11 +155,14 @@ func (s *Store) Signer() *attribution.Signer { return s.signer.Load() }
 // Stats are counters for metrics.
 type Stats struct {
 	Conflicts, IndexErrors, OutcomeTokenMismatches, UnknownOutcomes uint64
+	// Replays counts requests answered with the record an earlier request
+	// with the same request ID appended.
+	Replays uint64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{s.conflicts.Load(), s.indexErrors.Load(), s.outcomeMiss.Load(), s.unknownOutcm.Load()}
+	return Stats{s.conflicts.Load(), s.indexErrors.Load(), s.outcomeMiss.Load(), s.unknownOutcm.Load(), s.replays.Load()}
 }
 
 // ChainName maps an Agent-ID to its chain name: "" (anonymous) is the
@@ -190,6 +206,54 @@ func ValidStreamName(name string) bool {
 	return true
 }
 
+// DefaultRequestWindow is Options.RequestWindow's default.
+const DefaultRequestWindow = 24 * time.Hour
+
+// MaxRequestID bounds a request ID.
+const MaxRequestID = 128
+
+// ValidRequestID reports whether id can name a request: 1 to MaxRequestID
+// characters of A-Z a-z 0-9 '.' '_' '-'. The charset keeps the ID usable
+// verbatim in a Redis key (no hash-tag braces, no ':' separator) and fits
+// UUIDs, ULIDs and base64url tokens.
+func ValidRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// requestKey is the request entry of id on (stream, chain): a hash with the
+// request* fields, under the chain's hash tag so that appendLua can read
+// and write it with the record. Stream names have no ':' and request IDs
+// neither, so distinct (stream, id) pairs never share a key.
+func requestKey(stream, chain, id string) string {
+	return rediskeys.Prefix + "{" + chain + "}:auditreq:" + stream + ":" + id
+}
+
+// Fields of a request entry.
+const (
+	requestFingerprint   = "fingerprint"
+	requestSequence      = "sequence"
+	requestAuditID       = "audit_id"
+	requestOutcomeStored = "outcome_stored"
+)
+
+// Request names the caller's request, so that a retry of it appends once
+// (appendLua). Fingerprint is a digest of the content the request asks to
+// append; a retry must have the same one, and another request that reuses
+// the ID is refused with ErrRequestReused.
+type Request struct {
+	ID          string
+	Fingerprint string
+}
+
 // keys returns the head and stream keys of (stream, chain).
 func keys(stream, chain string) (head, records string) {
 	switch stream {
@@ -225,6 +289,9 @@ type Appended struct {
 	// token no longer matched (the claim expired or was taken over):
 	// the record is appended anyway, the outcome is not stored.
 	OutcomeStored bool
+	// Replayed is true when the request ID had been appended before:
+	// the fields describe that record, and nothing was appended now.
+	Replayed bool
 }
 
 // Append signs p as the next record of (stream, chain) and appends it.
@@ -232,6 +299,16 @@ type Appended struct {
 // it and AuditRecordVersion are set here. On ErrUnavailable the outcome is
 // unknown: the record may exist. It never exists twice or out of order.
 func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome) (Appended, error) {
+	return s.AppendOnce(ctx, stream, chain, p, outcome, Request{})
+}
+
+// AppendOnce is Append for a named request: if req.ID was appended to
+// (stream, chain) within the request window, it appends nothing and
+// returns that record with Replayed set, or ErrRequestReused when req's
+// fingerprint differs. So a caller that got ErrUnavailable (outcome
+// unknown) can retry without attesting the response twice. A zero req is
+// Append.
+func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
 	if !ValidStreamName(stream) || !ValidChainID(chain) {
 		return Appended{}, fmt.Errorf("%w: stream %q chain %q", ErrInvalid, stream, chain)
 	}
@@ -246,13 +323,16 @@ func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.
 			return Appended{}, fmt.Errorf("%w: idempotency slot is not one of this chain's agent", ErrInvalid)
 		}
 	}
+	if req != (Request{}) && (!ValidRequestID(req.ID) || req.Fingerprint == "") {
+		return Appended{}, fmt.Errorf("%w: request ID %q or its fingerprint", ErrInvalid, req.ID)
+	}
 	p.AuditRecordVersion = attribution.RecordVersion
 	headKey, streamKey := keys(stream, chain)
 	st := s.heads.get(stream + "\x00" + chain)
 	st.mu.Lock()
-	res, err := s.appendLocked(ctx, st, stream, chain, headKey, streamKey, p, outcome)
+	res, err := s.appendLocked(ctx, st, stream, chain, headKey, streamKey, p, outcome, req)
 	st.mu.Unlock()
-	if err == nil && s.opts.OnAppend != nil {
+	if err == nil && !res.Replayed && s.opts.OnAppend != nil {
 		s.opts.OnAppend(attribution.Entry{Format: "jws", Stream: stream, Chain: chain, Sequence: res.Sequence,
 			AuditID: res.AuditID, JWS: res.JWS, StoredAt: res.StoredAt})
 	}
@@ -266,7 +346,7 @@ func slotPrefix(chain string) string {
 }
 
 func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, headKey, streamKey string,
-	p attribution.Payload, outcome *IdempotentOutcome) (Appended, error) {
+	p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
 	if !st.valid {
 		if err := s.loadHead(ctx, st, headKey); err != nil {
 			return Appended{}, err
@@ -278,6 +358,11 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 	if outcome != nil {
 		keysArg = append(keysArg, outcome.Slot)
 		tok, ttl, resp = outcome.Token, strconv.FormatInt(outcome.TTL.Milliseconds(), 10), outcome.Response
+	}
+	var window int64
+	if req.ID != "" {
+		keysArg = append(keysArg, requestKey(stream, chain, req.ID))
+		window = s.opts.RequestWindow.Milliseconds()
 	}
 	signer := s.signer.Load()
 	var garbage string // index key of a record that lost the race
@@ -303,7 +388,7 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 			indexKey: rediskeys.AuditIndex(id), indexVal: indexValue(stream, seq, chain),
 			keys: keysArg,
 			args: []any{st.head, strconv.FormatUint(st.length, 10), id, jws, now.UnixMilli(), tok, ttl, resp,
-				s.writerID, claim, leaseMillis},
+				s.writerID, claim, leaseMillis, req.Fingerprint, window},
 		}
 		s.batch.do(op)
 		if !op.sent {
@@ -324,11 +409,23 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 			s.indexErrors.Add(1)
 			s.log.ErrorContext(ctx, "audit index write failed; record is in its chain, rebuild the index", "audit_id", id, "chain", chain, "stream", stream, "err", op.indexErr)
 		}
-		ok, a, b, perr := parseScriptReply(op.evalVal)
+		r, perr := parseScriptReply(op.evalVal)
 		if perr != nil {
 			st.valid = false
 			return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, perr)
 		}
+		switch r.kind {
+		case replyReplayed:
+			s.forgetIndex(ctx, id, r.auditID)
+			return s.replayed(ctx, st, stream, chain, req, r)
+		case replyReused:
+			s.forgetIndex(ctx, id, r.auditID)
+			s.log.WarnContext(ctx, "request ID reused with other content; refused", "chain", chain, "stream", stream,
+				"request_id", req.ID, "audit_id", r.auditID)
+			return Appended{}, fmt.Errorf("%w: request %s was appended to %s/%s as record %s (sequence %s)",
+				ErrRequestReused, req.ID, stream, chain, r.auditID, r.seq)
+		}
+		ok, a, b := r.kind == replyAppended, r.a, r.b
 		if ok {
 			if a != strconv.FormatUint(seq, 10) {
 				st.valid = false
@@ -384,6 +481,46 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 	}
 }
 
+// forgetIndex deletes the index entry written ahead of an attempt that
+// appended nothing because its request had been appended already. When the
+// attempt signed the very record appended then (same head, same content,
+// deterministic Ed25519), the entry is that record's and stays.
+func (s *Store) forgetIndex(ctx context.Context, attempt, appended string) {
+	if attempt != appended {
+		s.rdb.Del(context.WithoutCancel(ctx), rediskeys.AuditIndex(attempt))
+	}
+}
+
+// replayed answers a retried request with the record it appended before,
+// as the first answer described it.
+func (s *Store) replayed(ctx context.Context, st *headState, stream, chain string, req Request, r scriptReply) (Appended, error) {
+	if n, err := strconv.ParseUint(r.curLen, 10, 64); err == nil && attribution.IsAuditID(r.curHead) {
+		st.head, st.length, st.valid = r.curHead, n, true
+	} else {
+		st.valid = false
+	}
+	seq, err := strconv.ParseUint(r.seq, 10, 64)
+	if err != nil || attribution.AuditID(r.jws) != r.auditID {
+		// The entry outlived its record (a stream edited by hand): there
+		// is no earlier answer to give, and appending would attest twice.
+		return Appended{}, fmt.Errorf("request %s names record %s at sequence %s of %s/%s, which is not there",
+			req.ID, r.auditID, r.seq, stream, chain)
+	}
+	rec, err := attribution.Parse(r.jws)
+	if err != nil {
+		return Appended{}, fmt.Errorf("stored record %s does not parse: %w", r.auditID, err)
+	}
+	var at time.Time
+	if ms, err := strconv.ParseInt(r.storedAt, 10, 64); err == nil {
+		at = time.UnixMilli(ms)
+	}
+	s.replays.Add(1)
+	s.log.InfoContext(ctx, "retried request answered with its earlier record", "chain", chain, "stream", stream,
+		"request_id", req.ID, "audit_id", r.auditID)
+	return Appended{JWS: r.jws, AuditID: r.auditID, PreviousAuditID: rec.Payload.PreviousAuditID, Sequence: seq,
+		StoredAt: at, OutcomeStored: r.outcomeStored, Replayed: true}, nil
+}
+
 // appliedEarlier reports whether record id already sits at seq.
 func (s *Store) appliedEarlier(ctx context.Context, stream, chain string, seq uint64, id, head string) (bool, error) {
 	if head == id {
@@ -414,13 +551,31 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// parseScriptReply reads {ok, a, b} from appendLua.
-func parseScriptReply(v any) (ok bool, a, b string, err error) {
+// Kinds of appendLua replies.
+const (
+	replyConflict = 0
+	replyAppended = 1
+	replyReplayed = 2
+	replyReused   = 3
+)
+
+// scriptReply is one appendLua reply. a and b are (sequence,
+// outcome_stored) after an append and (head, length) after a conflict.
+type scriptReply struct {
+	kind int64
+	a, b string
+	// After replyReplayed and replyReused.
+	seq, auditID                   string
+	outcomeStored                  bool
+	jws, storedAt, curHead, curLen string
+}
+
+// parseScriptReply reads an appendLua reply.
+func parseScriptReply(v any) (scriptReply, error) {
 	arr, isArr := v.([]any)
-	if !isArr || len(arr) != 3 {
-		return false, "", "", fmt.Errorf("unexpected script reply %v", v)
+	if !isArr || len(arr) == 0 {
+		return scriptReply{}, fmt.Errorf("unexpected script reply %v", v)
 	}
-	flag, _ := arr[0].(int64)
 	str := func(x any) string {
 		switch x := x.(type) {
 		case string:
@@ -430,7 +585,20 @@ func parseScriptReply(v any) (ok bool, a, b string, err error) {
 		}
 		return fmt.Sprint(x)
 	}
-	return flag == 1, str(arr[1]), str(arr[2]), nil
+	kind, _ := arr[0].(int64)
+	r := scriptReply{kind: kind}
+	switch {
+	case (kind == replyConflict || kind == replyAppended) && len(arr) == 3:
+		r.a, r.b = str(arr[1]), str(arr[2])
+	case kind == replyReplayed && len(arr) == 8:
+		r.seq, r.outcomeStored, r.auditID = str(arr[1]), str(arr[2]) == "1", str(arr[3])
+		r.jws, r.storedAt, r.curHead, r.curLen = str(arr[4]), str(arr[5]), str(arr[6]), str(arr[7])
+	case kind == replyReused && len(arr) == 3:
+		r.auditID, r.seq = str(arr[1]), str(arr[2])
+	default:
+		return scriptReply{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	return r, nil
 }
 
 // loadHead reads a chain's head into st. A chain without a head hash gets

@@ -12,7 +12,9 @@ import (
 // appendLua is the compare-and-append step. Everything a record changes
 // happens here, in one script, on keys of one hash slot:
 //
-//	KEYS[1] head hash   KEYS[2] record stream   KEYS[3] idempotency slot (optional)
+//	KEYS[1] head hash   KEYS[2] record stream
+//	KEYS[3] idempotency slot, when ARGV[6] is set
+//	KEYS[3] or KEYS[4] request entry, when ARGV[12] is set (after the slot)
 //	ARGV[1] head the record was signed against  ARGV[2] chain length it assumed
 //	ARGV[3] new Audit-ID  ARGV[4] JWS  ARGV[5] stored-at (Unix ms)
 //	ARGV[6] slot token  ARGV[7] slot TTL (ms)  ARGV[8] stored response
@@ -32,6 +34,16 @@ import (
 // device only: the compare step alone keeps the chain from forking, and an
 // abandoned lease expires after ARGV[11] ms (Redis clock).
 //
+//	ARGV[12] request fingerprint  ARGV[13] request window (ms)
+//
+// A request entry makes a retried request append once. It is read before
+// the compare step, so a retry gets its earlier record whatever the head
+// is now: {2, sequence, outcome_stored, audit_id, jws, stored_at,
+// current_head, current_length}, or {3, audit_id, sequence} when the entry
+// was written for a request with another fingerprint. It is written with
+// the record, in the same script, so a record and its request entry exist
+// together or not at all; it expires after the window.
+//
 // The stream is the source of truth and the head hash a cache of its tail:
 // if the head hash is missing (never written, or deleted by an operator),
 // the head is read from the stream's last entry, so a lost head can never
@@ -49,6 +61,33 @@ if not head or not len then
     for i = 1, #f, 2 do
       if f[i] == 'audit_id' then head = f[i + 1] end
     end
+  end
+end
+local slot, req
+local k = 3
+if ARGV[6] ~= '' then
+  slot = KEYS[k]
+  k = k + 1
+end
+if ARGV[12] ~= '' then
+  req = KEYS[k]
+  local d = redis.call('HMGET', req, '@RFP@', '@RSEQ@', '@RID@', '@RSTORED@')
+  if d[1] then
+    if d[1] ~= ARGV[12] then
+      return {3, d[3] or '', d[2] or ''}
+    end
+    if cur[3] == ARGV[9] then
+      redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+    end
+    local jws, at = '', ''
+    local e = redis.call('XRANGE', KEYS[2], d[2] .. '-0', d[2] .. '-0')
+    if #e > 0 then
+      local f = e[1][2]
+      for i = 1, #f, 2 do
+        if f[i] == 'jws' then jws = f[i + 1] elseif f[i] == 'stored_at' then at = f[i + 1] end
+      end
+    end
+    return {2, d[2], d[4], d[3], jws, at, head, len}
   end
 end
 local now
@@ -73,13 +112,17 @@ if cur[3] then
   redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
 end
 local stored = 0
-if KEYS[3] then
-  local tok = redis.call('HGET', KEYS[3], '@TOKEN@')
+if slot then
+  local tok = redis.call('HGET', slot, '@TOKEN@')
   if tok and tok == ARGV[6] then
-    redis.call('HSET', KEYS[3], '@STATE@', '@DONE@', '@RESPONSE@', ARGV[8])
-    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+    redis.call('HSET', slot, '@STATE@', '@DONE@', '@RESPONSE@', ARGV[8])
+    redis.call('PEXPIRE', slot, ARGV[7])
     stored = 1
   end
+end
+if req then
+  redis.call('HSET', req, '@RFP@', ARGV[12], '@RSEQ@', seq, '@RID@', ARGV[3], '@RSTORED@', stored)
+  redis.call('PEXPIRE', req, ARGV[13])
 end
 return {1, seq, stored}
 `
@@ -92,4 +135,8 @@ var appendScript = redis.NewScript(strings.NewReplacer(
 	"@STATE@", rediskeys.SlotState,
 	"@DONE@", rediskeys.SlotDone,
 	"@RESPONSE@", rediskeys.SlotResponse,
+	"@RFP@", requestFingerprint,
+	"@RSEQ@", requestSequence,
+	"@RID@", requestAuditID,
+	"@RSTORED@", requestOutcomeStored,
 ).Replace(appendLua))

@@ -5,6 +5,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -209,6 +212,11 @@ func storeErr(ctx context.Context, err error, notFoundReason, notFoundText strin
 		return grpcerr.NotFound(notFoundReason, notFoundText)
 	case errors.Is(err, chain.ErrInvalid):
 		return grpcerr.InvalidArgument("audit-record-invalid", err.Error())
+	case errors.Is(err, chain.ErrRequestReused):
+		// Answering with the other record would attest a response that was
+		// never given; appending would break the retry guarantee.
+		return grpcerr.New(codes.AlreadyExists, "audit-request-id-reused",
+			"request_id was already used for a record with other content; a retry must resend the same request")
 	case errors.Is(err, chain.ErrContended), errors.Is(err, chain.ErrUnavailable):
 		// The front door fails closed on this for state-changing methods.
 		return grpcerr.Unavailable("audit-unavailable", "the audit store could not record the response")
@@ -298,6 +306,32 @@ func (s *Server) checkClaims(p *attribution.Payload) error {
 	return nil
 }
 
+// requestOf checks a request's request ID and fingerprints the request
+// for chain.Store.AppendOnce: SHA-256 of its deterministic protobuf
+// encoding, as received. A retry resends the same message, so it has the
+// same fingerprint; members the service fills in (timestamp, server_id)
+// are not in the message, so its clock moving between attempts cannot make
+// a retry look like another request. The message, not the decoded
+// payload, is hashed because that costs a fraction of a JSON encode per
+// record, and it covers everything an append does with the request (the
+// idempotent outcome, event_type) without listing it. No request ID: the
+// zero Request, an append like any other.
+func requestOf(id string, req proto.Message) (chain.Request, error) {
+	if id == "" {
+		return chain.Request{}, nil
+	}
+	if !chain.ValidRequestID(id) {
+		return chain.Request{}, grpcerr.InvalidArgument("audit-request-id-invalid",
+			fmt.Sprintf("request_id must be 1 to %d characters of A-Z a-z 0-9 . _ -", chain.MaxRequestID))
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return chain.Request{}, grpcerr.Internal(fmt.Errorf("encode request: %w", err))
+	}
+	sum := sha256.Sum256(b)
+	return chain.Request{ID: id, Fingerprint: hex.EncodeToString(sum[:])}, nil
+}
+
 // SignAndAppend signs an Attribution-Record and appends it to its chain,
 // storing the idempotent outcome in the same atomic step.
 func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
@@ -334,16 +368,20 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 		}
 		outcome = &chain.IdempotentOutcome{Slot: o.GetSlot(), Token: o.GetToken(), TTL: ttl, Response: o.GetResponse()}
 	}
-	a, err := s.store.Append(ctx, attribution.StreamAttribution, c, p, outcome)
+	r, err := requestOf(req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.AppendOnce(ctx, attribution.StreamAttribution, c, p, outcome, r)
 	if err != nil {
 		return nil, s.appendErr(ctx, err, c)
 	}
 	return &auditv1.SignAndAppendResponse{AttributionRecord: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
-		Sequence: a.Sequence, OutcomeStored: a.OutcomeStored}, nil
+		Sequence: a.Sequence, OutcomeStored: a.OutcomeStored, Replayed: a.Replayed}, nil
 }
 
 func (s *Server) appendErr(ctx context.Context, err error, c string) error {
-	if !errors.Is(err, chain.ErrInvalid) {
+	if !errors.Is(err, chain.ErrInvalid) && !errors.Is(err, chain.ErrRequestReused) {
 		s.log.ErrorContext(ctx, "audit append failed", "chain", c, "err", err)
 	}
 	return storeErr(ctx, err, "audit-record-not-found", "no such record")
@@ -371,11 +409,16 @@ func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLi
 		return nil, grpcerr.InvalidArgument("audit-chain-agent-mismatch", "claims agent_id differs from agent_id")
 	}
 	p.EventType, p.AgentID = et, c
-	a, err := s.store.Append(ctx, attribution.StreamLifecycle, c, p, nil)
+	r, err := requestOf(req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.AppendOnce(ctx, attribution.StreamLifecycle, c, p, nil, r)
 	if err != nil {
 		return nil, s.appendErr(ctx, err, c)
 	}
-	return &auditv1.AppendLifecycleEventResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID, Sequence: a.Sequence}, nil
+	return &auditv1.AppendLifecycleEventResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
+		Sequence: a.Sequence, Replayed: a.Replayed}, nil
 }
 
 // AppendSignedRecord signs a record into a named per-agent stream.
@@ -395,11 +438,16 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	if c != rediskeys.ServerChain && p.AgentID == "" {
 		p.AgentID = c
 	}
-	a, err := s.store.Append(ctx, name, c, p, nil)
+	r, err := requestOf(req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.AppendOnce(ctx, name, c, p, nil, r)
 	if err != nil {
 		return nil, s.appendErr(ctx, err, c)
 	}
-	return &auditv1.AppendSignedRecordResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID, Sequence: a.Sequence}, nil
+	return &auditv1.AppendSignedRecordResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
+		Sequence: a.Sequence, Replayed: a.Replayed}, nil
 }
 
 func validEventType(s string) bool {

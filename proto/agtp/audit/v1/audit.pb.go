@@ -107,7 +107,25 @@ type SignAndAppendRequest struct {
 	ClaimsJson        []byte             `protobuf:"bytes,2,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
 	IdempotentOutcome *IdempotentOutcome `protobuf:"bytes,3,opt,name=idempotent_outcome,json=idempotentOutcome,proto3" json:"idempotent_outcome,omitempty"`
 	// The payload members except previous_audit_id, typed.
-	Claims        *AttributionClaims `protobuf:"bytes,4,opt,name=claims,proto3" json:"claims,omitempty"`
+	Claims *AttributionClaims `protobuf:"bytes,4,opt,name=claims,proto3" json:"claims,omitempty"`
+	// Optional: names this append so that a retried request appends once.
+	// Caller-chosen, 1 to 128 characters of A-Z a-z 0-9 '.' '_' '-' (a UUID
+	// fits), unique per record the caller means to append: generate it once
+	// and send it unchanged with every retry. It is not the AGTP Request-ID
+	// (claims.request_id), which the agent chooses and need not be unique.
+	//
+	// For a window after the append (24 h by default), a request whose
+	// request_id was already appended to the same stream of the same chain
+	// appends nothing and gets the record appended then: the same JWS,
+	// Audit-ID, previous Audit-ID, sequence and outcome_stored, with
+	// replayed set. A retry must be the same request message (compared by
+	// the SHA-256 of its protobuf encoding): the same claims, or claims_json
+	// byte for byte, and the same idempotent outcome. So a timestamp the
+	// caller sets must be the same on every attempt; one the service fills
+	// in is not part of the message. A request_id reused with other content
+	// is refused with ALREADY_EXISTS, reason audit-request-id-reused. Without
+	// request_id every request appends a record.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -168,6 +186,13 @@ func (x *SignAndAppendRequest) GetClaims() *AttributionClaims {
 		return x.Claims
 	}
 	return nil
+}
+
+func (x *SignAndAppendRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // AttributionClaims are the members of an Attribution-Record payload
@@ -619,6 +644,9 @@ type SignAndAppendResponse struct {
 	// held the claim (expired or taken over): the record is appended, the
 	// outcome is not stored.
 	OutcomeStored bool `protobuf:"varint,5,opt,name=outcome_stored,json=outcomeStored,proto3" json:"outcome_stored,omitempty"`
+	// True when request_id had already been appended: this is the record
+	// appended then, and nothing was appended now.
+	Replayed      bool `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,12 +716,23 @@ func (x *SignAndAppendResponse) GetOutcomeStored() bool {
 	return false
 }
 
+func (x *SignAndAppendResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 // AppendLifecycleEventRequest carries one lifecycle event.
 type AppendLifecycleEventRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	EventType     string                 `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	ClaimsJson    []byte                 `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AgentId    string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	EventType  string                 `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	ClaimsJson []byte                 `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	// Optional: names this append so that a retried request appends once,
+	// as SignAndAppendRequest.request_id (event_type is part of the content
+	// a retry must repeat).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +788,13 @@ func (x *AppendLifecycleEventRequest) GetClaimsJson() []byte {
 	return nil
 }
 
+func (x *AppendLifecycleEventRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // AppendLifecycleEventResponse returns the signed event.
 type AppendLifecycleEventResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -757,8 +803,10 @@ type AppendLifecycleEventResponse struct {
 	// Lifecycle events are hash-linked per agent like Attribution-Records.
 	PreviousAuditId string `protobuf:"bytes,3,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
 	Sequence        uint64 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// True when request_id had already been appended (see SignAndAppendResponse).
+	Replayed      bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendLifecycleEventResponse) Reset() {
@@ -817,6 +865,13 @@ func (x *AppendLifecycleEventResponse) GetSequence() uint64 {
 		return x.Sequence
 	}
 	return 0
+}
+
+func (x *AppendLifecycleEventResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 // Record is one stored Attribution-Record.
@@ -1526,7 +1581,11 @@ type AppendSignedRecordRequest struct {
 	// Lowercase token: "confirm", "rcns-attempt", ...
 	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	// The payload members (a JSON object) except previous_audit_id.
-	ClaimsJson    []byte `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	ClaimsJson []byte `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	// Optional: names this append so that a retried request appends once,
+	// as SignAndAppendRequest.request_id (per stream: the same request_id
+	// on two streams names two appends).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1582,6 +1641,13 @@ func (x *AppendSignedRecordRequest) GetClaimsJson() []byte {
 	return nil
 }
 
+func (x *AppendSignedRecordRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // AppendSignedRecordResponse returns the signed record.
 type AppendSignedRecordResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1589,8 +1655,10 @@ type AppendSignedRecordResponse struct {
 	AuditId         string                 `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	PreviousAuditId string                 `protobuf:"bytes,3,opt,name=previous_audit_id,json=previousAuditId,proto3" json:"previous_audit_id,omitempty"`
 	Sequence        uint64                 `protobuf:"varint,4,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// True when request_id had already been appended (see SignAndAppendResponse).
+	Replayed      bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendSignedRecordResponse) Reset() {
@@ -1651,6 +1719,13 @@ func (x *AppendSignedRecordResponse) GetSequence() uint64 {
 	return 0
 }
 
+func (x *AppendSignedRecordResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
 var File_agtp_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_agtp_audit_v1_audit_proto_rawDesc = "" +
@@ -1661,13 +1736,15 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12\x1a\n" +
-	"\bresponse\x18\x04 \x01(\fR\bresponse\"\xe8\x01\n" +
+	"\bresponse\x18\x04 \x01(\fR\bresponse\"\x87\x02\n" +
 	"\x14SignAndAppendRequest\x12$\n" +
 	"\x0echain_agent_id\x18\x01 \x01(\tR\fchainAgentId\x12\x1f\n" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
 	"claimsJson\x12O\n" +
 	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\x128\n" +
-	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\"\xb6\f\n" +
+	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\xb6\f\n" +
 	"\x11AttributionClaims\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\tR\ttimestamp\x12!\n" +
@@ -1725,24 +1802,28 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\vPriorAction\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12\x1b\n" +
-	"\tagent_uri\x18\x03 \x01(\tR\bagentUri\"\xd0\x01\n" +
+	"\tagent_uri\x18\x03 \x01(\tR\bagentUri\"\xec\x01\n" +
 	"\x15SignAndAppendResponse\x12-\n" +
 	"\x12attribution_record\x18\x01 \x01(\tR\x11attributionRecord\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12%\n" +
-	"\x0eoutcome_stored\x18\x05 \x01(\bR\routcomeStored\"x\n" +
+	"\x0eoutcome_stored\x18\x05 \x01(\bR\routcomeStored\x12\x1a\n" +
+	"\breplayed\x18\x06 \x01(\bR\breplayed\"\x97\x01\n" +
 	"\x1bAppendLifecycleEventRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x02 \x01(\tR\teventType\x12\x1f\n" +
 	"\vclaims_json\x18\x03 \x01(\fR\n" +
-	"claimsJson\"\x93\x01\n" +
+	"claimsJson\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\xaf\x01\n" +
 	"\x1cAppendLifecycleEventResponse\x12\x10\n" +
 	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
-	"\bsequence\x18\x04 \x01(\x04R\bsequence\"\xeb\x01\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12\x1a\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\"\xeb\x01\n" +
 	"\x06Record\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x10\n" +
 	"\x03jws\x18\x02 \x01(\tR\x03jws\x12!\n" +
@@ -1787,17 +1868,20 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\aproblem\x18\x04 \x01(\tR\aproblem\"\x17\n" +
 	"\x15GetSigningKeysRequest\"5\n" +
 	"\x16GetSigningKeysResponse\x12\x1b\n" +
-	"\tjwks_json\x18\x01 \x01(\fR\bjwksJson\"o\n" +
+	"\tjwks_json\x18\x01 \x01(\fR\bjwksJson\"\x8e\x01\n" +
 	"\x19AppendSignedRecordRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1f\n" +
 	"\vclaims_json\x18\x03 \x01(\fR\n" +
-	"claimsJson\"\x91\x01\n" +
+	"claimsJson\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\xad\x01\n" +
 	"\x1aAppendSignedRecordResponse\x12\x10\n" +
 	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
-	"\bsequence\x18\x04 \x01(\x04R\bsequence2\x92\x06\n" +
+	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12\x1a\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed2\x92\x06\n" +
 	"\fAuditService\x12Z\n" +
 	"\rSignAndAppend\x12#.agtp.audit.v1.SignAndAppendRequest\x1a$.agtp.audit.v1.SignAndAppendResponse\x12o\n" +
 	"\x14AppendLifecycleEvent\x12*.agtp.audit.v1.AppendLifecycleEventRequest\x1a+.agtp.audit.v1.AppendLifecycleEventResponse\x12N\n" +
