@@ -643,10 +643,11 @@ func TestAGP(t *testing.T) {
 
 // TestAGPListenerPresentsTheAGTPCertificate runs the front door with an
 // AGTP server certificate from a CA of its own, apart from the suite CA,
-// as a deployment with a public certificate does. The HTTPS side (AGP,
-// the public documents, REST) is public too, so it must present that
-// certificate, and follow its rotation, while the REST routes keep
-// admitting only client certificates from the suite CA.
+// as a deployment with a public certificate does. The public HTTPS
+// listener (AGP, the public documents) must present that certificate, and
+// follow its rotation, and serve none of the internal APIs' REST routes;
+// those are on the admin listener, which presents the front door's service
+// certificate and admits only client certificates from the suite CA.
 func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 	public, err := devpki.Ensure(t.TempDir(), "rotated")
 	if err != nil {
@@ -690,7 +691,8 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 		}
 		return block.Bytes
 	}
-	get := func(roots *x509.CertPool, cert *tls.Certificate, path string) (*http.Response, error) {
+	// getFrom GETs path from addr and returns the response with its body.
+	getFrom := func(addr string, roots *x509.CertPool, cert *tls.Certificate, path string) (*http.Response, []byte, error) {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
@@ -699,11 +701,16 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 		// it sees the certificate served now.
 		tr := &http.Transport{TLSClientConfig: cfg}
 		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + fd.HTTPSAddr + path)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + addr + path)
+		if err != nil {
+			return nil, nil, err
 		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp, body, err
+	}
+	get := func(roots *x509.CertPool, cert *tls.Certificate, path string) (*http.Response, error) {
+		resp, _, err := getFrom(fd.HTTPSAddr, roots, cert, path)
 		return resp, err
 	}
 	// agtpLeaf is the certificate the AGTP listener presents.
@@ -741,23 +748,56 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 		}
 	})
 
-	t.Run("REST still needs a client certificate from the suite CA", func(t *testing.T) {
-		admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
-		if err != nil {
-			t.Fatal(err)
+	admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := tls.LoadX509KeyPair(public.Cert(devpki.Admin), public.Key(devpki.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("the public listener serves no internal API", func(t *testing.T) {
+		// One route of each internal API the gateway serves.
+		routes := []string{
+			"/v1/catalog/methods", "/v1/identity/agents", "/v1/policy/merchant", "/v1/agp/keys",
+			"/v1/audit/jwks", "/v1/rcns/proposals/p-1", "/v1/escalations",
 		}
-		if resp, err := get(publicRoots, &admin, "/v1/catalog/methods"); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("REST with the operator's certificate: %v %v", resp, err)
+		for _, path := range routes {
+			for _, cert := range []*tls.Certificate{nil, &admin} {
+				resp, body, err := getFrom(fd.HTTPSAddr, publicRoots, cert, path)
+				if err != nil {
+					t.Fatalf("GET %s (suite client certificate %t): %v", path, cert != nil, err)
+				}
+				if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "admin listener") {
+					t.Errorf("GET %s (suite client certificate %t) = %d %s, want 404 naming the admin listener", path, cert != nil, resp.StatusCode, body)
+				}
+			}
 		}
-		if resp, err := get(publicRoots, nil, "/v1/catalog/methods"); err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("REST without a client certificate: %v %v, want 401", resp, err)
+	})
+
+	t.Run("the admin listener serves the internal APIs to suite certificates only", func(t *testing.T) {
+		suiteRoots := c.Admin.Pool()
+		for _, path := range []string{"/v1/catalog/methods", "/v1/identity/agents", "/v1/agp/keys", "/v1/audit/jwks", "/healthz"} {
+			resp, body, err := getFrom(fd.AdminAddr, suiteRoots, &admin, path)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s with the operator's certificate: %v %v %s", path, resp, err, body)
+			}
+			if !bytes.Equal(resp.TLS.PeerCertificates[0].Raw, leafOf(t, c.PKI.Cert("frontdoor"))) {
+				t.Fatalf("admin leaf %q is not the front door's service certificate", resp.TLS.PeerCertificates[0].Subject)
+			}
 		}
-		foreign, err := tls.LoadX509KeyPair(public.Cert(devpki.Admin), public.Key(devpki.Admin))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp, err := get(publicRoots, &foreign, "/v1/catalog/methods"); err == nil {
-			t.Fatalf("a client certificate from another CA was accepted: %d", resp.StatusCode)
+		for _, tc := range []struct {
+			name    string
+			cert    *tls.Certificate
+			refusal string
+		}{
+			{"without a client certificate", nil, "certificate required"},
+			{"with a client certificate from another CA", &foreign, "unknown certificate authority"},
+		} {
+			if resp, _, err := getFrom(fd.AdminAddr, suiteRoots, tc.cert, "/v1/catalog/methods"); err == nil || !strings.Contains(err.Error(), tc.refusal) {
+				t.Errorf("admin listener %s: %v %v, want the handshake refused (%s)", tc.name, resp, err, tc.refusal)
+			}
 		}
 	})
 

@@ -37,9 +37,11 @@ type Proc struct {
 	Name     string
 	GRPCAddr string
 	HTTPAddr string
-	// AGTPAddr and HTTPSAddr are the front door's public listeners.
+	// AGTPAddr and HTTPSAddr are the front door's public listeners;
+	// AdminAddr its admin listener (the internal APIs' REST routes).
 	AGTPAddr  string
 	HTTPSAddr string
+	AdminAddr string
 	Env       []string
 	cmd       *exec.Cmd
 	logs      *syncBuffer
@@ -165,10 +167,11 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			"LOG_LEVEL=info",
 		)
 		if n == "frontdoor" {
-			p.AGTPAddr, p.HTTPSAddr = addr(tb), addr(tb)
+			p.AGTPAddr, p.HTTPSAddr, p.AdminAddr = addr(tb), addr(tb), addr(tb)
 			p.Env = append(p.Env,
 				"AGTP_ADDR="+p.AGTPAddr,
 				"HTTPS_ADDR="+p.HTTPSAddr,
+				"AGTP_ADMIN_ADDR="+p.AdminAddr,
 				"HTTP_ADDR=",
 				"AGTP_SERVER_CERT_FILE="+c.PKI.Cert(devpki.AGTPServer),
 				"AGTP_SERVER_KEY_FILE="+c.PKI.Key(devpki.AGTPServer),
@@ -213,7 +216,7 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 		c.Procs[n] = &Proc{Name: n, GRPCAddr: addr(tb), HTTPAddr: addr(tb)}
 	}
 	front := c.Procs["frontdoor"]
-	front.AGTPAddr, front.HTTPSAddr = addr(tb), addr(tb)
+	front.AGTPAddr, front.HTTPSAddr, front.AdminAddr = addr(tb), addr(tb), addr(tb)
 	cfg := suite.Config{
 		StateDir:  tb.TempDir(),
 		RedisURL:  c.RedisURL,
@@ -229,8 +232,13 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 				return p.HTTPAddr
 			case "agtp":
 				return p.AGTPAddr
+			case "https":
+				return p.HTTPSAddr
+			case "admin":
+				return p.AdminAddr
 			}
-			return p.HTTPSAddr
+			tb.Fatalf("e2e: no address for %s's %q listener", service, listener)
+			return ""
 		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())

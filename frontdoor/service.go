@@ -1,6 +1,8 @@
 // Package frontdoor is the AGTP front door: it terminates AGTP over TLS/TCP
 // and QUIC, runs the request pipeline against the internal services, and
-// serves the HTTPS side (/.well-known/agtp, JWKS, health, REST).
+// serves two HTTPS planes: the public one (/.well-known/agtp, JWKS,
+// health, AGP) and the admin one (the internal APIs' REST routes, to
+// suite-CA client certificates only).
 package frontdoor
 
 import (
@@ -58,6 +60,8 @@ type Service struct {
 	catalogC  catalogv1.CatalogServiceClient
 	https     *http.Server
 	httpsLn   net.Listener
+	admin     *http.Server
+	adminLn   net.Listener
 	ready     chan struct{}
 	bindings  *pipeline.Bindings
 	peers     *client.Client
@@ -215,8 +219,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	if cfg.HTTPSAddr != "" {
 		hopts := httpsapi.Options{
-			Domain: cfg.Domain, AGTPHost: s.AGTPAddr(), Ready: s.Ready, Log: base.Log,
-			Catalog: catalogConn, Identity: identityConn, Policy: policyConn, Audit: auditConn, RCNS: rcnsConn,
+			Domain: cfg.Domain, AGTPHost: s.AGTPAddr(), Ready: s.Ready, Audit: auditConn, Log: base.Log,
 		}
 		if cfg.AGP {
 			ttl := cfg.AGPKeyCacheTTL
@@ -229,15 +232,22 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 			})
 			hopts.AGP = s.agp
 		}
-		h, err := httpsapi.Handler(ctx, hopts)
-		if err != nil {
-			return nil, err
-		}
-		tlsCfg := httpsapi.TLSConfig(s.transport.GetCertificate, base.MTLS.Pool())
 		if s.httpsLn, err = net.Listen("tcp", cfg.HTTPSAddr); err != nil {
 			return nil, fmt.Errorf("listen https on %s: %w", cfg.HTTPSAddr, err)
 		}
-		s.https = kit.NewHTTPServer(h, tlsCfg, base.Log)
+		s.https = kit.NewHTTPServer(httpsapi.Handler(hopts), httpsapi.TLSConfig(s.transport.GetCertificate), base.Log)
+	}
+	if cfg.AdminAddr != "" {
+		h, err := httpsapi.AdminHandler(ctx, httpsapi.AdminOptions{
+			Catalog: catalogConn, Identity: identityConn, Policy: policyConn, Audit: auditConn, RCNS: rcnsConn,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			return nil, fmt.Errorf("listen admin on %s: %w", cfg.AdminAddr, err)
+		}
+		s.admin = kit.NewHTTPServer(h, httpsapi.AdminTLSConfig(base.MTLS), base.Log)
 	}
 	s.agents.OnSession = s.pipeline.DropSession
 	if err := s.observeTransport(meter); err != nil {
@@ -329,12 +339,20 @@ func (s *Service) Ready() bool {
 // AGTPAddr is the bound AGTP address (TCP; QUIC uses the same port).
 func (s *Service) AGTPAddr() string { return s.transport.TCPAddr().String() }
 
-// HTTPSAddr is the bound HTTPS address, or "".
+// HTTPSAddr is the bound public HTTPS address, or "".
 func (s *Service) HTTPSAddr() string {
 	if s.httpsLn == nil {
 		return ""
 	}
 	return s.httpsLn.Addr().String()
+}
+
+// AdminAddr is the bound admin HTTPS address, or "".
+func (s *Service) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
 }
 
 // GRPCAddr is the bound gRPC (health) address.
@@ -354,26 +372,39 @@ func (s *Service) Run(ctx context.Context) error {
 		tasks = append(tasks, s.agp.WatchKeys)
 	}
 	if s.https != nil {
-		tasks = append(tasks, func(ctx context.Context) error {
-			errc := make(chan error, 1)
-			go func() { errc <- s.https.Serve(tls.NewListener(kit.LimitListener(s.httpsLn), s.https.TLSConfig)) }()
-			select {
-			case err := <-errc:
-				if errors.Is(err, http.ErrServerClosed) {
-					return nil
-				}
-				return fmt.Errorf("https: %w", err)
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-			defer cancel()
-			_ = s.https.Shutdown(sctx)
-			return nil
-		})
+		tasks = append(tasks, s.serveHTTPS("https", s.https, s.httpsLn,
+			"serves", "/.well-known/agtp, JWKS, health, AGP", "client_certificates", "not asked"))
+	}
+	if s.admin != nil {
+		tasks = append(tasks, s.serveHTTPS("admin", s.admin, s.adminLn,
+			"serves", "/v1 REST routes of the internal APIs, health", "client_certificates", "required, suite CA"))
 	}
 	err := s.base.Run(ctx, tasks...)
 	s.closeClients()
 	return err
+}
+
+// serveHTTPS serves srv on ln until ctx is done, then lets what is in
+// flight finish within the drain deadline. logArgs say what the listener
+// is for, logged with its address at start-up.
+func (s *Service) serveHTTPS(name string, srv *http.Server, ln net.Listener, logArgs ...any) kit.Task {
+	return func(ctx context.Context) error {
+		s.base.Log.Info(name+" listening", append([]any{"addr", ln.Addr().String()}, logArgs...)...)
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(tls.NewListener(kit.LimitListener(ln), srv.TLSConfig)) }()
+		select {
+		case err := <-errc:
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	}
 }
 
 // closeClients closes the connections the front door dials: to the
@@ -403,6 +434,9 @@ func (s *Service) Close() error {
 	}
 	if s.httpsLn != nil {
 		_ = s.httpsLn.Close()
+	}
+	if s.adminLn != nil {
+		_ = s.adminLn.Close()
 	}
 	return s.base.Close(context.Background())
 }

@@ -61,6 +61,8 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"unknown Secret", `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"nope"}]`, "Deployment", "", "Secret nope"},
 		{"HPA below one replica", `[{"op":"replace","path":"/spec/minReplicas","value":0}]`, "HorizontalPodAutoscaler", "", "minReplicas"},
 		{"an internal service made public", `[{"op":"replace","path":"/spec/type","value":"LoadBalancer"}]`, "Service", "catalogsvc", "only the front door"},
+		{"the admin listener on the public Service", `[{"op":"add","path":"/spec/ports/-","value":{"name":"admin","port":4444,"targetPort":"admin","protocol":"TCP"}}]`, "Service", "", "admin listener"},
+		{"the admin listener on the public Service by number", `[{"op":"add","path":"/spec/ports/-","value":{"name":"ops","port":8444,"targetPort":4444,"protocol":"TCP"}}]`, "Service", "", "admin listener"},
 		{"a PDB that selects nothing", `[{"op":"replace","path":"/spec/selector/matchLabels/app.kubernetes.io~1name","value":"nothing"}]`, "PodDisruptionBudget", "catalogsvc", "matches 0 workloads"},
 		{"no default deny", `[{"op":"replace","path":"/spec/policyTypes","value":["Ingress"]}]`, "NetworkPolicy", "agtp-default-deny", "default-deny"},
 		{"readiness not on gRPC health", `[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/exec/command","value":["/usr/local/bin/service","-h"]}]`, "Deployment", "policysvc", "healthcheck"},

@@ -20,6 +20,10 @@ import (
 // Service, a HorizontalPodAutoscaler and a PodDisruptionBudget.
 var Services = []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"}
 
+// AdminPort names the front door's container port of its admin listener
+// (the internal APIs' REST routes), which no public Service may expose.
+const AdminPort = "admin"
+
 // ExternalSecrets are the Secrets the manifests mount but do not contain:
 // the operator creates them (deploy/k8s/README.md), deploy/devsecrets makes
 // development ones, and the cert-manager component issues the certificate
@@ -111,18 +115,24 @@ func Rules(objs []*Object) []error {
 	}
 
 	// Services: selectors match pods, named target ports exist, only the
-	// front door is public.
+	// front door is public, and not its admin listener.
 	for _, o := range byKind["Service"] {
 		svc := o.External.(*corev1.Service)
-		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort {
-			if svc.Name != "frontdoor" {
-				fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
-			}
+		public := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
+		if public && svc.Name != "frontdoor" {
+			fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
 		}
 		matched := matchPods(pods, svc.Spec.Selector)
 		if len(matched) == 0 {
 			fail("%s: selector %v matches no workload", o, svc.Spec.Selector)
 			continue
+		}
+		if public {
+			for _, sp := range svc.Spec.Ports {
+				if slices.ContainsFunc(matched, func(p pod) bool { return targetsPortNamed(p.spec, sp, AdminPort) }) {
+					fail("%s: type %s: port %s exposes the front door's admin listener, which must stay inside the cluster", o, svc.Spec.Type, sp.Name)
+				}
+			}
 		}
 		for _, sp := range svc.Spec.Ports {
 			if sp.TargetPort.StrVal == "" {
@@ -328,6 +338,21 @@ func matchPods(pods []pod, selector map[string]string) []pod {
 		}
 	}
 	return out
+}
+
+// targetsPortNamed reports whether sp reaches the container port called
+// name, whether it targets it by name or by number.
+func targetsPortNamed(ps *corev1.PodSpec, sp corev1.ServicePort, name string) bool {
+	if sp.TargetPort.StrVal != "" {
+		return sp.TargetPort.StrVal == name
+	}
+	num := sp.TargetPort.IntVal
+	if num == 0 {
+		num = sp.Port
+	}
+	return slices.ContainsFunc(ps.Containers, func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == name && p.ContainerPort == num })
+	})
 }
 
 func hasPort(ps *corev1.PodSpec, name string, proto corev1.Protocol) bool {

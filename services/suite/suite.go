@@ -47,8 +47,9 @@ type Config struct {
 	// Telemetry applies to every service.
 	Telemetry kit.TelemetryConfig
 	// Listen, when set, chooses the listen address of each service's
-	// listener ("grpc", "http", and the front door's "agtp" and "https");
-	// tests use it to run the suite on free ports. Nil keeps the defaults.
+	// listener ("grpc", "http", and the front door's "agtp", "https" and
+	// "admin"); tests use it to run the suite on free ports. Nil keeps the
+	// defaults.
 	Listen func(service, listener string) string
 }
 
@@ -75,6 +76,7 @@ type Suite struct {
 	Addrs   map[string]string
 
 	agtpAddr, httpsAddr string
+	adminAddr           string
 	demoAgent           *identitydemo.Agent
 	// agpKeyPath holds the demo agent's AGP API key.
 	agpKeyPath string
@@ -183,6 +185,7 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if cfg.Listen != nil {
 		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
 		front.HTTPSAddr = cfg.Listen(front.Name, "https")
+		front.AdminAddr = cfg.Listen(front.Name, "admin")
 	}
 	peers := map[string]string{
 		"auditsvc":    audit.GRPCAddr,
@@ -246,12 +249,15 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	add("frontdoor", f)
 	s.agtpAddr = f.AGTPAddr()
 	s.httpsAddr = f.HTTPSAddr()
+	s.adminAddr = f.AdminAddr()
 	return s, nil
 }
 
-// AGTPAddr is the front door's AGTP address; HTTPSAddr its HTTPS side.
+// AGTPAddr is the front door's AGTP address, HTTPSAddr its public HTTPS
+// listener and AdminAddr its admin one (the internal APIs' REST routes).
 func (s *Suite) AGTPAddr() string  { return s.agtpAddr }
 func (s *Suite) HTTPSAddr() string { return s.httpsAddr }
+func (s *Suite) AdminAddr() string { return s.adminAddr }
 
 // Layout is the suite's PKI.
 func (s *Suite) Layout() devpki.Layout { return s.layout }
@@ -380,6 +386,13 @@ Then try:
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
 `, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath, s.demoCert, s.demoCertKey)
+	if s.adminAddr != "" {
+		fmt.Fprintf(s.cfg.Out, `
+The internal APIs' REST routes are on the admin listener, for a client
+certificate from the suite CA (the operator's):
+  curl --cacert %[2]s --cert %[3]s --key %[4]s https://%[1]s/v1/catalog/methods
+`, s.adminAddr, s.layout.CA(), s.layout.Cert(devpki.Admin), s.layout.Key(devpki.Admin))
+	}
 }
 
 // demoMerchantManifest is the demo order desk's Merchant Manifest

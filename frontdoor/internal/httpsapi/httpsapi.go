@@ -1,15 +1,25 @@
-// Package httpsapi is the front door's HTTPS side: the organisation's
-// /.well-known/agtp bootstrap document (core §6.1.14), the JWKS that
-// verifies Attribution-Records, health and readiness, the suite's REST
-// gateway routes, which need a client certificate from the suite CA, and
-// the Agent Gateway Protocol binding (frontdoor/internal/agp).
+// Package httpsapi is the front door's two HTTPS planes.
+//
+// The public listener serves what agents and the public need: the
+// organisation's /.well-known/agtp bootstrap document (core §6.1.14), the
+// JWKS that verifies Attribution-Records, health and readiness, and the
+// Agent Gateway Protocol binding (frontdoor/internal/agp). It asks for no
+// client certificate.
+//
+// The admin listener serves the REST routes of the internal services'
+// APIs (grpc-gateway) and its own health, to callers with a client
+// certificate from the suite CA only. The internal APIs are operator
+// tools (registering agents, revoking keys, reading audit chains); on a
+// listener of their own they can stay on loopback or a private network,
+// and a caller without a suite certificate is refused at the handshake,
+// before any HTTP is parsed, instead of by a check on the public port.
 package httpsapi
 
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -23,9 +33,10 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/kit"
 )
 
-// Options configure the HTTPS side.
+// Options configure the public listener.
 type Options struct {
 	// Domain is the organisation's domain; AGTPHost the front door's
 	// AGTP authority (host:port).
@@ -33,34 +44,48 @@ type Options struct {
 	AGTPHost string
 	// Ready reports whether the front door can serve AGTP.
 	Ready func() bool
-	// Conns are the internal services' connections, for the REST routes
-	// and the JWKS.
-	Catalog, Identity, Policy, Audit, RCNS *grpc.ClientConn
-	Log                                    *slog.Logger
+	// Audit is auditsvc's connection, for the JWKS.
+	Audit *grpc.ClientConn
+	Log   *slog.Logger
 	// AGP, when set, adds the Agent Gateway Protocol's routes (/agp/...,
 	// /health, /keys; docs/agp.md).
 	AGP interface{ Register(*http.ServeMux) }
 }
 
-// TLSConfig is the HTTPS listener's TLS configuration. The listener is
-// public, so it presents the front door's public AGTP server certificate
-// (getCert: the AGTP listener's reloader, so both rotate together), never
-// the internal service certificate, which only the suite's own services
-// trust. Client certificates stay optional and are verified against
-// suiteCAs: the REST routes admit only a certificate from the suite CA
-// (requireClientCert), while AGP and the public documents need none.
-func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), suiteCAs *x509.CertPool) *tls.Config {
+// AdminOptions configure the admin listener: the internal services'
+// connections whose REST routes it serves. A nil connection serves none
+// (rcnssvc is optional).
+type AdminOptions struct {
+	Catalog, Identity, Policy, Audit, RCNS *grpc.ClientConn
+}
+
+// TLSConfig is the public listener's TLS configuration. It presents the
+// front door's public AGTP server certificate (getCert: the AGTP
+// listener's reloader, so both rotate together), never the internal
+// service certificate, which only the suite's own services trust. It asks
+// for no client certificate: AGP authenticates with API keys and the
+// public documents need nothing.
+func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: getCert,
-		ClientAuth:     tls.VerifyClientCertIfGiven,
-		ClientCAs:      suiteCAs,
 		NextProtos:     []string{"h2", "http/1.1"},
 	}
 }
 
-// Handler builds the HTTPS handler.
-func Handler(ctx context.Context, o Options) (http.Handler, error) {
+// AdminTLSConfig is the admin listener's TLS configuration: the suite's
+// mutual TLS, as every internal service's REST gateway has. It presents
+// the front door's service certificate (issued by the suite CA, which is
+// what operators' tools trust) and requires a client certificate from the
+// suite CA, both re-read when their files change.
+func AdminTLSConfig(m *kit.MTLS) *tls.Config {
+	cfg := m.ServerConfig()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	return cfg
+}
+
+// Handler builds the public listener's handler.
+func Handler(o Options) http.Handler {
 	mux := http.NewServeMux()
 	started := time.Now().UTC()
 	mux.HandleFunc("GET /.well-known/agtp", func(w http.ResponseWriter, r *http.Request) {
@@ -89,9 +114,7 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		w.Header().Set("Cache-Control", "max-age=300")
 		_, _ = w.Write(keys.GetJwksJson())
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if o.Ready != nil && !o.Ready() {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
@@ -99,7 +122,25 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	// A client looking for the internal APIs here is told where they are
+	// rather than given a bare 404; the admin address itself is not
+	// published to the public.
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{
+			"error":       "not-found",
+			"explanation": "the internal APIs are not served on the public listener: they are on the front door's admin listener (AGTP_ADMIN_ADDR), with a client certificate from the suite CA",
+		})
+	})
+	if o.AGP != nil {
+		o.AGP.Register(mux)
+	}
+	return mux
+}
 
+// AdminHandler builds the admin listener's handler: the REST routes of
+// the internal services' APIs under /v1/, and /healthz. Who may call is
+// decided by AdminTLSConfig at the handshake.
+func AdminHandler(ctx context.Context, o AdminOptions) (http.Handler, error) {
 	gw := runtime.NewServeMux()
 	regs := []struct {
 		conn *grpc.ClientConn
@@ -117,28 +158,17 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 			continue
 		}
 		if err := r.reg(ctx, gw, r.conn); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("register REST routes: %w", err)
 		}
 	}
-	mux.Handle("/v1/", requireClientCert(gw))
-	if o.AGP != nil {
-		o.AGP.Register(mux)
-	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gw)
+	mux.HandleFunc("GET /healthz", healthz)
 	return mux, nil
 }
 
-// requireClientCert admits only callers that presented a certificate the
-// TLS layer verified against the suite CA.
-func requireClientCert(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			writeJSON(w, http.StatusUnauthorized, map[string]string{
-				"error": "client-certificate-required", "explanation": "the REST API needs a client certificate issued by the suite CA",
-			})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -13,10 +14,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -55,12 +65,52 @@ func keyPair(t *testing.T, l devpki.Layout, name string) tls.Certificate {
 	return c
 }
 
-// TestListenerPresentsThePublicCertificate serves the HTTPS side with
+// serve serves h over real TLS with cfg, bounded as the front door's
+// listeners are, and returns the base URL.
+func serve(t *testing.T, h http.Handler, cfg *tls.Config) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := kit.NewHTTPServer(h, cfg, slog.New(slog.DiscardHandler))
+	// The refused handshakes are the point of some cases: not worth a log line.
+	srv.ErrorLog = log.New(io.Discard, "", 0)
+	go func() { _ = srv.Serve(tls.NewListener(kit.LimitListener(ln), cfg)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + ln.Addr().String()
+}
+
+// client is an HTTPS client trusting roots that offers cert, if any, and
+// records whether the server asked for a client certificate.
+func client(roots *x509.CertPool, cert *tls.Certificate, asked *bool) *http.Client {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if asked != nil {
+			*asked = true
+		}
+		if cert == nil {
+			return &tls.Certificate{}, nil
+		}
+		return cert, nil
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
+}
+
+// publicHandler is the public listener's handler as the front door builds
+// it, without the connections its routes need (none of the cases here
+// reaches an internal service).
+func publicHandler() http.Handler {
+	return Handler(Options{Domain: "example.test", AGTPHost: "127.0.0.1:4480", Log: slog.New(slog.DiscardHandler)})
+}
+
+// TestListenerPresentsThePublicCertificate serves the public listener with
 // TLSConfig over real TLS: the AGTP server certificate comes from a CA of
 // its own, apart from the suite CA, as in a deployment with a public
 // certificate. A client trusting only that CA gets the AGTP certificate; a
 // client trusting only the suite CA does not get a certificate it trusts;
-// the REST routes still admit suite-issued client certificates only.
+// no client certificate is ever asked for, so one from any CA changes
+// nothing, and the REST routes are not there with or without one.
 func TestListenerPresentsThePublicCertificate(t *testing.T) {
 	suite := testkit.PKI(t)
 	public, err := devpki.Ensure(t.TempDir())
@@ -68,20 +118,7 @@ func TestListenerPresentsThePublicCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := keyPair(t, public, devpki.AGTPServer)
-	h, err := Handler(context.Background(), Options{Domain: "example.test", AGTPHost: "127.0.0.1:4480", Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil }, pool(t, suite.CA()))
-	// The refused handshakes are the point of some cases: not worth a log line.
-	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.Serve(tls.NewListener(ln, cfg)) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	base := "https://" + ln.Addr().String()
+	base := serve(t, publicHandler(), TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil }))
 
 	publicRoots, suiteRoots := pool(t, public.CA()), pool(t, suite.CA())
 	for _, tc := range []struct {
@@ -89,32 +126,29 @@ func TestListenerPresentsThePublicCertificate(t *testing.T) {
 		roots *x509.CertPool
 		cert  *tls.Certificate
 		path  string
-		// want is the HTTP status; 0 means the handshake must fail.
+		// want is the HTTP status; 0 means the handshake must fail
+		// because the client does not trust the server's certificate.
 		want int
-		// unknownCA: the handshake fails because the client does not
-		// trust the server's certificate.
-		unknownCA bool
 	}{
 		{name: "public document, trusting the AGTP certificate's CA", roots: publicRoots, path: "/.well-known/agtp", want: http.StatusOK},
-		{name: "trusting only the suite CA", roots: suiteRoots, path: "/.well-known/agtp", unknownCA: true},
-		{name: "REST without a client certificate", roots: publicRoots, path: "/v1/catalog/methods", want: http.StatusUnauthorized},
+		{name: "readiness", roots: publicRoots, path: "/readyz", want: http.StatusOK},
+		{name: "trusting only the suite CA", roots: suiteRoots, path: "/.well-known/agtp"},
+		{name: "REST without a client certificate", roots: publicRoots, path: "/v1/catalog/methods", want: http.StatusNotFound},
 		{name: "REST with a suite client certificate", roots: publicRoots, cert: ptr(keyPair(t, suite, devpki.Admin)), path: "/v1/catalog/methods", want: http.StatusNotFound},
-		{name: "client certificate from another CA", roots: publicRoots, cert: ptr(keyPair(t, public, devpki.Admin)), path: "/healthz"},
+		{name: "client certificate from another CA", roots: publicRoots, cert: ptr(keyPair(t, public, devpki.Admin)), path: "/healthz", want: http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: tc.roots}, ForceAttemptHTTP2: true}
-			if tc.cert != nil {
-				tr.TLSClientConfig.Certificates = []tls.Certificate{*tc.cert}
-			}
-			defer tr.CloseIdleConnections()
-			resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(base + tc.path)
+			var asked bool
+			hc := client(tc.roots, tc.cert, &asked)
+			defer hc.CloseIdleConnections()
+			resp, err := hc.Get(base + tc.path)
 			if tc.want == 0 {
 				if err == nil {
 					resp.Body.Close()
 					t.Fatalf("GET %s = %d, want a failed handshake", tc.path, resp.StatusCode)
 				}
 				var unknown x509.UnknownAuthorityError
-				if tc.unknownCA && !errors.As(err, &unknown) {
+				if !errors.As(err, &unknown) {
 					t.Fatalf("GET %s: %v, want the server's certificate refused as of an unknown authority", tc.path, err)
 				}
 				return
@@ -126,8 +160,178 @@ func TestListenerPresentsThePublicCertificate(t *testing.T) {
 			if resp.StatusCode != tc.want {
 				t.Fatalf("GET %s = %d, want %d", tc.path, resp.StatusCode, tc.want)
 			}
+			if asked {
+				t.Fatal("the public listener asked for a client certificate")
+			}
 			if got := resp.TLS.PeerCertificates[0].Raw; !bytes.Equal(got, leafDER(t, public.Cert(devpki.AGTPServer))) {
 				t.Fatalf("served leaf %q, want the AGTP server certificate", resp.TLS.PeerCertificates[0].Subject)
+			}
+		})
+	}
+}
+
+// gatewayRoute is one REST route of proto/gateway.yaml.
+type gatewayRoute struct{ method, path string }
+
+// gatewayRoutes reads every REST route of the internal APIs, with each
+// path variable filled in.
+func gatewayRoutes(t *testing.T) []gatewayRoute {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "proto", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		HTTP struct {
+			Rules []map[string]any `yaml:"rules"`
+		} `yaml:"http"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("gateway.yaml: %v", err)
+	}
+	variable := regexp.MustCompile(`\{[^}]*\}`)
+	var routes []gatewayRoute
+	for _, rule := range doc.HTTP.Rules {
+		for _, m := range []string{"get", "post", "put", "patch", "delete"} {
+			if p, ok := rule[m].(string); ok {
+				routes = append(routes, gatewayRoute{strings.ToUpper(m), variable.ReplaceAllString(p, "x")})
+			}
+		}
+	}
+	if len(routes) < 6 {
+		t.Fatalf("gateway.yaml: %d routes, want every internal API's", len(routes))
+	}
+	return routes
+}
+
+// TestPublicListenerServesNoInternalAPI sends every REST route of the
+// internal APIs to the public listener, with and without a client
+// certificate from the suite CA: each is 404, naming the admin listener.
+func TestPublicListenerServesNoInternalAPI(t *testing.T) {
+	suite := testkit.PKI(t)
+	served := keyPair(t, suite, devpki.AGTPServer)
+	base := serve(t, publicHandler(), TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil }))
+	roots := pool(t, suite.CA())
+	routes := gatewayRoutes(t)
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+	}{
+		{"without a client certificate", nil},
+		{"with a suite client certificate", ptr(keyPair(t, suite, devpki.Admin))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := client(roots, tc.cert, nil)
+			defer hc.CloseIdleConnections()
+			for _, r := range routes {
+				req, err := http.NewRequest(r.method, base+r.path, strings.NewReader("{}"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v", r.method, r.path, err)
+				}
+				var body struct{ Error, Explanation string }
+				err = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound || err != nil || body.Error != "not-found" || !strings.Contains(body.Explanation, "admin listener") {
+					t.Errorf("%s %s = %d %+v (%v), want 404 not-found naming the admin listener", r.method, r.path, resp.StatusCode, body, err)
+				}
+			}
+		})
+	}
+}
+
+// catalog answers ListMethods, standing in for catalogsvc.
+type catalog struct {
+	catalogv1.UnimplementedCatalogServiceServer
+}
+
+func (catalog) ListMethods(context.Context, *catalogv1.ListMethodsRequest) (*catalogv1.ListMethodsResponse, error) {
+	return &catalogv1.ListMethodsResponse{CatalogVersion: "test", Methods: []*catalogv1.Method{{Name: "QUERY"}}}, nil
+}
+
+// TestAdminListenerNeedsASuiteCertificate serves the admin listener as
+// the front door does (AdminTLSConfig over the front door's suite
+// identity, the gateway dialling a catalogsvc over mTLS) and checks who
+// gets in: a client with a certificate from the suite CA reaches the REST
+// routes; one without a certificate, or with one from another CA, is
+// refused at the handshake.
+func TestAdminListenerNeedsASuiteCertificate(t *testing.T) {
+	suite := testkit.PKI(t)
+	other, err := devpki.Ensure(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	identity := func(name string) *kit.MTLS {
+		m, err := kit.LoadMTLS(suite.CA(), suite.Cert(name), suite.Key(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(identity("catalogsvc").ServerConfig())))
+	catalogv1.RegisterCatalogServiceServer(gs, catalog{})
+	go func() { _ = gs.Serve(grpcLn) }()
+	t.Cleanup(gs.Stop)
+	front := identity("frontdoor")
+	conn, err := grpc.NewClient(grpcLn.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(front.ClientConfig("catalogsvc"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h, err := AdminHandler(context.Background(), AdminOptions{Catalog: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, h, AdminTLSConfig(front))
+
+	roots := pool(t, suite.CA())
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+		path string
+		// want is the HTTP status and a piece of the body; 0 means the
+		// server must refuse the handshake with refusal in its alert.
+		want     int
+		wantBody string
+		refusal  string
+	}{
+		{name: "REST with a suite client certificate", cert: ptr(keyPair(t, suite, devpki.Admin)), path: "/v1/catalog/methods", want: http.StatusOK, wantBody: `"QUERY"`},
+		{name: "health with a suite client certificate", cert: ptr(keyPair(t, suite, devpki.Admin)), path: "/healthz", want: http.StatusOK, wantBody: `"ok"`},
+		{name: "no client certificate", path: "/v1/catalog/methods", refusal: "certificate required"},
+		{name: "no client certificate, health", path: "/healthz", refusal: "certificate required"},
+		{name: "client certificate from another CA", cert: ptr(keyPair(t, other, devpki.Admin)), path: "/v1/catalog/methods", refusal: "unknown certificate authority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := client(roots, tc.cert, nil)
+			defer hc.CloseIdleConnections()
+			resp, err := hc.Get(base + tc.path)
+			if tc.want == 0 {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("GET %s = %d, want the handshake refused", tc.path, resp.StatusCode)
+				}
+				if !strings.Contains(err.Error(), tc.refusal) {
+					t.Fatalf("GET %s: %v, want a TLS alert %q", tc.path, err, tc.refusal)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("GET %s: %v", tc.path, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want || !strings.Contains(string(body), tc.wantBody) {
+				t.Fatalf("GET %s = %d %s, want %d with %s", tc.path, resp.StatusCode, body, tc.want, tc.wantBody)
+			}
+			if got := resp.TLS.PeerCertificates[0].Raw; !bytes.Equal(got, leafDER(t, suite.Cert("frontdoor"))) {
+				t.Fatalf("served leaf %q, want the front door's service certificate", resp.TLS.PeerCertificates[0].Subject)
 			}
 		})
 	}
