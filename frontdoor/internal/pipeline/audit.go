@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
@@ -22,7 +25,11 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	// Typed claims, not claims_json: auditsvc signs the same payload bytes
 	// either way, and neither side pays for a JSON encode and decode.
 	payload := p.payload(x, resp, responseID)
-	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, Claims: attributionpb.Claims(&payload)}
+	// The Response-ID names the append, so that the retry below appends
+	// once even when the first attempt landed and only its answer was
+	// lost (docs/audit.md, "Retried requests"); the retry resends this
+	// very message, timestamp included.
+	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, Claims: attributionpb.Claims(&payload), RequestId: responseID}
 	if stored != nil && x.claim != nil {
 		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
 			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,
@@ -33,6 +40,11 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
 	defer cancel()
 	out, err := p.Audit.SignAndAppend(ctx, in)
+	if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+		// The connection went away (an auditsvc replica restarting, say):
+		// once more, to the same or another replica.
+		out, err = p.Audit.SignAndAppend(ctx, in)
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("sign and append: %w", err)
 	}

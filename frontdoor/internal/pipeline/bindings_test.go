@@ -22,7 +22,10 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
@@ -90,11 +93,17 @@ func (s *bndPolicy) requests() []*policyv1.AuthorizeRequest {
 	return append([]*policyv1.AuthorizeRequest(nil), s.asked...)
 }
 
-// bndAudit appends unsigned records and keeps their payloads.
+// bndAudit appends unsigned records and keeps their payloads. Like
+// auditsvc, it answers a request_id it has appended with that record; with
+// loseAnswers > 0 it appends and then answers Unavailable, as a reply lost
+// on the way back would look, that many times.
 type bndAudit struct {
 	auditv1.UnimplementedAuditServiceServer
-	mu      sync.Mutex
-	records []bndRecord
+	mu          sync.Mutex
+	records     []bndRecord
+	byRequest   map[string]*auditv1.SignAndAppendResponse
+	requests    []*auditv1.SignAndAppendRequest
+	loseAnswers int
 }
 
 type bndRecord struct {
@@ -120,8 +129,23 @@ func (s *bndAudit) SignAndAppend(_ context.Context, req *auditv1.SignAndAppendRe
 	id := hex.EncodeToString(sum[:])
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	if out := s.byRequest[req.GetRequestId()]; out != nil {
+		return out, nil
+	}
 	s.records = append(s.records, bndRecord{chain: req.GetChainAgentId(), auditID: id, payload: p})
-	return &auditv1.SignAndAppendResponse{AttributionRecord: jws, AuditId: id, Sequence: uint64(len(s.records))}, nil
+	out := &auditv1.SignAndAppendResponse{AttributionRecord: jws, AuditId: id, Sequence: uint64(len(s.records))}
+	if req.GetRequestId() != "" {
+		if s.byRequest == nil {
+			s.byRequest = map[string]*auditv1.SignAndAppendResponse{}
+		}
+		s.byRequest[req.GetRequestId()] = out
+	}
+	if s.loseAnswers > 0 {
+		s.loseAnswers--
+		return nil, status.Error(codes.Unavailable, "the answer was lost")
+	}
+	return out, nil
 }
 
 func (s *bndAudit) since(n int) []bndRecord {
@@ -652,5 +676,31 @@ func BenchmarkExternalServiceThroughPipeline(b *testing.B) {
 		if r := f.do(b, agentFull, "QUERY", "/rooms/r-1", nil, ""); r.status != 200 {
 			b.Fatal(r.status)
 		}
+	}
+}
+
+// TestLostAuditAnswerIsRetriedAndAppendsOnce: when SignAndAppend's answer
+// is lost after the record was appended, the front door sends the same
+// request again under the same request_id and gets that record back: one
+// record, and the response is served, not 503 audit-unavailable.
+func TestLostAuditAnswerIsRetriedAndAppendsOnce(t *testing.T) {
+	f := newBndFixture(t)
+	f.audit.mu.Lock()
+	f.audit.loseAnswers, f.audit.requests = 1, nil
+	f.audit.mu.Unlock()
+	before := f.audit.count()
+	r := f.do(t, agentFull, "SUMMARIZE", "/order-briefs/o-1", nil, "")
+	if r.status != 200 {
+		t.Fatalf("%d %v", r.status, r.body)
+	}
+	f.audit.mu.Lock()
+	reqs := append([]*auditv1.SignAndAppendRequest(nil), f.audit.requests...)
+	f.audit.mu.Unlock()
+	// The composition's first step lost its answer: its request went twice.
+	if len(reqs) < 2 || !proto.Equal(reqs[0], reqs[1]) || reqs[0].GetRequestId() == "" {
+		t.Fatalf("the retry was not the same request under a request_id: %v", reqs)
+	}
+	if n := f.audit.count() - before; n != 3 {
+		t.Fatalf("%d records appended, want 3 (two steps and the composite, each once)", n)
 	}
 }
