@@ -317,7 +317,11 @@ func TestAdminListenerNeedsASuiteCertificate(t *testing.T) {
 					resp.Body.Close()
 					t.Fatalf("GET %s = %d, want the handshake refused", tc.path, resp.StatusCode)
 				}
-				if !strings.Contains(err.Error(), tc.refusal) {
+				// With TLS 1.3 the client may finish its side of the
+				// handshake before the server's alert arrives, and HTTP/2
+				// then reports only that no connection could be made; an
+				// alert, when it is reported, must be the expected one.
+				if msg := err.Error(); strings.Contains(msg, "tls:") && !strings.Contains(msg, tc.refusal) {
 					t.Fatalf("GET %s: %v, want a TLS alert %q", tc.path, err, tc.refusal)
 				}
 				return
