@@ -44,7 +44,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("auditsvc: %w", err)
 	}
 	auditv1.RegisterAuditServiceServer(base.Server.GRPC(), srv)
-	base.Server.Register(HealthName, auditv1.RegisterAuditServiceHandler)
+	base.Server.Register(HealthName, auditv1.RegisterAuditServiceHandler, Access())
 	return &Service{base: base, srv: srv}, nil
 }
 

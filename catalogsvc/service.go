@@ -44,7 +44,7 @@ func New(ctx context.Context, cfg Config) (_ *Service, err error) {
 		return nil, fmt.Errorf("catalogsvc: %w", err)
 	}
 	catalogv1.RegisterCatalogServiceServer(base.Server.GRPC(), srv)
-	base.Server.Register(HealthName, catalogv1.RegisterCatalogServiceHandler)
+	base.Server.Register(HealthName, catalogv1.RegisterCatalogServiceHandler, Access())
 	return &Service{base: base, srv: srv}, nil
 }
 

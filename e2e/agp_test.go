@@ -769,22 +769,36 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("GET %s (suite client certificate %t): %v", path, cert != nil, err)
 				}
-				if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "admin listener") {
-					t.Errorf("GET %s (suite client certificate %t) = %d %s, want 404 naming the admin listener", path, cert != nil, resp.StatusCode, body)
+				if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "its own gateway") {
+					t.Errorf("GET %s (suite client certificate %t) = %d %s, want 404 naming the services' own gateways", path, cert != nil, resp.StatusCode, body)
 				}
 			}
 		}
 	})
 
-	t.Run("the admin listener serves the internal APIs to suite certificates only", func(t *testing.T) {
+	t.Run("each service's gateway serves its routes to the identities its table admits", func(t *testing.T) {
 		suiteRoots := c.Admin.Pool()
-		for _, path := range []string{"/v1/catalog/methods", "/v1/identity/agents", "/v1/agp/keys", "/v1/audit/jwks", "/healthz"} {
-			resp, body, err := getFrom(fd.AdminAddr, suiteRoots, &admin, path)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s with the operator's certificate: %v %v %s", path, resp, err, body)
-			}
-			if !bytes.Equal(resp.TLS.PeerCertificates[0].Raw, leafOf(t, c.PKI.Cert("frontdoor"))) {
-				t.Fatalf("admin leaf %q is not the front door's service certificate", resp.TLS.PeerCertificates[0].Subject)
+		system, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.InternalSystem), c.PKI.Key(devpki.InternalSystem))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			service, path string
+			cert          *tls.Certificate
+			want          int
+		}{
+			{"catalogsvc", "/v1/catalog/methods", &admin, http.StatusOK},
+			{"identitysvc", "/v1/identity/agents", &admin, http.StatusOK},
+			{"policysvc", "/v1/agp/keys", &admin, http.StatusOK},
+			{"auditsvc", "/v1/audit/jwks", &system, http.StatusOK},
+			// Escalations are answered by operators; a reporting system
+			// may list them but key management is not its business.
+			{"policysvc", "/v1/escalations", &system, http.StatusOK},
+			{"identitysvc", "/v1/identity/agents:watch", &system, http.StatusForbidden},
+		} {
+			resp, body, err := getFrom(c.Procs[tc.service].HTTPAddr, suiteRoots, tc.cert, tc.path)
+			if err != nil || resp.StatusCode != tc.want {
+				t.Fatalf("GET %s on %s's gateway: %v %v %s, want %d", tc.path, tc.service, resp, err, body, tc.want)
 			}
 		}
 		for _, tc := range []struct {
@@ -795,8 +809,8 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 			{"without a client certificate", nil, "certificate required"},
 			{"with a client certificate from another CA", &foreign, "unknown certificate authority"},
 		} {
-			if resp, _, err := getFrom(fd.AdminAddr, suiteRoots, tc.cert, "/v1/catalog/methods"); err == nil || !strings.Contains(err.Error(), tc.refusal) {
-				t.Errorf("admin listener %s: %v %v, want the handshake refused (%s)", tc.name, resp, err, tc.refusal)
+			if resp, _, err := getFrom(c.Procs["catalogsvc"].HTTPAddr, suiteRoots, tc.cert, "/v1/catalog/methods"); err == nil || !strings.Contains(err.Error(), tc.refusal) {
+				t.Errorf("catalogsvc gateway %s: %v %v, want the handshake refused (%s)", tc.name, resp, err, tc.refusal)
 			}
 		}
 	})

@@ -32,7 +32,7 @@ func TestAuditRetryAcrossRestartAppendsOnce(t *testing.T) {
 	send := func(req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).SignAndAppend(ctx, req)
+		return auditv1.NewAuditServiceClient(c.DialAs(t, "auditsvc", "frontdoor")).SignAndAppend(ctx, req)
 	}
 
 	first, err := send(req)

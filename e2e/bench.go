@@ -716,7 +716,8 @@ func firstLine(err error) string {
 // auditFloor calls auditsvc SignAndAppend directly, one at a time, with
 // the payload of a small anonymous response: the audit hop on its own.
 func (c *Cluster) auditFloor(ctx context.Context, n int) (Floor, error) {
-	conn, err := kit.DialService(c.Procs["auditsvc"].GRPCAddr, "auditsvc", c.Admin, c.tel)
+	// Only the front door signs records (docs/access.md).
+	conn, err := c.dialServiceAs("auditsvc", "frontdoor")
 	if err != nil {
 		return Floor{}, err
 	}
@@ -745,7 +746,7 @@ func (c *Cluster) auditFloor(ctx context.Context, n int) (Floor, error) {
 // request the front door sends for QUERY /orders/{order_id}: the policy
 // hop on its own.
 func (c *Cluster) policyFloor(ctx context.Context, n int) (Floor, error) {
-	conn, err := kit.DialService(c.Procs["policysvc"].GRPCAddr, "policysvc", c.Admin, c.tel)
+	conn, err := c.dialServiceAs("policysvc", "frontdoor")
 	if err != nil {
 		return Floor{}, err
 	}

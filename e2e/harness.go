@@ -37,11 +37,9 @@ type Proc struct {
 	Name     string
 	GRPCAddr string
 	HTTPAddr string
-	// AGTPAddr and HTTPSAddr are the front door's public listeners;
-	// AdminAddr its admin listener (the internal APIs' REST routes).
+	// AGTPAddr and HTTPSAddr are the front door's public listeners.
 	AGTPAddr  string
 	HTTPSAddr string
-	AdminAddr string
 	Env       []string
 	cmd       *exec.Cmd
 	logs      *syncBuffer
@@ -167,11 +165,10 @@ func Start(tb testing.TB, opts Options) *Cluster {
 			"LOG_LEVEL=info",
 		)
 		if n == "frontdoor" {
-			p.AGTPAddr, p.HTTPSAddr, p.AdminAddr = addr(tb), addr(tb), addr(tb)
+			p.AGTPAddr, p.HTTPSAddr = addr(tb), addr(tb)
 			p.Env = append(p.Env,
 				"AGTP_ADDR="+p.AGTPAddr,
 				"HTTPS_ADDR="+p.HTTPSAddr,
-				"AGTP_ADMIN_ADDR="+p.AdminAddr,
 				"HTTP_ADDR=",
 				"AGTP_SERVER_CERT_FILE="+c.PKI.Cert(devpki.AGTPServer),
 				"AGTP_SERVER_KEY_FILE="+c.PKI.Key(devpki.AGTPServer),
@@ -216,7 +213,7 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 		c.Procs[n] = &Proc{Name: n, GRPCAddr: addr(tb), HTTPAddr: addr(tb)}
 	}
 	front := c.Procs["frontdoor"]
-	front.AGTPAddr, front.HTTPSAddr, front.AdminAddr = addr(tb), addr(tb), addr(tb)
+	front.AGTPAddr, front.HTTPSAddr = addr(tb), addr(tb)
 	cfg := suite.Config{
 		StateDir:  tb.TempDir(),
 		RedisURL:  c.RedisURL,
@@ -234,8 +231,6 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 				return p.AGTPAddr
 			case "https":
 				return p.HTTPSAddr
-			case "admin":
-				return p.AdminAddr
 			}
 			tb.Fatalf("e2e: no address for %s's %q listener", service, listener)
 			return ""
@@ -328,6 +323,27 @@ func (c *Cluster) Dial(tb testing.TB, name string) *grpc.ClientConn {
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// DialAs connects to a service presenting the certificate of another name
+// of the PKI (a service, devpki.InternalSystem), for the RPCs whose access
+// table admits only that identity (docs/access.md).
+func (c *Cluster) DialAs(tb testing.TB, name, as string) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := c.dialServiceAs(name, as)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func (c *Cluster) dialServiceAs(name, as string) (*grpc.ClientConn, error) {
+	m, err := kit.LoadMTLS(c.PKI.CA(), c.PKI.Cert(as), c.PKI.Key(as))
+	if err != nil {
+		return nil, err
+	}
+	return kit.DialService(c.Procs[name].GRPCAddr, name, m, c.tel)
 }
 
 // WaitServing waits until the service's health reports SERVING.

@@ -27,10 +27,6 @@ type Config struct {
 	// HTTPSAddr is the public HTTPS listener: /.well-known/agtp, the
 	// JWKS, health and AGP; empty disables it.
 	HTTPSAddr string
-	// AdminAddr is the admin HTTPS listener: the REST routes of the
-	// internal services' APIs, to suite-CA client certificates only; empty
-	// disables it. Loopback by default, since only operators call it.
-	AdminAddr string
 	// ServerCertFile and ServerKeyFile are the AGTP server certificate,
 	// re-read when they change.
 	ServerCertFile string
@@ -118,7 +114,6 @@ func DefaultConfig() Config {
 		AGTPAddr:       "127.0.0.1:4480",
 		QUIC:           true,
 		HTTPSAddr:      "127.0.0.1:4443",
-		AdminAddr:      "127.0.0.1:4444",
 		ServerID:       "agtp.localhost",
 		OwnerID:        "operator@localhost",
 		Domain:         "localhost",
@@ -147,7 +142,6 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AGTPAddr, "agtp-addr", c.AGTPAddr, "AGTP listen address, TCP and UDP (env AGTP_ADDR)")
 	fs.BoolVar(&c.QUIC, "quic", c.QUIC, "serve AGTP over QUIC too (env AGTP_QUIC)")
 	fs.StringVar(&c.HTTPSAddr, "https-addr", c.HTTPSAddr, "public HTTPS listen address for .well-known, JWKS, health and AGP (env HTTPS_ADDR)")
-	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "admin HTTPS listen address for the internal APIs' REST routes, suite client certificates only; empty disables (env AGTP_ADMIN_ADDR)")
 	fs.StringVar(&c.ServerCertFile, "server-cert", c.ServerCertFile, "AGTP server certificate, PEM (env AGTP_SERVER_CERT_FILE)")
 	fs.StringVar(&c.ServerKeyFile, "server-key", c.ServerKeyFile, "AGTP server key, PEM (env AGTP_SERVER_KEY_FILE)")
 	fs.StringVar(&c.AgentCAFile, "agent-ca", c.AgentCAFile, "PEM bundle of agent CAs whose Agent Certificates prove an Agent-ID, never the suite CA (env AGTP_AGENT_CA_FILE)")
@@ -194,10 +188,6 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
 		}
-	}
-	// Set but empty disables the admin listener, as -admin-addr= does.
-	if v, ok := lookup("AGTP_ADMIN_ADDR"); ok {
-		c.AdminAddr = v
 	}
 	for key, dst := range map[string]*time.Duration{
 		"AGTP_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_HEADER_TIMEOUT": &c.HeaderTimeout, "AGTP_REQUEST_TIMEOUT": &c.RequestTimeout,
@@ -298,8 +288,7 @@ func (c Config) Validate() error {
 }
 
 // publicOnLoopback reports whether every listener a stranger could reach
-// is bound to a loopback address. The admin listener is not one: it
-// refuses any client without a suite certificate at the handshake.
+// is bound to a loopback address.
 func (c Config) publicOnLoopback() bool {
 	for _, addr := range []string{c.AGTPAddr, c.HTTPSAddr} {
 		if addr != "" && !kit.IsLoopbackAddr(addr) {

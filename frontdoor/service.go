@@ -1,8 +1,6 @@
 // Package frontdoor is the AGTP front door: it terminates AGTP over TLS/TCP
 // and QUIC, runs the request pipeline against the internal services, and
-// serves two HTTPS planes: the public one (/.well-known/agtp, JWKS,
-// health, AGP) and the admin one (the internal APIs' REST routes, to
-// suite-CA client certificates only).
+// serves the public HTTPS listener (/.well-known/agtp, JWKS, health, AGP).
 package frontdoor
 
 import (
@@ -60,8 +58,6 @@ type Service struct {
 	catalogC  catalogv1.CatalogServiceClient
 	https     *http.Server
 	httpsLn   net.Listener
-	admin     *http.Server
-	adminLn   net.Listener
 	ready     chan struct{}
 	bindings  *pipeline.Bindings
 	peers     *client.Client
@@ -237,23 +233,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		}
 		s.https = kit.NewHTTPServer(httpsapi.Handler(hopts), httpsapi.TLSConfig(s.transport.GetCertificate), base.Log)
 	}
-	if cfg.AdminAddr != "" {
-		h, err := httpsapi.AdminHandler(ctx, httpsapi.AdminOptions{
-			Catalog: catalogConn, Identity: identityConn, Policy: policyConn, Audit: auditConn, RCNS: rcnsConn,
-		})
-		if err != nil {
-			return nil, err
-		}
-		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
-			return nil, fmt.Errorf("listen admin on %s: %w", cfg.AdminAddr, err)
-		}
-		s.admin = kit.NewHTTPServer(h, httpsapi.AdminTLSConfig(base.MTLS), base.Log)
-	}
 	s.agents.OnSession = s.pipeline.DropSession
 	if err := s.observeTransport(meter); err != nil {
 		return nil, err
 	}
-	base.Server.Register(HealthName, nil)
+	base.Server.Register(HealthName, nil, nil)
 	base.Server.ReadyWhen(s.ready)
 	return s, nil
 }
@@ -347,14 +331,6 @@ func (s *Service) HTTPSAddr() string {
 	return s.httpsLn.Addr().String()
 }
 
-// AdminAddr is the bound admin HTTPS address, or "".
-func (s *Service) AdminAddr() string {
-	if s.adminLn == nil {
-		return ""
-	}
-	return s.adminLn.Addr().String()
-}
-
 // GRPCAddr is the bound gRPC (health) address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }
 
@@ -374,10 +350,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.https != nil {
 		tasks = append(tasks, s.serveHTTPS("https", s.https, s.httpsLn,
 			"serves", "/.well-known/agtp, JWKS, health, AGP", "client_certificates", "not asked"))
-	}
-	if s.admin != nil {
-		tasks = append(tasks, s.serveHTTPS("admin", s.admin, s.adminLn,
-			"serves", "/v1 REST routes of the internal APIs, health", "client_certificates", "required, suite CA"))
 	}
 	err := s.base.Run(ctx, tasks...)
 	s.closeClients()
@@ -434,9 +406,6 @@ func (s *Service) Close() error {
 	}
 	if s.httpsLn != nil {
 		_ = s.httpsLn.Close()
-	}
-	if s.adminLn != nil {
-		_ = s.adminLn.Close()
 	}
 	return s.base.Close(context.Background())
 }

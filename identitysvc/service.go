@@ -65,7 +65,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("identitysvc: %w", err)
 	}
 	identityv1.RegisterIdentityServiceServer(base.Server.GRPC(), srv)
-	base.Server.Register(HealthName, identityv1.RegisterIdentityServiceHandler)
+	base.Server.Register(HealthName, identityv1.RegisterIdentityServiceHandler, Access())
 	return &Service{base: base, srv: srv, audit: audit}, nil
 }
 

@@ -67,16 +67,16 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("policysvc tasks: %w", err)
 	}
 	policyv1.RegisterPolicyServiceServer(base.Server.GRPC(), srv)
-	base.Server.Register(HealthName, policyv1.RegisterPolicyServiceHandler)
+	base.Server.Register(HealthName, policyv1.RegisterPolicyServiceHandler, PolicyAccess())
 	taskv1.RegisterTaskServiceServer(base.Server.GRPC(), tasksrv)
-	base.Server.Register(TaskHealthName, taskv1.RegisterTaskServiceHandler)
+	base.Server.Register(TaskHealthName, taskv1.RegisterTaskServiceHandler, TaskAccess())
 	agpsrv, err := agp.New(base.Redis, base.Log, cfg.AGP)
 	if err != nil {
 		_ = base.Close(ctx)
 		return nil, fmt.Errorf("policysvc agp: %w", err)
 	}
 	agpv1.RegisterAgpServiceServer(base.Server.GRPC(), agpsrv)
-	base.Server.Register(AGPHealthName, agpv1.RegisterAgpServiceHandler)
+	base.Server.Register(AGPHealthName, agpv1.RegisterAgpServiceHandler, AGPAccess())
 	return &Service{base: base, srv: srv, task: tasksrv, agp: agpsrv}, nil
 }
 

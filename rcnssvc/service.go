@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg Config) (_ *Service, err error) {
 		return nil, fmt.Errorf("rcnssvc: %w", err)
 	}
 	rcnsv1.RegisterRcnsServiceServer(base.Server.GRPC(), s.srv)
-	base.Server.Register(HealthName, rcnsv1.RegisterRcnsServiceHandler)
+	base.Server.Register(HealthName, rcnsv1.RegisterRcnsServiceHandler, Access())
 	return s, nil
 }
 

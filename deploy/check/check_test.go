@@ -61,8 +61,6 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"unknown Secret", `[{"op":"replace","path":"/spec/template/spec/volumes/0/secret/secretName","value":"nope"}]`, "Deployment", "", "Secret nope"},
 		{"HPA below one replica", `[{"op":"replace","path":"/spec/minReplicas","value":0}]`, "HorizontalPodAutoscaler", "", "minReplicas"},
 		{"an internal service made public", `[{"op":"replace","path":"/spec/type","value":"LoadBalancer"}]`, "Service", "catalogsvc", "only the front door"},
-		{"the admin listener on the public Service", `[{"op":"add","path":"/spec/ports/-","value":{"name":"admin","port":4444,"targetPort":"admin","protocol":"TCP"}}]`, "Service", "", "admin listener"},
-		{"the admin listener on the public Service by number", `[{"op":"add","path":"/spec/ports/-","value":{"name":"ops","port":8444,"targetPort":4444,"protocol":"TCP"}}]`, "Service", "", "admin listener"},
 		{"a PDB that selects nothing", `[{"op":"replace","path":"/spec/selector/matchLabels/app.kubernetes.io~1name","value":"nothing"}]`, "PodDisruptionBudget", "catalogsvc", "matches 0 workloads"},
 		{"no default deny", `[{"op":"replace","path":"/spec/policyTypes","value":["Ingress"]}]`, "NetworkPolicy", "agtp-default-deny", "default-deny"},
 		{"readiness not on gRPC health", `[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/exec/command","value":["/usr/local/bin/service","-h"]}]`, "Deployment", "policysvc", "healthcheck"},
@@ -70,47 +68,88 @@ func TestChecksCatchMistakes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			write := func(name, content string) {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			abs, err := filepath.Abs(filepath.Join("..", "k8s", "overlays", "dev"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Kustomize refuses files outside the root, but accepts
-			// another kustomization directory as a resource.
-			rel, err := filepath.Rel(dir, abs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			write("patch.json", tc.patch)
 			name := tc.target
 			if name == "" {
 				name = "frontdoor"
 			}
-			write("kustomization.yaml", "resources:\n  - "+rel+"\npatches:\n  - path: patch.json\n    target:\n      kind: "+tc.kind+"\n      name: "+name+"\n")
-			objs, err := Build(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var msgs []string
-			for _, o := range objs {
-				if err := Validate(o); err != nil {
-					msgs = append(msgs, err.Error())
-				}
-			}
-			if len(msgs) == 0 {
-				for _, err := range Rules(objs) {
-					msgs = append(msgs, err.Error())
-				}
-			}
-			all := strings.Join(msgs, "\n")
-			if !strings.Contains(all, tc.want) {
+			if all := brokenCopy(t, "dev", tc.kind, name, tc.patch); !strings.Contains(all, tc.want) {
 				t.Fatalf("want an error mentioning %q, got:\n%s", tc.want, all)
 			}
 		})
 	}
+}
+
+// TestIdentityChecksCatchMistakes breaks the client identities of the prod
+// overlay's cert-manager Certificates: each client certificate names
+// exactly its own identity as a SPIFFE ID in the suite's trust domain, and
+// the public AGTP server certificate names none.
+func TestIdentityChecksCatchMistakes(t *testing.T) {
+	cases := []struct {
+		name   string
+		patch  string // a JSON6902 patch on the target
+		kind   string
+		target string
+		want   string
+	}{
+		{"a service certificate without its SPIFFE ID", `[{"op":"remove","path":"/spec/uris"}]`, "Certificate", "agtp-catalogsvc-tls", "want exactly one: spiffe://agtp.internal/service/catalogsvc"},
+		{"a service certificate naming another service", `[{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/service/policysvc"]}]`, "Certificate", "agtp-catalogsvc-tls", "names service/policysvc, want service/catalogsvc"},
+		{"a service certificate naming an operator", `[{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/operator/frontdoor"]}]`, "Certificate", "agtp-frontdoor-tls", "want service/frontdoor"},
+		{"a service certificate with two SPIFFE IDs", `[{"op":"add","path":"/spec/uris/-","value":"spiffe://agtp.internal/operator/admin"}]`, "Certificate", "agtp-auditsvc-tls", "carries 2 SPIFFE IDs"},
+		{"a SPIFFE ID in another trust domain", `[{"op":"replace","path":"/spec/uris","value":["spiffe://corp.example/service/rcnssvc"]}]`, "Certificate", "agtp-rcnssvc-tls", "not in the suite's trust domain agtp.internal"},
+		{"an operator certificate without its SPIFFE ID", `[{"op":"remove","path":"/spec/uris"}]`, "Certificate", "agtp-admin-tls", "want exactly one: spiffe://agtp.internal/operator/admin"},
+		{"an operator certificate naming a service", `[{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/service/admin"]}]`, "Certificate", "agtp-admin-tls", "want operator/admin"},
+		{"the internal system's certificate naming an operator", `[{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/operator/reporting"]}]`, "Certificate", "agtp-system-reporting-tls", "want system/reporting"},
+		{"an unknown kind", `[{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/agent/reporting"]}]`, "Certificate", "agtp-system-reporting-tls", "kind service, operator or system"},
+		{"another client certificate claiming a service", `[{"op":"replace","path":"/spec/secretName","value":"agtp-deployer-tls"},{"op":"replace","path":"/spec/uris","value":["spiffe://agtp.internal/service/catalogsvc"]}]`, "Certificate", "agtp-admin-tls", "names a service"},
+		{"a SPIFFE ID on the public certificate", `[{"op":"add","path":"/spec/uris","value":["spiffe://agtp.internal/service/frontdoor"]}]`, "Certificate", "agtp-frontdoor-public-tls", "public AGTP server certificate carries SPIFFE IDs"},
+		{"a trust domain the certificates are not in", `[{"op":"add","path":"/data/AGTP_TRUST_DOMAIN","value":"corp.example"}]`, "ConfigMap", "agtp-common", "not in the suite's trust domain corp.example"},
+		{"the services in different trust domains", `[{"op":"add","path":"/spec/template/spec/containers/0/env/-","value":{"name":"AGTP_TRUST_DOMAIN","value":"corp.example"}}]`, "Deployment", "policysvc", "disagree on AGTP_TRUST_DOMAIN"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if all := brokenCopy(t, "prod", tc.kind, tc.target, tc.patch); !strings.Contains(all, tc.want) {
+				t.Fatalf("want an error mentioning %q, got:\n%s", tc.want, all)
+			}
+		})
+	}
+}
+
+// brokenCopy builds an overlay with patch applied to the kind named
+// target, and returns every message of the checks, joined.
+func brokenCopy(t *testing.T, overlay, kind, target, patch string) string {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	abs, err := filepath.Abs(filepath.Join("..", "k8s", "overlays", overlay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kustomize refuses files outside the root, but accepts
+	// another kustomization directory as a resource.
+	rel, err := filepath.Rel(dir, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("patch.json", patch)
+	write("kustomization.yaml", "resources:\n  - "+rel+"\npatches:\n  - path: patch.json\n    target:\n      kind: "+kind+"\n      name: "+target+"\n")
+	objs, err := Build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, o := range objs {
+		if err := Validate(o); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) == 0 {
+		for _, err := range Rules(objs) {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	return strings.Join(msgs, "\n")
 }

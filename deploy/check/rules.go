@@ -3,6 +3,8 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -20,9 +22,29 @@ import (
 // Service, a HorizontalPodAutoscaler and a PodDisruptionBudget.
 var Services = []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"}
 
-// AdminPort names the front door's container port of its admin listener
-// (the internal APIs' REST routes), which no public Service may expose.
-const AdminPort = "admin"
+// DefaultTrustDomain is the SPIFFE trust domain of the suite's client
+// identities when AGTP_TRUST_DOMAIN is not set (services/access).
+const DefaultTrustDomain = "agtp.internal"
+
+// PublicCertSecret is the Secret of the front door's public AGTP server
+// certificate, which agents verify and which names no suite identity.
+const PublicCertSecret = "agtp-frontdoor-public-tls"
+
+// ClientIdentities are the suite's client certificates, by Secret, and the
+// identity (kind/name) each must name with its SPIFFE ID: every service's
+// own, the operator's and the internal system's (services/devpki.IdentityOf).
+// Any other client certificate in the build must name one operator or
+// internal system.
+var ClientIdentities = func() map[string]string {
+	m := map[string]string{
+		"agtp-admin-tls":            "operator/admin",
+		"agtp-system-reporting-tls": "system/reporting",
+	}
+	for _, s := range Services {
+		m["agtp-"+s+"-tls"] = "service/" + s
+	}
+	return m
+}()
 
 // ExternalSecrets are the Secrets the manifests mount but do not contain:
 // the operator creates them (deploy/k8s/README.md), deploy/devsecrets makes
@@ -115,7 +137,7 @@ func Rules(objs []*Object) []error {
 	}
 
 	// Services: selectors match pods, named target ports exist, only the
-	// front door is public, and not its admin listener.
+	// front door is public.
 	for _, o := range byKind["Service"] {
 		svc := o.External.(*corev1.Service)
 		public := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
@@ -126,13 +148,6 @@ func Rules(objs []*Object) []error {
 		if len(matched) == 0 {
 			fail("%s: selector %v matches no workload", o, svc.Spec.Selector)
 			continue
-		}
-		if public {
-			for _, sp := range svc.Spec.Ports {
-				if slices.ContainsFunc(matched, func(p pod) bool { return targetsPortNamed(p.spec, sp, AdminPort) }) {
-					fail("%s: type %s: port %s exposes the front door's admin listener, which must stay inside the cluster", o, svc.Spec.Type, sp.Name)
-				}
-			}
 		}
 		for _, sp := range svc.Spec.Ports {
 			if sp.TargetPort.StrVal == "" {
@@ -145,6 +160,9 @@ func Rules(objs []*Object) []error {
 			}
 		}
 	}
+
+	// Client certificates name their identity; the public one names none.
+	checkIdentities(byKind, pods, fail)
 
 	// HPAs scale Deployments that exist; PDBs cover exactly one workload.
 	for _, o := range byKind["HorizontalPodAutoscaler"] {
@@ -220,6 +238,142 @@ func Rules(objs []*Object) []error {
 	}
 	return errs
 }
+
+// checkIdentities holds the cert-manager Certificates in the build to the
+// identities the services read from client certificates (services/access):
+// a certificate for client use carries exactly one SPIFFE ID,
+// spiffe://<trust domain>/<kind>/<name> in the trust domain the services
+// are configured with, naming the identity its Secret stands for
+// (ClientIdentities; another one must name an operator or internal
+// system); the public AGTP server certificate carries none.
+func checkIdentities(byKind map[string][]*Object, pods []pod, fail func(string, ...any)) {
+	certs := byKind["Certificate"]
+	if len(certs) == 0 {
+		return
+	}
+	domain, ok := trustDomain(byKind, pods, fail)
+	if !ok {
+		return
+	}
+	for _, o := range certs {
+		var c Certificate
+		if err := json.Unmarshal(o.JSON, &c); err != nil {
+			fail("%s: %v", o, err)
+			continue
+		}
+		var spiffe []string
+		for _, u := range c.Spec.URIs {
+			if strings.HasPrefix(strings.ToLower(u), "spiffe:") {
+				spiffe = append(spiffe, u)
+			}
+			if strings.HasPrefix(strings.ToLower(u), "agtp:") {
+				fail("%s: URI SAN %s is an Agent-ID, which the suite CA never certifies", o, u)
+			}
+		}
+		want, known := ClientIdentities[c.Spec.SecretName]
+		switch {
+		case c.Spec.SecretName == PublicCertSecret:
+			if len(spiffe) > 0 {
+				fail("%s: the public AGTP server certificate carries SPIFFE IDs %v; it must name no suite identity", o, spiffe)
+			}
+			continue
+		case c.Spec.IsCA:
+			if len(spiffe) > 0 {
+				fail("%s: a CA certificate carries SPIFFE IDs %v", o, spiffe)
+			}
+			continue
+		case !known && !slices.Contains(c.Spec.Usages, "client auth"):
+			continue
+		}
+		if len(spiffe) != 1 {
+			if known {
+				fail("%s: carries %d SPIFFE IDs %v, want exactly one: %s", o, len(spiffe), spiffe, spiffeID(domain, want))
+			} else {
+				fail("%s: a client certificate carries %d SPIFFE IDs %v, want exactly one naming an operator or internal system in trust domain %s", o, len(spiffe), spiffe, domain)
+			}
+			continue
+		}
+		got, err := parseSPIFFE(spiffe[0], domain)
+		switch {
+		case err != nil:
+			fail("%s: %v", o, err)
+		case known && got != want:
+			fail("%s: SPIFFE ID %s names %s, want %s (%s)", o, spiffe[0], got, want, spiffeID(domain, want))
+		case !known && strings.HasPrefix(got, "service/"):
+			fail("%s: SPIFFE ID %s names a service, but %s is not that service's certificate (agtp-<service>-tls)", o, spiffe[0], c.Spec.SecretName)
+		}
+		if known && !slices.Contains(c.Spec.Usages, "client auth") {
+			fail("%s: the %s certificate needs the client auth usage", o, want)
+		}
+	}
+}
+
+// trustDomain is the SPIFFE trust domain the suite's services recognise:
+// AGTP_TRUST_DOMAIN from each one's environment (its own env, else the
+// ConfigMaps it loads), the default when unset. All must agree.
+func trustDomain(byKind map[string][]*Object, pods []pod, fail func(string, ...any)) (string, bool) {
+	configMaps := map[string]*corev1.ConfigMap{}
+	for _, o := range byKind["ConfigMap"] {
+		if cm, ok := o.External.(*corev1.ConfigMap); ok {
+			configMaps[cm.Name] = cm
+		}
+	}
+	seen := map[string][]string{}
+	for _, p := range pods {
+		if p.kind != "Deployment" || !slices.Contains(Services, p.name) || len(p.spec.Containers) == 0 {
+			continue
+		}
+		c := p.spec.Containers[0]
+		domain := DefaultTrustDomain
+		for _, ef := range c.EnvFrom {
+			if ef.ConfigMapRef == nil {
+				continue
+			}
+			if cm := configMaps[ef.ConfigMapRef.Name]; cm != nil {
+				if v, ok := cm.Data[ef.Prefix+"AGTP_TRUST_DOMAIN"]; ok && v != "" {
+					domain = v
+				}
+			}
+		}
+		for _, e := range c.Env {
+			if e.Name == "AGTP_TRUST_DOMAIN" && e.ValueFrom == nil && e.Value != "" {
+				domain = e.Value
+			}
+		}
+		seen[domain] = append(seen[domain], p.name)
+	}
+	switch len(seen) {
+	case 0:
+		return DefaultTrustDomain, true
+	case 1:
+		for d := range seen {
+			return d, true
+		}
+	}
+	fail("the services disagree on AGTP_TRUST_DOMAIN: %v", seen)
+	return "", false
+}
+
+// nameSyntax is services/access's syntax of an identity's name.
+var nameSyntax = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// parseSPIFFE reads spiffe://<domain>/<kind>/<name> as kind/name.
+func parseSPIFFE(s, domain string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "spiffe" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("SPIFFE ID %s is not spiffe://<trust domain>/<kind>/<name>", s)
+	}
+	if u.Host != domain {
+		return "", fmt.Errorf("SPIFFE ID %s is not in the suite's trust domain %s", s, domain)
+	}
+	kind, name, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+	if !ok || (kind != "service" && kind != "operator" && kind != "system") || !nameSyntax.MatchString(name) {
+		return "", fmt.Errorf("SPIFFE ID %s does not name <kind>/<name> with kind service, operator or system and a lower-case name", s)
+	}
+	return kind + "/" + name, nil
+}
+
+func spiffeID(domain, id string) string { return "spiffe://" + domain + "/" + id }
 
 func checkSecret(owner, name string, has func(kind, name string) bool, issued map[string]bool, fail func(string, ...any)) {
 	if !has("Secret", name) && !issued[name] && !slices.Contains(ExternalSecrets, name) {
@@ -338,21 +492,6 @@ func matchPods(pods []pod, selector map[string]string) []pod {
 		}
 	}
 	return out
-}
-
-// targetsPortNamed reports whether sp reaches the container port called
-// name, whether it targets it by name or by number.
-func targetsPortNamed(ps *corev1.PodSpec, sp corev1.ServicePort, name string) bool {
-	if sp.TargetPort.StrVal != "" {
-		return sp.TargetPort.StrVal == name
-	}
-	num := sp.TargetPort.IntVal
-	if num == 0 {
-		num = sp.Port
-	}
-	return slices.ContainsFunc(ps.Containers, func(c corev1.Container) bool {
-		return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == name && p.ContainerPort == num })
-	})
 }
 
 func hasPort(ps *corev1.PodSpec, name string, proto corev1.Protocol) bool {

@@ -7,7 +7,8 @@
 // (k8s.io/kubernetes/pkg/apis/*/validation). The suite's own rules come on
 // top (rules.go): probes, resources and a non-root, read-only container for
 // every workload; a Service, HorizontalPodAutoscaler, PodDisruptionBudget
-// for every service; references that resolve; only the front door public.
+// for every service; references that resolve; only the front door public;
+// every suite client certificate naming its own identity.
 //
 // It is a separate module so that the Kubernetes dependencies stay out of
 // the suite's go.mod. Nothing is downloaded at run time: no JSON schemas,
@@ -17,6 +18,7 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -229,6 +231,7 @@ type Certificate struct {
 		SecretName  string   `json:"secretName"`
 		CommonName  string   `json:"commonName,omitempty"`
 		DNSNames    []string `json:"dnsNames,omitempty"`
+		URIs        []string `json:"uris,omitempty"`
 		IsCA        bool     `json:"isCA,omitempty"`
 		Usages      []string `json:"usages,omitempty"`
 		Duration    string   `json:"duration,omitempty"`
@@ -278,6 +281,11 @@ func validateCertManager(o *Object) error {
 		}
 		if !c.Spec.IsCA && len(c.Spec.DNSNames) == 0 && !contains(c.Spec.Usages, "client auth") {
 			errs = append(errs, "a server certificate needs spec.dnsNames")
+		}
+		for _, u := range c.Spec.URIs {
+			if parsed, err := url.Parse(u); err != nil || parsed.Scheme == "" {
+				errs = append(errs, fmt.Sprintf("spec.uris: %q is not an absolute URI", u))
+			}
 		}
 		for _, u := range c.Spec.Usages {
 			if !cmUsages[u] {

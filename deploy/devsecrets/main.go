@@ -1,8 +1,9 @@
 // Command devsecrets prints the Kubernetes Secrets the suite's manifests
 // mount, made from a development PKI (services/devpki): one mTLS
 // certificate per service, the front door's AGTP server certificate, an
-// operator certificate, the Ed25519 signing key and a Redis password with
-// the matching REDIS_URL for deploy/k8s/redis-cluster.
+// operator certificate (operator/admin), an internal system's certificate
+// (system/reporting), the Ed25519 signing key and a Redis password with the
+// matching REDIS_URL for deploy/k8s/redis-cluster.
 //
 //	go run ./deploy/devsecrets -namespace agtp-dev | kubectl apply -f -
 //

@@ -78,7 +78,9 @@ func Make(o Options) ([]Secret, error) {
 	}
 
 	var out []Secret
-	for _, name := range append(append([]string{}, devpki.ServiceNames...), devpki.Admin) {
+	// The services', then the operator's and the internal system's client
+	// certificates: each names its identity as a SPIFFE ID.
+	for _, name := range append(append([]string{}, devpki.ServiceNames...), devpki.Admin, devpki.InternalSystem) {
 		s, err := tlsSecret("agtp-"+name+"-tls", name)
 		if err != nil {
 			return nil, err

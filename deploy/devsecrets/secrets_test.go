@@ -40,12 +40,13 @@ func TestSecretsAreTheOnesTheManifestsMount(t *testing.T) {
 	got := decode(t, buf.Bytes())
 
 	// deploy/check.ExternalSecrets (the Secrets the manifests mount but do
-	// not contain), plus the operator's certificate.
+	// not contain), plus the operator's and the internal system's
+	// certificates, named as the cert-manager component names them.
 	want := []string{
 		"agtp-signing-key", "agtp-redis", "agtp-frontdoor-public-tls",
 		"agtp-frontdoor-tls", "agtp-catalogsvc-tls", "agtp-policysvc-tls",
 		"agtp-rcnssvc-tls", "agtp-identitysvc-tls", "agtp-auditsvc-tls",
-		"agtp-admin-tls",
+		"agtp-admin-tls", "agtp-system-reporting-tls",
 	}
 	var names []string
 	for n, s := range got {
@@ -79,6 +80,44 @@ func TestSecretsAreTheOnesTheManifestsMount(t *testing.T) {
 				if _, err := leaf.Verify(x509.VerifyOptions{DNSName: svc, Roots: pool, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 					t.Errorf("%s: %v", svc, err)
 				}
+			}
+		}
+	})
+
+	t.Run("client certificates name their identity as a SPIFFE ID, the public certificate none", func(t *testing.T) {
+		// The identities deploy/k8s/components/cert-manager issues.
+		ids := map[string]string{
+			"agtp-frontdoor-tls":        "spiffe://agtp.internal/service/frontdoor",
+			"agtp-catalogsvc-tls":       "spiffe://agtp.internal/service/catalogsvc",
+			"agtp-policysvc-tls":        "spiffe://agtp.internal/service/policysvc",
+			"agtp-rcnssvc-tls":          "spiffe://agtp.internal/service/rcnssvc",
+			"agtp-identitysvc-tls":      "spiffe://agtp.internal/service/identitysvc",
+			"agtp-auditsvc-tls":         "spiffe://agtp.internal/service/auditsvc",
+			"agtp-admin-tls":            "spiffe://agtp.internal/operator/admin",
+			"agtp-system-reporting-tls": "spiffe://agtp.internal/system/reporting",
+			"agtp-frontdoor-public-tls": "",
+		}
+		for name, want := range ids {
+			s := got[name]
+			pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+			var uris []string
+			for _, u := range leaf.URIs {
+				uris = append(uris, u.String())
+			}
+			if want == "" && len(uris) != 0 || want != "" && !slices.Equal(uris, []string{want}) {
+				t.Errorf("%s: URI SANs %v, want %q", name, uris, want)
+			}
+			if want == "" {
+				continue
+			}
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(s.Data["ca.crt"])
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				t.Errorf("%s: not a client certificate of the suite CA: %v", name, err)
 			}
 		}
 	})

@@ -23,9 +23,12 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agtpsuite/agtp/services/access"
 )
 
 // Layout names the files in a state directory.
@@ -66,9 +69,30 @@ const AGTPServer = "agtp-server"
 // Admin is the name of the operator's client certificate.
 const Admin = "admin"
 
+// InternalSystem is the name of the certificate of an internal system of
+// the organisation (a reporting job), for trying the read APIs as one.
+const InternalSystem = "system-reporting"
+
+// IdentityOf is the client identity the certificate of a name carries: an
+// operator for Admin, an internal system for InternalSystem, none for the
+// AGTP server certificate (it never calls the services), and a service
+// for every other name.
+func IdentityOf(name string) access.Identity {
+	switch name {
+	case Admin:
+		return access.Identity{Kind: access.Operator, Name: "admin"}
+	case InternalSystem:
+		return access.Identity{Kind: access.System, Name: "reporting"}
+	case AGTPServer:
+		return access.Identity{}
+	}
+	return access.Identity{Kind: access.Service, Name: name}
+}
+
 // Ensure creates whatever is missing in dir: the CA, a certificate per
-// name, the AGTP server certificate, an admin client certificate, the
-// signing key and the agent CA.
+// name, the AGTP server certificate, an operator client certificate
+// (Admin), an internal system's (InternalSystem), the signing key and the
+// agent CA. Each client certificate names its identity as a SPIFFE ID.
 func Ensure(dir string, names ...string) (Layout, error) {
 	l := Layout{Dir: dir}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -83,9 +107,9 @@ func Ensure(dir string, names ...string) (Layout, error) {
 	if _, _, err := ensureCA(l.AgentCA(), l.AgentCAKey(), "AGTP suite development agent CA", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}); err != nil {
 		return l, err
 	}
-	all := append(append([]string{}, names...), AGTPServer, Admin)
+	all := append(append([]string{}, names...), AGTPServer, Admin, InternalSystem)
 	for _, n := range all {
-		if exists(l.Cert(n)) && exists(l.Key(n)) {
+		if exists(l.Cert(n)) && exists(l.Key(n)) && namesIdentity(l.Cert(n), n) {
 			continue
 		}
 		if err := issue(l, n, caCert, caKey); err != nil {
@@ -147,6 +171,46 @@ func ensureCA(certPath, keyPath, name string, usage []x509.ExtKeyUsage) (*x509.C
 	return cert, key, nil
 }
 
+// identityURIs is the URI SAN of a name's certificate: its SPIFFE ID in
+// the default trust domain, the one the services recognise
+// (docs/access.md).
+func identityURIs(name string) []*url.URL {
+	id := IdentityOf(name)
+	if id.IsZero() {
+		return nil
+	}
+	u, _ := url.Parse(access.SPIFFEID(access.DefaultTrustDomain, id))
+	return []*url.URL{u}
+}
+
+// namesIdentity reports whether the certificate at path carries the URI
+// SAN its name should; certificates from before identities were named in
+// them are reissued.
+func namesIdentity(path, name string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	want := identityURIs(name)
+	if len(cert.URIs) != len(want) {
+		return false
+	}
+	for i := range want {
+		if cert.URIs[i].String() != want[i].String() {
+			return false
+		}
+	}
+	return true
+}
+
 func issue(l Layout, name string, ca *x509.Certificate, caKey crypto.Signer) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -160,6 +224,7 @@ func issue(l Layout, name string, ca *x509.Certificate, caKey crypto.Signer) err
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{name, "localhost"},
+		URIs:         identityURIs(name),
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)

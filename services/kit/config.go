@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agtpsuite/agtp/services/access"
 )
 
 // Common is the configuration every service shares.
@@ -58,6 +60,13 @@ type Common struct {
 	// service and message to whoever may connect. Off by default; on for
 	// debugging with grpcurl and the like.
 	Reflection bool
+	// TrustDomain is the SPIFFE trust domain of the suite's identities:
+	// a client certificate naming spiffe://<trust domain>/<kind>/<name>
+	// is that service, operator or internal system (docs/access.md).
+	TrustDomain string
+	// IdentityMapFile maps external certificate names (another trust
+	// domain's SPIFFE IDs, DNS SANs) to identities; empty maps none.
+	IdentityMapFile string
 }
 
 // DefaultCommon returns defaults for the named service listening on the
@@ -70,6 +79,7 @@ func DefaultCommon(name, grpcAddr, httpAddr string) Common {
 		LogLevel:        "info",
 		LogFormat:       "text",
 		ShutdownTimeout: 10 * time.Second,
+		TrustDomain:     access.DefaultTrustDomain,
 	}
 }
 
@@ -127,6 +137,8 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline (env SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
 	fs.BoolVar(&c.Reflection, "grpc-reflection", c.Reflection, "serve the gRPC reflection API, for debugging (env GRPC_REFLECTION)")
+	fs.StringVar(&c.TrustDomain, "trust-domain", c.TrustDomain, "SPIFFE trust domain of the suite's client identities (env AGTP_TRUST_DOMAIN)")
+	fs.StringVar(&c.IdentityMapFile, "identity-map", c.IdentityMapFile, "JSON file mapping external certificate names to identities, e.g. {\"dns:ops.example\": \"operator/ops\"} (env AGTP_IDENTITY_MAP)")
 	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
 		return c.addPeers(v)
 	})
@@ -150,6 +162,8 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.LogLevel, "LOG_LEVEL")
 	set(&c.LogFormat, "LOG_FORMAT")
 	set(&c.PprofAddr, "PPROF_ADDR")
+	set(&c.TrustDomain, "AGTP_TRUST_DOMAIN")
+	set(&c.IdentityMapFile, "AGTP_IDENTITY_MAP")
 	if v, ok := lookup("SHUTDOWN_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {

@@ -56,7 +56,7 @@ func startServerWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Ba
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Server.Register("test.Service", nil)
+	b.Server.Register("test.Service", nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
@@ -276,7 +276,8 @@ func TestReflectionIsOffUnlessAsked(t *testing.T) {
 	}{{"default", false}, {"grpc-reflection on", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, _ := startServerWith(t, "catalogsvc", func(c *kit.Common) { c.Reflection = tc.on })
-			client, _ := startServer(t, "policysvc")
+			// Reflection is for operators (docs/access.md).
+			client, _ := startServer(t, "admin")
 			conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
 			if err != nil {
 				t.Fatal(err)

@@ -159,3 +159,15 @@ func (m *MTLS) verifyServer(cs tls.ConnectionState, serverName string) error {
 
 // ErrNoTLS is returned when a service is configured without certificates.
 var ErrNoTLS = errors.New("mTLS is required: set the suite CA, certificate and key")
+
+// Leaf is this process's own certificate, parsed.
+func (m *MTLS) Leaf() (*x509.Certificate, error) {
+	c, err := m.certificate()
+	if err != nil {
+		return nil, err
+	}
+	if c.Leaf != nil {
+		return c.Leaf, nil
+	}
+	return x509.ParseCertificate(c.Certificate[0])
+}

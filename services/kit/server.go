@@ -11,6 +11,7 @@ import (
 	goruntime "runtime"
 	"time"
 
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -36,6 +37,7 @@ type Server struct {
 	tel    *Telemetry
 	grpc   *grpc.Server
 	health *health.Server
+	guard  *access.Guard
 
 	// draining is cancelled when the drain starts; it ends open streams.
 	draining   context.Context
@@ -64,6 +66,10 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, log: deps.Logger, mtls: deps.MTLS, tel: deps.Telemetry}
 	s.draining, s.startDrain = context.WithCancel(context.Background())
 	s.health = health.NewServer()
+	var err error
+	if s.guard, err = newGuard(cfg, deps); err != nil {
+		return nil, err
+	}
 	sopts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig()))}
 	if deps.Telemetry.Recording {
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
@@ -77,8 +83,9 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		sopts = append(sopts, grpc.ChainUnaryInterceptor(propagateUnary), grpc.ChainStreamInterceptor(propagateStream))
 	}
 	s.grpc = grpc.NewServer(append(sopts,
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log)),
-		grpc.ChainStreamInterceptor(endOnDrain(s.draining), recoverStream(s.log), logStream(s.log)),
+		// The access check runs first: a refused call reaches no handler.
+		grpc.ChainUnaryInterceptor(s.guard.UnaryInterceptor(), recoverUnary(s.log), logUnary(s.log)),
+		grpc.ChainStreamInterceptor(s.guard.StreamInterceptor(), endOnDrain(s.draining), recoverStream(s.log), logStream(s.log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Callers hold long-lived connections; ageing them out spreads
 		// load onto replicas added later. Watch streams reconnect.
@@ -98,7 +105,6 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	// Until Run marks it ready, the service reports NOT_SERVING.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
-	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("listen grpc on %s: %w", cfg.GRPCAddr, err)
 	}
@@ -125,8 +131,14 @@ func (s *Server) HTTPAddr() string {
 	return s.httpLis.Addr().String()
 }
 
-// Register adds a service's health name and its gateway routes.
-func (s *Server) Register(healthName string, gw GatewayRegistrar) {
+// Register adds a service's health name, its gateway routes and its
+// access table (who may call each of its RPCs; anything it does not name
+// is refused). A method with two rules is a programming error and panics
+// at start-up.
+func (s *Server) Register(healthName string, gw GatewayRegistrar, rules access.Table) {
+	if err := s.guard.Add(rules); err != nil {
+		panic(err)
+	}
 	s.names = append(s.names, healthName)
 	s.health.SetServingStatus(healthName, healthpb.HealthCheckResponse_NOT_SERVING)
 	if gw != nil {
@@ -187,7 +199,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 	var httpSrv *http.Server
 	var gwConn *grpc.ClientConn
 	if s.httpLis != nil {
-		mux := runtime.NewServeMux()
+		mux := runtime.NewServeMux(s.guard.GatewayOptions()...)
 		var err error
 		gwConn, err = DialService(s.GRPCAddr(), s.cfg.Name, s.mtls, s.tel)
 		if err != nil {
@@ -285,3 +297,28 @@ func (s *Server) closeListeners() {
 		_ = s.httpLis.Close()
 	}
 }
+
+// newGuard builds the access guard from the trust domain and identity map,
+// and warns when this service's own certificate does not name it: its
+// calls to its peers would then be refused.
+func newGuard(cfg Common, deps Deps) (*access.Guard, error) {
+	mapping, err := access.LoadMapping(cfg.IdentityMapFile)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := access.NewRecognizer(cfg.TrustDomain, mapping)
+	if err != nil {
+		return nil, err
+	}
+	if leaf, err := deps.MTLS.Leaf(); err == nil {
+		want := access.Identity{Kind: access.Service, Name: cfg.Name}
+		if got := rec.Identify(leaf); got != want {
+			deps.Logger.Warn("this service's certificate does not name its identity; its peers will refuse its calls",
+				"want", access.SPIFFEID(rec.TrustDomain(), want), "certificate_names", got.String())
+		}
+	}
+	return access.NewGuard(rec, deps.Logger)
+}
+
+// Guard is the server's access guard.
+func (s *Server) Guard() *access.Guard { return s.guard }

@@ -47,9 +47,8 @@ type Config struct {
 	// Telemetry applies to every service.
 	Telemetry kit.TelemetryConfig
 	// Listen, when set, chooses the listen address of each service's
-	// listener ("grpc", "http", and the front door's "agtp", "https" and
-	// "admin"); tests use it to run the suite on free ports. Nil keeps the
-	// defaults.
+	// listener ("grpc", "http", and the front door's "agtp" and "https");
+	// tests use it to run the suite on free ports. Nil keeps the defaults.
 	Listen func(service, listener string) string
 }
 
@@ -74,9 +73,10 @@ type Suite struct {
 	mini    *miniredis.Miniredis
 	layout  devpki.Layout
 	Addrs   map[string]string
+	// Gateways are the services' REST gateway addresses, by service.
+	Gateways map[string]string
 
 	agtpAddr, httpsAddr string
-	adminAddr           string
 	demoAgent           *identitydemo.Agent
 	// agpKeyPath holds the demo agent's AGP API key.
 	agpKeyPath string
@@ -90,7 +90,7 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Suite{cfg: cfg, Addrs: map[string]string{}}
+	s := &Suite{cfg: cfg, Addrs: map[string]string{}, Gateways: map[string]string{}}
 	defer func() {
 		if err != nil && s.mini != nil {
 			s.mini.Close()
@@ -185,7 +185,6 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if cfg.Listen != nil {
 		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
 		front.HTTPSAddr = cfg.Listen(front.Name, "https")
-		front.AdminAddr = cfg.Listen(front.Name, "admin")
 	}
 	peers := map[string]string{
 		"auditsvc":    audit.GRPCAddr,
@@ -215,6 +214,9 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	}) {
 		s.members = append(s.members, member{name: name, run: svc.Run})
 		s.Addrs[name] = svc.GRPCAddr()
+		if gw, ok := svc.(interface{ HTTPAddr() string }); ok && gw.HTTPAddr() != "" {
+			s.Gateways[name] = gw.HTTPAddr()
+		}
 		closers = append(closers, func() { _ = svc.Close() })
 	}
 	a, err := auditsvc.New(ctx, audit)
@@ -249,15 +251,13 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	add("frontdoor", f)
 	s.agtpAddr = f.AGTPAddr()
 	s.httpsAddr = f.HTTPSAddr()
-	s.adminAddr = f.AdminAddr()
 	return s, nil
 }
 
-// AGTPAddr is the front door's AGTP address, HTTPSAddr its public HTTPS
-// listener and AdminAddr its admin one (the internal APIs' REST routes).
+// AGTPAddr is the front door's AGTP address and HTTPSAddr its public
+// HTTPS listener.
 func (s *Suite) AGTPAddr() string  { return s.agtpAddr }
 func (s *Suite) HTTPSAddr() string { return s.httpsAddr }
-func (s *Suite) AdminAddr() string { return s.adminAddr }
 
 // Layout is the suite's PKI.
 func (s *Suite) Layout() devpki.Layout { return s.layout }
@@ -386,12 +386,12 @@ Then try:
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
 `, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath, s.demoCert, s.demoCertKey)
-	if s.adminAddr != "" {
+	if gw := s.Gateways["catalogsvc"]; gw != "" {
 		fmt.Fprintf(s.cfg.Out, `
-The internal APIs' REST routes are on the admin listener, for a client
-certificate from the suite CA (the operator's):
+Each service serves its REST routes on its own gateway, to the client
+certificates its access table admits (docs/access.md); as the operator:
   curl --cacert %[2]s --cert %[3]s --key %[4]s https://%[1]s/v1/catalog/methods
-`, s.adminAddr, s.layout.CA(), s.layout.Cert(devpki.Admin), s.layout.Key(devpki.Admin))
+`, gw, s.layout.CA(), s.layout.Cert(devpki.Admin), s.layout.Key(devpki.Admin))
 	}
 }
 

@@ -26,8 +26,11 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 		agentA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 		agentB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	)
-	keys := startPolicy(t, testkit.PKI(t), testkit.StartRedis(t))
-	h := New(Options{Keys: keys, KeyCacheTTL: -1, Log: slog.New(slog.DiscardHandler)})
+	policy := startPolicy(t, testkit.PKI(t), testkit.StartRedis(t))
+	// The keys the test starts with are an operator's; the handler under
+	// test is the front door.
+	keys := policy.operator
+	h := New(Options{Keys: policy.frontdoor, KeyCacheTTL: -1, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	h.Register(mux)
 	ctx := context.Background()

@@ -19,7 +19,13 @@ import (
 
 // startPolicy runs a policysvc replica on rds and returns its AgpService
 // as the front door reaches it (mTLS, the front door's certificate).
-func startPolicy(t *testing.T, pki devpki.Layout, rds *testkit.Redis) agpv1.AgpServiceClient {
+// policyClients are connections to one policysvc as the front door and
+// as an operator.
+type policyClients struct {
+	frontdoor, operator agpv1.AgpServiceClient
+}
+
+func startPolicy(t *testing.T, pki devpki.Layout, rds *testkit.Redis) policyClients {
 	t.Helper()
 	cfg := policysvc.DefaultConfig()
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert("policysvc"), pki.Key("policysvc")
@@ -41,20 +47,23 @@ func startPolicy(t *testing.T, pki devpki.Layout, rds *testkit.Redis) agpv1.AgpS
 			t.Errorf("policysvc: %v", err)
 		}
 	})
-	m, err := kit.LoadMTLS(pki.CA(), pki.Cert("frontdoor"), pki.Key("frontdoor"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tel, err := kit.NewTelemetry(context.Background(), "frontdoor-test", kit.TelemetryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := kit.DialService(svc.GRPCAddr(), "policysvc", m, tel)
-	if err != nil {
-		t.Fatal(err)
+	dial := func(as string) agpv1.AgpServiceClient {
+		m, err := kit.LoadMTLS(pki.CA(), pki.Cert(as), pki.Key(as))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := kit.DialService(svc.GRPCAddr(), "policysvc", m, tel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return agpv1.NewAgpServiceClient(conn)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return agpv1.NewAgpServiceClient(conn)
+	return policyClients{frontdoor: dial("frontdoor"), operator: dial(devpki.Admin)}
 }
 
 func (c *keyCache) isWatching() bool {
@@ -69,7 +78,9 @@ func (c *keyCache) isWatching() bool {
 // where the front door's own /keys revokes one.
 func TestKeyChangesReachTheCache(t *testing.T) {
 	pki, rds := testkit.PKI(t), testkit.StartRedis(t)
-	viaA, viaB := startPolicy(t, pki, rds), startPolicy(t, pki, rds)
+	// A is an operator's connection (it manages keys directly), B the
+	// front door's.
+	viaA, viaB := startPolicy(t, pki, rds).operator, startPolicy(t, pki, rds).frontdoor
 	h := New(Options{Keys: viaB, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	h.Register(mux)

@@ -1,39 +1,28 @@
-// Package httpsapi is the front door's two HTTPS planes.
+// Package httpsapi is the front door's public HTTPS listener.
 //
-// The public listener serves what agents and the public need: the
-// organisation's /.well-known/agtp bootstrap document (core §6.1.14), the
-// JWKS that verifies Attribution-Records, health and readiness, and the
-// Agent Gateway Protocol binding (frontdoor/internal/agp). It asks for no
+// It serves what agents and the public need: the organisation's
+// /.well-known/agtp bootstrap document (core §6.1.14), the JWKS that
+// verifies Attribution-Records, health and readiness, and the Agent
+// Gateway Protocol binding (frontdoor/internal/agp). It asks for no
 // client certificate.
 //
-// The admin listener serves the REST routes of the internal services'
-// APIs (grpc-gateway) and its own health, to callers with a client
-// certificate from the suite CA only. The internal APIs are operator
-// tools (registering agents, revoking keys, reading audit chains); on a
-// listener of their own they can stay on loopback or a private network,
-// and a caller without a suite certificate is refused at the handshake,
-// before any HTTP is parsed, instead of by a check on the public port.
+// The internal APIs' REST routes are not here: each service serves its
+// own on its mutual-TLS REST gateway, where the service's access table
+// decides who may call each route (docs/access.md). The front door never
+// relays them, so it never speaks for an operator.
 package httpsapi
 
 import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
-	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
-	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
-	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
-	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
-	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
-	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // Options configure the public listener.
@@ -52,13 +41,6 @@ type Options struct {
 	AGP interface{ Register(*http.ServeMux) }
 }
 
-// AdminOptions configure the admin listener: the internal services'
-// connections whose REST routes it serves. A nil connection serves none
-// (rcnssvc is optional).
-type AdminOptions struct {
-	Catalog, Identity, Policy, Audit, RCNS *grpc.ClientConn
-}
-
 // TLSConfig is the public listener's TLS configuration. It presents the
 // front door's public AGTP server certificate (getCert: the AGTP
 // listener's reloader, so both rotate together), never the internal
@@ -71,17 +53,6 @@ func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tl
 		GetCertificate: getCert,
 		NextProtos:     []string{"h2", "http/1.1"},
 	}
-}
-
-// AdminTLSConfig is the admin listener's TLS configuration: the suite's
-// mutual TLS, as every internal service's REST gateway has. It presents
-// the front door's service certificate (issued by the suite CA, which is
-// what operators' tools trust) and requires a client certificate from the
-// suite CA, both re-read when their files change.
-func AdminTLSConfig(m *kit.MTLS) *tls.Config {
-	cfg := m.ServerConfig()
-	cfg.NextProtos = []string{"h2", "http/1.1"}
-	return cfg
 }
 
 // Handler builds the public listener's handler.
@@ -123,48 +94,18 @@ func Handler(o Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	// A client looking for the internal APIs here is told where they are
-	// rather than given a bare 404; the admin address itself is not
-	// published to the public.
+	// rather than given a bare 404; their addresses are not published to
+	// the public.
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{
 			"error":       "not-found",
-			"explanation": "the internal APIs are not served on the public listener: they are on the front door's admin listener (AGTP_ADMIN_ADDR), with a client certificate from the suite CA",
+			"explanation": "the internal APIs are not served on the public listener: each service serves its REST routes on its own gateway, to the client certificates its access table admits",
 		})
 	})
 	if o.AGP != nil {
 		o.AGP.Register(mux)
 	}
 	return mux
-}
-
-// AdminHandler builds the admin listener's handler: the REST routes of
-// the internal services' APIs under /v1/, and /healthz. Who may call is
-// decided by AdminTLSConfig at the handshake.
-func AdminHandler(ctx context.Context, o AdminOptions) (http.Handler, error) {
-	gw := runtime.NewServeMux()
-	regs := []struct {
-		conn *grpc.ClientConn
-		reg  func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
-	}{
-		{o.Catalog, catalogv1.RegisterCatalogServiceHandler},
-		{o.Identity, identityv1.RegisterIdentityServiceHandler},
-		{o.Policy, policyv1.RegisterPolicyServiceHandler},
-		{o.Policy, agpv1.RegisterAgpServiceHandler},
-		{o.Audit, auditv1.RegisterAuditServiceHandler},
-		{o.RCNS, rcnsv1.RegisterRcnsServiceHandler},
-	}
-	for _, r := range regs {
-		if r.conn == nil {
-			continue
-		}
-		if err := r.reg(ctx, gw, r.conn); err != nil {
-			return nil, fmt.Errorf("register REST routes: %w", err)
-		}
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
-	mux.HandleFunc("GET /healthz", healthz)
-	return mux, nil
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) {

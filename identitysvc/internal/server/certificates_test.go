@@ -123,7 +123,7 @@ func certEnv(t testing.TB, opts Options) (identityv1.IdentityServiceClient, *log
 	if err != nil {
 		t.Fatal(err)
 	}
-	return identityv1.NewIdentityServiceClient(testkit.ServeGRPC(t, srv.Register)), logs
+	return identityv1.NewIdentityServiceClient(testkit.ServeGRPCAs(t, testkit.FrontDoor, srv.Register)), logs
 }
 
 func TestIssueAgentCertificate(t *testing.T) {

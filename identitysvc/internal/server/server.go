@@ -19,6 +19,7 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 
@@ -104,6 +105,11 @@ func (s *Server) ResolveAgent(ctx context.Context, req *identityv1.ResolveAgentR
 		return nil, err
 	}
 	if sid := req.GetSessionId(); sid != "" {
+		// Binding a session to an agent's client key is the front door's
+		// fact to state: it proved the key.
+		if !fromFrontDoor(ctx) {
+			return nil, grpcerr.PermissionDenied(access.ReasonNotPermitted, "only the front door binds sessions (session_id)")
+		}
 		fp := req.GetClientKeyFingerprint()
 		if fp != "" && !agtp.IsCanonicalID(fp) {
 			return nil, grpcerr.InvalidArgument(registry.ReasonParameterInvalid, "client_key_fingerprint must be 64 lowercase hex digits")
@@ -154,16 +160,17 @@ func (s *Server) TransitionLifecycle(ctx context.Context, req *identityv1.Transi
 		}
 		deadline = req.GetMigrationDeadline().AsTime()
 	}
-	res, err := s.reg.Transition(ctx, registry.TransitionRequest{
-		AgentID:              req.GetAgentId(),
-		Transition:           req.GetTransition(),
-		Reason:               req.GetReason(),
-		Actor:                req.GetActor(),
-		SuccessorAgentID:     req.GetSuccessorAgentId(),
-		MigrationDeadline:    deadline,
-		ClientKeyFingerprint: req.GetClientKeyFingerprint(),
-		CallerAgentID:        req.GetCallerAgentId(),
-	})
+	tr := registry.TransitionRequest{
+		AgentID:           req.GetAgentId(),
+		Transition:        req.GetTransition(),
+		Reason:            req.GetReason(),
+		SuccessorAgentID:  req.GetSuccessorAgentId(),
+		MigrationDeadline: deadline,
+	}
+	if err := callerFacts(ctx, &tr, req); err != nil {
+		return nil, err
+	}
+	res, err := s.reg.Transition(ctx, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -307,4 +314,36 @@ func (s *Server) WatchAgents(_ *identityv1.WatchAgentsRequest, stream grpc.Serve
 		return err
 	}
 	return nil
+}
+
+// fromFrontDoor reports whether the call comes from the front door, the
+// one service that proves agents and may state facts about them.
+func fromFrontDoor(ctx context.Context) bool {
+	id, _ := access.Caller(ctx)
+	return id == access.Identity{Kind: access.Service, Name: "frontdoor"}
+}
+
+// callerFacts fills in who asks for a lifecycle transition from what the
+// caller proved, never from what it wrote: the front door states the
+// agent's key fingerprint and Agent-ID, which it verified on the AGTP
+// connection; an operator is authorised by its own certificate, and the
+// event names it as the actor.
+func callerFacts(ctx context.Context, tr *registry.TransitionRequest, req *identityv1.TransitionLifecycleRequest) error {
+	id, _ := access.Caller(ctx)
+	switch {
+	case fromFrontDoor(ctx):
+		tr.Actor = req.GetActor()
+		tr.ClientKeyFingerprint = req.GetClientKeyFingerprint()
+		tr.CallerAgentID = req.GetCallerAgentId()
+		return nil
+	case id.Kind == access.Operator:
+		if req.GetClientKeyFingerprint() != "" || req.GetCallerAgentId() != "" {
+			return grpcerr.InvalidArgument(registry.ReasonParameterInvalid,
+				"client_key_fingerprint and caller_agent_id are stated by the front door only; an operator is known by its certificate")
+		}
+		tr.Operator = id.String()
+		tr.Actor = id.String()
+		return nil
+	}
+	return grpcerr.PermissionDenied(access.ReasonNotPermitted, id.String()+" may not transition an agent's lifecycle")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -71,7 +72,7 @@ func startReplica(t testing.TB, e *env, opts Options) *replica {
 		cancel()
 		<-done
 	})
-	conn := testkit.ServeGRPC(t, srv.Register)
+	conn := testkit.ServeGRPCAs(t, testkit.FrontDoor, srv.Register)
 	waitSubscribed(t, srv)
 	return &replica{srv: srv, client: identityv1.NewIdentityServiceClient(conn)}
 }
@@ -712,4 +713,73 @@ func BenchmarkIdentityDocument(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A lifecycle transition's facts about the caller come from who the
+// caller proved to be: the front door states the agent's key, an operator
+// is known by its certificate (and may not claim an agent's key), any
+// other identity is refused. Refusals leave the agent as it was.
+func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthGenesisIssuer})
+	g := newGenesis(t, 2)
+	register(t, e.a.client, g, "bot")
+	as := func(id access.Identity) identityv1.IdentityServiceClient {
+		return identityv1.NewIdentityServiceClient(testkit.ServeGRPCAs(t, id, e.a.srv.Register))
+	}
+	reporting := access.Identity{Kind: access.System, Name: "reporting"}
+	rcns := access.Identity{Kind: access.Service, Name: "rcnssvc"}
+	for _, tc := range []struct {
+		name   string
+		caller access.Identity
+		req    *identityv1.TransitionLifecycleRequest
+		code   codes.Code
+		reason string
+		actor  string // the event's actor when the transition runs
+	}{
+		{name: "an operator claiming the issuer's key", caller: testkit.Operator,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint()},
+			code: codes.InvalidArgument, reason: registry.ReasonParameterInvalid},
+		{name: "an operator claiming an Agent-ID", caller: testkit.Operator,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, CallerAgentId: g.AgentID},
+			code: codes.InvalidArgument, reason: registry.ReasonParameterInvalid},
+		{name: "an internal system", caller: reporting,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint()},
+			code: codes.PermissionDenied, reason: access.ReasonNotPermitted},
+		{name: "another service stating the issuer's key", caller: rcns,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint()},
+			code: codes.PermissionDenied, reason: access.ReasonNotPermitted},
+		{name: "the front door without the issuer's key", caller: testkit.FrontDoor,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, Actor: "operator/admin"},
+			code: codes.Unauthenticated, reason: "genesis-issuer-cert-required"},
+		{name: "an operator by its certificate, whatever actor it writes", caller: testkit.Operator,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, Actor: "someone else"},
+			code: codes.OK, actor: "operator/admin"},
+		{name: "the front door for the issuer", caller: testkit.FrontDoor,
+			req:  &identityv1.TransitionLifecycleRequest{Transition: tACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint(), Actor: "agent", CallerAgentId: g.AgentID},
+			code: codes.OK, actor: "agent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(e.audit.Events(g.AgentID))
+			tc.req.AgentId = g.AgentID
+			res, err := as(tc.caller).TransitionLifecycle(context.Background(), tc.req)
+			if tc.code != codes.OK {
+				wantReason(t, err, tc.code, tc.reason)
+				if n := len(e.audit.Events(g.AgentID)); n != before {
+					t.Fatalf("a refused transition appended %d events", n-before)
+				}
+				return
+			}
+			if err != nil || res.GetNoop() {
+				t.Fatalf("%v %v", res, err)
+			}
+			evs := e.audit.Events(g.AgentID)
+			if last := evs[len(evs)-1]; last.Claims["actor"] != tc.actor {
+				t.Fatalf("actor %v, want %q", last.Claims["actor"], tc.actor)
+			}
+		})
+	}
+	// Session binding states the agent's key: the front door's fact.
+	_, err := as(testkit.Operator).ResolveAgent(context.Background(), &identityv1.ResolveAgentRequest{
+		AgentId: g.AgentID, SessionId: "sess-5mXbR2q9VvLw0kJp3sT7aQ", ClientKeyFingerprint: g.IssuerFingerprint()})
+	wantReason(t, err, codes.PermissionDenied, access.ReasonNotPermitted)
 }

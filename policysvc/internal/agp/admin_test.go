@@ -21,7 +21,11 @@ func TestGlobalKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := agpv1.NewAgpServiceClient(testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) }))
+	register := func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) }
+	c := agpv1.NewAgpServiceClient(testkit.ServeGRPCAs(t, testkit.Operator, register))
+	// The front door creates keys for AGP admin key holders, never global
+	// ones.
+	viaFrontDoor := agpv1.NewAgpServiceClient(testkit.ServeGRPCAs(t, testkit.FrontDoor, register))
 
 	// global reads the flag back through Resolve and List.
 	global := func(t *testing.T, hash, id string) bool {
@@ -68,6 +72,9 @@ func TestGlobalKeys(t *testing.T) {
 		}
 		if _, err := c.CreateApiKey(ctx(), &agpv1.CreateApiKeyRequest{AgentId: bob, Scopes: []string{"discover"}, Global: true}); code(err) != codes.InvalidArgument {
 			t.Fatalf("global discover key: %v, want InvalidArgument", err)
+		}
+		if _, err := viaFrontDoor.CreateApiKey(ctx(), &agpv1.CreateApiKeyRequest{AgentId: bob, Scopes: []string{"admin"}, Global: true}); code(err) != codes.PermissionDenied {
+			t.Fatalf("global key through the front door: %v, want PermissionDenied", err)
 		}
 	})
 

@@ -28,6 +28,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -250,6 +251,11 @@ func keyFromHash(m map[string]string) *agpv1.ApiKey {
 
 // CreateApiKey mints a key; the secret is returned once.
 func (s *Server) CreateApiKey(ctx context.Context, in *agpv1.CreateApiKeyRequest) (*agpv1.CreateApiKeyResponse, error) {
+	// A global key manages every agent's keys: an operator's decision,
+	// never one the front door makes for an AGP admin key holder.
+	if id, _ := access.Caller(ctx); in.GetGlobal() && id.Kind != access.Operator {
+		return nil, grpcerr.PermissionDenied(access.ReasonNotPermitted, "only an operator creates global keys")
+	}
 	secret, err := agpkey.NewSecret()
 	if err != nil {
 		return nil, grpcerr.Internal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -65,7 +66,8 @@ func (s *Server) ResolveIdempotencyOutcome(ctx context.Context, req *policyv1.Re
 	if err != nil {
 		return nil, s.redisError(ctx, err)
 	}
-	log := []any{"agent_id", req.GetAgentId(), "idempotency_key", req.GetIdempotencyKey(),
+	operator, _ := access.Caller(ctx)
+	log := []any{"operator", operator.String(), "agent_id", req.GetAgentId(), "idempotency_key", req.GetIdempotencyKey(),
 		"resolution", string(resolution), "previous_state", prev, "note", req.GetNote()}
 	if !changed && !(resolution == idempotency.ResolveApplied && prev == idempotency.StateApplied) {
 		s.log.InfoContext(ctx, "idempotency outcome not resolved", log...)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -76,8 +77,9 @@ func (s *Server) loadEscalation(ctx context.Context, id string) (*escalation, er
 
 // ResolveEscalation resolves a pending escalation as a human principal.
 // It applies the same transition as a CONFIRM by the recipient; the
-// resolution is recorded in the task's history under "admin:<principal>"
-// (no signed attestation: policysvc holds no signing key).
+// resolution is recorded in the task's history under
+// "admin:<principal> via <operator identity>" (no signed attestation:
+// policysvc holds no signing key).
 func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscalationRequest) (*taskv1.ResolveEscalationResponse, error) {
 	if in.GetPrincipal() == "" || len(in.GetPrincipal()) > maxID {
 		return nil, grpcerr.InvalidArgument("principal-required", "name the resolving principal (at most 128 characters)")
@@ -93,6 +95,11 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 		return nil, err
 	}
 	actor := "admin:" + in.GetPrincipal()
+	if id, ok := access.Caller(ctx); ok {
+		// The principal is who the operator answers for; the operator
+		// is who its certificate says.
+		actor += " via " + id.String()
+	}
 	now := s.opts.Now().UTC()
 	taskKey, escKey, confirmKey := tg.keys()
 	var t task
