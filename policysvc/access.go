@@ -27,7 +27,7 @@ func PolicyAccess() access.Table {
 		policyv1.PolicyService_ReleaseIdempotency_FullMethodName:        frontdoorOnly,
 		policyv1.PolicyService_MarkIdempotencyUnknown_FullMethodName:    frontdoorOnly,
 		policyv1.PolicyService_ResolveIdempotencyOutcome_FullMethodName: {Operators: true},
-		policyv1.PolicyService_CheckRateLimit_FullMethodName:            {Services: []string{"frontdoor", "rcnssvc"}},
+		policyv1.PolicyService_CheckRateLimit_FullMethodName:            {Services: []string{"rcnssvc"}},
 		policyv1.PolicyService_GetMerchant_FullMethodName:               readable,
 		policyv1.PolicyService_CompleteTaskRun_FullMethodName:           frontdoorOnly,
 		policyv1.PolicyService_RetryTask_FullMethodName:                 frontdoorOnly,

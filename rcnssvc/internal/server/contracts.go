@@ -9,10 +9,12 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -35,6 +37,12 @@ const (
 // path), so a PROPOSE result is callable at once (AGTP-API §10.8); a
 // pending preview never resolves that way.
 func (s *Server) GetContract(ctx context.Context, req *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) {
+	if direct(ctx) {
+		// An operator or internal system reads; presenting a contract is
+		// an agent's act, which only the front door relays.
+		req = proto.CloneOf(req)
+		req.Caller, req.Inspect = directCaller(), true
+	}
 	if req.GetSynthesisId() == "" {
 		return s.resolvePair(ctx, req)
 	}
@@ -167,6 +175,9 @@ func (s *Server) seesAll(c *rcnsv1.Caller) bool {
 // a caller holding inspect:all.
 func (s *Server) ListContracts(ctx context.Context, req *rcnsv1.ListContractsRequest) (*rcnsv1.ListContractsResponse, error) {
 	c := req.GetCaller()
+	if direct(ctx) {
+		c = directCaller()
+	}
 	now := s.now().UnixMilli()
 	var ids []string
 	if s.seesAll(c) {
@@ -212,7 +223,10 @@ func (s *Server) ListContracts(ctx context.Context, req *rcnsv1.ListContractsReq
 // changes nothing and emits nothing; an event a failed audit left pending
 // is sent on the retry.
 func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractRequest) (*rcnsv1.RevokeContractResponse, error) {
-	c := req.GetCaller()
+	c, actor := req.GetCaller(), req.GetActor()
+	if direct(ctx) {
+		c, actor = directCaller(), directActor(ctx)
+	}
 	id := req.GetSynthesisId()
 	if id == "" {
 		return nil, grpcerr.InvalidArgument("synthesis-id-required", "name the contract with synthesis_id")
@@ -237,7 +251,6 @@ func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractR
 	} else if !owner && !s.seesAll(c) {
 		return nil, grpcerr.PermissionDenied(agtp.ReasonContractNotYours, "only the originating agent or an operator holding "+s.opts.InspectAllScope+" may revoke a contract (core §7.2.16.1)")
 	}
-	actor := req.GetActor()
 	if actor == "" {
 		actor = c.GetAgentId()
 	}
@@ -294,7 +307,10 @@ func (s *Server) finish(ctx context.Context, ct *contract, evict bool) error {
 // invalidate: gone, so a presentation gets 404, with rcns_release reason
 // policy-change-invalidation and the actor).
 func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeStaleContractsRequest) (*rcnsv1.RevokeStaleContractsResponse, error) {
-	c := req.GetCaller()
+	c, actor := req.GetCaller(), req.GetActor()
+	if direct(ctx) {
+		c, actor = directCaller(), directActor(ctx)
+	}
 	if !s.seesAll(c) {
 		return nil, grpcerr.PermissionDenied(ReasonInspectAllRequired, "the stale-contract sweep needs "+s.opts.InspectAllScope+" (core §7.2.16.2)")
 	}
@@ -305,7 +321,6 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 	if mode != PolicyGrandfather && mode != PolicyInvalidate {
 		return nil, grpcerr.InvalidArgument(ReasonModeInvalid, "mode must be grandfather or invalidate (core §7.2.16.2)")
 	}
-	actor := req.GetActor()
 	if actor == "" {
 		actor = c.GetAgentId()
 	}
@@ -436,4 +451,25 @@ func (s *Server) GetRecipe(ctx context.Context, req *rcnsv1.GetRecipeRequest) (*
 		return nil, grpcerr.Internal(fmt.Errorf("recipe load: %w", err))
 	}
 	return &rcnsv1.GetRecipeResponse{RecipeJson: b, RecipeVersion: version}, nil
+}
+
+// direct reports whether an operator or an internal system calls, known
+// by its certificate, rather than the front door relaying an agent it
+// proved. Only the front door's statements about the caller (the Caller
+// message, the actor) are taken; a direct caller's are ignored. A handler
+// called without an access decision (in tests) takes the statement.
+func direct(ctx context.Context) bool {
+	id, ok := access.Caller(ctx)
+	return ok && id != access.Identity{Kind: access.Service, Name: "frontdoor"}
+}
+
+// directCaller is the standing of a direct caller: it sees every
+// contract, as inspect:all does, and is no agent. The access table limits
+// it to what operators and internal systems may call.
+func directCaller() *rcnsv1.Caller { return &rcnsv1.Caller{Operator: true} }
+
+// directActor names a direct caller in the events it causes.
+func directActor(ctx context.Context) string {
+	id, _ := access.Caller(ctx)
+	return id.String()
 }

@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 func rcnsOn(mode string) func(*Options) {
@@ -497,5 +500,48 @@ func TestAcceptWithAuditDownStaysPending(t *testing.T) {
 	in, _ := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: c.GetSynthesisId(), Inspect: true})
 	if in.GetContract().GetState() != statePending {
 		t.Fatalf("state %s", in.GetContract().GetState())
+	}
+}
+
+// An operator or internal system calling rcnssvc directly is known by its
+// certificate: what it writes about the caller (an Agent-ID, scopes, an
+// actor) is ignored. An operator revokes any contract and the event names
+// it; a direct GetContract only reads, so it never accepts a confirm-first
+// preview on an agent's behalf.
+func TestDirectCallersAreKnownByTheirCertificate(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	as := func(id access.Identity) rcnsv1.RcnsServiceClient {
+		return rcnsv1.NewRcnsServiceClient(testkit.ServeGRPCAs(t, id, func(g grpc.ServiceRegistrar) { rcnsv1.RegisterRcnsServiceServer(g, e.srv) }))
+	}
+	operator := as(testkit.Operator)
+	ctx := context.Background()
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+
+	// Written as the contract's originator: ignored, the operator is who
+	// revokes, and the event says so whatever actor it wrote.
+	if _, err := operator.RevokeContract(ctx, &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId(), Release: true, Actor: "agent"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("an operator releasing as the agent: %v, want PermissionDenied (release is the originator's)", err)
+	}
+	if _, err := operator.RevokeContract(ctx, &rcnsv1.RevokeContractRequest{SynthesisId: c.GetSynthesisId(), Reason: "test", Actor: "someone else"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.audit.of(agentX)
+	if last := ev[len(ev)-1]; last.Type != eventRevoke || last.Claims["actor"] != "operator/admin" {
+		t.Fatalf("event %+v, want rcns_revoke by operator/admin", last)
+	}
+	if _, err := operator.RevokeStaleContracts(ctx, &rcnsv1.RevokeStaleContractsRequest{Mode: "grandfather"}); err != nil {
+		t.Fatalf("an operator's sweep: %v", err)
+	}
+
+	// A reporting system reads a contract it names; it cannot present it.
+	preview := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-1").GetContract()
+	system := as(access.Identity{Kind: access.System, Name: "reporting"})
+	r, err := system.GetContract(ctx, &rcnsv1.GetContractRequest{Caller: negotiator(agentX), SynthesisId: preview.GetSynthesisId(), Method: "SUMMARIZE", Path: "/x"})
+	if err != nil || r.GetContract().GetSynthesisId() != preview.GetSynthesisId() {
+		t.Fatalf("a system reading a contract: %v %v", r, err)
+	}
+	list, err := system.ListContracts(ctx, &rcnsv1.ListContractsRequest{Caller: caller(agentY, "", 1)})
+	if err != nil || len(list.GetContracts()) == 0 {
+		t.Fatalf("a system listing contracts sees every live one: %v %v", list, err)
 	}
 }
