@@ -12,7 +12,7 @@ import (
 	"github.com/agtpsuite/agtp/e2e/loadgen"
 )
 
-// AbuseLimit is issue 11's bound: with abuse running, other clients' p99
+// AbuseLimit is the abuse bound: with abuse running, other clients' p99
 // latency stays within this factor of its value without it.
 const AbuseLimit = 2.0
 
@@ -194,7 +194,7 @@ func (r *AbuseReport) write(w io.Writer) {
 		return
 	}
 	tcpNew, quic := minorRates(r.Rate)
-	fmt.Fprintf(w, "## Abuse (issue 11)\n\n")
+	fmt.Fprintf(w, "## Abuse\n\n")
 	fmt.Fprintf(w, "Well-behaved clients from 127.0.0.1, open loop at a fixed offered load, `QUERY /orders/{order_id}` through the full pipeline: "+
 		"`tcp` %.0f req/s over 16 persistent TLS connections, `tcp-new` %.0f req/s with a new TLS connection per request, "+
 		"`quic` %.0f req/s on QUIC streams, each measured for %v after 1 s of warm-up. For each kind of abuse they are measured "+

@@ -9,11 +9,11 @@ import (
 	"github.com/agtpsuite/agtp/e2e/loadgen"
 )
 
-// The performance targets of the front door issue (issue 8), on a 2-core
+// The performance targets of the front door, on a 2-core
 // machine with every service a separate process and a real Redis.
 const (
 	TargetPerCore        = 6000  // requests per second per front-door core, persistent connections
-	AimPerCore           = 10000 // what the issue aims at
+	AimPerCore           = 10000 // the aim beyond the target
 	TargetP50            = time.Millisecond
 	TargetP99            = 5 * time.Millisecond
 	TargetNewConnPerCore = 1000    // requests per second per front-door core, new TLS connection each
@@ -66,7 +66,7 @@ func (r *BenchReport) Verdicts() []Verdict {
 	}
 	if a := r.Abuse; a != nil && len(a.Pairs) > 0 {
 		ratio, kind, client := a.Worst()
-		v = append(v, Verdict{fmt.Sprintf("abuse: other clients' p99 within %.0f× of its value without abuse (issue 11)", AbuseLimit),
+		v = append(v, Verdict{fmt.Sprintf("abuse: other clients' p99 within %.0f× of its value without abuse", AbuseLimit),
 			fmt.Sprintf("worst ×%.2f", ratio), ratio <= AbuseLimit,
 			fmt.Sprintf("%s, %s client; %d kinds of abuse, well-behaved load %.0f req/s", kind, client, len(a.Pairs), a.Rate)})
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
-// Task statuses (issue 13).
+// Task statuses.
 const (
 	StatusRunning   = "running"
 	StatusPaused    = "paused"
