@@ -91,7 +91,8 @@ func (a *agpClient) do(method, path, body string, headers ...string) *agpResp {
 func (a *agpClient) with(key string) *agpClient { c := *a; c.key = key; return &c }
 
 // TestAGP drives the AGP binding with a real HTTPS client against the
-// suite as processes (digest-companions §5, AGP assertions; docs/agp.md).
+// suite as processes (the AGP companions assertions of e2e/README.md;
+// docs/agp.md).
 func TestAGP(t *testing.T) {
 	policy := filepath.Join(t.TempDir(), "policy.json")
 	// SUMMARIZE /documents is limited per agent to 2 a minute; nothing but

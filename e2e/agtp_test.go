@@ -13,9 +13,9 @@ import (
 )
 
 // TestAGTPOverTheWire checks, over real TLS, the rules a running server
-// shows (digest-core §13, digest-api §9). The scenarios are written once
-// and run two ways: with the services as separate processes, and in one
-// process (the same constructors make run uses).
+// shows (the core and api assertions of e2e/README.md). The scenarios are
+// written once and run two ways: with the services as separate processes,
+// and in one process (the same constructors make run uses).
 func TestAGTPOverTheWire(t *testing.T) {
 	for _, mode := range []struct {
 		name string

@@ -24,11 +24,11 @@ const (
 	merchantManifestJCS = `{"accepted_currencies":["USD","EUR","GBP"],"display_name":"Demo order desk","merchant_id":"shop.example.test","status":"active","version":1}`
 )
 
-// TestCommerce drives the demo PURCHASE /orders/{order_id}/payment over
-// AGTP against the suite as processes, with policysvc configured as a
-// merchant (a manifest file) and the purchase amount read from the body
-// for Budget-Limit: core §13 assertions 112 and 113 (458), companions §5
-// assertions 25 (scope; 262 per DECISIONS.md) and 26 (456 before any side
+// TestCommerce drives the demo PURCHASE /orders/{order_id}/payment over AGTP
+// against the suite as processes, with policysvc configured as a merchant (a
+// manifest file) and the purchase amount read from the body for
+// Budget-Limit: core assertions 112 and 113 (458), companions assertions 25
+// (scope; 262 per docs/decisions.md#D-scope-262) and 26 (456 before any side
 // effect), and the merchant members of the Attribution-Record.
 func TestCommerce(t *testing.T) {
 	dir := t.TempDir()
@@ -145,7 +145,8 @@ func TestCommerce(t *testing.T) {
 		})
 	}
 
-	// Companions 25: scope is Authority-Scope's 262 (DECISIONS.md), not 455.
+	// Companions 25: scope is Authority-Scope's 262
+	// (docs/decisions.md#D-scope-262), not 455.
 	for _, tc := range []struct {
 		name    string
 		agent   string

@@ -27,10 +27,9 @@ import (
 )
 
 // TestConformanceExtra checks over the wire the numbered conformance
-// assertions (digest-core §13 "core N", digest-api §9 "api N",
-// digest-companions §5 "companions N") that TestAGTPOverTheWire does not,
-// against the in-process suite. e2e/README.md maps every assertion to its
-// test.
+// assertions ("core N", "api N", "companions N") that TestAGTPOverTheWire
+// does not, against the in-process suite. e2e/README.md maps every assertion
+// to its test.
 func TestConformanceExtra(t *testing.T) {
 	c := Start(t, Options{InProcess: true})
 	addr := c.Procs["frontdoor"].AGTPAddr
@@ -171,7 +170,8 @@ func TestConformanceExtra(t *testing.T) {
 			{"22 a body without Content-Length", "AGTP/1.0 SUMMARIZE /documents\r\nContent-Type: application/vnd.agtp+json\r\n\r\n{}", 400, agtp.ReasonContentLengthRequired},
 			{"23 Transfer-Encoding chunked", "AGTP/1.0 SUMMARIZE /documents\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, agtp.ReasonTransferEncodingUnsupported},
 			{"28 experimental X-NOPE", "AGTP/1.0 X-NOPE /orders\r\n\r\n", 459, agtp.ReasonMethodInvalid},
-			// DECISIONS.md overrides 19: no target means "/".
+			// docs/decisions.md#D-request-target overrides 19: no target
+			// means "/".
 			{"19 no target is /", "AGTP/1.0 DISCOVER\r\n\r\n", 200, ""},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -870,9 +870,10 @@ func TestConformanceExtra(t *testing.T) {
 				t.Errorf("%s: %d %s", m, r.Status, r.Body)
 			}
 		}
-		// The pinned catalog 1.0.0 lists CONNECT and TRACE, and DECISIONS.md
-		// makes it authoritative (docs/catalogsvc.md): they are admitted, so a
-		// path that exposes other methods answers 405 and an unknown one 404.
+		// The pinned catalog 1.0.0 lists CONNECT and TRACE, and
+		// docs/decisions.md#D-pinned-catalog makes it authoritative
+		// (docs/catalogsvc.md): they are admitted, so a path that exposes
+		// other methods answers 405 and an unknown one 404.
 		for _, m := range []string{"CONNECT", "TRACE"} {
 			r := c.roundTrip(t, request(t, m, "/orders"))
 			if r.Status != 405 || !slices.Contains(errorBody(t, r)["allowed_methods_for_path"].([]any), any("QUERY")) {
@@ -1168,9 +1169,9 @@ func ordersBy(t *testing.T, c *Cluster, agent string, headers ...string) int {
 	return n
 }
 
-// TestConformanceManifestPolicies checks over the wire the manifest
-// toggles that need a catalog configuration (digest-api §9 items 65 and
-// 77), against the suite as processes whose catalog reads an endpoints
+// TestConformanceManifestPolicies checks over the wire the manifest toggles
+// that need a catalog configuration (api assertions 65 and 77, AGTP-API
+// §8.7), against the suite as processes whose catalog reads an endpoints
 // directory: the demo endpoints plus a _service.yaml that turns anonymous
 // discovery off and explicit scopes on.
 func TestConformanceManifestPolicies(t *testing.T) {

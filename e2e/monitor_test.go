@@ -15,7 +15,7 @@ import (
 )
 
 // TestMonitor drives the MONITOR built-in (standard methods §8.3, §10.5;
-// companions §5 item 31) against the suite as processes: a subscription to
+// companions assertion 31) against the suite as processes: a subscription to
 // an agent's lifecycle delivers each event once to the caller's inbox as a
 // NOTIFY; a callback the caller may not receive at, or that is not
 // reachable, is refused and creates no subscription; a monitor_cancel

@@ -10,8 +10,8 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 )
 
-// TestRetry drives the RETRY built-in (standard methods §8.5; companions §5
-// item 32) against the suite as processes: an unknown or another agent's
+// TestRetry drives the RETRY built-in (standard methods §8.5; companions
+// assertion 32) against the suite as processes: an unknown or another agent's
 // task is 404, a non-idempotent task that succeeded is 409 and its effect
 // is not repeated, a failed task runs again through every check under a
 // new Task-ID, and the records link the RETRY and the re-run to the

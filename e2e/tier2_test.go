@@ -53,10 +53,10 @@ required_scopes: ["reports:run"]
 
 // TestTier2 drives the suite-level rules of the Tier 2 methods over AGTP
 // against the suite as processes (standard methods §5.2, §5.4, §5.6, §8.8,
-// §10.2-§10.6; companions §5 items 27, 28, 29 and 33). Scope violations
-// are 262 (DECISIONS.md), not the drafts' 451/455. Every refusal is
-// checked for "nothing happened": no grant, no owner change, no run, no
-// second customer.
+// §10.2-§10.6; companions assertions 27, 28, 29 and 33). Scope violations
+// are 262 (docs/decisions.md#D-scope-262), not the drafts' 451/455. Every
+// refusal is checked for "nothing happened": no grant, no owner change, no
+// run, no second customer.
 func TestTier2(t *testing.T) {
 	dir := demoEndpointsDir(t, map[string]string{"_service.yaml": tier2Service, "procedures-reindex.yaml": tier2Procedure})
 	c := Start(t, Options{ServiceEnv: map[string][]string{"catalogsvc": {"AGTP_ENDPOINTS_DIR=" + dir}}})

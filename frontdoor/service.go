@@ -264,9 +264,9 @@ func agentVerifier(cfg Config) (*callerproof.Verifier, error) {
 	return v, nil
 }
 
-// bodyLimit applies an endpoint's max_body_bytes (DECISIONS.md: body
-// limits are per endpoint) in place of the default; requests that match no
-// endpoint keep the default, since they are refused anyway.
+// bodyLimit applies an endpoint's max_body_bytes (docs/decisions.md#D-limits:
+// body limits are per endpoint) in place of the default; requests that match
+// no endpoint keep the default, since they are refused anyway.
 func (s *Service) bodyLimit(lim agtp.Limits) func(method, path string) int64 {
 	def := lim.MaxBody
 	if def <= 0 {

@@ -4,11 +4,11 @@
 // the manifest projection (§8.9) and the catalog snapshot's
 // catalogv1.Endpoint.
 //
-// Validation reports every problem it finds, each naming the file, the
-// field (with the YAML line when known) and the rule broken. The AGIS
-// authoring checks that can run mechanically at load (digest-companions
-// §4 item 2: passes 1, 2, 4, 5 and 8) are errors; the judgement calls
-// (passes 3 and 6) are warnings.
+// Validation reports every problem it finds, each naming the file, the field
+// (with the YAML line when known) and the rule broken. The AGIS authoring
+// checks that can run mechanically at load
+// (docs/decisions.md#D-agis-authoring: passes 1, 2, 4, 5 and 8) are errors;
+// the judgement calls (passes 3 and 6) are warnings.
 package endpoint
 
 import (
@@ -39,7 +39,8 @@ type Definition struct {
 	// IdempotencyKeyRequired makes Idempotency-Key mandatory (it is only
 	// recommended for non-idempotent endpoints otherwise, AGTP-API §7.1).
 	IdempotencyKeyRequired bool `json:"idempotency_key_required,omitempty"`
-	// MaxBodyBytes overrides the front door's body limit (DECISIONS.md).
+	// MaxBodyBytes overrides the front door's body limit
+	// (docs/decisions.md#D-limits).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 }
 
@@ -55,7 +56,7 @@ type Semantic struct {
 	Impact       string   `json:"impact"`
 	IsIdempotent *bool    `json:"is_idempotent"`
 	// AGIS extensions kept for MCP export and verification
-	// (digest-companions §4 item 2).
+	// (docs/decisions.md#D-agis-authoring).
 	ParameterHints  map[string][]string `json:"parameter_hints,omitempty"`
 	StateTransition []string            `json:"state_transition,omitempty"`
 	MCPToolName     string              `json:"mcp_tool_name,omitempty"`

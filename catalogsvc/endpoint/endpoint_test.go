@@ -106,7 +106,7 @@ func external() map[string]any {
 }
 
 // TestRules pins each registration rule: the field and rule the error
-// names (AGTP-API §5, §6, §7, §12; AGIS passes; digest-api §9 82-83).
+// names (AGTP-API §5, §6, §7, §12; AGIS passes; api assertions 82-83).
 func TestRules(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -217,7 +217,7 @@ func TestValidDefinitions(t *testing.T) {
 
 // TestAGISAliasesAndInheritance: confidence_guidance and impact_tier are
 // read as confidence and impact, and a missing capability is inherited
-// from the method's category (digest-companions §4 item 2).
+// from the method's category (docs/decisions.md#D-agis-authoring).
 func TestAGISAliasesAndInheritance(t *testing.T) {
 	m := bookRoom()
 	s := sem(m)
@@ -347,8 +347,8 @@ func TestEndpointsList(t *testing.T) {
 	}
 }
 
-// TestProjection pins digest-api §9 assertions 56 and 57: the manifest
-// projection keeps every field but the handler binding's details.
+// TestProjection pins api assertions 56 and 57 (AGTP-API §8.9, §6.3): the
+// manifest projection keeps every field but the handler binding's details.
 func TestProjection(t *testing.T) {
 	for _, m := range []map[string]any{bookRoom(), external()} {
 		ep := mustCompile(t, m)
@@ -375,7 +375,7 @@ func TestProjection(t *testing.T) {
 	}
 }
 
-// TestEndpointWarning pins AGTP-API §6.5 rendering (digest-api §9 70).
+// TestEndpointWarning pins AGTP-API §6.5 rendering (api assertion 70).
 func TestEndpointWarning(t *testing.T) {
 	for _, tc := range []struct {
 		dep  *Deprecation
@@ -399,8 +399,8 @@ func TestEndpointWarning(t *testing.T) {
 	}
 }
 
-// TestBuildInput pins digest-api §9 assertions 39, 40, 66, 67 and
-// digest-companions §5 items 10 and 12.
+// TestBuildInput pins api assertions 39, 40, 66, 67 and companions
+// assertions 10 and 12.
 func TestBuildInput(t *testing.T) {
 	m := bookRoom()
 	m["path"] = "/rooms/{room_id}"
@@ -492,7 +492,7 @@ func tier2Endpoint(method, path string, props map[string]any, scopes ...any) map
 }
 
 // TestTier2Rules pins the suite-level rules for Tier 2 endpoints
-// (standard methods §5.4, §5.6, §8.8, §10; companions §5 items 25-29).
+// (standard methods §5.4, §5.6, §8.8, §10; companions assertions 25-29).
 func TestTier2Rules(t *testing.T) {
 	str := map[string]any{"type": "string"}
 	for _, m := range []string{"AUTHORIZE", "TRANSFER", "RUN", "PURCHASE"} {

@@ -189,7 +189,7 @@ func (e *Endpoint) ValidateOutput(v any) *Report {
 }
 
 // BuildInput assembles the object validated against input_schema, the
-// form this project chose for digest-api §2.3:
+// form this project chose (docs/decisions.md#D-input-form):
 //
 //   - query parameters (percent-decoded, last value of a repeated key),
 //   - then path parameters, which override the query,

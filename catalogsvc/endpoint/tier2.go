@@ -5,12 +5,12 @@ import (
 	"strings"
 )
 
-// MethodScopes are the Authority-Scope tokens a Tier 2 method needs
-// whatever its endpoint declares (standard methods §5.4, §5.7, §8.8,
-// §10.1-§10.3). Compile puts the method's scope first in the endpoint's
-// required_scopes, so the policy check that refuses a missing endpoint
-// scope (262 scope-required, DECISIONS.md) refuses it too, and DESCRIBE
-// and the manifest show it.
+// MethodScopes are the Authority-Scope tokens a Tier 2 method needs whatever
+// its endpoint declares (standard methods §5.4, §5.7, §8.8, §10.1-§10.3).
+// Compile puts the method's scope first in the endpoint's required_scopes,
+// so the policy check that refuses a missing endpoint scope (262
+// scope-required, docs/decisions.md#D-scope-262) refuses it too, and
+// DESCRIBE and the manifest show it.
 var MethodScopes = map[string]string{
 	"AUTHORIZE": "authorization:grant",
 	"PURCHASE":  "payments:purchase",

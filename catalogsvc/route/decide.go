@@ -11,7 +11,8 @@ import (
 // Outcome is the kind of structural decision.
 type Outcome uint8
 
-// Outcomes, in the order a request can fail (digest-api §7).
+// Outcomes, in the order a request can fail
+// (docs/decisions.md#D-decision-order).
 const (
 	// Matched: the request reached an endpoint.
 	Matched Outcome = iota + 1
@@ -182,7 +183,8 @@ func (t *Table) DecideInto(d *Decision, method, target string) {
 	}
 	d.Path = path
 
-	// 459: lexical rule, one alias hop, membership (digest-api §7 steps 2-4).
+	// 459: lexical rule, one alias hop, membership
+	// (docs/decisions.md#D-decision-order, steps 2-4).
 	if !agtp.ValidMethodToken(method) {
 		d.Outcome, d.Reason = MethodViolation, ReasonMethodInvalid
 		return

@@ -12,10 +12,11 @@ import (
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 )
 
-// fixtureMethods is the digest-api §9 fixture catalog: the floor plus BOOK,
-// RESERVE, AUDIT (deprecated, successor RECORD, removed in 2.0.0), RECORD,
-// FETCH, CREATE, REPLACE, REMOVE, MODIFY, SEARCH, SCHEDULE, TRANSFER, and
-// ARCHIVE (deprecated without successor or removal version).
+// fixtureMethods is the fixture catalog of the api conformance assertions
+// (e2e/README.md): the floor plus BOOK, RESERVE, AUDIT (deprecated,
+// successor RECORD, removed in 2.0.0), RECORD, FETCH, CREATE, REPLACE,
+// REMOVE, MODIFY, SEARCH, SCHEDULE, TRANSFER, and ARCHIVE (deprecated
+// without successor or removal version).
 func fixtureMethods() []*catalogv1.Method {
 	var ms []*catalogv1.Method
 	for _, f := range agtp.FloorMethods() {
@@ -142,7 +143,7 @@ func check(t *testing.T, d Decision, w want) {
 
 const auditWarning = "deprecated; successor=RECORD; removed_in=2.0.0"
 
-// TestDecideDigestAPI pins the digest-api §9 assertions about methods,
+// TestDecideDigestAPI pins the api assertions about methods,
 // catalog, policy, grammar and matching (numbers in the names).
 func TestDecideDigestAPI(t *testing.T) {
 	redirect := &catalogv1.Redirect{FromMethod: "BOOK", FromPath: "/room", ToMethod: "RESERVE", ToPath: "/room"}
@@ -278,7 +279,7 @@ func TestDecideDigestAPI(t *testing.T) {
 	}
 }
 
-// TestFloorNeverGets459 is digest-api §9 assertion 6.
+// TestFloorNeverGets459 is api assertion 6 (AGTP-API §3.1, §4.4).
 func TestFloorNeverGets459(t *testing.T) {
 	for _, pol := range []*catalogv1.MethodPolicy{
 		{Allow: []string{"*"}},
@@ -299,7 +300,7 @@ func TestFloorNeverGets459(t *testing.T) {
 	}
 }
 
-// TestAliasSameAsCanonical is digest-api §9 assertion 11: GET /catalog
+// TestAliasSameAsCanonical is api assertion 11 (AGTP-API §9.2): GET /catalog
 // decides exactly like FETCH /catalog apart from the requested method.
 func TestAliasSameAsCanonical(t *testing.T) {
 	tb := newFixture().table(t)
@@ -312,8 +313,8 @@ func TestAliasSameAsCanonical(t *testing.T) {
 	}
 }
 
-// TestRemovedVerbGets459 is digest-api §9 assertion 10: a catalog MAJOR
-// release without AUDIT makes AUDIT a 459.
+// TestRemovedVerbGets459 is api assertion 10 (AGTP-API §4.5): a catalog
+// MAJOR release without AUDIT makes AUDIT a 459.
 func TestRemovedVerbGets459(t *testing.T) {
 	f := newFixture()
 	f.methods = slices.DeleteFunc(f.methods, func(m *catalogv1.Method) bool { return m.Name == "AUDIT" })
@@ -325,7 +326,7 @@ func TestRemovedVerbGets459(t *testing.T) {
 	}
 }
 
-// TestCompanionAdmission pins digest-companions §5 items 1-9.
+// TestCompanionAdmission pins companions assertions 1-9.
 func TestCompanionAdmission(t *testing.T) {
 	f := newFixture()
 	f.endpoints = append(f.endpoints, ep("FETCH", "/orders/{id}"), ep("FETCH", "/orders/latest"))
@@ -339,7 +340,8 @@ func TestCompanionAdmission(t *testing.T) {
 		check(t, tb.Decide("BOOKING", "/nowhere"), want{outcome: MethodViolation})
 	})
 	// CONNECT and TRACE are verbs of the pinned catalog 1.0.0, which
-	// DECISIONS.md makes authoritative: TestPinnedCatalogAdmitsConnectAndTrace.
+	// docs/decisions.md#D-pinned-catalog makes authoritative:
+	// TestPinnedCatalogAdmitsConnectAndTrace.
 	for _, m := range []string{"HEAD", "OPTIONS"} {
 		t.Run("4 "+m+" always gets 459", func(t *testing.T) {
 			check(t, tb.Decide(m, "/catalog"), want{outcome: MethodViolation})
@@ -359,12 +361,12 @@ func TestCompanionAdmission(t *testing.T) {
 	})
 }
 
-// TestPinnedCatalogAdmitsConnectAndTrace pins the decision on
-// digest-companions §5 item 4 (docs/catalogsvc.md): the digest expects 459
-// for CONNECT and TRACE because it takes them for non-catalog verbs, but
-// the catalog 1.0.0 that DECISIONS.md pins lists both, so they are
-// admitted like any catalog verb (405 on a path that exposes other
-// methods, 404 on an unknown one). HEAD and OPTIONS are not in it: 459.
+// TestPinnedCatalogAdmitsConnectAndTrace pins the decision on companions
+// assertion 4 (docs/catalogsvc.md): the assertion expects 459 for CONNECT
+// and TRACE because it takes them for non-catalog verbs, but the catalog
+// 1.0.0 that docs/decisions.md#D-pinned-catalog pins lists both, so they are
+// admitted like any catalog verb (405 on a path that exposes other methods,
+// 404 on an unknown one). HEAD and OPTIONS are not in it: 459.
 func TestPinnedCatalogAdmitsConnectAndTrace(t *testing.T) {
 	cat, err := catalog.Load(catalogdata.Default)
 	if err != nil {
@@ -391,7 +393,7 @@ func TestPinnedCatalogAdmitsConnectAndTrace(t *testing.T) {
 }
 
 // TestTemplateRegistration pins the registration-time rules of
-// AGTP-API §5 (digest-api §2.1 table).
+// AGTP-API §5 (§5.1, §5.2).
 func TestTemplateRegistration(t *testing.T) {
 	verbs := VerbSet{"BOOK": {}, "RESERVE": {}, "QUERY": {}}
 	tests := []struct {

@@ -1,6 +1,7 @@
 // Package route makes the AGTP-API structural decision for one request:
 // 459 (method), 460 (path grammar), 405 (policy or registry), 404, or the
-// matched endpoint with its path parameters, in the order of digest-api §7.
+// matched endpoint with its path parameters, in the order of
+// docs/decisions.md#D-decision-order.
 //
 // A Table is built once from a catalog snapshot (catalogv1.Snapshot) and is
 // then immutable, so the front door can swap tables atomically on every
@@ -139,7 +140,8 @@ func New(s *catalogv1.Snapshot) (*Table, error) {
 		}
 		t.methods[m.GetName()] = mi
 	}
-	// The 18 floor methods are always admitted (DECISIONS.md).
+	// The 18 floor methods are always admitted
+	// (docs/decisions.md#D-pinned-catalog).
 	for _, f := range agtp.FloorMethods() {
 		if mi, ok := t.methods[f]; ok {
 			mi.floor = true

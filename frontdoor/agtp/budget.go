@@ -7,7 +7,7 @@ import (
 
 // Budget units: the initial registry of core §11.7, plus ttl and
 // financial, which the draft's own Budget-Limit example uses without
-// registering (digest-core C19).
+// registering (docs/decisions.md#D-budget-units).
 const (
 	UnitTokens         = "tokens"          // integer
 	UnitComputeSeconds = "compute-seconds" // decimal

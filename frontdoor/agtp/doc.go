@@ -4,8 +4,9 @@
 // so both sides put the same bytes on the wire.
 //
 // The source of truth is the core draft (draft-hood-independent-agtp,
-// text of -08) as read by the project's spec digest and DECISIONS.md;
-// section numbers below (§) are the core draft's.
+// text of -08), with the readings docs/decisions.md records where the
+// drafts are silent or disagree; section numbers below (§) are the core
+// draft's.
 //
 // # Messages
 //

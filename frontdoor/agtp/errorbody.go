@@ -8,8 +8,8 @@ import (
 	"strconv"
 )
 
-// ErrorBody is the body of every AGTP error response (DECISIONS.md,
-// "Error bodies"):
+// ErrorBody is the body of every AGTP error response
+// (docs/decisions.md#D-error-body):
 //
 //	{"status":459,"reason":"method-invalid","explanation":"...","task_id":"t-1","method":"frob"}
 //

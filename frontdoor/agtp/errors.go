@@ -57,8 +57,8 @@ const (
 	ReasonTooEarly                    = "too-early" // with 425, see AllowedIn0RTT
 )
 
-// Reason vocabularies the drafts define for other codes (digest-core
-// §3.3), collected so that every component spells them the same way.
+// Reason vocabularies the drafts define for other codes (core §5.6,
+// §11.3), collected so that every component spells them the same way.
 const (
 	// 401
 	ReasonAgentUnauthenticated     = "agent-unauthenticated"
@@ -86,7 +86,7 @@ const (
 	ReasonContractRevoked       = "contract-revoked"
 	// 500
 	ReasonPackageIntegrityFailure = "package-integrity-failure"
-	// 409 (DECISIONS.md, idempotency)
+	// 409 (docs/decisions.md#D-idempotency-key, #D-idempotency-in-flight)
 	ReasonIdempotencyKeyReused = "idempotency-key-reused"
 	ReasonIdempotencyInFlight  = "idempotency-in-flight"
 )

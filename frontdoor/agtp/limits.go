@@ -1,7 +1,8 @@
 package agtp
 
-// Default limits (DECISIONS.md, "Wire"). The drafts set no maximum
-// (digest-core §1.7); these keep one peer from holding unbounded memory.
+// Default limits (docs/decisions.md#D-limits). The drafts set no maximum
+// (core §5.4.1 leaves it open); these keep one peer from holding unbounded
+// memory.
 const (
 	DefaultMaxRequestLine  = 8 << 10  // bytes of the request or status line, line ending excluded
 	DefaultMaxHeaderBytes  = 64 << 10 // bytes of the header section, see Limits.MaxHeaderBytes

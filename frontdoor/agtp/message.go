@@ -74,7 +74,7 @@ func NewResponse(status int, contentType string, body []byte) *Response {
 }
 
 // Query parses RawQuery. Parameters may come from the query as well as
-// the body (digest-core §1.5).
+// the body (core §5.7; docs/decisions.md#D-input-form).
 func (r *Request) Query() (url.Values, error) {
 	return url.ParseQuery(r.RawQuery)
 }

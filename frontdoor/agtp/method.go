@@ -51,8 +51,8 @@ func IsFloorMethod(m string) bool {
 // ValidMethodToken reports whether m matches ^[A-Z]{3,32}$, the lexical
 // rule of AGTP-API §3.2. ReadRequest answers any other method token with
 // 459 method-invalid and never upper-cases it for the client
-// (DECISIONS.md); whether a valid token is in the catalog is the
-// server's next check, not this package's.
+// (docs/decisions.md#D-method-token); whether a valid token is in the
+// catalog is the server's next check, not this package's.
 func ValidMethodToken(m string) bool {
 	if len(m) < 3 || len(m) > 32 {
 		return false

@@ -116,7 +116,8 @@ func (h Head) ReadBody(br *bufio.Reader, grow func(n int) error) (*Request, erro
 	}
 
 	// Rules checked after the body is consumed, so the connection stays
-	// framed. Order follows digest-core §3.2: wire (400) before method (459).
+	// framed. Order follows docs/decisions.md#D-decision-order: wire (400)
+	// before method (459).
 	if h.retired != "" {
 		return req, badRequest(ReasonRetiredHeader, h.retired+" is retired (core §5.5.6)", false)
 	}
@@ -558,8 +559,9 @@ func invalidLine(explanation string) *ProtocolError {
 
 // parseRequestLine checks "AGTP/1.0 SP method SP request-target" (core
 // §5.5.1). A missing target ("AGTP/1.0 DISCOVER") means "/"
-// (DECISIONS.md); everything else is strict. The method token is only
-// split out here: its lexical rule gives 459, checked by the caller.
+// (docs/decisions.md#D-request-target); everything else is strict. The
+// method token is only split out here: its lexical rule gives 459, checked
+// by the caller.
 func parseRequestLine[T ~string | ~[]byte](line T, rl *requestLine) *ProtocolError {
 	sp1, sp2 := -1, -1
 	for i := 0; i < len(line); i++ {

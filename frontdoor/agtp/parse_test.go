@@ -141,7 +141,8 @@ func TestReadRequestMalformed(t *testing.T) {
 		{"retired Server-Agent-ID", "AGTP/1.0 QUERY /a\r\nServer-Agent-ID: s" + ok, 400, ReasonRetiredHeader, false},
 		{"retired any case", "AGTP/1.0 QUERY /a\r\nagtp-version: 1.0" + ok, 400, ReasonRetiredHeader, false},
 		{"retired before method check", "AGTP/1.0 query /a\r\nAGTP-Method: QUERY" + ok, 400, ReasonRetiredHeader, false},
-		// Method token ^[A-Z]{3,32}$ (DECISIONS.md): 459, not upper-cased.
+		// Method token ^[A-Z]{3,32}$ (docs/decisions.md#D-method-token): 459,
+		// not upper-cased.
 		{"method lower case", "AGTP/1.0 query /a" + ok, 459, ReasonMethodInvalid, false},
 		{"method mixed case", "AGTP/1.0 Query /a" + ok, 459, ReasonMethodInvalid, false},
 		{"method X- prefix", "AGTP/1.0 X-NOPE /a" + ok, 459, ReasonMethodInvalid, false},

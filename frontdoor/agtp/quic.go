@@ -16,8 +16,8 @@ const (
 // from QUIC 0-RTT (early) data. The rest of the QUIC mapping is in the
 // package overview and in package agtpquic. Early data can be replayed by an
 // attacker, so only the read-only, idempotent QUERY and DISCOVER are
-// served from it (DECISIONS.md); any other method arriving before the
-// handshake completes gets [TooEarly].
+// served from it (docs/decisions.md#D-zero-rtt); any other method arriving
+// before the handshake completes gets [TooEarly].
 func AllowedIn0RTT(method string) bool {
 	return method == MethodQuery || method == MethodDiscover
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Scope is one Authority-Scope token (core Appendix C, digest-core §2.6):
+// Scope is one Authority-Scope token (core Appendix C):
 //
 //	scope-token   = scope-segment 1*( ":" scope-segment )
 //	scope-segment = 1*( ALPHA / DIGIT / "-" / "_" ) / "*"
@@ -63,7 +63,7 @@ func (s Scope) Action() string {
 // Covers reports whether the declared scope s grants the claimed scope c.
 // They must have the same number of segments, and each segment of s must
 // equal the one of c or be "*", which matches any one segment
-// (DECISIONS.md via digest-core §2.6): "booking:*" covers "booking:hotel"
+// (docs/decisions.md#D-scope-wildcards): "booking:*" covers "booking:hotel"
 // but not "booking:hotel:cancel", and "*:query" covers any domain's
 // query. A "*" in c is literal, so a claim of "booking:*" needs a
 // declared "booking:*" (or "*:*"): a wildcard claim is never granted by

@@ -2,7 +2,7 @@ package agtp
 
 // Status codes of core §5.6 and §11.3, plus the HTTP-meaning codes the
 // drafts use without listing (301 in §6.1.6, 501 in §5.5.3) and 425 for
-// requests refused in QUIC 0-RTT data (DECISIONS.md, "Transport").
+// requests refused in QUIC 0-RTT data (docs/decisions.md#D-zero-rtt).
 const (
 	StatusOK                     = 200
 	StatusAccepted               = 202

@@ -25,8 +25,9 @@ func (r *Response) More() bool {
 //
 //	X-AGTP-Stream: continue
 //
-// and the last one does not. The X- prefix follows DECISIONS.md: the
-// field is an implementation field, not protocol vocabulary. Because
+// and the last one does not (docs/decisions.md#D-streamed-responses). The
+// X- prefix follows docs/decisions.md#D-implementation-fields: the field is
+// an implementation field, not protocol vocabulary. Because
 // responses on a connection are in request order, the series belongs to
 // the request it follows, and the next request's response comes after
 // the last message. A response may also carry Continuation-Token, which

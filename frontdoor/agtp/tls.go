@@ -6,7 +6,7 @@ import (
 )
 
 // ALPN is the application protocol identifier AGTP negotiates on TCP/TLS
-// and QUIC (DECISIONS.md, "Transport", following draft-09's bindings).
+// and QUIC (docs/decisions.md#D-tls-alpn, following draft-09's bindings).
 const ALPN = "agtp"
 
 // ServerTLSConfig returns the TLS configuration of an AGTP server: TLS
@@ -14,9 +14,9 @@ const ALPN = "agtp"
 //
 // ALPN outcomes on TCP, as crypto/tls negotiates them:
 //   - a client offering "agtp" gets it;
-//   - a client sending no ALPN is accepted (DECISIONS.md), as is one
-//     offering only "http/1.1", which crypto/tls treats the same way; the
-//     latter then fails at the request line with 400;
+//   - a client sending no ALPN is accepted (docs/decisions.md#D-tls-alpn),
+//     as is one offering only "http/1.1", which crypto/tls treats the same
+//     way; the latter then fails at the request line with 400;
 //   - a client offering only other protocols (e.g. "h2") fails the
 //     handshake with no_application_protocol.
 //

@@ -92,7 +92,7 @@ type URI struct {
 //
 // The grammar lets a 64-hex string be a host name too. No DNS label is
 // longer than 63 bytes, so an authority made only of hex digits and at
-// least 64 long is read as an Agent-ID (digest-core §6.1).
+// least 64 long is read as an Agent-ID (docs/decisions.md#D-uri-form1).
 func ParseURI(s string) (URI, error) {
 	const scheme = "agtp://"
 	if len(s) < len(scheme) || !equalFold(s[:len(scheme)], scheme) {

@@ -2,10 +2,11 @@
 // process to a cached AgentRecord, so that identity costs no hop per
 // request:
 //
-//   - Caller: the agent named by the request's Agent-ID header (DECISIONS.md):
+//   - Caller: the agent named by the request's Agent-ID header
+//     (docs/decisions.md#D-agent-id-is-the-caller, #D-caller-states):
 //     unknown, or registered but never activated, gets 401
 //     agent-unauthenticated with the lifecycle state in the body; retired
-//     gets 410; suspended 503; deprecated is served (digest-core C27).
+//     gets 410; suspended 503; deprecated is served.
 //   - Target: an agent a request addresses, e.g. /agents/{name}
 //     (core §6.1.8.1 step 3): unknown 404; suspended 503 and retired 410,
 //     both with the state in the body; deprecated is served with the
@@ -61,7 +62,7 @@ func StateName(s identityv1.AgentStatus) string {
 }
 
 // ParseState reads a state name case-insensitively (the drafts' examples
-// use "Active", digest-core C3).
+// use "Active", docs/decisions.md#D-lowercase-states).
 func ParseState(s string) (identityv1.AgentStatus, bool) {
 	switch strings.ToLower(s) {
 	case StateActive:
@@ -173,7 +174,7 @@ func Target(rec *identityv1.AgentRecord) Decision {
 // ClaimedScopes checks an Authority-Scope claim against the scopes the
 // agent's identity document declares: every claimed token must be covered
 // by a declared one, or the answer is 262 scope-claim-invalid
-// (core §5.5.3, DECISIONS.md).
+// (core §5.5.3, docs/decisions.md#D-scope-262).
 func ClaimedScopes(rec *identityv1.AgentRecord, claimed agtp.ScopeSet) Decision {
 	declared := make(agtp.ScopeSet, 0, len(rec.GetScopes()))
 	for _, s := range rec.GetScopes() {

@@ -19,8 +19,8 @@ func rec(st identityv1.AgentStatus) *identityv1.AgentRecord {
 	}
 }
 
-// DECISIONS.md: unknown or non-active caller 401, revoked 410, suspended
-// 503, deprecated served (digest-core §13 assertions 58–61).
+// docs/decisions.md#D-caller-states: unknown or non-active caller 401,
+// revoked 410, suspended 503, deprecated served (core assertions 58–61).
 func TestCallerRules(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -77,7 +77,7 @@ func TestTargetRules(t *testing.T) {
 	}
 }
 
-// digest-core §13 assertions 51 and 54.
+// core assertions 51 and 54 (core §5.5.3).
 func TestClaimedScopesMustBeDeclared(t *testing.T) {
 	r := rec(identityv1.AgentStatus_AGENT_STATUS_ACTIVE)
 	cases := []struct {
@@ -106,7 +106,7 @@ func TestClaimedScopesMustBeDeclared(t *testing.T) {
 	}
 }
 
-// digest-core §13 assertions 45 and 46.
+// core assertions 45 and 46 (core §5.5.4).
 func TestTrustHeaders(t *testing.T) {
 	for _, c := range []struct {
 		tier    int32

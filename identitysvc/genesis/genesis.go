@@ -1,8 +1,8 @@
 // Package genesis is the Agent Genesis of core §6.5.2: the signed origin
 // document an agent's canonical Agent-ID is derived from.
 //
-// The canonical form is RFC 8785 JCS (DECISIONS.md). Two inputs are
-// derived from it (digest-core §5.1, contradiction C8):
+// The canonical form is RFC 8785 JCS (docs/decisions.md#D-canonical-json).
+// Two inputs are derived from it (core §6.5.2):
 //
 //   - Agent-ID = lowercase hex SHA-256 of JCS(document minus "agent_id"
 //     and "signature"), since the ID cannot hash itself;
@@ -292,8 +292,8 @@ func Fingerprint(pub ed25519.PublicKey) string {
 }
 
 // EffectivePath is the verification path with the Tier 2 default
-// (org-asserted) filled in, since digest-core C31 has every document
-// carry one.
+// (org-asserted) filled in, since every document carries one
+// (docs/decisions.md#D-verification-path).
 func (g *Genesis) EffectivePath() VerificationPath {
 	if g.VerificationPath == "" && g.TrustTier == TierOrgAsserted {
 		return PathOrgAsserted

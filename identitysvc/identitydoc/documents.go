@@ -15,8 +15,9 @@ import (
 )
 
 // Media types. Identity documents are served as
-// application/vnd.agtp.identity+json (digest-core C4); the other
-// variants as application/vnd.agtp+json (core §6.1.7).
+// application/vnd.agtp.identity+json
+// (docs/decisions.md#D-identity-media-type); the other variants as
+// application/vnd.agtp+json (core §6.1.7).
 const (
 	MediaTypeIdentity = "application/vnd.agtp.identity+json"
 	MediaTypeAGTP     = "application/vnd.agtp+json"
@@ -35,7 +36,8 @@ const TrustExplanationTier2 = "The agent's organisational affiliation is asserte
 
 // Params are the registry-wide values of the documents.
 type Params struct {
-	// AGTPVersion is agtp_version (digest-core C25: as configured).
+	// AGTPVersion is agtp_version (docs/decisions.md#D-agtp-version: as
+	// configured).
 	AGTPVersion string
 	// DocumentVersion is the identity document schema version.
 	DocumentVersion string
@@ -182,10 +184,11 @@ func Description(rec *identityv1.AgentRecord) string {
 }
 
 // Status builds the unsigned status document (core §6.4.4), which is also
-// the ?format=status variant. Lifecycle state is lowercase (digest-core
-// C3); last_action_* is the last lifecycle method that changed the state,
-// the one action the registry sees. active_session_count is left out: it
-// needs observability rights the registry cannot check.
+// the ?format=status variant. Lifecycle state is lowercase
+// (docs/decisions.md#D-lowercase-states); last_action_* is the last
+// lifecycle method that changed the state, the one action the registry sees.
+// active_session_count is left out: it needs observability rights the
+// registry cannot check.
 func Status(a Agent, p Params, now time.Time) map[string]any {
 	rec := a.Record
 	doc := map[string]any{

@@ -9,7 +9,7 @@
 // in), base64url. The namespace document carries
 // {"algorithm":"EdDSA","key_id","value"}, Ed25519 over the JCS form of the
 // document without signature: EdDSA instead of the draft example's ES256,
-// since every other key in AGTP is Ed25519 (digest-core C20).
+// since every other key in AGTP is Ed25519 (docs/decisions.md#D-eddsa).
 package identitydoc
 
 import (

@@ -1,7 +1,7 @@
 // Package sessionbind binds a Session-ID to the Agent-ID and TLS client
 // identity it was first seen with, and refuses a later mismatch
-// (core §10.4.5; digest-core §7: client-chosen Session-IDs, bound on first
-// sight, 401 on mismatch).
+// (core §10.4.5; docs/decisions.md#D-session-binding: client-chosen
+// Session-IDs, bound on first sight, 401 on mismatch).
 //
 // It is public so the front door can call it in process with its own
 // Redis client and skip the check for a connection it has already bound;

@@ -92,7 +92,7 @@ type Call func(ctx context.Context, method, path string, input map[string]any) (
 
 // Failure is a failed step: the details of the endpoint's named error
 // composition_failed (AGTP-API §12.1, 422), with the key names the
-// project settled (digest-api §6.1).
+// project settled (docs/decisions.md#D-composition).
 type Failure struct {
 	Recipe        string
 	RecipeVersion string

@@ -75,8 +75,8 @@ func TestRunThreadsOutputsIntoLaterSteps(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 73: a failing step is composition_failed with
-// the recipe, the step number, its method, its status and the outputs
+// api assertion 73 (AGTP-API §12.1): a failing step is composition_failed
+// with the recipe, the step number, its method, its status and the outputs
 // captured before it.
 func TestRunFailureDetails(t *testing.T) {
 	var calls []call

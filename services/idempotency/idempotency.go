@@ -1,6 +1,7 @@
 // Package idempotency is the one definition of the idempotency slot protocol
-// (DECISIONS.md, "Idempotency"): how an (Agent-ID, Idempotency-Key) slot is
-// claimed, completed and released in Redis.
+// (docs/decisions.md#D-idempotency-key, #D-idempotency-in-flight and
+// #D-idempotency-replay): how an (Agent-ID, Idempotency-Key) slot is claimed,
+// completed and released in Redis.
 //
 // A slot is the hash rediskeys.IdempotencySlot(agentID, key) with the fields
 // rediskeys.Slot*. Its life:
@@ -97,14 +98,15 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
 
-// Defaults of the slot protocol (DECISIONS.md: TTL 24 h, configurable).
+// Defaults of the slot protocol (docs/decisions.md#D-idempotency-replay:
+// TTL 24 h, configurable).
 const (
 	DefaultTTL   = 24 * time.Hour
 	DefaultLease = 30 * time.Second
 )
 
 // MaxKeyLen bounds the Idempotency-Key value a caller may send
-// (digest-companions §3.15: 1-255 printable ASCII).
+// (docs/decisions.md#D-idempotency-key: 1-255 printable ASCII).
 const MaxKeyLen = 255
 
 // ValidKey reports whether key is 1-255 printable ASCII characters

@@ -1,7 +1,8 @@
 // Package jcs is RFC 8785 JSON Canonicalization Scheme (JCS), the suite's one
-// canonical JSON form (DECISIONS.md): Agent-ID hashes, Genesis and identity
-// document signatures, idempotency request fingerprints and manifest hashes
-// all go through it, so every service produces the same bytes.
+// canonical JSON form (docs/decisions.md#D-canonical-json): Agent-ID hashes,
+// Genesis and identity document signatures, idempotency request fingerprints
+// and manifest hashes all go through it, so every service produces the same
+// bytes.
 //
 // Input must be I-JSON (RFC 7493): valid UTF-8, no lone surrogates, no
 // duplicate object member names, numbers representable as IEEE 754 doubles.

@@ -3,12 +3,12 @@
 // the 18-method floor and the legacy verbs with their preferred
 // replacements.
 //
-// The draft leaves the document's exact shape open (digest-api §1.2), so
-// Load accepts both the draft's form (version, embedded, legacy,
-// categories, verbs) and the published form (catalog_version,
-// embedded_floor, legacy_aliases, categories, methods), verbs as a map
-// keyed by name or as an array of objects with "name", and a verb's
-// category as "categories" (array) or "category" (string).
+// The draft leaves the document's exact shape open (AGTP-API §3.1, §4.2;
+// docs/decisions.md#D-catalog-document), so Load accepts both the draft's
+// form (version, embedded, legacy, categories, verbs) and the published form
+// (catalog_version, embedded_floor, legacy_aliases, categories, methods),
+// verbs as a map keyed by name or as an array of objects with "name", and a
+// verb's category as "categories" (array) or "category" (string).
 package catalog
 
 import (
@@ -46,7 +46,8 @@ func (v *Verb) Deprecated() bool { return v.DeprecatedIn != "" }
 type Catalog struct {
 	Version    string
 	Categories []string
-	// Floor is the 18 floor methods; always admitted (DECISIONS.md).
+	// Floor is the 18 floor methods; always admitted
+	// (docs/decisions.md#D-pinned-catalog).
 	Floor []string
 	// Legacy maps each legacy verb to its preferred replacement.
 	Legacy map[string]string

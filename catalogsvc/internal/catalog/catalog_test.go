@@ -36,7 +36,7 @@ func TestEmbeddedCatalog(t *testing.T) {
 
 // TestDraftShapeAndDeprecation loads the draft's form (version, embedded,
 // legacy, verbs as an array, category as a string) with a deprecated and
-// a removed verb (digest-api §1.2, §1.6, §1.7).
+// a removed verb (AGTP-API §3.1, §4.2, §4.4, §4.5).
 func TestDraftShapeAndDeprecation(t *testing.T) {
 	doc := `{
 	 "version": "2.0.0",

@@ -45,7 +45,7 @@ type Toggles struct {
 // DefaultToggles are the draft's defaults (§8.2 example, §8.7, §18),
 // except scope_required_for_invocation, which defaults to false: core
 // §5.5.3 lets a request without Authority-Scope inherit the identity
-// document's scopes (digest-core §13 item 54), and the front door enforces
+// document's scopes (core assertion 54), and the front door enforces
 // the toggle when an operator sets it (docs/catalogsvc.md).
 func DefaultToggles() Toggles {
 	return Toggles{AnonymousDiscovery: true, ScopeRequiredForInvocation: false, SynthesisEnabled: true, MaxSynthesisDepth: 10}
@@ -92,8 +92,8 @@ type Vocabulary struct {
 // DataManifest is the AGIS data manifest (AGIS §8.3): the data classes a
 // negotiable service holds. Its members are fixed so that nothing that
 // must not be public (record counts, schemas, field names) can be put in
-// a document that anonymous callers read (AGIS §13; digest-companions §5
-// item 16).
+// a document that anonymous callers read (AGIS §13; companions
+// assertion 16).
 type DataManifest struct {
 	AvailableData    []DataClass `json:"available_data"`
 	PreAuthDiscovery bool        `json:"pre_auth_discovery"`
@@ -483,7 +483,7 @@ func (d *Draft) checkService() error {
 }
 
 // checkVocabulary is AGIS pass 7: the declared verbs are exactly the
-// verbs the operator's endpoints use (digest-companions §5 item 14).
+// verbs the operator's endpoints use (companions assertion 14).
 func (d *Draft) checkVocabulary() error {
 	v := d.service.Vocabulary
 	if v == nil {

@@ -68,7 +68,7 @@ func decodeManifest(t *testing.T, b []byte) map[string]any {
 	return m
 }
 
-// TestManifestDigestAPI pins digest-api §9 assertions 54-64 on the
+// TestManifestDigestAPI pins api assertions 54-64 on the
 // manifest of the demo configuration.
 func TestManifestDigestAPI(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
@@ -221,7 +221,8 @@ func TestUnsignedManifestHasNullSignature(t *testing.T) {
 	}
 }
 
-// Test62PrivateDisclosureEmptiesHostedAgents is digest-api §9 62.
+// Test62PrivateDisclosureEmptiesHostedAgents is api assertion 62 (AGTP-API
+// §8.5).
 func Test62PrivateDisclosureEmptiesHostedAgents(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Manifest.AgentDisclosure = "private"
@@ -232,8 +233,9 @@ func Test62PrivateDisclosureEmptiesHostedAgents(t *testing.T) {
 	}
 }
 
-// Test14CustomMethod is digest-api §9 14: a custom method declared in
-// policies.methods, bound to an endpoint, routes and is listed.
+// Test14CustomMethod is api assertion 14 (AGTP-API §3.3, §8.4): a custom
+// method declared in policies.methods, bound to an endpoint, routes and is
+// listed.
 func Test14CustomMethod(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Service.Methods = policy.Methods{Custom: []string{"FROBNICATE"}}

@@ -260,8 +260,8 @@ func summarizeJSON(t *testing.T, mutate func(m map[string]any)) []byte {
 
 // TestAdminRPCsWithRedis: two replicas on one Redis. Runtime endpoints
 // persist, replicas converge through pub/sub with the same version, the
-// version strictly increases and survives a restart (digest-companions
-// §5 item 18), and deletes hide file endpoints.
+// version strictly increases and survives a restart (companions
+// assertion 18, core §7.6.7), and deletes hide file endpoints.
 func TestAdminRPCsWithRedis(t *testing.T) {
 	rs := testkit.StartRedis(t)
 	_, priv, _ := ed25519.GenerateKey(nil)

@@ -10,7 +10,7 @@ import (
 
 // TestVersionCounter: the counter moves only when the content changes,
 // never decreases, and two replicas asking for one hash agree
-// (digest-companions §5 item 18).
+// (companions assertion 18).
 func TestVersionCounter(t *testing.T) {
 	rs := testkit.StartRedis(t)
 	a, b := NewRedis(rs.Client(t)), NewRedis(rs.Client(t))

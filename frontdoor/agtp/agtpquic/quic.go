@@ -2,7 +2,7 @@
 // apart from package agtp so that programs speaking only TCP/TLS do not
 // link quic-go.
 //
-// The mapping (DECISIONS.md, "Transport"): ALPN "agtp"; one
+// The mapping (docs/decisions.md#D-quic-streams): ALPN "agtp"; one
 // client-initiated bidirectional stream per request; the response, or
 // the series of responses of a streamed method, comes back on the same
 // stream, followed by FIN. The messages on a stream are framed exactly
@@ -62,8 +62,8 @@ func RefuseEarly(conn *quic.Conn, method string) bool {
 }
 
 // QUIC application error codes of AGTP. The drafts define none
-// (digest-core §7); these are the project's, shared by the front door and
-// the client.
+// (docs/decisions.md#D-quic-streams); these are the project's, shared by
+// the front door and the client.
 const (
 	// CodeNoError closes a connection normally (idle timeout, drain
 	// complete).

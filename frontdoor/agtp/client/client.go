@@ -190,10 +190,10 @@ var errStreamClosed = errors.New("agtp client: stream closed")
 //   - Form 1a, agtp://{agent-id}@host[:port]/path: connects to host (port
 //     4480 by default). The agent-id names the agent addressed, with host
 //     only a hint of where to ask; it is not sent as Agent-ID, which names
-//     the caller (DECISIONS.md; set it in Options or hdr). When the
-//     answer is an Identity Document whose agent_id differs from the
-//     URI's, Send returns the response with ErrAgentMismatch, as core
-//     §6.1.2 requires a client to reject it.
+//     the caller (docs/decisions.md#D-agent-id-is-the-caller; set it in
+//     Options or hdr). When the answer is an Identity Document whose
+//     agent_id differs from the URI's, Send returns the response with
+//     ErrAgentMismatch, as core §6.1.2 requires a client to reject it.
 //   - Forms 2, 2a, 3 and 4: connect to the host, port 4480 unless Form 2
 //     gives one; Forms 3 and 4 send /agents/{name}[/...] as the path.
 //   - Form 1, agtp://{agent-id}, names no server: ErrNoAddress.

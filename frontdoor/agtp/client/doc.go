@@ -25,10 +25,10 @@
 // default) is where to connect, and its path and query are the
 // request-target. In Form 1a, agtp://{agent-id}@host/path, the agent-id
 // names the agent addressed, with host as a hint of where to ask; it is
-// not the caller, so it is not sent as Agent-ID (DECISIONS.md: Agent-ID
-// identifies the caller). Send rejects an Identity Document answering a
-// Form 1a URI when its agent_id differs from the URI's
-// (ErrAgentMismatch). Form 1, agtp://{agent-id}, has no server to ask
+// not the caller, so it is not sent as Agent-ID
+// (docs/decisions.md#D-agent-id-is-the-caller: Agent-ID identifies the
+// caller). Send rejects an Identity Document answering a Form 1a URI when
+// its agent_id differs from the URI's (ErrAgentMismatch). Form 1, agtp://{agent-id}, has no server to ask
 // and gives ErrNoAddress.
 //
 // # Connections

@@ -53,7 +53,8 @@ func (e *noResponseError) Unwrap() []error { return []error{ErrNoResponse, e.err
 // without risk of acting twice: its method is idempotent in core §7.3
 // (QUERY, DISCOVER, DESCRIBE, INSPECT, SUMMARIZE, PLAN, ESCALATE,
 // CONFIRM), or it carries an Idempotency-Key, which makes the server
-// answer a repeat from its record of the first (DECISIONS.md).
+// answer a repeat from its record of the first
+// (docs/decisions.md#D-idempotency-replay).
 func Idempotent(req *agtp.Request) bool {
 	switch req.Method {
 	case agtp.MethodQuery, agtp.MethodDiscover, agtp.MethodDescribe, agtp.MethodInspect,

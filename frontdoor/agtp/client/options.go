@@ -99,7 +99,8 @@ type Options struct {
 	Header agtp.Header
 	// AgentID, AuthorityScope and SessionID are shorthands for the
 	// Agent-ID, Authority-Scope and Session-ID defaults. Agent-ID names
-	// the caller (DECISIONS.md), never the agent addressed.
+	// the caller (docs/decisions.md#D-agent-id-is-the-caller), never the
+	// agent addressed.
 	AgentID        string
 	AuthorityScope string
 	SessionID      string

@@ -361,7 +361,8 @@ func (p *quicPool) exchange(ctx context.Context, str *quic.Stream, req *agtp.Req
 		return nil, nil, &noResponseError{err: err}
 	}
 	// FIN after the request: the request is complete, the response (or
-	// series) comes back on the same stream (DECISIONS.md, "Transport").
+	// series) comes back on the same stream
+	// (docs/decisions.md#D-quic-streams).
 	str.Close()
 
 	x.br = readerPool.Get().(*bufio.Reader)

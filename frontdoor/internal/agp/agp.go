@@ -1,5 +1,5 @@
-// Package agp serves the Agent Gateway Protocol (AGP 0.1, digest-companions
-// §3) on the front door's HTTPS side, for agent platforms that speak only
+// Package agp serves the Agent Gateway Protocol (AGP 0.1, docs/agp.md) on
+// the front door's HTTPS side, for agent platforms that speak only
 // HTTP/JSON. Every AGP operation is translated into an AGTP request and run
 // through the same pipeline (pipeline.ServeBound): structural decision,
 // caller, input schema, policysvc Authorize (scopes, rate limits,

@@ -28,10 +28,10 @@ type State struct {
 	// Endpoints are the compiled endpoints (schemas ready), aligned with
 	// the snapshot's endpoints by route.Endpoint.Index.
 	Endpoints []*endpoint.Endpoint
-	// SupportedMethods is the Supported-Methods header value: the 18
-	// floor methods (digest-core §13 item 32; they are always admitted and
-	// always dispatched) and every other method with an endpoint on this
-	// server, sorted.
+	// SupportedMethods is the Supported-Methods header value
+	// (docs/decisions.md#D-supported-methods): the 18 floor methods (core
+	// assertion 32; they are always admitted and always dispatched) and
+	// every other method with an endpoint on this server, sorted.
 	SupportedMethods string
 }
 

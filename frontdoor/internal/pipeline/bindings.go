@@ -218,7 +218,8 @@ var inheritedHeaders = []string{
 // Check admits or refuses a call of the endpoint declared at (method,
 // template) from what the exchange already knows: anonymous callers only
 // reach anonymous endpoints, and the effective scopes must cover the
-// endpoint's required scopes (262 scope-required, DECISIONS.md).
+// endpoint's required scopes (262 scope-required,
+// docs/decisions.md#D-scope-262).
 func (v *bindingInvoker) Check(method, template string) *bindings.Outcome {
 	if v.byTemplate == nil {
 		v.byTemplate = make(map[string]*endpoint.Endpoint, len(v.x.state.Endpoints))

@@ -498,9 +498,9 @@ func TestCompositionThroughPipeline(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 73: a composition that fails half way answers
-// 422 composition_failed naming the step; the records of the steps that
-// ran are still its prior actions.
+// api assertion 73 (AGTP-API §12.1): a composition that fails half way
+// answers 422 composition_failed naming the step; the records of the steps
+// that ran are still its prior actions.
 func TestCompositionFailsHalfWay(t *testing.T) {
 	f := newBndFixture(t)
 	before := f.audit.count()
@@ -520,7 +520,8 @@ func TestCompositionFailsHalfWay(t *testing.T) {
 }
 
 // The caller's authority must cover every step before any runs
-// (digest-api §6.1, AGTP-API §16.2): no step runs, no step record.
+// (docs/decisions.md#D-composition, AGTP-API §16.2): no step runs, no step
+// record.
 func TestCompositionAuthorityCheckedFirst(t *testing.T) {
 	f := newBndFixture(t)
 	before := f.audit.count()

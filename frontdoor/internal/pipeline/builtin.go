@@ -91,7 +91,8 @@ func str(params map[string]any, name string) string {
 	return ""
 }
 
-// discover serves the DISCOVER built-ins (AGTP-API §5.8, DECISIONS.md).
+// discover serves the DISCOVER built-ins (AGTP-API §5.8,
+// docs/decisions.md#D-discover-root).
 func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *agtp.Response {
 	snap := x.state.Snapshot
 	switch path {
@@ -516,10 +517,10 @@ func stateName(s identityv1.AgentStatus) string {
 
 // anonymousDiscoveryClosed applies policies.anonymous_discovery=false
 // (AGTP-API §8.7): an anonymous call to a read-only discovery built-in
-// (DISCOVER and DESCRIBE, Tier A) gets 262 anonymous-discovery-disabled
-// (digest-api §9 item 65, digest-core C36) rather than the plain 401 any
-// other non-anonymous endpoint gives. /contracts is per caller and never
-// anonymous, so it keeps the 401.
+// (DISCOVER and DESCRIBE, Tier A) gets 262 anonymous-discovery-disabled (api
+// assertion 65, docs/decisions.md#D-anonymous-discovery) rather than the
+// plain 401 any other non-anonymous endpoint gives. /contracts is per caller
+// and never anonymous, so it keeps the 401.
 func (p *Pipeline) anonymousDiscoveryClosed(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
 	if x.state.Snapshot.GetPolicies().GetAnonymousDiscovery() || ep.GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_A ||
 		ep.GetMethod() != agtp.MethodDiscover && ep.GetMethod() != agtp.MethodDescribe || ep.GetPath() == "/contracts" {

@@ -14,12 +14,13 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 )
 
-// The caller stage (digest-api §7, "identity"): who the request is from,
-// and how that was proven (docs/identity.md, "Proven callers"). Facts
-// about the caller come from what it proved: an Agent Certificate or the
-// Genesis issuer key at the handshake, a bearer token policysvc verifies,
-// or an API key a binding checked. A bare Agent-ID header is a claim
-// (core §8 Level 1) and counts only as the caller_proof policy allows.
+// The caller stage (docs/decisions.md#D-decision-order, "identity"): who the
+// request is from, and how that was proven (docs/identity.md, "Proven
+// callers"). Facts about the caller come from what it proved: an Agent
+// Certificate or the Genesis issuer key at the handshake, a bearer token
+// policysvc verifies, or an API key a binding checked. A bare Agent-ID
+// header is a claim (core §8 Level 1) and counts only as the caller_proof
+// policy allows (docs/decisions.md#D-caller-proof).
 
 // peerOf is what the connection's client certificate proved, nil without
 // one.

@@ -45,7 +45,7 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	}
 	// Only a contract presented or asked for makes a bare claim worth a
 	// 401; otherwise an unproven Agent-ID is ignored and the structural
-	// answer (404, 405, ...) stands (digest-api §7).
+	// answer (404, 405, ...) stands (docs/decisions.md#D-decision-order).
 	if resp := p.identify(x, !hasPresented && !allow); resp != nil {
 		return resp
 	}

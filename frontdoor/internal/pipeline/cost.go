@@ -13,7 +13,7 @@ import (
 )
 
 // costTracker learns what each endpoint costs from the calls it serves, so
-// QUOTE (Tier 2, digest-companions §2.4) answers from observation: the
+// QUOTE (Tier 2, standard methods §5.1) answers from observation: the
 // handler's compute time per call, smoothed, with the range seen.
 type costTracker struct {
 	mu        sync.Mutex
@@ -61,12 +61,12 @@ func (c *costTracker) estimate(method, template string) (endpointCost, bool) {
 	return *e, true
 }
 
-// quote answers QUOTE (digest-companions §2.4): method, path and
-// parameters are required (400 naming the missing one, companions §5 item
-// 24), then the structural decision for the proposed call (unknown target
-// 404, anything else the decision's own code as 422), then the parameters
-// against the target's input schema (422 with the violations), then the
-// estimate in the Cost-Estimate header and the body. Nothing is run.
+// quote answers QUOTE (standard methods §5.1): method, path and parameters
+// are required (400 naming the missing one, companions assertion 24), then
+// the structural decision for the proposed call (unknown target 404,
+// anything else the decision's own code as 422), then the parameters against
+// the target's input schema (422 with the violations), then the estimate in
+// the Cost-Estimate header and the body. Nothing is run.
 func (p *Pipeline) quote(x *exchange, input []byte) *agtp.Response {
 	var params map[string]any
 	if v, err := decodeJSON(input); err == nil {

@@ -251,8 +251,9 @@ func (p *Pipeline) stampPerResponse(x *exchange, resp *agtp.Response) {
 }
 
 // cacheable says whether an outcome is stored for idempotent replay:
-// successes and deterministic client errors (DECISIONS.md), not rate
-// limits, conflicts of the moment or server failures.
+// successes and deterministic client errors
+// (docs/decisions.md#D-idempotency-replay), not rate limits, conflicts of
+// the moment or server failures.
 func cacheable(status int) bool { return bindings.Replayable(status) }
 
 // encodeStored serializes a response for the idempotency store.

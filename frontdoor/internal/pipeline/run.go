@@ -28,9 +28,9 @@ const kindRegisteredFunction = "registered_function"
 // whose input it did not get.
 const maxPolicyInput = 1 << 20
 
-// run is the decision order of digest-api §7 after the wire checks the
-// transport made, and, for a request indexed for RETRY, the report of
-// how it ended (retry.go).
+// run is the decision order of docs/decisions.md#D-decision-order after
+// the wire checks the transport made, and, for a request indexed for
+// RETRY, the report of how it ended (retry.go).
 func (p *Pipeline) run(x *exchange) *agtp.Response {
 	resp := p.decide(x)
 	p.completeTaskRun(x, resp)
@@ -273,7 +273,7 @@ func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp
 // says otherwise (a binding's transient failure is 502 or 504), with the
 // error's name as the reason and as "error"; the handler's Details are
 // members of the body (the bindings put theirs under "details", as
-// digest-api §6 suggests).
+// docs/decisions.md#D-named-error-body has it).
 func namedError(x *exchange, he *handler.Error) *agtp.Response {
 	status := he.Status
 	if status == 0 {

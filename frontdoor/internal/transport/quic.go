@@ -257,7 +257,7 @@ func (c *quicConn) tlsState(early bool) (*tls.ConnectionState, any) {
 	return &hs.tls, hs.peer
 }
 
-// refuseEarly is the 0-RTT rule (DECISIONS.md, "Transport"): a request
+// refuseEarly is the 0-RTT rule (docs/decisions.md#D-zero-rtt): a request
 // read before the handshake completed may be a replay, so only the
 // read-only QUERY and DISCOVER are served from it; others get 425.
 // Deciding when the request has been read is sound: a replayed flight

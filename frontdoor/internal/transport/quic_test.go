@@ -122,8 +122,8 @@ func TestQUICStreamsPerConnectionBounded(t *testing.T) {
 	}
 }
 
-// DECISIONS.md "Transport": only QUERY and DISCOVER are served from 0-RTT
-// data; other methods get 425.
+// docs/decisions.md#D-zero-rtt: only QUERY and DISCOVER are served from
+// 0-RTT data; other methods get 425.
 func TestRefuseEarlyRule(t *testing.T) {
 	tests := []struct {
 		early  bool

@@ -46,8 +46,8 @@ func TestTCPRoundTripOnPersistentConnection(t *testing.T) {
 	}
 }
 
-// DECISIONS.md "Transport": TLS 1.3 only; ALPN agtp; a client without ALPN
-// is accepted on TCP.
+// docs/decisions.md#D-tls-alpn: TLS 1.3 only; ALPN agtp; a client without
+// ALPN is accepted on TCP.
 func TestTCPTLSAndALPNRules(t *testing.T) {
 	ts := startServer(t, Options{DisableQUIC: true}, echo())
 	tests := []struct {
@@ -137,8 +137,8 @@ func TestTCPBodyDeadline(t *testing.T) {
 	waitFor(t, "body timeout counted", func() bool { return ts.Stats().BodyTimeouts == 1 })
 }
 
-// DECISIONS.md "Wire": exceeding a limit gets 400 with a reason naming it,
-// and the connection is closed.
+// docs/decisions.md#D-limits: exceeding a limit gets 400 with a reason
+// naming it, and the connection is closed.
 func TestTCPOversizedInputGets400AndClose(t *testing.T) {
 	ts := startServer(t, Options{DisableQUIC: true}, echo())
 	tests := []struct {

@@ -1,5 +1,5 @@
 // Package transport runs the front door's AGTP listeners: TLS 1.3 over TCP
-// and QUIC on the same port number, ALPN "agtp" (DECISIONS.md, "Transport").
+// and QUIC on the same port number, ALPN "agtp" (docs/decisions.md#D-tls-alpn).
 // It turns connections into calls of a [Handler], one per parsed request,
 // and owns everything a peer can abuse below the request pipeline:
 // handshake, header, body, write and idle deadlines, the connection limit,
@@ -84,8 +84,9 @@ type ConnInfo struct {
 	ID uint64
 	// Requests is the number of responses sent on the connection before
 	// this request's. 0 marks the connection's first response, which
-	// carries Supported-Methods (digest-core §7). On QUIC, streams are
-	// concurrent and the count is taken when the stream is accepted.
+	// carries Supported-Methods (docs/decisions.md#D-supported-methods). On
+	// QUIC, streams are concurrent and the count is taken when the stream
+	// is accepted.
 	Requests uint64
 	// EarlyData is set for a QUIC request read before the handshake
 	// completed, i.e. from 0-RTT data that an attacker could replay. Only
@@ -163,8 +164,8 @@ type Options struct {
 	DisableQUIC bool
 
 	// Limits bounds one request (agtp.Limits; zero fields are the
-	// DECISIONS.md defaults: 8 KiB line, 64 KiB header section, 100
-	// fields, 1 MiB body).
+	// docs/decisions.md#D-limits defaults: 8 KiB line, 64 KiB header
+	// section, 100 fields, 1 MiB body).
 	Limits agtp.Limits
 
 	// HandshakeTimeout bounds the TLS (or QUIC) handshake. Default 10 s.
@@ -723,8 +724,9 @@ func (s *Server) respondError(ctx context.Context, info *ConnInfo, req *agtp.Req
 	return s.errResp.RespondError(ctx, info, req, perr)
 }
 
-// defaultErrorResponse is perr's error body with the members DECISIONS.md
-// asks for that the transport knows: task_id, and the method of a 459.
+// defaultErrorResponse is perr's error body with the members
+// docs/decisions.md#D-error-body asks for that the transport knows: task_id,
+// and the method of a 459.
 func defaultErrorResponse(req *agtp.Request, perr *agtp.ProtocolError) *agtp.Response {
 	if req == nil {
 		return perr.Response()

@@ -91,7 +91,8 @@ type outcome struct {
 	reason     string
 }
 
-// decide is the lifecycle table of digest-core §4.2 (core §7.2.14–18).
+// decide is the lifecycle table of core §7.2.14–18 (docs/identity.md,
+// "Lifecycle").
 // "pending" is a registered Genesis never activated: ACTIVATE issues it,
 // REVOKE retires it, DEACTIVATE is a no-op (it is not active), REINSTATE
 // and DEPRECATE have nothing to act on.

@@ -117,7 +117,7 @@ func TestDecideFollowsTheLifecycleTable(t *testing.T) {
 		{tACTIVATE, "retired", true, impossible(ReasonAgentRetired)},
 		{tDEACTIVATE, "active", true, want{to: "suspended", event: EventLifecycleSuspended}},
 		{tDEACTIVATE, "suspended", true, noop},
-		{tDEACTIVATE, "deprecated", true, noop}, // digest-core C32: any non-active state
+		{tDEACTIVATE, "deprecated", true, noop}, // any non-active state (docs/decisions.md#D-deactivate-deprecated)
 		{tDEACTIVATE, "retired", true, noop},
 		{tDEACTIVATE, "pending", false, noop},
 		{tREINSTATE, "suspended", true, want{to: "active", event: EventLifecycleReinstated}},
@@ -344,7 +344,7 @@ func lifecycle(t *testing.T, e *env, id string, tr identityv1.LifecycleTransitio
 	return res
 }
 
-// The lifecycle assertions of digest-core §13 (102–107), at the registry
+// The lifecycle assertions core 102–107 (core §7.2.14–18), at the registry
 // layer, with the caller rules the front door applies to the result.
 func TestLifecycleAssertions(t *testing.T) {
 	e := newEnv(t, Options{LifecycleAuth: AuthOpen})
@@ -402,7 +402,8 @@ func TestLifecycleAssertions(t *testing.T) {
 	if res = lifecycle(t, e, id, tDEPRECATE, ""); !res.Noop {
 		t.Fatal("107: second DEPRECATE must be a no-op")
 	}
-	// C32: DEACTIVATE on deprecated is a no-op.
+	// docs/decisions.md#D-deactivate-deprecated: DEACTIVATE on deprecated is
+	// a no-op.
 	if res = lifecycle(t, e, id, tDEACTIVATE, ""); !res.Noop {
 		t.Fatal("DEACTIVATE on a deprecated agent must be a no-op")
 	}
@@ -495,7 +496,7 @@ func TestTransitionRefusesBadRequests(t *testing.T) {
 	}
 }
 
-// digest-core §13 assertion 108 and core §7.2.19.
+// core assertion 108 and core §7.2.19.
 func TestLifecycleAuthorisationGenesisIssuer(t *testing.T) {
 	operator := strings.Repeat("0f", 32)
 	e := newEnv(t, Options{LifecycleAuth: AuthGenesisIssuer, OperatorFingerprints: []string{operator}})

@@ -165,7 +165,7 @@ func TestGetGenesisReturnsBytesAsRegistered(t *testing.T) {
 	}
 }
 
-// digest-core §13 assertions 65–73 at the service layer.
+// core assertions 65–73 (core §6.3, §6.1.7, §6.5.2) at the service layer.
 func TestIdentityDocumentAssertions(t *testing.T) {
 	e := newEnv(t, Options{Methods: []string{"QUOTE", "QUERY"}, IssuerURL: "https://registrar.acme.tld"})
 	g := newGenesis(t, 2)
@@ -323,7 +323,7 @@ func TestPendingAgentHasNoDocuments(t *testing.T) {
 	}
 }
 
-// digest-core §13 assertions 62–64.
+// core assertions 62–64 (core §6.2).
 func TestNamespaceDocument(t *testing.T) {
 	e := newEnv(t, Options{LifecycleAuth: registry.AuthOpen, OrgDomain: "acme.tld", GovernanceZone: "zone:acme-internal"})
 	ctx := context.Background()

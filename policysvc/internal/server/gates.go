@@ -26,10 +26,10 @@ func deny(status int, reason, explanation string, details ...string) *policyv1.D
 }
 
 // localChecks runs every check that needs no Redis, in the order of
-// digest-core §3.2 (authentication, then authorization and scope, then the
-// operator's other dimensions, then parameters). It fills in the effective
-// scopes and the acting principal, and returns the first refusal and the
-// acting principal.
+// docs/decisions.md#D-decision-order (authentication, then authorization and
+// scope, then the operator's other dimensions, then parameters). It fills in
+// the effective scopes and the acting principal, and returns the first
+// refusal and the acting principal.
 func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeResponse) (*policyv1.Denial, string) {
 	anonymous := req.GetAgentId() == ""
 	if anonymous && s.opts.DisableAnonymousDiscovery {
@@ -88,7 +88,8 @@ func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest
 	if s.oauth != nil && principal.ID != "" {
 		if missing, ok := s.oauth.MissingScope(req.GetMethod(), principal); ok {
 			// A token-based scope: an operator-defined dimension (455),
-			// not Authority-Scope (262), per core §5.6 and DECISIONS.md.
+			// not Authority-Scope (262), per core §5.6 and
+			// docs/decisions.md#D-scope-262.
 			return deny(agtp.StatusScopeViolation, ReasonOAuthScopeInsufficient,
 				"the credential does not grant the OAuth scope "+strconv.Quote(missing), "scope", missing), acting
 		}

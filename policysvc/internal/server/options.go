@@ -12,10 +12,10 @@ import (
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
 
-// Options is everything an operator can set about policy. The zero value
-// is a working policy: Authority-Scope and idempotency as the drafts and
-// DECISIONS.md require, the RCNS negotiation limit at its default, and no
-// other limit or gate.
+// Options is everything an operator can set about policy. The zero value is
+// a working policy: Authority-Scope and idempotency as the drafts and
+// docs/decisions.md (#D-scope-262, #D-idempotency-key) require, the RCNS
+// negotiation limit at its default, and no other limit or gate.
 type Options struct {
 	// DisableAnonymousDiscovery refuses anonymous requests with 262
 	// anonymous-discovery-disabled (core §5.6; AGTP-API anonymous_discovery).
@@ -77,7 +77,8 @@ func (e EndpointLimit) matches(method, path string) bool {
 	return (e.Method == "" || e.Method == "*" || e.Method == method) && (e.Path == "" || e.Path == path)
 }
 
-// IdempotencyOptions configure the slot protocol (DECISIONS.md).
+// IdempotencyOptions configure the slot protocol
+// (docs/decisions.md#D-idempotency-in-flight, #D-idempotency-replay).
 type IdempotencyOptions struct {
 	// TTL keeps a completed outcome. Default 24h.
 	TTL time.Duration `json:"ttl,omitempty"`

@@ -176,9 +176,10 @@ func TestAuthorityScope(t *testing.T) {
 	}
 }
 
-// TestConcurrentDuplicatesRunOnce pins DECISIONS.md: N concurrent requests
-// with one (Agent-ID, Idempotency-Key) lead to exactly one execution; the
-// rest replay its stored response byte for byte once it completes.
+// TestConcurrentDuplicatesRunOnce pins
+// docs/decisions.md#D-idempotency-in-flight: N concurrent requests with one
+// (Agent-ID, Idempotency-Key) lead to exactly one execution; the rest replay
+// its stored response byte for byte once it completes.
 func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 	rdb := newRedis(t)
 	c := serve(t, rdb, server.Options{Idempotency: server.IdempotencyOptions{MaxWait: 5 * time.Second}}, nil)

@@ -8,8 +8,8 @@ import (
 )
 
 // answer builds a PROPOSE response: body_json is the whole AGTP body,
-// with status, reason and explanation as DECISIONS.md's error bodies have
-// them, and the Negotiation-ID.
+// with status, reason and explanation as the error bodies of
+// docs/decisions.md#D-error-body have them, and the Negotiation-ID.
 func answer(outcome rcnsv1.ProposeOutcome, status int, negID string, body map[string]any) *rcnsv1.ProposeResponse {
 	body["status"] = status
 	if negID != "" {
@@ -43,7 +43,8 @@ func rejected(negID, reason, explanation string, extra map[string]any) *rcnsv1.P
 }
 
 // authorizationRequired is 262; the body names its condition in reason
-// and in type (digest-api §5.2 [AMBIG]: AGTP-API calls it the body type).
+// and in type (docs/decisions.md#D-262-body: AGTP-API calls it the body
+// type).
 func authorizationRequired(negID, condition, explanation string, extra map[string]any) *rcnsv1.ProposeResponse {
 	body := failBody(condition, explanation, extra)
 	body["type"] = condition

@@ -27,15 +27,15 @@ const (
 	ReasonModeInvalid          = "mode-invalid"
 )
 
-// GetContract resolves a contract. With synthesis_id it is the
-// presentation of Contract-Synthesized (AGTP-API §10.1.4; digest-api
-// §5.7): 404 when unknown or evicted, 464 contract-not-yours for another
-// agent, 464 contract-revoked when expired, revoked or released, 404 when
-// bound to a session that is not the caller's; a confirm-first preview is
-// accepted by its first presentation. With inspect set it only reads.
-// Without synthesis_id it finds the caller's active contract for (method,
-// path), so a PROPOSE result is callable at once (AGTP-API §10.8); a
-// pending preview never resolves that way.
+// GetContract resolves a contract. With synthesis_id it is the presentation
+// of Contract-Synthesized (AGTP-API §10.1.4;
+// docs/decisions.md#D-contract-resolution): 404 when unknown or evicted, 464
+// contract-not-yours for another agent, 464 contract-revoked when expired,
+// revoked or released, 404 when bound to a session that is not the caller's;
+// a confirm-first preview is accepted by its first presentation. With
+// inspect set it only reads. Without synthesis_id it finds the caller's
+// active contract for (method, path), so a PROPOSE result is callable at
+// once (AGTP-API §10.8); a pending preview never resolves that way.
 func (s *Server) GetContract(ctx context.Context, req *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) {
 	if direct(ctx) {
 		// An operator or internal system reads; presenting a contract is

@@ -16,11 +16,11 @@ import (
 const maxPathLen = 8 << 10
 
 // Gate is the four-lock gate for an unregistered (method, path) whose
-// request carried Allow-RCNS: true (AGTP-API §10.1.2; digest-api §5.5).
-// Lock 2 (the header) is the front door's; the others run here in the
-// order 1, 3, 4, after the negotiation rate limit (§10.1.5). Every refusal
-// but the rate limit is recorded as an attempt and carries its
-// RCNS-Attempt-Id.
+// request carried Allow-RCNS: true (AGTP-API §10.1.2;
+// docs/decisions.md#D-rcns-gate-order). Lock 2 (the header) is the front
+// door's; the others run here in the order 1, 3, 4, after the negotiation
+// rate limit (§10.1.5). Every refusal but the rate limit is recorded as an
+// attempt and carries its RCNS-Attempt-Id.
 func (s *Server) Gate(ctx context.Context, req *rcnsv1.GateRequest) (*rcnsv1.GateResponse, error) {
 	c := req.GetCaller()
 	if !validAgentID(c.GetAgentId()) {

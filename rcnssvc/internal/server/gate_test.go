@@ -41,7 +41,7 @@ func (e *env) attempt(id string) map[string]any {
 	return m
 }
 
-// digest-api §9 assertion 90, core assertion 101: RCNS disabled is 464
+// api assertion 90, core assertion 101: RCNS disabled is 464
 // rcns-disabled with an RCNS-Attempt-Id that INSPECT reads back.
 func TestGateWithRCNSDisabledIs464WithAttempt(t *testing.T) {
 	e := newEnv(t, envConfig{})
@@ -57,7 +57,7 @@ func TestGateWithRCNSDisabledIs464WithAttempt(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 91.
+// api assertion 91 (AGTP-API §10.1.2, lock 3).
 func TestGateWithoutNegotiateScopeIs262(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
 	r := e.gate(caller(agentX, sessionA, 1, "orders:read"), "SUMMARIZE", "/order-digest")
@@ -69,8 +69,8 @@ func TestGateWithoutNegotiateScopeIs262(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 92 and §5.5 [CONTRA]: tier 1 is the most
-// trusted; a caller passes when its tier is at most min_trust_tier.
+// api assertion 92 and docs/decisions.md#D-rcns-trust-tier: tier 1 is the
+// most trusted; a caller passes when its tier is at most min_trust_tier.
 func TestGateTrustTierRule(t *testing.T) {
 	for _, tc := range []struct {
 		min, tier int32
@@ -89,7 +89,7 @@ func TestGateTrustTierRule(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertions 93-94: confirm-first previews with a 461; the
+// api assertions 93-94: confirm-first previews with a 461; the
 // preview never resolves implicitly; presenting it accepts and runs it,
 // and the gate never answers 461 for it again.
 func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
@@ -138,8 +138,7 @@ func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertions 95-97, core assertions 100-101, companions §5
-// item 21.
+// api assertions 95-97, core assertions 100-101, companions assertion 21.
 func TestPresentingAContract(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
 	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
@@ -226,7 +225,7 @@ func TestReleaseContract(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 98: optimistic mode gives an active contract at
+// api assertion 98: optimistic mode gives an active contract at
 // once, audited.
 func TestGateOptimisticIsActiveAtOnce(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
@@ -260,7 +259,7 @@ func TestGateRefusals(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 99: more than the limit of gate evaluations is
+// api assertion 99: more than the limit of gate evaluations is
 // 429 scope rcns; presenting a contract is not limited.
 func TestGateRateLimit(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
@@ -287,7 +286,7 @@ func TestGateRateLimit(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertions 50-51: DISCOVER /contracts lists the caller's
+// api assertions 50-51: DISCOVER /contracts lists the caller's
 // own contracts, or all of them with inspect:all.
 func TestListContracts(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
@@ -313,7 +312,7 @@ func TestListContracts(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 100, core assertion 109: the stale sweep.
+// api assertion 100, core assertion 109: the stale sweep.
 func TestRevokeStaleContracts(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
 	op := caller(agentY, "", 1, "inspect:all")
@@ -383,7 +382,7 @@ func outcomeOf(r *rcnsv1.RevokeStaleContractsResponse, id string) string {
 	return ""
 }
 
-// digest-api §9 assertions 48-49.
+// api assertions 48-49 (AGTP-API §5.8.6).
 func TestListPatterns(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
 		e := newEnv(t, envConfig{opts: func(o *Options) { o.RCNS.Enabled = enabled }})

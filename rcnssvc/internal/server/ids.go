@@ -94,7 +94,7 @@ func holds(set agtp.ScopeSet, scope string) bool {
 	return err == nil && set.Covers(sc)
 }
 
-// tierPasses is the trust-tier rule (digest-api §5.5 [CONTRA]): tier 1 is
-// the most trusted, so a caller passes when 1 <= tier <= min. An unknown
-// tier (0) never passes.
+// tierPasses is the trust-tier rule (docs/decisions.md#D-rcns-trust-tier):
+// tier 1 is the most trusted, so a caller passes when 1 <= tier <= min. An
+// unknown tier (0) never passes.
 func tierPasses(tier, minTier int32) bool { return tier >= 1 && tier <= minTier }

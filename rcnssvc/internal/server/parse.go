@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// PROPOSE body forms (digest-api §5.1; core §7.2.7, §7.5.3). Each is
-// recognised by its marker member; a body with more than one is 400
-// ambiguous-body.
+// PROPOSE body forms (AGTP-API §10.4; core §7.2.7, §7.5.3;
+// docs/decisions.md#D-propose-forms). Each is recognised by its marker
+// member; a body with more than one is 400 ambiguous-body.
 const (
 	formWrapped   = "endpoint"  // AGTP-API §10.4.2, RECOMMENDED: parameters.endpoint
 	formLegacy    = "legacy"    // AGTP-API: endpoint fields in parameters, next to name

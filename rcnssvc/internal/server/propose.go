@@ -28,10 +28,11 @@ import (
 // (AGTP-API §8.7 default).
 const defaultMaxDepth = 10
 
-// Propose evaluates PROPOSE (core §7.2.7, §7.5; AGTP-API §10.4-§10.8) in
-// the order of digest-api §5.2. The answer is a ProposeResponse whose
-// status and body_json the front door sends as they are; gRPC errors mean
-// the front door's request was malformed or a dependency failed.
+// Propose evaluates PROPOSE (core §7.2.7, §7.5; AGTP-API §10.4-§10.8) in the
+// order of AGTP-API §10.6 (docs/rcns.md, "PROPOSE"). The answer is a
+// ProposeResponse whose status and body_json the front door sends as they
+// are; gRPC errors mean the front door's request was malformed or a
+// dependency failed.
 func (s *Server) Propose(ctx context.Context, req *rcnsv1.ProposeRequest) (*rcnsv1.ProposeResponse, error) {
 	c := req.GetCaller()
 	if !validAgentID(c.GetAgentId()) {
@@ -129,7 +130,7 @@ type evaluation struct {
 	sessionID string
 }
 
-// evaluate runs steps 1-7 of digest-api §5.2 and instantiates the
+// evaluate runs steps 1-7 of AGTP-API §10.6 and instantiates the
 // endpoint. The first failure decides the answer.
 func (s *Server) evaluate(ctx context.Context, ev *evaluation) (*rcnsv1.ProposeResponse, error) {
 	st, p, negID := ev.st, ev.p, ev.negID

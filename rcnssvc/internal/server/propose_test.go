@@ -23,12 +23,12 @@ import (
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // proposeStatuses are the only statuses PROPOSE may answer with (core
-// §7.2.7; digest-core assertion 88), plus 429 for the negotiation limit.
+// §7.2.7; core assertion 88), plus 429 for the negotiation limit.
 var proposeStatuses = []int32{261, 262, 263, 400, 429, 459, 460, 463}
 
 func reader() *rcnsv1.Caller { return caller(agentX, sessionA, 1, "orders:read") }
 
-// digest-api §9 assertion 78.
+// api assertion 78 (AGTP-API §8.7).
 func TestProposeWithSynthesisDisabledIs463SynthesisDisabled(t *testing.T) {
 	pol := defaultPolicies()
 	pol.SynthesisEnabled = false
@@ -39,8 +39,9 @@ func TestProposeWithSynthesisDisabledIs463SynthesisDisabled(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 79 and the core parameter sets: more than one
-// body form is 400 ambiguous-body.
+// api assertion 79 (AGTP-API §10.4.2) and the core parameter sets
+// (docs/decisions.md#D-propose-forms): more than one body form is 400
+// ambiguous-body.
 func TestProposeWithTwoBodyFormsIs400AmbiguousBody(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ep := orderSummaryEndpoint()
@@ -60,7 +61,7 @@ func TestProposeWithTwoBodyFormsIs400AmbiguousBody(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertions 80-83 and §5.2 steps 1-4, each failing alone.
+// api assertions 80-83 and AGTP-API §10.6 steps 1-4, each failing alone.
 func TestProposeStructuralFailuresInEvaluationOrder(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	mutate := func(f func(map[string]any)) map[string]any {
@@ -110,7 +111,8 @@ func TestProposeStructuralFailuresInEvaluationOrder(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 84: the scopes of every composed step.
+// api assertion 84 (AGTP-API §10.6, §10.7): the scopes of every composed
+// step.
 func TestProposeWithoutStepScopesIs262ScopeRequired(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	resp, b := e.propose(caller(agentX, sessionA, 1, "documents:read"), orderSummary(), "")
@@ -126,9 +128,10 @@ func TestProposeWithoutStepScopesIs262ScopeRequired(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 85 and core §5.6: 463 composition-impossible
-// with an explanation and a counter-proposal referencing a composable
-// endpoint; the counter-proposal, proposed as it is, is approved.
+// api assertion 85 (AGTP-API §10.6) and core §5.6: 463
+// composition-impossible with an explanation and a counter-proposal
+// referencing a composable endpoint; the counter-proposal, proposed as it
+// is, is approved.
 func TestProposeUncomposableIs463WithCounterProposal(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ep := orderSummaryEndpoint()
@@ -151,7 +154,7 @@ func TestProposeUncomposableIs463WithCounterProposal(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 86.
+// api assertion 86 (AGTP-API §8.7).
 func TestProposeDeeperThanMaxSynthesisDepthNever263(t *testing.T) {
 	pol := defaultPolicies()
 	pol.MaxSynthesisDepth = 1
@@ -162,8 +165,9 @@ func TestProposeDeeperThanMaxSynthesisDepthNever263(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 87, core assertions 90 (263 has synthesis_id and
-// expires_at) and the core 263 example's shape (digest-core C9: emit both).
+// api assertion 87, core assertion 90 (263 has synthesis_id and
+// expires_at) and the core 263 example's shape
+// (docs/decisions.md#D-propose-forms: emit both).
 func TestProposeComposableIs263WithBothShapes(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	resp, b := e.propose(reader(), orderSummary(), "")
@@ -221,7 +225,7 @@ func toStrings(v any) []string {
 	return out
 }
 
-// digest-api §9 assertion 88 and companions §5 item 20: the synthesized
+// api assertion 88 and companions assertion 20: the synthesized
 // endpoint resolves at once for its agent in its session, by the bare
 // (method, path) and by its synthesis_id; not in another session, and not
 // for another agent.
@@ -250,7 +254,7 @@ func TestProposedEndpointIsCallableAtOnceInTheSameSessionOnly(t *testing.T) {
 	}
 }
 
-// companions §5 item 19: the data_manifest is the ceiling (AGIS §8.3).
+// companions assertion 19: the data_manifest is the ceiling (AGIS §8.3).
 func TestProposeOutsideDataManifestIs463OutOfScope(t *testing.T) {
 	dm := map[string]any{"available_data": []any{map[string]any{"class": "documents", "sensitivity": "low"}}}
 	e := newEnv(t, envConfig{dataManifest: dm})
@@ -294,7 +298,8 @@ func TestProposeSensitiveDataClassWithoutCredentialsIs262(t *testing.T) {
 	}
 }
 
-// Core §7.2.7 and §7.5.3 parameter sets (digest-core C9): both are served.
+// Core §7.2.7 and §7.5.3 parameter sets (docs/decisions.md#D-propose-forms):
+// both are served.
 func TestProposeCoreParameterSets(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	t.Run("7.5.3 proposal", func(t *testing.T) {
@@ -371,7 +376,7 @@ func TestProposeFourthTurnIs463Escalate(t *testing.T) {
 	}
 }
 
-// digest-api §5.2 step 7: a pair the server already registers is refused
+// AGTP-API §10.6 step 7: a pair the server already registers is refused
 // by policy, with the registered endpoint as counter-proposal.
 func TestProposeRegisteredPairIs463PolicyRefused(t *testing.T) {
 	e := newEnv(t, envConfig{})
@@ -514,7 +519,7 @@ func TestProposeOverTheNegotiationLimitIs429(t *testing.T) {
 	}
 }
 
-// digest-core assertions 88-91: whatever the proposal, PROPOSE answers
+// core assertions 88-91: whatever the proposal, PROPOSE answers
 // with a PROPOSE status (never 200), 463 with a five-value reason and an
 // explanation, 263 with synthesis_id and expires_at, 261 with proposal_id.
 func TestProposeAnswersOnlyProposeStatuses(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package carried handles framework payloads carried by EXECUTE (core §8,
-// digest-core §10): the request names the framework's Content-Type in its
-// payload_type parameter (or as the message Content-Type), and the front
-// door dispatches on it after AGTP's own checks (identity, Authority-Scope,
-// policy) have passed, so the framework never sees a request AGTP refused.
+// docs/decisions.md#D-carried-dispatch): the request names the framework's
+// Content-Type in its payload_type parameter (or as the message
+// Content-Type), and the front door dispatches on it after AGTP's own checks
+// (identity, Authority-Scope, policy) have passed, so the framework never
+// sees a request AGTP refused.
 //
 // MCP is supported: a JSON-RPC tools/call (or tools/list, ping) reaches
 // either an MCP server bound as an external_service (forwarded by package
@@ -55,9 +56,10 @@ const (
 )
 
 // Detect finds the carried framework of an EXECUTE request from its
-// validated input and message Content-Type (digest-core §10: dispatch on
-// payload_type if present, otherwise on the Content-Type; a bare JSON-RPC
-// body is recognised by its method). It returns the payload type it
+// validated input and message Content-Type
+// (docs/decisions.md#D-carried-dispatch: dispatch on payload_type if
+// present, otherwise on the Content-Type; a bare JSON-RPC body is
+// recognised by its method). It returns the payload type it
 // dispatched on.
 func Detect(contentType string, input map[string]any) (Kind, string) {
 	if pt, ok := input["payload_type"].(string); ok && pt != "" {

@@ -17,8 +17,9 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 )
 
-// digest-core §10 decision: dispatch on payload_type if present, else on
-// the Content-Type; a bare JSON-RPC body is recognised by its method.
+// docs/decisions.md#D-carried-dispatch: dispatch on payload_type if present,
+// else on the Content-Type; a bare JSON-RPC body is recognised by its
+// method.
 func TestDetect(t *testing.T) {
 	for _, tc := range []struct {
 		name, ct string

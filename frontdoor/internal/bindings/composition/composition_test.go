@@ -111,8 +111,9 @@ func TestRunThreadsOutputsThroughSteps(t *testing.T) {
 	}
 }
 
-// digest-api §6.1: the caller's authority must cover every step, checked
-// before execution; a refused step fails the composition with nothing run.
+// docs/decisions.md#D-composition: the caller's authority must cover every
+// step, checked before execution; a refused step fails the composition with
+// nothing run.
 func TestRunChecksEveryStepBeforeRunningAny(t *testing.T) {
 	inv := &invoker{invoke: orderDesk, check: func(method, _ string) *bindings.Outcome {
 		if method == "SUMMARIZE" {
@@ -131,7 +132,7 @@ func TestRunChecksEveryStepBeforeRunningAny(t *testing.T) {
 	}
 }
 
-// digest-api §9 assertion 73: a failing step stops the run with
+// api assertion 73 (AGTP-API §12.1): a failing step stops the run with
 // composition_failed naming the recipe, step number, method, status and
 // reason, with the outputs captured before it.
 func TestRunFailsHalfWayNamingTheStep(t *testing.T) {

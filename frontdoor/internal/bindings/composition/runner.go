@@ -196,10 +196,11 @@ func (r *Runner) RunRecipe(ctx context.Context, rec *recipe.Recipe, call *handle
 
 // failure is the composition_failed error of a failed step, Transient when
 // the step's failure is one a retry may cure (failureStatus). Its details
-// (nested under "details", the body digest-api §6.1 suggests) use the
-// keys the project settled: recipe, recipe_version, step (from 1),
-// step_method, step_path, step_status, captured_outputs, plus step_reason
-// (the step's AGTP reason token) and step_timed_out.
+// (nested under "details", docs/decisions.md#D-named-error-body) use the
+// keys the project settled (docs/decisions.md#D-composition): recipe,
+// recipe_version, step (from 1), step_method, step_path, step_status,
+// captured_outputs, plus step_reason (the step's AGTP reason token) and
+// step_timed_out.
 func failure(f *recipe.Failure, outcomes []*bindings.Outcome) error {
 	d := f.Details()
 	reason := ""

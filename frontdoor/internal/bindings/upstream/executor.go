@@ -620,8 +620,8 @@ func transientStatus(upstream int) int {
 	return 0
 }
 
-// nest puts an error's details under "details", the body digest-api §6
-// suggests for named errors: {"error": name, "details": {...}}.
+// nest puts an error's details under "details", the body of named errors
+// (docs/decisions.md#D-named-error-body): {"error": name, "details": {...}}.
 func nest(d map[string]any) map[string]any { return map[string]any{"details": d} }
 
 // connFailure classifies a transport error of an attempt.

@@ -92,7 +92,7 @@ func TestGETFillsURLParametersAndQuery(t *testing.T) {
 	}
 }
 
-// AGTP-API §12.3 failure mapping (digest-api §9 assertions 74, 75).
+// AGTP-API §12.3 failure mapping (api assertions 74, 75).
 func TestFailureMapping(t *testing.T) {
 	slow := make(chan struct{})
 	t.Cleanup(func() { close(slow) })
