@@ -1,5 +1,5 @@
 // Package callerproof decides how an AGTP caller proved its Agent-ID
-// (core §8 verification levels; docs/identity.md "Proven callers").
+// (core §10.2 verification levels; docs/identity.md "Proven callers").
 //
 // The TLS or QUIC handshake asks for a client certificate but does not
 // verify its chain: possession of the certificate's key is what the
@@ -70,7 +70,7 @@ const (
 	ByClaim            = "claim"
 )
 
-// Verification levels of core §8 as Attribution-Records carry them.
+// Verification levels of core §10.2 as Attribution-Records carry them.
 const (
 	LevelClaim       = 1
 	LevelToken       = 2
@@ -238,7 +238,7 @@ func asCertError(err error) *agentcert.Error {
 // Proof is how the caller of one request was proven; the zero value is
 // an anonymous caller.
 type Proof struct {
-	// Level is the core §8 verification level (LevelClaim, LevelToken,
+	// Level is the core §10.2 verification level (LevelClaim, LevelToken,
 	// LevelCertificate); 0 for an anonymous caller.
 	Level int
 	// By is one of ByCertificate, ByGenesisIssuerKey, ByToken, ByClaim.

@@ -19,7 +19,7 @@ import (
 // callers"). Facts about the caller come from what it proved: an Agent
 // Certificate or the Genesis issuer key at the handshake, a bearer token
 // policysvc verifies, or an API key a binding checked. A bare Agent-ID
-// header is a claim (core §8 Level 1) and counts only as the caller_proof
+// header is a claim (core §10.2 Level 1) and counts only as the caller_proof
 // policy allows (docs/decisions.md#D-caller-proof).
 
 // peerOf is what the connection's client certificate proved, nil without
