@@ -80,7 +80,9 @@ type Options struct {
 	ServiceEnv map[string][]string
 	// InProcess runs the six services in this process (services/suite,
 	// the same constructors as make run) instead of as separate processes:
-	// the fast way to run the same scenarios. Env does not apply.
+	// the fast way to run the same scenarios. Env is then the environment
+	// every service of the suite reads, as under make run; ServiceEnv
+	// does not apply.
 	InProcess bool
 	// RedisURL points the processes at an existing Redis (e.g. a
 	// redis+cluster:// URL, or another Cluster's RedisURL to run replicas
@@ -201,8 +203,13 @@ func Start(tb testing.TB, opts Options) *Cluster {
 // against a real redis-server, with its own PKI.
 func startInProcess(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
-	if len(opts.Env) > 0 {
-		tb.Fatal("e2e: Options.Env does not apply to an in-process suite")
+	if len(opts.ServiceEnv) > 0 {
+		tb.Fatal("e2e: Options.ServiceEnv does not apply to an in-process suite")
+	}
+	env := map[string]string{}
+	for _, kv := range opts.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
 	c := &Cluster{RedisURL: opts.RedisURL, Procs: map[string]*Proc{}}
 	if c.RedisURL == "" {
@@ -220,6 +227,10 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 		LogLevel:  "warn",
 		Out:       io.Discard,
 		Telemetry: kit.TelemetryConfig{},
+		LookupEnv: func(k string) (string, bool) {
+			v, ok := env[k]
+			return v, ok
+		},
 		Listen: func(service, listener string) string {
 			p := c.Procs[service]
 			switch listener {

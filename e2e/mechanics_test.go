@@ -46,11 +46,10 @@ func delegationToken(t *testing.T, key ed25519.PrivateKey, delegator, delegatee 
 }
 
 func TestMechanics(t *testing.T) {
-	// The in-process suite reads the outbound lists from the environment:
+	// The in-process suite reads the outbound lists from its environment:
 	// the NOTIFY below names this webhook (loopback AGTP hosts are on the
 	// suite's own list).
-	t.Setenv(outbound.EnvWebhooks, "https://hooks.invalid/agtp")
-	c := Start(t, Options{InProcess: true})
+	c := Start(t, Options{InProcess: true, Env: []string{outbound.EnvWebhooks + "=https://hooks.invalid/agtp"}})
 	worker, workerKey := c.registerAgentKey(t, "e2e-worker", "orders:read", "orders:write", "documents:read")
 	reviewer := c.registerAgent(t, "e2e-reviewer", "orders:read")
 	sub := c.registerAgent(t, "e2e-sub", "orders:read")

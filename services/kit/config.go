@@ -206,7 +206,8 @@ func (c *Common) addPeers(v string) error {
 	return nil
 }
 
-// Logger builds the service's slog logger.
+// Logger builds the service's slog logger. A record written with a
+// context that holds a valid span carries the span's trace_id and span_id.
 func (c Common) Logger(out interface{ Write([]byte) (int, error) }) *slog.Logger {
 	level, _ := parseLevel(c.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
@@ -216,7 +217,7 @@ func (c Common) Logger(out interface{ Write([]byte) (int, error) }) *slog.Logger
 	} else {
 		h = slog.NewTextHandler(out, opts)
 	}
-	return slog.New(h).With("service", c.Name)
+	return slog.New(withTraceIDs(h)).With("service", c.Name)
 }
 
 func parseLevel(s string) (slog.Level, error) {

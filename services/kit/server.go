@@ -199,7 +199,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 	var httpSrv *http.Server
 	var gwConn *grpc.ClientConn
 	if s.httpLis != nil {
-		mux := runtime.NewServeMux(s.guard.GatewayOptions()...)
+		mux := runtime.NewServeMux(append(s.guard.GatewayOptions(), gatewayTraceOptions(s.tel)...)...)
 		var err error
 		gwConn, err = DialService(s.GRPCAddr(), s.cfg.Name, s.mtls, s.tel)
 		if err != nil {
@@ -213,7 +213,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 		}
 		tlsCfg := s.mtls.ServerConfig()
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		httpSrv = NewHTTPServer(mux, tlsCfg, s.log)
+		httpSrv = NewHTTPServer(traceGateway(mux, s.cfg.Name, s.tel), tlsCfg, s.log)
 	}
 
 	tasks := []Task{

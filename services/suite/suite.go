@@ -3,6 +3,33 @@
 // what `make run` starts: on first run it creates the development PKI and
 // signing key in a state directory, and when no Redis URL is given it
 // embeds an in-process Redis so nothing needs to be installed.
+//
+// Every service reads the environment (Config.LookupEnv) with its own
+// ApplyEnv, as its binary does, so AGTP_AGP_EXECUTE_POLICY=confirm or
+// LOG_FORMAT=json work with make run as with the binaries. The suite then
+// sets these itself, and the environment does not change them:
+//
+//   - listen addresses: GRPC_ADDR and HTTP_ADDR (each service keeps its
+//     own; six services share one environment), and with Config.Listen
+//     also the front door's AGTP_ADDR and HTTPS_ADDR;
+//   - peers (AGTP_PEERS): the suite's own services;
+//   - the state directory's PKI: AGTP_CA_FILE, AGTP_CERT_FILE,
+//     AGTP_KEY_FILE, AGTP_SIGNING_KEY_FILE and AGTP_TRUST_DOMAIN (its
+//     certificates name the default trust domain); identitysvc's
+//     AGTP_AGENT_CA_CERT_FILE and AGTP_AGENT_CA_KEY_FILE; the front
+//     door's AGTP_SERVER_CERT_FILE, AGTP_SERVER_KEY_FILE,
+//     AGTP_AGENT_CA_FILE and AGTP_UPSTREAM_CA_FILE; policysvc's
+//     AGTP_NOTIFY_CLIENT_CERT_FILE and AGTP_NOTIFY_CLIENT_KEY_FILE;
+//   - the demo: AGTP_DEMO (catalogsvc's endpoints, rcnssvc's patterns and
+//     the front door's handlers are always on);
+//   - what Config sets: RedisURL, LogLevel, LogFormat (REDIS_URL,
+//     LOG_LEVEL, LOG_FORMAT when set there).
+//
+// PPROF_ADDR is served once, by the front door's listener (the profiles
+// cover the whole process). REDIS_URL, when set, replaces the embedded
+// Redis; AGTP_POLICY_FILE replaces the demo merchant's policy options and
+// AGTP_OUTBOUND_* the loopback outbound lists. The banner lists the
+// variables that changed a service's configuration, and those ignored.
 package suite
 
 import (
@@ -30,7 +57,6 @@ import (
 	"github.com/agtpsuite/agtp/rcnssvc"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
-	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // Config is the suite's configuration.
@@ -50,6 +76,11 @@ type Config struct {
 	// listener ("grpc", "http", and the front door's "agtp" and "https");
 	// tests use it to run the suite on free ports. Nil keeps the defaults.
 	Listen func(service, listener string) string
+	// LookupEnv is the environment every service reads its settings from,
+	// as its own binary does: os.LookupEnv in make run, a map in tests;
+	// nil reads none. The settings the suite sets itself (see the package
+	// documentation) and RedisURL, LogLevel and LogFormat win over it.
+	LookupEnv func(string) (string, bool)
 }
 
 // Validate reports configuration problems.
@@ -82,6 +113,10 @@ type Suite struct {
 	agpKeyPath string
 	// demoCert and demoCertKey are the demo agent's Agent Certificate and key.
 	demoCert, demoCertKey string
+	// redisURL is the URL the services use, unless embedded.
+	redisURL string
+	// env lists the environment's settings for the banner.
+	env []envSetting
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -89,6 +124,18 @@ type Suite struct {
 func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if listen := cfg.Listen; listen != nil {
+		// The configuration is built more than once (for the banner's
+		// list of settings); each listener is asked for once.
+		addrs := map[[2]string]string{}
+		cfg.Listen = func(service, listener string) string {
+			k := [2]string{service, listener}
+			if _, ok := addrs[k]; !ok {
+				addrs[k] = listen(service, listener)
+			}
+			return addrs[k]
+		}
 	}
 	s := &Suite{cfg: cfg, Addrs: map[string]string{}, Gateways: map[string]string{}}
 	defer func() {
@@ -110,92 +157,27 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	if s.demoCert, s.demoCertKey, err = s.demoAgent.EnsureCertificate(demoDir, time.Now()); err != nil {
 		return nil, err
 	}
-	redisURL := cfg.RedisURL
-	if redisURL == "" {
+	if err := ensureDemoMerchant(stateDir); err != nil {
+		return nil, err
+	}
+	lookup := cfg.LookupEnv
+	if lookup == nil {
+		lookup = noEnv
+	}
+	v, err := configure(cfg, s.layout, lookup, envFirst)
+	if err != nil {
+		return nil, err
+	}
+	if s.env, err = environmentReport(cfg, s.layout, lookup); err != nil {
+		return nil, err
+	}
+	// Neither Config nor REDIS_URL names a Redis: embed one.
+	if s.redisURL = v.audit.RedisURL; s.redisURL == "" {
 		if s.mini, err = miniredis.Run(); err != nil {
 			return nil, fmt.Errorf("embedded redis: %w", err)
 		}
-		redisURL = "redis://" + s.mini.Addr()
-	}
-	common := func(c *kit.Common) {
-		c.CAFile = s.layout.CA()
-		c.CertFile = s.layout.Cert(c.Name)
-		c.KeyFile = s.layout.Key(c.Name)
-		c.RedisURL = redisURL
-		c.SigningKeyFile = s.layout.SigningKey()
-		if cfg.LogLevel != "" {
-			c.LogLevel = cfg.LogLevel
-		}
-		if cfg.LogFormat != "" {
-			c.LogFormat = cfg.LogFormat
-		}
-		c.Telemetry = cfg.Telemetry
-		c.Peers = map[string]string{}
-		if cfg.Listen != nil {
-			c.GRPCAddr = cfg.Listen(c.Name, "grpc")
-			if c.HTTPAddr != "" {
-				c.HTTPAddr = cfg.Listen(c.Name, "http")
-			}
-		}
-	}
-
-	audit := auditsvc.DefaultConfig()
-	common(&audit.Common)
-	catalog := catalogsvc.DefaultConfig()
-	common(&catalog.Common)
-	catalog.Options.DemoEndpoints = true
-	identity := identitysvc.DefaultConfig()
-	common(&identity.Common)
-	identity.AgentCACertFile = s.layout.AgentCA()
-	identity.AgentCAKeyFile = s.layout.AgentCAKey()
-	policy := policysvc.DefaultConfig()
-	common(&policy.Common)
-	if err := demoCommerce(&policy, stateDir); err != nil {
-		return nil, err
-	}
-	rcns := rcnssvc.DefaultConfig()
-	common(&rcns.Common)
-	rcns.Demo = true
-	// A development suite on loopback: callers may name loopback
-	// webhooks and AGTP hosts (listed exactly, so the address check lets
-	// them through) and nothing else; AGTP_OUTBOUND_* replace the lists
-	// (docs/mechanics.md, "Outbound destinations").
-	dest := outbound.Options{
-		Webhooks: []string{"https://127.0.0.1:*", "https://localhost:*", "https://[::1]:*"},
-		Peers:    []string{"127.0.0.1:*", "localhost:*", "[::1]:*"},
-	}
-	if err := dest.ApplyEnv(os.LookupEnv); err != nil {
-		return nil, err
-	}
-	policy.Tasks.Outbound = dest
-	// NOTIFY deliveries to other suites present the AGTP server
-	// certificate, as the front door's DELEGATE hops do.
-	policy.Tasks.ClientCertFile, policy.Tasks.ClientKeyFile = s.layout.Cert(devpki.AGTPServer), s.layout.Key(devpki.AGTPServer)
-	front := frontdoor.DefaultConfig()
-	common(&front.Common)
-	front.Outbound = dest
-	front.ServerCertFile = s.layout.Cert(devpki.AGTPServer)
-	front.ServerKeyFile = s.layout.Key(devpki.AGTPServer)
-	front.UpstreamCAFile = s.layout.CA()
-	front.LookupEnv = os.LookupEnv
-	// make run serves the demo domain, which the front door binary does
-	// not unless asked.
-	front.Demo = true
-	front.AgentCAFile = s.layout.AgentCA()
-	if cfg.Listen != nil {
-		front.AGTPAddr = cfg.Listen(front.Name, "agtp")
-		front.HTTPSAddr = cfg.Listen(front.Name, "https")
-	}
-	peers := map[string]string{
-		"auditsvc":    audit.GRPCAddr,
-		"catalogsvc":  catalog.GRPCAddr,
-		"identitysvc": identity.GRPCAddr,
-		"policysvc":   policy.GRPCAddr,
-		"rcnssvc":     rcns.GRPCAddr,
-	}
-	for _, c := range []*kit.Common{&audit.Common, &catalog.Common, &identity.Common, &policy.Common, &rcns.Common, &front.Common} {
-		for k, v := range peers {
-			c.Peers[k] = v
+		for _, m := range v.each() {
+			m.common.RedisURL = "redis://" + s.mini.Addr()
 		}
 	}
 
@@ -219,32 +201,32 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 		}
 		closers = append(closers, func() { _ = svc.Close() })
 	}
-	a, err := auditsvc.New(ctx, audit)
+	a, err := auditsvc.New(ctx, v.audit)
 	if err != nil {
 		return nil, err
 	}
 	add("auditsvc", a)
-	c, err := catalogsvc.New(ctx, catalog)
+	c, err := catalogsvc.New(ctx, v.catalog)
 	if err != nil {
 		return nil, err
 	}
 	add("catalogsvc", c)
-	i, err := identitysvc.New(ctx, identity)
+	i, err := identitysvc.New(ctx, v.identity)
 	if err != nil {
 		return nil, err
 	}
 	add("identitysvc", i)
-	p, err := policysvc.New(ctx, policy)
+	p, err := policysvc.New(ctx, v.policy)
 	if err != nil {
 		return nil, err
 	}
 	add("policysvc", p)
-	r, err := rcnssvc.New(ctx, rcns)
+	r, err := rcnssvc.New(ctx, v.rcns)
 	if err != nil {
 		return nil, err
 	}
 	add("rcnssvc", r)
-	f, err := frontdoor.New(ctx, front)
+	f, err := frontdoor.New(ctx, v.front)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +344,7 @@ func (s *Suite) banner() {
 	if s.cfg.Out == nil {
 		return
 	}
-	redis := s.cfg.RedisURL
+	redis := redact(s.redisURL)
 	if s.mini != nil {
 		redis = "embedded (in-process; set REDIS_URL to use a real server)"
 	}
@@ -370,6 +352,7 @@ func (s *Suite) banner() {
 	for _, m := range s.members {
 		fmt.Fprintf(s.cfg.Out, "  %-12s gRPC %s\n", m.name, s.Addrs[m.name])
 	}
+	s.printEnvironment()
 	fmt.Fprintf(s.cfg.Out, `
 AGTP on %[1]s (TLS/TCP and QUIC), HTTPS on https://%[2]s
 Demo agent %[4]s (Genesis issuer key %[5]s)
@@ -395,6 +378,36 @@ certificates its access table admits (docs/access.md); as the operator:
 	}
 }
 
+// printEnvironment lists, under the services, the environment's settings
+// that changed a service's configuration (the rest are the defaults), and
+// the ones ignored because the suite sets them itself.
+func (s *Suite) printEnvironment() {
+	var used, ignored []string
+	width := 0
+	for _, e := range s.env {
+		if !e.overridden {
+			width = max(width, len(e.name)+1+len(e.value))
+		}
+	}
+	for _, e := range s.env {
+		if e.overridden {
+			ignored = append(ignored, e.name)
+			continue
+		}
+		who := strings.Join(e.services, ", ")
+		if len(e.services) == len(s.members) {
+			who = "every service"
+		}
+		used = append(used, fmt.Sprintf("    %-*s  %s\n", width, e.name+"="+e.value, who))
+	}
+	if len(used) > 0 {
+		fmt.Fprintf(s.cfg.Out, "  settings from the environment:\n%s", strings.Join(used, ""))
+	}
+	if len(ignored) > 0 {
+		fmt.Fprintf(s.cfg.Out, "  ignored, make run sets these itself: %s\n", strings.Join(ignored, ", "))
+	}
+}
+
 // demoMerchantManifest is the demo order desk's Merchant Manifest
 // Document; its fingerprint is the SHA-256 of its canonical form, served
 // with it at DESCRIBE /merchant.
@@ -407,20 +420,29 @@ const demoMerchantManifest = `{
 }
 `
 
-// demoCommerce makes the demo PURCHASE endpoint usable: the suite is a
-// merchant (its manifest written once into the state directory, so an
-// operator can edit it) and a PURCHASE spends the amount in its body
-// against Budget-Limit. It uses the options file's format (docs/policy.md).
-func demoCommerce(policy *policysvc.Config, stateDir string) error {
-	path := filepath.Join(stateDir, "demo-merchant.json")
+// demoMerchantPath is where the demo merchant's manifest is kept.
+func demoMerchantPath(stateDir string) string { return filepath.Join(stateDir, "demo-merchant.json") }
+
+// ensureDemoMerchant writes the demo merchant's manifest once, so that an
+// operator can edit it.
+func ensureDemoMerchant(stateDir string) error {
+	path := demoMerchantPath(stateDir)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		if err := os.WriteFile(path, []byte(demoMerchantManifest), 0o644); err != nil {
 			return fmt.Errorf("demo merchant manifest: %w", err)
 		}
 	}
+	return nil
+}
+
+// demoCommerce makes the demo PURCHASE endpoint usable: the suite is a
+// merchant (its manifest written once into the state directory, so an
+// operator can edit it) and a PURCHASE spends the amount in its body
+// against Budget-Limit. It uses the options file's format (docs/policy.md).
+func demoCommerce(policy *policysvc.Config, manifest string) error {
 	doc := fmt.Sprintf(`{
 		"budget": {"costs": [{"method": "PURCHASE", "path": "/orders/{order_id}/payment", "amount_field": "amount", "currency_field": "currency"}]},
-		"merchant": {"manifest_file": %q}}`, path)
+		"merchant": {"manifest_file": %q}}`, manifest)
 	if err := json.Unmarshal([]byte(doc), &policy.Options); err != nil {
 		return fmt.Errorf("demo policy options: %w", err)
 	}

@@ -1,4 +1,6 @@
 // Command agtpsuite runs the whole AGTP suite in one process (make run).
+// Every service reads its settings from the environment, as its own binary
+// does; the suite overrides the few it must set itself (services/suite).
 package main
 
 import (
@@ -14,10 +16,7 @@ import (
 )
 
 func main() {
-	cfg := suite.Config{StateDir: ".state", Out: os.Stdout}
-	cfg.RedisURL = os.Getenv("REDIS_URL")
-	cfg.LogLevel = os.Getenv("LOG_LEVEL")
-	_, cfg.Telemetry.OTLPExport = os.LookupEnv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	cfg := suite.Config{StateDir: ".state", Out: os.Stdout, LookupEnv: os.LookupEnv}
 	flag.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the development PKI and keys (env AGTP_STATE_DIR)")
 	if v := os.Getenv("AGTP_STATE_DIR"); v != "" {
 		cfg.StateDir = v
