@@ -3,8 +3,12 @@ package auditsvc
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	"github.com/agtpsuite/agtp/auditsvc/internal/server"
 	"github.com/agtpsuite/agtp/services/kit"
 )
@@ -27,6 +31,8 @@ type Config struct {
 func DefaultConfig() Config {
 	c := Config{Common: kit.DefaultCommon("auditsvc", "127.0.0.1:7105", "127.0.0.1:8105"), ServerID: "agtp.localhost"}
 	c.RedisRequired = true
+	c.Options.Chain.ReplicaTimeout = chain.DefaultReplicaTimeout
+	c.Options.RefusalSummaryInterval = server.DefaultRefusalSummaryInterval
 	return c
 }
 
@@ -35,6 +41,12 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.Common.BindFlags(fs)
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "server_id for records whose claims omit it (env AGTP_SERVER_ID)")
 	fs.StringVar(&c.ArchiveDir, "archive-dir", c.ArchiveDir, "directory for the JSONL archive of records; empty disables (env AGTP_AUDIT_ARCHIVE_DIR)")
+	fs.IntVar(&c.Options.Chain.ReplicaAcks, "audit-replica-acks", c.Options.Chain.ReplicaAcks,
+		"Redis replicas that must have an audit record before it is acknowledged; 0 does not wait (env AGTP_AUDIT_REPLICA_ACKS)")
+	fs.DurationVar(&c.Options.Chain.ReplicaTimeout, "audit-replica-timeout", c.Options.Chain.ReplicaTimeout,
+		"how long an audit append waits for its replicas before it fails as unavailable (env AGTP_AUDIT_REPLICA_TIMEOUT)")
+	fs.DurationVar(&c.Options.RefusalSummaryInterval, "refusal-summary-interval", c.Options.RefusalSummaryInterval,
+		"how often the anonymous refusals signed unchained are summarised into the server chain (env AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL)")
 	fs.Func("verify-key", "retired signing key kept for verification, repeatable (env AGTP_VERIFY_KEY_FILES=a,b)", func(v string) error {
 		c.VerifyKeyFiles = append(c.VerifyKeyFiles, v)
 		return nil
@@ -52,6 +64,27 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := lookup("AGTP_VERIFY_KEY_FILES"); ok && v != "" {
 		c.VerifyKeyFiles = strings.Split(v, ",")
 	}
+	if v, ok := lookup("AGTP_AUDIT_REPLICA_ACKS"); ok && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_AUDIT_REPLICA_ACKS: %w", err)
+		}
+		c.Options.Chain.ReplicaAcks = n
+	}
+	if v, ok := lookup("AGTP_AUDIT_REPLICA_TIMEOUT"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_AUDIT_REPLICA_TIMEOUT: %w", err)
+		}
+		c.Options.Chain.ReplicaTimeout = d
+	}
+	if v, ok := lookup("AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL: %w", err)
+		}
+		c.Options.RefusalSummaryInterval = d
+	}
 	return c.Common.ApplyEnv(lookup)
 }
 
@@ -61,6 +94,12 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Common.Validate())
 	if c.SigningKeyFile == "" {
 		errs = append(errs, errors.New("a signing key is required (AGTP_SIGNING_KEY_FILE); records are never signed with alg none by the service"))
+	}
+	if c.Options.Chain.ReplicaAcks < 0 {
+		errs = append(errs, fmt.Errorf("audit replica acks (AGTP_AUDIT_REPLICA_ACKS) is %d; it must be 0 or more", c.Options.Chain.ReplicaAcks))
+	}
+	if c.Options.Chain.ReplicaAcks > 0 && c.Options.Chain.ReplicaTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("audit replica timeout (AGTP_AUDIT_REPLICA_TIMEOUT) is %v; with replica acks it must be at least 1ms", c.Options.Chain.ReplicaTimeout))
 	}
 	return errors.Join(errs...)
 }

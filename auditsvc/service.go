@@ -43,6 +43,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		_ = base.Close(ctx)
 		return nil, fmt.Errorf("auditsvc: %w", err)
 	}
+	if n := opts.Chain.ReplicaAcks; n > 0 {
+		base.Log.Info("audit appends are acknowledged only once Redis replicas have the record; otherwise they fail as unavailable",
+			"replica_acks", n, "replica_timeout", opts.Chain.ReplicaTimeout)
+	} else {
+		base.Log.Info("audit appends do not wait for Redis replicas (AGTP_AUDIT_REPLICA_ACKS=0): an acknowledged record survives a Redis restart (with appendonly) but not necessarily a failover")
+	}
 	auditv1.RegisterAuditServiceServer(base.Server.GRPC(), srv)
 	base.Server.Register(HealthName, auditv1.RegisterAuditServiceHandler, Access())
 	return &Service{base: base, srv: srv}, nil

@@ -18,8 +18,8 @@ const (
 	StreamLifecycle   = "lifecycle"
 )
 
-// ServerChainName names the server's own chain (anonymous traffic) in
-// exports and archives.
+// ServerChainName names the server's own chain in exports and archives;
+// anonymous traffic's records are on its shards, server-<n>.
 const ServerChainName = rediskeys.ServerChain
 
 // Entry is one line of an archive or export file (JSON Lines): a stored
@@ -31,7 +31,7 @@ type Entry struct {
 	// Stream is StreamAttribution, StreamLifecycle or another signed
 	// stream's name.
 	Stream string `json:"stream"`
-	// Chain is the chain's Agent-ID, or ServerChainName.
+	// Chain is the chain's Agent-ID, ServerChainName or one of its shards.
 	Chain    string    `json:"chain"`
 	Sequence uint64    `json:"sequence"`
 	AuditID  string    `json:"audit_id"`
@@ -89,7 +89,7 @@ func VerifyEntries(entries []Entry, opts ChainOptions, agentCheck bool) map[Chai
 	for k, es := range byChain {
 		slices.SortStableFunc(es, func(a, b Entry) int { return cmp.Compare(a.Sequence, b.Sequence) })
 		o := opts
-		if agentCheck && k.Chain != ServerChainName && k.Stream == StreamAttribution {
+		if agentCheck && !rediskeys.IsServerChain(k.Chain) && k.Stream == StreamAttribution {
 			o.AgentID = k.Chain
 		}
 		v := NewChainVerifier(o)

@@ -17,7 +17,7 @@ import (
 )
 
 // AlgEdDSA and AlgNone are the two values of the JWS "alg" header this
-// package writes (DECISIONS.md: EdDSA with Ed25519, none only without a key).
+// package writes (docs/decisions.md#D-attribution-record: EdDSA with Ed25519, none only without a key).
 const (
 	AlgEdDSA = "EdDSA"
 	AlgNone  = "none"

@@ -1,5 +1,5 @@
 // Package attribution signs, identifies and verifies AGTP Attribution-Records
-// (core §5.5.4, §8; digest-core §8.1) and the per-agent hash chains they form.
+// (core §5.5.4, §8; docs/decisions.md#D-attribution-payload) and the per-agent hash chains they form.
 //
 // A record is a JWS Compact serialization whose payload is a JSON object
 // (Payload). Its Audit-ID is the lowercase hex SHA-256 of the exact JWS
@@ -42,7 +42,7 @@ type PriorAction struct {
 }
 
 // Payload is the JSON payload of an Attribution-Record. The named members
-// are those of digest-core §8.1 (base fields, AGTP-IDENTIFIERS fields,
+// are those of docs/decisions.md#D-attribution-payload (base fields, AGTP-IDENTIFIERS fields,
 // merchant fields) plus event_type for lifecycle and other signed events.
 // Members the struct does not name survive a decode/encode round trip in
 // Extra, so a verifier never drops what a newer signer put in.
@@ -87,7 +87,7 @@ type Payload struct {
 	// event (e.g. "agent-lifecycle-suspended"); empty on response records.
 	EventType string `json:"event_type,omitempty"`
 
-	// Caller proof (docs/identity.md, "Proven callers"): the core §8
+	// Caller proof (docs/identity.md, "Proven callers"): the core §10.2
 	// verification level, what proved the caller, the client
 	// certificate's SHA-256, the proving token's issuer, an Agent-ID
 	// header that proved nothing and was ignored, and the peer server

@@ -54,14 +54,20 @@ const (
 
 // TestSuiteOnRedisClusterSurvivesFailover runs two complete suites (every
 // service twice, as separate processes) against one Redis Cluster of three
-// masters and three replicas. It shows that replicas give the answers one
-// process would (idempotency, rate limits, audit chains, revocation), then
-// kills the master that holds the busy agent's hash slot while both suites
-// are under load, and shows that after the failover nothing acknowledged
-// was lost: every acknowledged record is in its chain and the chains
+// masters and three replicas, with auditsvc acknowledging an append only
+// once a replica has it (AGTP_AUDIT_REPLICA_ACKS=1). It shows that replicas
+// give the answers one process would (idempotency, rate limits, audit
+// chains, revocation), then kills the master that holds the busy agent's
+// hash slot with SIGKILL while both suites are under load: no pause, no
+// waiting for its replica to catch up; on the contrary, the replica is cut
+// off 200 ms before, so that the master dies with writes no replica has.
+// It starts the master again so that it rejoins as the promoted replica's
+// replica, and shows that nothing acknowledged was lost: every
+// acknowledged record is in its chain, no chain forked and the chains
 // verify, every acknowledged idempotent request replays byte for byte on
 // either replica, the spent rate limit is still spent, and a revocation
-// still reaches every front door.
+// still reaches every front door. With AGTP_AUDIT_REPLICA_ACKS=0 it fails:
+// the records acknowledged in those 200 ms are gone.
 func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	rc := StartCluster(t, 3, 1)
 	policyFile := filepath.Join(t.TempDir(), "policy.json")
@@ -72,9 +78,20 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	// agents with header claims, which the suites on loopback take as
 	// they are (caller_proof off), and it revokes as an operator over
 	// gRPC (lifecycle open, loopback only).
-	opts := e2e.Options{RedisURL: rc.URL(), Env: []string{"AGTP_POLICY_FILE=" + policyFile, "AGTP_CALLER_PROOF=off", "AGTP_LIFECYCLE_AUTH=open"}}
+	opts := e2e.Options{
+		RedisURL: rc.URL(), Env: []string{"AGTP_POLICY_FILE=" + policyFile, "AGTP_CALLER_PROOF=off", "AGTP_LIFECYCLE_AUTH=open"},
+		// Replication is asynchronous: without waiting for the replica, a
+		// master killed at an arbitrary moment takes the records it
+		// acknowledged last with it (docs/operations.md "Redis failover").
+		ServiceEnv: map[string][]string{"auditsvc": {"AGTP_AUDIT_REPLICA_ACKS=1"}},
+	}
 	suites := []*e2e.Cluster{e2e.Start(t, opts), e2e.Start(t, opts)}
 	t.Cleanup(func() { checkNoCrossSlot(t, suites) })
+	for via, s := range suites {
+		if !strings.Contains(s.Procs["auditsvc"].Logs(), "acknowledged only once Redis replicas have the record") {
+			t.Fatalf("auditsvc of suite %d did not start with replica acks 1:\n%s", via, s.Procs["auditsvc"].Logs())
+		}
+	}
 
 	buyer := registerAgent(t, suites[0], "cluster-buyer", "orders:read", "orders:write", "documents:read", "rcns:negotiate")
 	victim := registerAgent(t, suites[1], "cluster-victim", "orders:read")
@@ -210,11 +227,33 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	master := rc.MasterOf(t, slot)
 	killedAt := time.Now()
 	phase.Store(phaseDuring)
-	rc.KillMasterInSync(t, master)
+	// The replica falls behind just before the crash: writes the master
+	// applies from now on reach no replica. Without waiting for replicas
+	// the master would acknowledge records in this moment that the
+	// promoted replica never has.
+	rc.CutReplicas(t, master)
+	time.Sleep(200 * time.Millisecond)
+	master.Stop() // SIGKILL, in the middle of whatever it was doing
 	promoted := rc.WaitFailover(t, master, slot, 30*time.Second)
 	failedOverAt := time.Now()
 	failedOver.Store(true)
 	t.Logf("killed master %s; %s took over slot %d after %v", master.Addr, promoted.Addr, slot, failedOverAt.Sub(killedAt).Round(time.Millisecond))
+	// Until the shard has a replica again, audit appends on it cannot be
+	// replicated and fail (503): the old master comes back as the replica,
+	// but not before a deployment's own failover would be over. The
+	// idempotency claim is written without WAIT, so a request whose claim
+	// went down with the old master must not get its record acknowledged
+	// on the new one (it would be answered without its outcome stored, and
+	// a retry would run it again: docs/operations.md, "What replica acks do
+	// not cover"). The front door gives a SignAndAppend 5 s, resend
+	// included; with the reference cluster-node-timeout of 5 s no shard
+	// takes writes again within that, and this test's faster failover
+	// waits as long.
+	if wait := time.Until(killedAt.Add(6 * time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	rc.Rejoin(t, master, promoted, 30*time.Second)
+	t.Logf("%s rejoined as the replica of %s %v after the promotion", master.Addr, promoted.Addr, time.Since(failedOverAt).Round(time.Millisecond))
 	testkit.WaitFor(t, 20*time.Second, "both front doors serve the buyer after the failover", func() bool {
 		return caughtUp[0].Load() && caughtUp[1].Load()
 	})
@@ -235,8 +274,11 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 	t.Logf("load: %v", counts)
 
 	// --- After the failover. ---
-	t.Run("every acknowledged record is in its chain and the chains verify", func(t *testing.T) {
+	t.Run("every acknowledged record is in its chain, no chain forked, and the chains verify", func(t *testing.T) {
 		chains := map[string]map[string]bool{}
+		// Two acknowledged records signed against one predecessor would be
+		// a fork, whichever of them the stream kept.
+		successor := map[string]map[string]string{buyer: {}, bystander: {}} // agent -> previous -> audit id
 		for _, agent := range []string{buyer, bystander} {
 			checkChain(t, suites, agent)
 			chains[agent] = chainIDs(t, rc, agent)
@@ -260,6 +302,10 @@ func TestSuiteOnRedisClusterSurvivesFailover(t *testing.T) {
 			if !chains[o.agent][o.auditID] {
 				t.Errorf("acknowledged record %s (%s via suite %d, phase %d) is not in the chain of %s", o.auditID, o.key, o.via, o.phase, o.agent)
 			}
+			if other, ok := successor[o.agent][rec.Payload.PreviousAuditID]; ok && other != o.auditID {
+				t.Errorf("chain of %s forked: acknowledged records %s and %s (%s, phase %d) both follow %s", o.agent, other, o.auditID, o.key, o.phase, rec.Payload.PreviousAuditID)
+			}
+			successor[o.agent][rec.Payload.PreviousAuditID] = o.auditID
 			n++
 		}
 		t.Logf("%d acknowledged records checked", n)

@@ -1,9 +1,10 @@
 // Package clustertest runs the suite against a real Redis Cluster on
 // loopback (Debian's redis-server and redis-cli): three masters with one
 // replica each, cluster-enabled redis-server processes joined by
-// `redis-cli --cluster create`. Its test kills a master under load and
-// checks that the suite, as separate processes and with two replicas of
-// every service, keeps its guarantees across the failover.
+// `redis-cli --cluster create`. Its test kills a master under load, at an
+// arbitrary moment, and checks that the suite, as separate processes and
+// with two replicas of every service, keeps its guarantees across the
+// failover.
 //
 // StartCluster is exported for other tests that need a cluster.
 package clustertest
@@ -223,36 +224,70 @@ func (c *Cluster) node(tb testing.TB, addr string) *testkit.Redis {
 	return nil
 }
 
-// KillMasterInSync kills master with SIGKILL at a moment when its replica
-// has everything it acknowledged: writes are paused (clients block, as
-// under load they do), the test waits for the replica's offset to reach
-// the master's, then kills. Redis replication is asynchronous, so a crash
-// at an arbitrary moment may lose the last acknowledged writes; this is
-// the failover to a caught-up replica that docs/operations.md (Redis
-// failover) describes, the condition for losing nothing.
-func (c *Cluster) KillMasterInSync(tb testing.TB, master *testkit.Redis) {
+// CutReplicas cuts master off from its replicas, as a network fault
+// between them would: it refuses the replication handshake (an ACL on the
+// default user, which the services' commands do not need) and closes the
+// replication links (CLIENT KILL TYPE replica). From then on the master
+// applies writes that no replica has, the ones a crash loses with it. It
+// is meant for a master about to be killed: restarted (Rejoin), the node
+// starts with the default ACL again.
+func (c *Cluster) CutReplicas(tb testing.TB, master *testkit.Redis) {
 	tb.Helper()
 	ctx := context.Background()
 	cl := redis.NewClient(&redis.Options{Addr: master.Addr, MaxRetries: -1})
 	defer cl.Close()
-	if err := cl.Do(ctx, "CLIENT", "PAUSE", "10000", "WRITE").Err(); err != nil {
-		tb.Fatalf("client pause on %s: %v", master.Addr, err)
+	if err := cl.Do(ctx, "acl", "setuser", "default", "-sync", "-psync", "-replconf").Err(); err != nil {
+		tb.Fatalf("refuse replication on %s: %v", master.Addr, err)
 	}
-	testkit.WaitFor(tb, 10*time.Second, "the replica of "+master.Addr+" to catch up", func() bool {
+	if err := cl.Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
+		tb.Fatalf("cut the replication links of %s: %v", master.Addr, err)
+	}
+}
+
+// Rejoin starts dead, a master that was killed and whose promoted replica
+// took over, again on its port and directory. Its nodes.conf names it a
+// master of slots the cluster gave to promoted with a newer epoch, so the
+// cluster turns it into promoted's replica (it has no data of its own:
+// the test cluster runs without persistence) and it syncs from promoted.
+// Rejoin waits until promoted has it online and acknowledging writes (a
+// write and a WAIT on one connection count it), which a shard whose
+// writes wait for a replica (min-replicas-to-write, AGTP_AUDIT_REPLICA_ACKS)
+// needs before it accepts them again.
+func (c *Cluster) Rejoin(tb testing.TB, dead, promoted *testkit.Redis, timeout time.Duration) {
+	tb.Helper()
+	ctx := context.Background()
+	// Started again, it believes for a moment that it still serves its
+	// slots, until the cluster tells it otherwise, and would take writes
+	// (an idempotency claim of a client whose slot map is a second old)
+	// that its demotion then discards. A master that needs a replica to
+	// take writes takes none (deploy/k8s/redis-cluster/redis.conf sets
+	// this on every node; the test cluster leaves it off elsewhere, so
+	// that a master cut off from its replica goes on acknowledging, which
+	// is what replica acks must not be fooled by).
+	dead.RestartWith(tb, "--min-replicas-to-write", "1", "--min-replicas-max-lag", "10")
+	cl := redis.NewClient(&redis.Options{Addr: promoted.Addr, MaxRetries: -1, PoolSize: 1})
+	defer cl.Close()
+	testkit.WaitFor(tb, timeout, dead.Addr+" to rejoin as the replica of "+promoted.Addr, func() bool {
 		info, err := cl.Info(ctx, "replication").Result()
-		if err != nil {
+		if err != nil || !strings.Contains(info, "port="+dead.Addr[strings.LastIndex(dead.Addr, ":")+1:]+",state=online") {
 			return false
 		}
-		own := infoField(info, "master_repl_offset")
-		for _, line := range strings.Split(info, "\r\n") {
-			if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") &&
-				strings.Contains(line, ",offset="+own+",") {
-				return own != ""
+		// A key promoted serves: most candidates are answered MOVED.
+		for i := range 64 {
+			var set *redis.StatusCmd
+			var wait *redis.Cmd
+			_, _ = cl.Pipelined(ctx, func(pl redis.Pipeliner) error {
+				set = pl.Set(ctx, fmt.Sprintf("{rejoin-%d}", i), "1", time.Minute)
+				wait = pl.Do(ctx, "wait", 1, 100)
+				return nil
+			})
+			if set.Err() == nil {
+				n, err := wait.Int64()
+				return err == nil && n >= 1
 			}
 		}
 		return false
 	})
-	master.Stop()
 }
 
 // WaitFailover waits until a node other than dead serves slot as master

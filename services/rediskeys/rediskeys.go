@@ -8,13 +8,41 @@ package rediskeys
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
+	"strings"
 )
 
 // Prefix starts every key of the suite.
 const Prefix = "agtp:"
 
-// ServerChain is the chain that anonymous traffic is appended to.
+// ServerChain is the chain of the server's own records (summaries) and
+// the name of anonymous traffic's chains, which are spread over shards
+// of it (ServerChainShard).
 const ServerChain = "server"
+
+// ServerChainShard is the n-th chain anonymous traffic is spread over:
+// with one chain, every anonymous append would wait for the one before it
+// (a chain appends one record at a time), and in a Redis Cluster all of
+// them would land on one node.
+func ServerChainShard(n int) string { return ServerChain + "-" + strconv.Itoa(n) }
+
+// IsServerChain reports whether a chain is the server chain or one of its
+// shards: a chain of no agent.
+func IsServerChain(chain string) bool {
+	if chain == ServerChain {
+		return true
+	}
+	n, ok := strings.CutPrefix(chain, ServerChain+"-")
+	if !ok || n == "" || len(n) > 4 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if n[i] < '0' || n[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // tag returns the hash-tagged agent part, using the server chain for
 // anonymous callers.

@@ -172,6 +172,15 @@ func (r *Redis) Restart(tb testing.TB) {
 	r.start(tb)
 }
 
+// RestartWith is Restart with extra server arguments, kept for later
+// restarts too.
+func (r *Redis) RestartWith(tb testing.TB, extra ...string) {
+	tb.Helper()
+	r.Stop()
+	r.args = append(r.args, extra...)
+	r.start(tb)
+}
+
 // serverPID asks the server on addr for its process id (INFO server).
 func serverPID(addr string) (int, bool) {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)

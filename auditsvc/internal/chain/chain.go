@@ -72,15 +72,33 @@ type Options struct {
 	// entry's memory for this long (docs/audit.md); a later retry appends
 	// a second record.
 	RequestWindow time.Duration
+	// ReplicaAcks is how many Redis replicas must have a record before its
+	// append is acknowledged (0, the default: do not wait). Every pipeline
+	// of appends then ends with WAIT on the connection that ran them; an
+	// append whose WAIT answers fewer replicas within ReplicaTimeout fails
+	// with ErrUnavailable although the record is in the primary's chain
+	// (a retry with the same request ID gets it once it is replicated).
+	ReplicaAcks int
+	// ReplicaTimeout bounds the WAIT (default 500 ms when ReplicaAcks > 0).
+	// It must be below the Redis client's read timeout.
+	ReplicaTimeout time.Duration
 }
 
 // Validate reports options that cannot work.
 func (o Options) Validate() error {
-	if o.MaxAttempts < 0 || o.CacheChains < 0 || o.MaxBatch < 0 || o.Pipelines < 0 || o.RequestWindow < 0 {
+	if o.MaxAttempts < 0 || o.CacheChains < 0 || o.MaxBatch < 0 || o.Pipelines < 0 || o.RequestWindow < 0 ||
+		o.ReplicaAcks < 0 || o.ReplicaTimeout < 0 {
 		return errors.New("chain: negative option")
+	}
+	if o.ReplicaAcks > 0 && o.ReplicaTimeout > 0 && o.ReplicaTimeout < time.Millisecond {
+		// WAIT takes milliseconds, and 0 would wait forever.
+		return errors.New("chain: ReplicaTimeout below one millisecond")
 	}
 	return nil
 }
+
+// DefaultReplicaTimeout is Options.ReplicaTimeout's default.
+const DefaultReplicaTimeout = 500 * time.Millisecond
 
 func (o Options) withDefaults() Options {
 	if o.MaxAttempts == 0 {
@@ -101,6 +119,9 @@ func (o Options) withDefaults() Options {
 	if o.RequestWindow == 0 {
 		o.RequestWindow = DefaultRequestWindow
 	}
+	if o.ReplicaAcks > 0 && o.ReplicaTimeout == 0 {
+		o.ReplicaTimeout = DefaultReplicaTimeout
+	}
 	return o
 }
 
@@ -120,6 +141,7 @@ type Store struct {
 	outcomeMiss  atomic.Uint64
 	unknownOutcm atomic.Uint64
 	replays      atomic.Uint64
+	unreplicated atomic.Uint64
 }
 
 // New returns a store. signer signs every record (attribution.NewSigner(nil)
@@ -135,10 +157,34 @@ func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{rdb: rdb, log: log, opts: opts.withDefaults(), writerID: rand.Text()}
+	switch rdb.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		if s.opts.ReplicaAcks > 0 {
+			// WAIT must run on the connection that ran the appends, which
+			// only these two clients let the batcher pick.
+			return nil, fmt.Errorf("chain: ReplicaAcks needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+		}
+	}
+	if rt := readTimeout(rdb); s.opts.ReplicaAcks > 0 && rt > 0 && s.opts.ReplicaTimeout >= rt {
+		return nil, fmt.Errorf("chain: ReplicaTimeout %v must be below the Redis client's read timeout %v, or the read of WAIT's answer times out first", s.opts.ReplicaTimeout, rt)
+	}
 	s.signer.Store(signer)
 	s.heads.init(s.opts.CacheChains)
-	s.batch = batcher{rdb: rdb, maxBatch: s.opts.MaxBatch, maxFlushers: s.opts.Pipelines}
+	s.batch = batcher{rdb: rdb, maxBatch: s.opts.MaxBatch, maxFlushers: s.opts.Pipelines,
+		acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout}
 	return s, nil
+}
+
+// readTimeout is the read timeout of rdb's connections (0: none or unknown).
+func readTimeout(rdb redis.UniversalClient) time.Duration {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
 }
 
 // SetSigner swaps the signing key (rotation). Records signed before the
@@ -158,11 +204,17 @@ type Stats struct {
 	// Replays counts requests answered with the record an earlier request
 	// with the same request ID appended.
 	Replays uint64
+	// Unreplicated counts appends (and replays) answered with
+	// ErrUnavailable because fewer than ReplicaAcks replicas acknowledged
+	// the record within ReplicaTimeout; each record is in the primary's
+	// chain.
+	Unreplicated uint64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{s.conflicts.Load(), s.indexErrors.Load(), s.outcomeMiss.Load(), s.unknownOutcm.Load(), s.replays.Load()}
+	return Stats{s.conflicts.Load(), s.indexErrors.Load(), s.outcomeMiss.Load(), s.unknownOutcm.Load(), s.replays.Load(),
+		s.unreplicated.Load()}
 }
 
 // ChainName maps an Agent-ID to its chain name: "" (anonymous) is the
@@ -364,6 +416,10 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 		keysArg = append(keysArg, requestKey(stream, chain, req.ID))
 		window = s.opts.RequestWindow.Milliseconds()
 	}
+	proof := ""
+	if s.opts.ReplicaAcks > 0 {
+		proof = "1"
+	}
 	signer := s.signer.Load()
 	var garbage string // index key of a record that lost the race
 	for attempt := 1; ; attempt++ {
@@ -388,7 +444,7 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 			indexKey: rediskeys.AuditIndex(id), indexVal: indexValue(stream, seq, chain),
 			keys: keysArg,
 			args: []any{st.head, strconv.FormatUint(st.length, 10), id, jws, now.UnixMilli(), tok, ttl, resp,
-				s.writerID, claim, leaseMillis, req.Fingerprint, window},
+				s.writerID, claim, leaseMillis, req.Fingerprint, window, proof},
 		}
 		s.batch.do(op)
 		if !op.sent {
@@ -417,6 +473,10 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 		switch r.kind {
 		case replyReplayed:
 			s.forgetIndex(ctx, id, r.auditID)
+			if op.replErr != nil {
+				st.valid = false
+				return Appended{}, s.notReplicated(ctx, stream, chain, r.auditID, r.seq, op.replErr)
+			}
 			return s.replayed(ctx, st, stream, chain, req, r)
 		case replyReused:
 			s.forgetIndex(ctx, id, r.auditID)
@@ -430,6 +490,13 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 			if a != strconv.FormatUint(seq, 10) {
 				st.valid = false
 				return Appended{}, fmt.Errorf("%w: script appended sequence %s, expected %d", ErrUnavailable, a, seq)
+			}
+			if op.replErr != nil {
+				// Appended, but maybe on the primary only: a failover now
+				// could lose it, so it is not acknowledged. The head is
+				// forgotten, as after any 503.
+				st.valid = false
+				return Appended{}, s.notReplicated(ctx, stream, chain, id, a, op.replErr)
 			}
 			prev := st.head
 			st.head, st.length = id, seq
@@ -453,6 +520,15 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 				st.valid = false
 				return Appended{}, err
 			} else if done {
+				if s.opts.ReplicaAcks > 0 {
+					// An earlier send of this script appended it, maybe
+					// on another connection: this one's WAIT proves
+					// nothing about it. Unknown outcome; a retry with the
+					// request ID gets the record with a proof.
+					st.valid = false
+					return Appended{}, s.notReplicated(ctx, stream, chain, id, strconv.FormatUint(seq, 10),
+						errors.New("appended by an earlier send of the script, whose replication this send cannot prove"))
+				}
 				prev := st.head
 				st.head, st.length = a, n
 				stored := s.outcomeStored(ctx, outcome)
@@ -479,6 +555,18 @@ func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, 
 			}
 		}
 	}
+}
+
+// notReplicated counts, logs and returns the error for a record that the
+// script appended (or replayed) but that fewer than ReplicaAcks replicas
+// were seen to hold within ReplicaTimeout.
+func (s *Store) notReplicated(ctx context.Context, stream, chain, auditID, seq string, cause error) error {
+	s.unreplicated.Add(1)
+	s.log.WarnContext(ctx, "audit record appended but not replicated in time; answered as unavailable",
+		"chain", chain, "stream", stream, "audit_id", auditID, "sequence", seq,
+		"replica_acks", s.opts.ReplicaAcks, "replica_timeout", s.opts.ReplicaTimeout, "err", cause)
+	return fmt.Errorf("%w: record %s (sequence %s of %s/%s) was appended but not replicated to %d replicas within %v: %v",
+		ErrUnavailable, auditID, seq, stream, chain, s.opts.ReplicaAcks, s.opts.ReplicaTimeout, cause)
 }
 
 // forgetIndex deletes the index entry written ahead of an attempt that

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -320,5 +322,58 @@ func (s *Store) DurabilityWarnings(ctx context.Context) []string {
 	if v, ok := get("maxmemory-policy"); ok && v != "noeviction" {
 		out = append(out, "maxmemory-policy is "+v+": Redis may evict audit chains under memory pressure (set noeviction)")
 	}
+	return append(out, s.replicationWarnings(ctx)...)
+}
+
+// replicationWarnings compares the replicas each primary has online (INFO
+// replication, once) with Options.ReplicaAcks.
+func (s *Store) replicationWarnings(ctx context.Context) []string {
+	var mu sync.Mutex
+	var out []string
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil || infoField(info, "role") != "master" {
+			return nil
+		}
+		online := 0
+		for _, line := range strings.Split(info, "\r\n") {
+			if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+				online++
+			}
+		}
+		addr := c.Options().Addr
+		var w string
+		switch acks := s.opts.ReplicaAcks; {
+		case acks == 0 && online > 0:
+			w = fmt.Sprintf("primary %s has %d replica(s) online but audit appends do not wait for them (replica acks 0, AGTP_AUDIT_REPLICA_ACKS): "+
+				"records acknowledged in the moments before a failover can be lost", addr, online)
+		case acks > 0 && online < acks:
+			w = fmt.Sprintf("primary %s has %d replica(s) online, fewer than the %d every audit append waits for: "+
+				"appends to its chains fail (unavailable) until enough replicas are online", addr, online, acks)
+		default:
+			return nil
+		}
+		mu.Lock()
+		out = append(out, w)
+		mu.Unlock()
+		return nil
+	}
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		_ = check(ctx, c)
+	}
+	slices.Sort(out)
 	return out
+}
+
+// infoField is one "name:value" line of an INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -44,6 +44,14 @@ import (
 // the record, in the same script, so a record and its request entry exist
 // together or not at all; it expires after the window.
 //
+//	ARGV[14] "1" when the append is followed by WAIT (Options.ReplicaAcks)
+//
+// WAIT counts the replicas that have the calling connection's latest
+// write. A replay writes nothing by itself, so with ARGV[14] it counts
+// itself in the request entry ('replays'): that write comes after the
+// record it answers with, and the WAIT that follows then proves the
+// replicas have that record too.
+//
 // The stream is the source of truth and the head hash a cache of its tail:
 // if the head hash is missing (never written, or deleted by an operator),
 // the head is read from the stream's last entry, so a lost head can never
@@ -78,6 +86,9 @@ if ARGV[12] ~= '' then
     end
     if cur[3] == ARGV[9] then
       redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+    end
+    if ARGV[14] == '1' then
+      redis.call('HINCRBY', req, 'replays', 1)
     end
     local jws, at = '', ''
     local e = redis.call('XRANGE', KEYS[2], d[2] .. '-0', d[2] .. '-0')

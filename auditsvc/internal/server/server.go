@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -56,14 +57,23 @@ type Options struct {
 	Chain chain.Options
 	// Archive turns on the JSONL archive sink when Archive.Dir is set.
 	Archive archive.Options
+	// RefusalSummaryInterval is how often the anonymous refusals signed
+	// unchained are summarised into the server chain (default 1 min).
+	RefusalSummaryInterval time.Duration
+	// AnonymousChains is how many shards of the server chain anonymous
+	// records are spread over (default 8, at most 1000).
+	AnonymousChains int
 }
 
 // Validate reports every problem at once.
 func (o Options) Validate() error {
 	var errs []error
 	if o.MaxClaimsBytes < 0 || o.MaxOutcomeBytes < 0 || o.MaxOutcomeTTL < 0 || o.LifecycleDefaultLimit < 0 ||
-		o.LifecycleMaxLimit < 0 || o.VerifyPageSize < 0 {
+		o.LifecycleMaxLimit < 0 || o.VerifyPageSize < 0 || o.RefusalSummaryInterval < 0 || o.AnonymousChains < 0 {
 		errs = append(errs, errors.New("server: negative option"))
+	}
+	if o.AnonymousChains > 1000 {
+		errs = append(errs, errors.New("server: AnonymousChains is at most 1000"))
 	}
 	if o.LifecycleDefaultLimit > 0 && o.LifecycleMaxLimit > 0 && o.LifecycleDefaultLimit > o.LifecycleMaxLimit {
 		errs = append(errs, errors.New("server: LifecycleDefaultLimit exceeds LifecycleMaxLimit"))
@@ -99,6 +109,12 @@ func (o Options) withDefaults() Options {
 	if o.VerifyPageSize == 0 {
 		o.VerifyPageSize = 1000
 	}
+	if o.RefusalSummaryInterval == 0 {
+		o.RefusalSummaryInterval = DefaultRefusalSummaryInterval
+	}
+	if o.AnonymousChains == 0 {
+		o.AnonymousChains = 8
+	}
 	return o
 }
 
@@ -112,6 +128,11 @@ type Server struct {
 	sink  *archive.Sink
 	keys  atomic.Pointer[attribution.KeySet]
 	now   func() time.Time
+	// refusals counts the anonymous refusals signed unchained since the
+	// last summary.
+	refusals refusalTally
+	// anonymousSeq spreads anonymous records that name no request.
+	anonymousSeq atomic.Uint64
 }
 
 var _ auditv1.AuditServiceServer = (*Server)(nil)
@@ -161,6 +182,9 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, w := range s.store.DurabilityWarnings(ctx) {
 		s.log.WarnContext(ctx, "audit store durability: "+w)
 	}
+	summarized := make(chan struct{})
+	go func() { s.summarizeRefusals(ctx); close(summarized) }()
+	defer func() { <-summarized }()
 	if s.sink == nil {
 		<-ctx.Done()
 		return nil
@@ -346,7 +370,13 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 	if p.Status < 100 || p.Status > 999 {
 		return nil, grpcerr.InvalidArgument("audit-claims-invalid", "status must be a three-digit AGTP status code")
 	}
-	if c != rediskeys.ServerChain {
+	if req.GetUnchained() {
+		return s.signUnchained(c, req, p)
+	}
+	if c == rediskeys.ServerChain {
+		c = s.anonymousChain(req.GetRequestId(), p.ResponseID)
+	}
+	if !rediskeys.IsServerChain(c) {
 		// An agent's chain holds only its own records. Unauthenticated
 		// traffic goes to the server chain, whatever Agent-ID it claimed.
 		if p.AgentID == "" {
@@ -435,7 +465,7 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	if err != nil {
 		return nil, err
 	}
-	if c != rediskeys.ServerChain && p.AgentID == "" {
+	if !rediskeys.IsServerChain(c) && p.AgentID == "" {
 		p.AgentID = c
 	}
 	r, err := requestOf(req.GetRequestId(), req)
@@ -463,12 +493,30 @@ func validEventType(s string) bool {
 	return true
 }
 
-// externalChain is the chain_agent_id callers see: "" for the server chain.
+// externalChain is the chain_agent_id callers see: "" for the server
+// chain and its shards (no agent).
 func externalChain(c string) string {
-	if c == rediskeys.ServerChain {
+	if rediskeys.IsServerChain(c) {
 		return ""
 	}
 	return c
+}
+
+// anonymousChain spreads anonymous records over the server chain's shards,
+// so that they are appended side by side instead of one after another. A
+// retried request (same request ID, else same Response-ID) lands on the
+// same shard, where the chain script finds it appended already.
+func (s *Server) anonymousChain(requestID, responseID string) string {
+	key := requestID
+	if key == "" {
+		key = responseID
+	}
+	if key == "" {
+		return rediskeys.ServerChainShard(int(s.anonymousSeq.Add(1) % uint64(s.opts.AnonymousChains)))
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return rediskeys.ServerChainShard(int(h.Sum32() % uint32(s.opts.AnonymousChains)))
 }
 
 // GetRecord returns a stored record by Audit-ID (INSPECT target=audit).
@@ -569,7 +617,7 @@ func (s *Server) VerifyChain(ctx context.Context, req *auditv1.VerifyChainReques
 	if ks.ActiveKID() == "" {
 		opts.Algorithms = []string{attribution.AlgEdDSA, attribution.AlgNone}
 	}
-	if c != rediskeys.ServerChain && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
+	if !rediskeys.IsServerChain(c) && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
 		opts.AgentID = c
 	}
 	v, err := s.store.Verify(ctx, stream, c, opts, int64(s.opts.VerifyPageSize))

@@ -210,7 +210,7 @@ func TestCredentialMembersNeverReachTheRecord(t *testing.T) {
 
 func TestAnonymousTrafficChainsUnderTheServerChain(t *testing.T) {
 	ctx := context.Background()
-	f := start(t, Options{Keys: keySet(t, genKey(t))})
+	f := start(t, Options{Keys: keySet(t, genKey(t)), AnonymousChains: 1})
 	m := response("", 0)
 	delete(m, "agent_id")
 	a, err := f.client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ClaimsJson: claims(t, m)})
@@ -224,7 +224,7 @@ func TestAnonymousTrafficChainsUnderTheServerChain(t *testing.T) {
 	if err != nil || b.GetPreviousAuditId() != a.GetAuditId() {
 		t.Fatalf("second anonymous record: %v %+v", err, b)
 	}
-	head, err := f.client.GetChainHead(ctx, &auditv1.GetChainHeadRequest{AgentId: rediskeys.ServerChain})
+	head, err := f.client.GetChainHead(ctx, &auditv1.GetChainHeadRequest{AgentId: rediskeys.ServerChainShard(0)})
 	if err != nil || head.GetAuditId() != b.GetAuditId() || head.GetLength() != 2 {
 		t.Fatalf("server chain head: %v %+v", err, head)
 	}
@@ -234,6 +234,43 @@ func TestAnonymousTrafficChainsUnderTheServerChain(t *testing.T) {
 	}
 	if _, err := f.client.GetChainHead(ctx, &auditv1.GetChainHeadRequest{AgentId: "claimed-agent"}); status(err) != codes.NotFound {
 		t.Fatalf("claimed agent got a chain: %v", err)
+	}
+}
+
+// Anonymous records are spread over the server chain's shards, so that
+// they are not appended one after another; each shard is a chain that
+// verifies, and together they hold every record once. A retried request
+// lands on its shard again and appends nothing.
+func TestAnonymousRecordsSpreadOverServerChainShards(t *testing.T) {
+	ctx := context.Background()
+	const shards, records = 4, 40
+	f := start(t, Options{Keys: keySet(t, genKey(t)), AnonymousChains: shards})
+	m := response("", 0)
+	delete(m, "agent_id")
+	for i := range records {
+		req := &auditv1.SignAndAppendRequest{ClaimsJson: claims(t, m), RequestId: fmt.Sprintf("anon-%d", i)}
+		first, err := f.client.SignAndAppend(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := f.client.SignAndAppend(ctx, req); err != nil || !again.GetReplayed() || again.GetAuditId() != first.GetAuditId() {
+			t.Fatalf("retry of anon-%d: %v %+v", i, err, again)
+		}
+	}
+	total, used := int64(0), 0
+	for n := range shards {
+		v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: rediskeys.ServerChainShard(n)})
+		if status(err) == codes.NotFound {
+			continue
+		}
+		if err != nil || !v.GetValid() {
+			t.Fatalf("shard %d: %v %+v", n, err, v)
+		}
+		used++
+		total += int64(v.GetLength())
+	}
+	if total != records || used < 2 {
+		t.Fatalf("%d records on %d shards, want %d spread over more than one", total, used, records)
 	}
 }
 

@@ -20,7 +20,8 @@ import (
 
 // appendAudit has auditsvc sign the response's Attribution-Record and
 // append it to the caller's chain (the server's chain for anonymous
-// traffic), storing the idempotent outcome in the same atomic step.
+// traffic, except refusals), storing the idempotent outcome in the same
+// atomic step.
 func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, err error) {
 	// Typed claims, not claims_json: auditsvc signs the same payload bytes
 	// either way, and neither side pays for a JSON encode and decode.
@@ -30,6 +31,11 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	// lost (docs/audit.md, "Retried requests"); the retry resends this
 	// very message, timestamp included.
 	in := &auditv1.SignAndAppendRequest{ChainAgentId: x.agentID, Claims: attributionpb.Claims(&payload), RequestId: responseID}
+	// A refusal of an anonymous request is signed but not chained: one
+	// stored record per anonymous 404 or 429 would let strangers grow the
+	// audit store without bound. auditsvc counts them into a summary
+	// record instead (docs/audit.md, "Anonymous refusals").
+	in.Unchained = x.agentID == "" && resp.Status >= 400 && stored == nil
 	if stored != nil && x.claim != nil {
 		in.IdempotentOutcome = &auditv1.IdempotentOutcome{
 			Slot: x.claim.GetSlot(), Token: x.claim.GetToken(), TtlSeconds: x.claim.GetTtlSeconds(), Response: stored,
@@ -68,7 +74,8 @@ func (p *Pipeline) unchainedRecord(x *exchange, resp *agtp.Response, responseID,
 
 var unsignedSigner = attribution.NewSigner(nil)
 
-// payload builds the Attribution-Record members of digest-core §8.1.
+// payload builds the Attribution-Record members of
+// docs/decisions.md#D-attribution-payload.
 func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) attribution.Payload {
 	payload := attribution.Payload{
 		ServerID:           p.opts.ServerID,

@@ -125,7 +125,17 @@ type SignAndAppendRequest struct {
 	// in is not part of the message. A request_id reused with other content
 	// is refused with ALREADY_EXISTS, reason audit-request-id-reused. Without
 	// request_id every request appends a record.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Sign the record without appending it, for a refusal of an anonymous
+	// request (status 400 or above, chain_agent_id empty, no
+	// idempotent_outcome): the response still carries a signed
+	// Attribution-Record (core §7), with previous_audit_id all zeros and
+	// the member unchained: true, and nothing is stored per request. The
+	// service counts these refusals by status and appends one summary
+	// record per interval to the server chain's refusals stream, so
+	// anonymous traffic cannot grow the audit store without bound
+	// (docs/audit.md, "Anonymous refusals").
+	Unchained     bool `protobuf:"varint,6,opt,name=unchained,proto3" json:"unchained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,11 +205,18 @@ func (x *SignAndAppendRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *SignAndAppendRequest) GetUnchained() bool {
+	if x != nil {
+		return x.Unchained
+	}
+	return false
+}
+
 // AttributionClaims are the members of an Attribution-Record payload
-// (digest-core §8.1), one field per JSON member of the same name. An empty
-// string, a zero status and an empty run_input or prior_actions are absent
-// members, as in the JSON form, so a payload signs to the same bytes
-// whichever form carried it.
+// (docs/decisions.md#D-attribution-payload), one field per JSON member of
+// the same name. An empty string, a zero status and an empty run_input or
+// prior_actions are absent members, as in the JSON form, so a payload signs
+// to the same bytes whichever form carried it.
 type AttributionClaims struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -244,7 +261,7 @@ type AttributionClaims struct {
 	// The event of a lifecycle record or other signed event.
 	EventType string `protobuf:"bytes,32,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
 	// How the caller was proven (docs/identity.md, "Proven callers"): the
-	// core §8 level (1 claim, 2 token or API key, 3 certificate), what
+	// core §10.2 level (1 claim, 2 token or API key, 3 certificate), what
 	// proved it, the SHA-256 of the client certificate, the issuer of the
 	// token, an Agent-ID header that proved nothing and was ignored, and the
 	// peer server that vouched for it.
@@ -1736,7 +1753,7 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12\x1a\n" +
-	"\bresponse\x18\x04 \x01(\fR\bresponse\"\x87\x02\n" +
+	"\bresponse\x18\x04 \x01(\fR\bresponse\"\xa5\x02\n" +
 	"\x14SignAndAppendRequest\x12$\n" +
 	"\x0echain_agent_id\x18\x01 \x01(\tR\fchainAgentId\x12\x1f\n" +
 	"\vclaims_json\x18\x02 \x01(\fR\n" +
@@ -1744,7 +1761,8 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x12idempotent_outcome\x18\x03 \x01(\v2 .agtp.audit.v1.IdempotentOutcomeR\x11idempotentOutcome\x128\n" +
 	"\x06claims\x18\x04 \x01(\v2 .agtp.audit.v1.AttributionClaimsR\x06claims\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\xb6\f\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1c\n" +
+	"\tunchained\x18\x06 \x01(\bR\tunchained\"\xb6\f\n" +
 	"\x11AttributionClaims\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\tR\ttimestamp\x12!\n" +
