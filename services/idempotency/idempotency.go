@@ -229,10 +229,17 @@ end
 // which marks a pending claim held by token as having an unknown outcome
 // and keeps it hold_ms, so that retries are refused rather than run again.
 // A slot that is no longer pending (a late completion stored the outcome)
-// or no longer the token's is left alone (0).
+// or no longer the token's is left alone (0). An absent slot is created
+// as unknown: the claim was lost (a Redis primary that failed over before
+// its replica had it), and the request it guarded ran.
 var UnknownLuaFunction = lua(`
 local function agtp_idem_unknown(slot, token, hold_ms)
   local v = redis.call('HMGET', slot, $STATE, $TOKEN)
+  if not v[1] then
+    redis.call('HSET', slot, $STATE, $UNKNOWN, $TOKEN, token)
+    redis.call('PEXPIRE', slot, hold_ms)
+    return 1
+  end
   if v[2] ~= token or v[1] ~= $PENDING then return 0 end
   redis.call('HSET', slot, $STATE, $UNKNOWN)
   redis.call('PEXPIRE', slot, hold_ms)

@@ -327,8 +327,8 @@ func TestUnknownOutcomeRefusesRetries(t *testing.T) {
 	}
 }
 
-// TestMarkUnknownLeavesSettledSlots: only a pending claim can become
-// unknown; a stored outcome stays replayable.
+// TestMarkUnknownLeavesSettledSlots: only a pending or vanished claim can
+// become unknown; a stored outcome stays replayable.
 func TestMarkUnknownLeavesSettledSlots(t *testing.T) {
 	ctx := context.Background()
 	rdb := startRedis(t)
@@ -338,8 +338,15 @@ func TestMarkUnknownLeavesSettledSlots(t *testing.T) {
 	if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour); ok || err != nil {
 		t.Fatalf("mark unknown of a done slot = %v, %v; want false", ok, err)
 	}
-	if ok, _ := idempotency.MarkUnknown(ctx, rdb, rediskeys.IdempotencySlot("agent-1", "absent"), "tok1", time.Hour); ok {
-		t.Fatal("an absent slot was marked")
+	// A claim that vanished (lost with a primary that failed over, or
+	// expired while its request ran) guarded a request that ran: the key
+	// is held as unknown, so a retry is refused rather than run again.
+	absent := rediskeys.IdempotencySlot("agent-1", "absent")
+	if ok, err := idempotency.MarkUnknown(ctx, rdb, absent, "tok1", time.Hour); !ok || err != nil {
+		t.Fatalf("mark unknown of a vanished claim = %v, %v; want true", ok, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, absent, fpA, "tok2", time.Minute); r.Outcome == idempotency.Claimed {
+		t.Fatalf("retry after a vanished claim = %v, want it refused", r.Outcome)
 	}
 	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay {
 		t.Fatalf("retry = %v, want replay", r.Outcome)

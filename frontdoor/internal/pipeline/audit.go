@@ -22,7 +22,7 @@ import (
 // append it to the caller's chain (the server's chain for anonymous
 // traffic, except refusals), storing the idempotent outcome in the same
 // atomic step.
-func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, err error) {
+func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID string, stored []byte) (jws, auditID string, outcomeStored bool, err error) {
 	// Typed claims, not claims_json: auditsvc signs the same payload bytes
 	// either way, and neither side pays for a JSON encode and decode.
 	payload := p.payload(x, resp, responseID)
@@ -52,9 +52,9 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 		out, err = p.Audit.SignAndAppend(ctx, in)
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("sign and append: %w", err)
+		return "", "", false, fmt.Errorf("sign and append: %w", err)
 	}
-	return out.GetAttributionRecord(), out.GetAuditId(), nil
+	return out.GetAttributionRecord(), out.GetAuditId(), out.GetOutcomeStored(), nil
 }
 
 // unchainedRecord is the Attribution-Record of a response that cannot

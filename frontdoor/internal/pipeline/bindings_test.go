@@ -134,7 +134,7 @@ func (s *bndAudit) SignAndAppend(_ context.Context, req *auditv1.SignAndAppendRe
 		return out, nil
 	}
 	s.records = append(s.records, bndRecord{chain: req.GetChainAgentId(), auditID: id, payload: p})
-	out := &auditv1.SignAndAppendResponse{AttributionRecord: jws, AuditId: id, Sequence: uint64(len(s.records))}
+	out := &auditv1.SignAndAppendResponse{AttributionRecord: jws, AuditId: id, Sequence: uint64(len(s.records)), OutcomeStored: req.GetIdempotentOutcome() != nil}
 	if req.GetRequestId() != "" {
 		if s.byRequest == nil {
 			s.byRequest = map[string]*auditv1.SignAndAppendResponse{}

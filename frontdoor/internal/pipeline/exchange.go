@@ -172,7 +172,7 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 	p.stampPerResponse(x, resp)
 	responseID := newResponseID()
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
-	jws, auditID, err := p.appendAudit(x, resp, responseID, stored)
+	jws, auditID, outcomeStored, err := p.appendAudit(x, resp, responseID, stored)
 	if err != nil {
 		p.Log.ErrorContext(x.ctx, "attribution record not stored; refusing to answer without it", "error", err, "method", x.req.Method)
 		explanation := "the attribution record for this response could not be stored, so the server does not answer it; retry later"
@@ -195,6 +195,13 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 	} else {
 		if x.claim != nil && stored == nil {
 			p.settleClaim(x, resp.Status, true)
+		}
+		if x.claim != nil && stored != nil && !outcomeStored && x.dispatched && !x.idempotentEndpoint {
+			// The record is stored but the outcome is not: the claim
+			// no longer held the slot (lost with a Redis primary that
+			// failed over, say). Without an outcome a retry would run
+			// the request again, so the key is held as unknown.
+			p.markUnknown(x, resp.Status)
 		}
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)

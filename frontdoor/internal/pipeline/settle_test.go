@@ -91,19 +91,26 @@ type flakyAudit struct {
 	mu     sync.Mutex
 	fail   bool
 	stored map[string]bool // slot -> an outcome was stored with a record
+	// lostClaim appends the record but reports the outcome not stored,
+	// as auditsvc does when the claim no longer holds the slot.
+	lostClaim bool
 }
 
 func (s *flakyAudit) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
 	s.mu.Lock()
-	fail := s.fail
-	if o := req.GetIdempotentOutcome(); o != nil && !fail {
+	fail, lost := s.fail, s.lostClaim
+	if o := req.GetIdempotentOutcome(); o != nil && !fail && !lost {
 		s.stored[o.GetSlot()] = true
 	}
 	s.mu.Unlock()
 	if fail {
 		return nil, grpcerr.Unavailable("audit-unavailable", "the chain store is down")
 	}
-	return s.bndAudit.SignAndAppend(ctx, req)
+	out, err := s.bndAudit.SignAndAppend(ctx, req)
+	if err == nil && lost {
+		out.OutcomeStored = false
+	}
+	return out, err
 }
 
 const settleEndpoints = `
@@ -305,6 +312,7 @@ func TestClaimSettlement(t *testing.T) {
 		path        string
 		mode        string
 		auditDown   bool
+		lostClaim   bool
 		wantStatus  int
 		wantReason  string
 		wantFate    string // released, unknown, or "" when stored
@@ -324,11 +332,12 @@ func TestClaimSettlement(t *testing.T) {
 		{name: "an upstream timeout is released", path: "/remote-things", mode: "slow", wantStatus: 504, wantReason: "upstream_timeout", wantFate: "released"},
 		{name: "an upstream 5xx is released", path: "/remote-things", mode: "fail", wantStatus: 502, wantReason: "upstream_error", wantFate: "released"},
 		{name: "an upstream success is stored", path: "/remote-things", wantStatus: 200},
+		{name: "an answer whose outcome the audit store could not keep holds the key unknown", path: "/things", lostClaim: true, wantStatus: 200, wantFate: "unknown"},
 		{name: "a composition step's upstream 5xx is released", path: "/thing-pairs", mode: "fail", wantStatus: 502, wantReason: "composition_failed", wantFate: "released"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSettleFixture(t)
-			f.audit.fail = tc.auditDown
+			f.audit.fail, f.audit.lostClaim = tc.auditDown, tc.lostClaim
 			method := tc.method
 			if method == "" {
 				method = "EXECUTE"
