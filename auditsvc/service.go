@@ -49,6 +49,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	} else {
 		base.Log.Info("audit appends do not wait for Redis replicas (AGTP_AUDIT_REPLICA_ACKS=0): an acknowledged record survives a Redis restart (with appendonly) but not necessarily a failover")
 	}
+	if err := observe(base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/auditsvc"), srv, base.Redis); err != nil {
+		_ = base.Close(ctx)
+		return nil, fmt.Errorf("auditsvc metrics: %w", err)
+	}
 	auditv1.RegisterAuditServiceServer(base.Server.GRPC(), srv)
 	base.Server.Register(HealthName, auditv1.RegisterAuditServiceHandler, Access())
 	return &Service{base: base, srv: srv}, nil
