@@ -41,6 +41,13 @@ type callerStream struct {
 
 func (s *callerStream) Context() context.Context { return s.ctx }
 
+// ServeGRPCWith is ServeGRPC with server options (interceptors that
+// simulate a lost answer, say).
+func ServeGRPCWith(tb testing.TB, opts []grpc.ServerOption, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
+	tb.Helper()
+	return serveGRPC(tb, register, opts...)
+}
+
 // Identities the tests of handlers call as.
 var (
 	FrontDoor = access.Identity{Kind: access.Service, Name: "frontdoor"}

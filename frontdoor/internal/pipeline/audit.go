@@ -8,11 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -45,12 +43,9 @@ func (p *Pipeline) appendAudit(x *exchange, resp *agtp.Response, responseID stri
 	// passed: the work it attributes has happened.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
 	defer cancel()
-	out, err := p.Audit.SignAndAppend(ctx, in)
-	if status.Code(err) == codes.Unavailable && ctx.Err() == nil {
-		// The connection went away (an auditsvc replica restarting, say):
-		// once more, to the same or another replica.
-		out, err = p.Audit.SignAndAppend(ctx, in)
-	}
+	// A lost connection (an auditsvc replica restarting, say) sends it
+	// once more, to the same or another replica.
+	out, err := auditclient.SignAndAppend(ctx, p.Audit, in)
 	if err != nil {
 		return "", "", false, fmt.Errorf("sign and append: %w", err)
 	}

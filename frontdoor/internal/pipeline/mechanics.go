@@ -14,6 +14,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
@@ -145,7 +146,7 @@ func (p *Pipeline) confirm(x *exchange, params map[string]any) *agtp.Response {
 	if err != nil {
 		return x.fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
 	}
-	rec, err := p.Audit.AppendSignedRecord(x.ctx, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: confirmStream, ClaimsJson: cj})
+	rec, err := auditclient.AppendSignedRecord(x.ctx, p.Audit, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: confirmStream, ClaimsJson: cj})
 	if err != nil {
 		return p.dependencyFailure(x, "auditsvc", err)
 	}
@@ -355,7 +356,7 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
 	})
-	rec, err := p.Audit.AppendSignedRecord(x.ctx, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: delegateStream, ClaimsJson: hop})
+	rec, err := auditclient.AppendSignedRecord(x.ctx, p.Audit, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: delegateStream, ClaimsJson: hop})
 	if err != nil {
 		return p.dependencyFailure(x, "auditsvc", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -301,7 +302,7 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 		return nil, err
 	}
 	actx, cancel := context.WithTimeout(ctx, r.opts.AuditTimeout)
-	ev, err := r.audit.AppendLifecycleEvent(actx, &auditv1.AppendLifecycleEventRequest{
+	ev, err := auditclient.AppendLifecycleEvent(actx, r.audit, &auditv1.AppendLifecycleEventRequest{
 		AgentId: req.AgentID, EventType: out.event, ClaimsJson: claims,
 	})
 	cancel()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -46,7 +47,7 @@ func (s *Server) emit(ctx context.Context, r *record, event, reason, actor strin
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
 	defer cancel()
-	if _, err := s.audit.AppendLifecycleEvent(pctx, &auditv1.AppendLifecycleEventRequest{AgentId: r.AgentID, EventType: event, ClaimsJson: b}); err != nil {
+	if _, err := auditclient.AppendLifecycleEvent(pctx, s.audit, &auditv1.AppendLifecycleEventRequest{AgentId: r.AgentID, EventType: event, ClaimsJson: b}); err != nil {
 		s.log.ErrorContext(ctx, "contract event not audited", "event", event, "synthesis_id", r.SynthesisID, "error", err)
 		return grpcerr.Unavailable("audit-unavailable", "the contract event could not be audited; retry")
 	}
