@@ -212,22 +212,34 @@ func TestSuiteHonoursTheEnvironment(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}}}
 	defer hc.CloseIdleConnections()
 	body := `{"businessId":"orders","request":{"method":"CREATE","path":"/orders","parameters":{"lines":[{"sku":"widget","quantity":1}]}}}`
-	req, err := http.NewRequestWithContext(ctx, "POST", "https://"+s.HTTPSAddr()+"/agp/execute", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	execute := func() (int, []byte, string) {
+		req, err := http.NewRequestWithContext(ctx, "POST", "https://"+s.HTTPSAddr()+"/agp/execute", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", strings.TrimSpace(string(key)))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var res struct{ Code string }
+		_ = json.Unmarshal(b, &res)
+		return resp.StatusCode, b, res.Code
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Api-Key", strings.TrimSpace(string(key)))
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var res struct{ Code string }
-	_ = json.Unmarshal(b, &res)
+	// The front door knows the demo business once the catalog snapshot
+	// with its endpoints has arrived, a moment after start-up.
+	var status int
+	var b []byte
+	var code string
+	testkit.WaitFor(t, 20*time.Second, "the demo business to be served", func() bool {
+		status, b, code = execute()
+		return code != "BUSINESS_NOT_FOUND"
+	})
 	// Under the default policy (open) the order is created.
-	if resp.StatusCode != http.StatusForbidden || res.Code != "CONFIRMATION_REQUIRED" {
-		t.Fatalf("execute without a confirmation token = %d %s, want 403 CONFIRMATION_REQUIRED", resp.StatusCode, b)
+	if status != http.StatusForbidden || code != "CONFIRMATION_REQUIRED" {
+		t.Fatalf("execute without a confirmation token = %d %s, want 403 CONFIRMATION_REQUIRED", status, b)
 	}
 }
