@@ -47,6 +47,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		"how long an audit append waits for its replicas before it fails as unavailable (env AGTP_AUDIT_REPLICA_TIMEOUT)")
 	fs.DurationVar(&c.Options.RefusalSummaryInterval, "refusal-summary-interval", c.Options.RefusalSummaryInterval,
 		"how often the anonymous refusals signed unchained are summarised into the server chain (env AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL)")
+	fs.DurationVar(&c.Options.Retention, "audit-retention", c.Options.Retention,
+		"how long records stay in Redis before they are moved to the archive, their chains continuing from a signed checkpoint; 0 keeps everything; needs the archive (env AGTP_AUDIT_RETENTION)")
 	fs.Func("verify-key", "retired signing key kept for verification, repeatable (env AGTP_VERIFY_KEY_FILES=a,b)", func(v string) error {
 		c.VerifyKeyFiles = append(c.VerifyKeyFiles, v)
 		return nil
@@ -85,6 +87,13 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 		c.Options.RefusalSummaryInterval = d
 	}
+	if v, ok := lookup("AGTP_AUDIT_RETENTION"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_AUDIT_RETENTION: %w", err)
+		}
+		c.Options.Retention = d
+	}
 	return c.Common.ApplyEnv(lookup)
 }
 
@@ -100,6 +109,12 @@ func (c Config) Validate() error {
 	}
 	if c.Options.Chain.ReplicaAcks > 0 && c.Options.Chain.ReplicaTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("audit replica timeout (AGTP_AUDIT_REPLICA_TIMEOUT) is %v; with replica acks it must be at least 1ms", c.Options.Chain.ReplicaTimeout))
+	}
+	if c.Options.Retention < 0 {
+		errs = append(errs, fmt.Errorf("audit retention (AGTP_AUDIT_RETENTION) is %v; it must be 0 (keep everything) or more", c.Options.Retention))
+	}
+	if c.Options.Retention > 0 && c.ArchiveDir == "" {
+		errs = append(errs, errors.New("audit retention (AGTP_AUDIT_RETENTION) needs the archive (AGTP_AUDIT_ARCHIVE_DIR): records older than the retention are moved there"))
 	}
 	return errors.Join(errs...)
 }

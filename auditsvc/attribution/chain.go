@@ -23,6 +23,9 @@ const (
 	ProblemSequenceGap = "sequence-gap"
 	// ProblemHeadMismatch: the stored head does not name the newest record.
 	ProblemHeadMismatch = "head-mismatch"
+	// ProblemCheckpoint: the checkpoint a trimmed chain starts from is
+	// malformed, does not verify or does not fit the chain.
+	ProblemCheckpoint = "checkpoint-invalid"
 )
 
 // ChainOptions configure a chain check.

@@ -165,6 +165,28 @@ func SignedStream(agentID, name string) string { return tag(agentID) + ":signed:
 // SignedStreamHead is the head hash of SignedStream(agentID, name).
 func SignedStreamHead(agentID, name string) string { return tag(agentID) + ":signed:" + name + ":head" }
 
+// ChainCheckpoint is the signed checkpoint of an agent's attribution
+// chain after its oldest records were moved to the archive (a hash: fields
+// CheckpointJWS and CheckpointSequence), next to the chain head.
+func ChainCheckpoint(agentID string) string { return tag(agentID) + ":chain:checkpoint" }
+
+// LifecycleCheckpoint is ChainCheckpoint for the lifecycle stream.
+func LifecycleCheckpoint(agentID string) string { return tag(agentID) + ":lifecycle:checkpoint" }
+
+// SignedStreamCheckpoint is ChainCheckpoint for SignedStream(agentID, name).
+func SignedStreamCheckpoint(agentID, name string) string {
+	return tag(agentID) + ":signed:" + name + ":checkpoint"
+}
+
+// Fields of a checkpoint hash.
+const (
+	// CheckpointJWS is the signed checkpoint record.
+	CheckpointJWS = "jws"
+	// CheckpointSequence is the last sequence the checkpoint covers (the
+	// same value as in the signed record, readable by a script).
+	CheckpointSequence = "sequence"
+)
+
 // AnonymousRateLimit is a rate-limit bucket of anonymous callers from one
 // client address; like AgentRateLimit, the buckets of one address share a
 // hash tag so one script spends them together.

@@ -293,3 +293,94 @@ func (s *Sink) abandonFile() {
 	}
 	s.f, s.w = nil, nil
 }
+
+// Moved writes the records the retention task moves out of Redis to their
+// own archive files ("audit-moved-<instance>-<time>-<n>.jsonl", the same
+// JSON Lines format), synchronously: Write returns once the entries are
+// fsynced, so the caller may then remove them from Redis. It does not go
+// through the sink's bounded queue. A Moved is used by one goroutine.
+type Moved struct {
+	dir, instance string
+	now           func() time.Time
+	f             *os.File
+	seq           int
+}
+
+// NewMoved returns a writer of moved records into opts.Dir; the file is
+// created by the first Write.
+func NewMoved(opts Options) (*Moved, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if !opts.Enabled() {
+		return nil, errors.New("archive: no directory configured")
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	return &Moved{dir: opts.Dir, instance: opts.Instance, now: opts.Now}, nil
+}
+
+// Write appends es and fsyncs the file (and, after creating it, the
+// directory).
+func (m *Moved) Write(es []attribution.Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	var buf []byte
+	for _, e := range es {
+		line, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		buf = append(append(buf, line...), '\n')
+	}
+	if m.f == nil {
+		if err := m.open(); err != nil {
+			return err
+		}
+	}
+	if _, err := m.f.Write(buf); err != nil {
+		m.Close()
+		return fmt.Errorf("archive: %w", err)
+	}
+	if err := m.f.Sync(); err != nil {
+		m.Close()
+		return fmt.Errorf("archive: fsync: %w", err)
+	}
+	return nil
+}
+
+func (m *Moved) open() error {
+	now := m.now().UTC()
+	for {
+		m.seq++
+		name := filepath.Join(m.dir, fmt.Sprintf("audit-moved-%s-%s-%06d.jsonl", m.instance, now.Format("20060102T150405Z"), m.seq))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		if d, err := os.Open(m.dir); err == nil {
+			err = d.Sync()
+			_ = d.Close()
+			if err != nil {
+				_ = f.Close()
+				return fmt.Errorf("archive: fsync directory: %w", err)
+			}
+		}
+		m.f = f
+		return nil
+	}
+}
+
+// Close closes the current file; the next Write starts a new one.
+func (m *Moved) Close() {
+	if m.f != nil {
+		_ = m.f.Close()
+		m.f = nil
+	}
+}

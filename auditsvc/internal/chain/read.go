@@ -155,7 +155,9 @@ type Verification struct {
 // Verify checks a stored chain up to the head it finds when it starts:
 // sequences 1..n without gaps, every stored Audit-ID equal to its JWS's
 // hash, every link and signature, and the head naming the last record.
-// Records appended while it runs are not checked.
+// A trimmed chain is checked from its checkpoint on (Trim), after the
+// checkpoint's own signature. Records appended while it runs are not
+// checked.
 func (s *Store) Verify(ctx context.Context, stream, chain string, opts attribution.ChainOptions, pageSize int64) (Verification, error) {
 	head, length, err := s.Head(ctx, stream, chain)
 	if err != nil {
@@ -172,6 +174,24 @@ func (s *Store) Verify(ctx context.Context, stream, chain string, opts attributi
 		return Verification{ChainResult: r, Length: length}
 	}
 	next := uint64(1)
+	// A trimmed chain continues from its checkpoint (Trim): the records
+	// before it are in the archive.
+	cp, err := s.Checkpoint(ctx, stream, chain, opts.VerifyOptions)
+	if errors.Is(err, ErrCheckpoint) {
+		return fail(&attribution.Break{Problem: attribution.ProblemCheckpoint, Err: err}), nil
+	}
+	if err != nil {
+		return Verification{}, err
+	}
+	if cp != nil {
+		if cp.Sequence >= length {
+			return fail(&attribution.Break{AuditID: cp.AuditID, Expected: strconv.FormatUint(length, 10), Problem: attribution.ProblemCheckpoint,
+				Err: fmt.Errorf("the checkpoint covers record %d, the head says %d records", cp.Sequence, length)}), nil
+		}
+		next = cp.Sequence + 1
+		opts.Start = cp.AuditID
+		v = attribution.NewChainVerifier(opts)
+	}
 	for next <= length {
 		if err := ctx.Err(); err != nil {
 			return Verification{}, fmt.Errorf("%w: %v", ErrUnavailable, err)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,13 +64,24 @@ type Options struct {
 	// AnonymousChains is how many shards of the server chain anonymous
 	// records are spread over (default 8, at most 1000).
 	AnonymousChains int
+	// Retention is how long records stay in Redis (0, the default: keep
+	// everything). Older records are moved to the archive, which must be
+	// configured, and their chains continue from a signed checkpoint
+	// (Retain, docs/audit.md).
+	Retention time.Duration
+	// RetentionInterval is how often the retention task runs (default
+	// 5 min).
+	RetentionInterval time.Duration
+	// Now is the retention task's clock (default time.Now).
+	Now func() time.Time
 }
 
 // Validate reports every problem at once.
 func (o Options) Validate() error {
 	var errs []error
 	if o.MaxClaimsBytes < 0 || o.MaxOutcomeBytes < 0 || o.MaxOutcomeTTL < 0 || o.LifecycleDefaultLimit < 0 ||
-		o.LifecycleMaxLimit < 0 || o.VerifyPageSize < 0 || o.RefusalSummaryInterval < 0 || o.AnonymousChains < 0 {
+		o.LifecycleMaxLimit < 0 || o.VerifyPageSize < 0 || o.RefusalSummaryInterval < 0 || o.AnonymousChains < 0 ||
+		o.Retention < 0 || o.RetentionInterval < 0 {
 		errs = append(errs, errors.New("server: negative option"))
 	}
 	if o.AnonymousChains > 1000 {
@@ -83,6 +95,9 @@ func (o Options) Validate() error {
 	}
 	if o.Chain.OnAppend != nil {
 		errs = append(errs, errors.New("server: Chain.OnAppend is set by the server (use Archive)"))
+	}
+	if o.Retention > 0 && !o.Archive.Enabled() {
+		errs = append(errs, errors.New("server: Retention needs the archive (Archive.Dir), where records older than the retention go"))
 	}
 	if err := o.Archive.Validate(); err != nil {
 		errs = append(errs, err)
@@ -115,6 +130,12 @@ func (o Options) withDefaults() Options {
 	if o.AnonymousChains == 0 {
 		o.AnonymousChains = 8
 	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = DefaultRetentionInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return o
 }
 
@@ -126,8 +147,12 @@ type Server struct {
 	log   *slog.Logger
 	store *chain.Store
 	sink  *archive.Sink
-	keys  atomic.Pointer[attribution.KeySet]
-	now   func() time.Time
+	// moved writes the records the retention task moves (nil: no
+	// retention); retainMu serializes runs of the task.
+	moved    *archive.Moved
+	retainMu sync.Mutex
+	keys     atomic.Pointer[attribution.KeySet]
+	now      func() time.Time
 	// refusals counts the anonymous refusals signed unchained since the
 	// last summary.
 	refusals refusalTally
@@ -167,6 +192,11 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 		}
 		s.sink = sink
 		copts.OnAppend = sink.Offer
+		if opts.Retention > 0 {
+			if s.moved, err = archive.NewMoved(opts.Archive); err != nil {
+				return nil, err
+			}
+		}
 	}
 	store, err := chain.New(rdb, ks.Signer(), log, copts)
 	if err != nil {
@@ -177,7 +207,8 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 }
 
 // Run checks the Redis persistence settings (logging what could lose
-// records) and runs background work (the archive sink) until ctx is done.
+// records) and runs background work (the archive sink, the refusal
+// summaries, the retention task) until ctx is done.
 func (s *Server) Run(ctx context.Context) error {
 	for _, w := range s.store.DurabilityWarnings(ctx) {
 		s.log.WarnContext(ctx, "audit store durability: "+w)
@@ -185,6 +216,9 @@ func (s *Server) Run(ctx context.Context) error {
 	summarized := make(chan struct{})
 	go func() { s.summarizeRefusals(ctx); close(summarized) }()
 	defer func() { <-summarized }()
+	retained := make(chan struct{})
+	go func() { s.retain(ctx); close(retained) }()
+	defer func() { <-retained }()
 	if s.sink == nil {
 		<-ctx.Done()
 		return nil
@@ -612,14 +646,7 @@ func (s *Server) VerifyChain(ctx context.Context, req *auditv1.VerifyChainReques
 	if !chain.ValidStreamName(stream) {
 		return nil, grpcerr.InvalidArgument("stream-invalid", "stream must be a lowercase token")
 	}
-	ks := s.keys.Load()
-	opts := attribution.ChainOptions{VerifyOptions: attribution.VerifyOptions{Keys: ks}}
-	if ks.ActiveKID() == "" {
-		opts.Algorithms = []string{attribution.AlgEdDSA, attribution.AlgNone}
-	}
-	if !rediskeys.IsServerChain(c) && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
-		opts.AgentID = c
-	}
+	opts := s.chainOptions(stream, c)
 	v, err := s.store.Verify(ctx, stream, c, opts, int64(s.opts.VerifyPageSize))
 	if err != nil {
 		return nil, storeErr(ctx, err, "chain-not-found", "no such chain")
@@ -634,6 +661,19 @@ func (s *Server) VerifyChain(ctx context.Context, req *auditv1.VerifyChainReques
 		s.log.ErrorContext(ctx, "audit chain verification failed", "stream", stream, "chain", c, "index", b.Index, "problem", resp.Problem)
 	}
 	return resp, nil
+}
+
+// chainOptions are the checks a stored chain of (stream, c) must pass.
+func (s *Server) chainOptions(stream, c string) attribution.ChainOptions {
+	ks := s.keys.Load()
+	opts := attribution.ChainOptions{VerifyOptions: attribution.VerifyOptions{Keys: ks}}
+	if ks.ActiveKID() == "" {
+		opts.Algorithms = []string{attribution.AlgEdDSA, attribution.AlgNone}
+	}
+	if !rediskeys.IsServerChain(c) && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
+		opts.AgentID = c
+	}
+	return opts
 }
 
 // GetSigningKeys returns the JWKS of every current and earlier signing key.

@@ -1,0 +1,302 @@
+package chain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/services/rediskeys"
+)
+
+// A chain whose oldest records were moved out of Redis (Store.Trim) starts
+// at a checkpoint: a small record, signed with the store's signing key,
+// that names the last moved record's sequence and Audit-ID. Verification
+// checks the checkpoint's signature and continues the chain from it, so a
+// trimmed chain verifies like a whole one; the moved records are in the
+// archive and verify there from ZeroAuditID.
+
+// CheckpointVersion is the checkpoint_version of a checkpoint record.
+const CheckpointVersion = "1"
+
+// Checkpoint is the signed statement that the records of (Stream, Chain)
+// up to Sequence, the last of them AuditID, were moved to the archive.
+type Checkpoint struct {
+	Version   string `json:"checkpoint_version"`
+	Stream    string `json:"stream"`
+	Chain     string `json:"chain"`
+	Sequence  uint64 `json:"last_sequence"`
+	AuditID   string `json:"last_audit_id"`
+	TrimmedAt string `json:"trimmed_at"`
+	// JWS is the signed record the fields were read from.
+	JWS string `json:"-"`
+}
+
+// ErrCheckpoint: a chain's checkpoint is malformed, does not verify or
+// does not name its chain.
+var ErrCheckpoint = errors.New("chain checkpoint invalid")
+
+// checkpointKey is the checkpoint key of (stream, chain).
+func checkpointKey(stream, chain string) string {
+	switch stream {
+	case attribution.StreamAttribution:
+		return rediskeys.ChainCheckpoint(chain)
+	case attribution.StreamLifecycle:
+		return rediskeys.LifecycleCheckpoint(chain)
+	}
+	return rediskeys.SignedStreamCheckpoint(chain, stream)
+}
+
+// Checkpoint returns the verified checkpoint of (stream, chain), or nil
+// when the chain was never trimmed. A checkpoint that does not verify
+// against opts is an error wrapping ErrCheckpoint.
+func (s *Store) Checkpoint(ctx context.Context, stream, chain string, opts attribution.VerifyOptions) (*Checkpoint, error) {
+	if !ValidStreamName(stream) || !ValidChainID(chain) {
+		return nil, ErrNotFound
+	}
+	jws, err := s.rdb.HGet(ctx, checkpointKey(stream, chain), rediskeys.CheckpointJWS).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read checkpoint: %v", ErrUnavailable, err)
+	}
+	return parseCheckpoint(jws, stream, chain, opts)
+}
+
+func parseCheckpoint(jws, stream, chain string, opts attribution.VerifyOptions) (*Checkpoint, error) {
+	rec, err := attribution.Verify(jws, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(rec.RawPayload, &cp); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	switch {
+	case cp.Version != CheckpointVersion:
+		return nil, fmt.Errorf("%w: checkpoint_version %q", ErrCheckpoint, cp.Version)
+	case cp.Stream != stream || cp.Chain != chain:
+		return nil, fmt.Errorf("%w: names %s/%s, not %s/%s", ErrCheckpoint, cp.Stream, cp.Chain, stream, chain)
+	case cp.Sequence == 0 || !attribution.IsAuditID(cp.AuditID):
+		return nil, fmt.Errorf("%w: no last sequence or Audit-ID", ErrCheckpoint)
+	}
+	cp.JWS = jws
+	return &cp, nil
+}
+
+// TrimResult says what one Trim call did.
+type TrimResult struct {
+	// Moved counts records written to the archive and removed from Redis.
+	Moved int
+	// Checkpoint is the chain's checkpoint after the call (nil: none).
+	Checkpoint *Checkpoint
+}
+
+// trimPage bounds the records moved per step, so a long backlog costs
+// bounded memory.
+const trimPage = 1000
+
+// Trim moves the records of (stream, chain) stored before cutoff out of
+// Redis, oldest first and a page at a time: it reads them, verifies them
+// as a continuation of the chain's checkpoint (opts), hands them to
+// archive, which must have made them durable when it returns, signs a
+// checkpoint after the last of them, and only then removes them from the
+// stream (one script stores the checkpoint and trims, and never moves a
+// checkpoint backwards). The newest record always stays, so the stream
+// keeps naming the chain's head. A crash at any point is repaired by the
+// next call: records the checkpoint already covers are removed without
+// being archived again; records archived without a checkpoint are
+// archived again (the archive then holds them twice, identically).
+func (s *Store) Trim(ctx context.Context, stream, chain string, cutoff time.Time, opts attribution.ChainOptions,
+	archive func([]attribution.Entry) error) (TrimResult, error) {
+	var res TrimResult
+	_, streamKey := keys(stream, chain)
+	for first := true; ; first = false {
+		// Read the checkpoint every page: another replica may have moved
+		// records meanwhile.
+		cp, err := s.Checkpoint(ctx, stream, chain, opts.VerifyOptions)
+		if err != nil {
+			return res, err
+		}
+		res.Checkpoint = cp
+		if cp != nil && first {
+			// Finish an interrupted step: remove what the checkpoint covers.
+			if err := s.storeCheckpoint(ctx, stream, chain, cp); err != nil {
+				return res, err
+			}
+		}
+		last, err := s.rdb.XRevRangeN(ctx, streamKey, "+", "-", 1).Result()
+		if err != nil {
+			return res, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if len(last) == 0 {
+			return res, nil
+		}
+		tail, err := entryOf(stream, chain, last[0])
+		if err != nil {
+			return res, err
+		}
+		from, prev := uint64(1), attribution.ZeroAuditID
+		if cp != nil {
+			from, prev = cp.Sequence+1, cp.AuditID
+		}
+		es, err := s.rdb.XRangeN(ctx, streamKey, streamID(from), "+", trimPage).Result()
+		if err != nil {
+			return res, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		page, err := entriesOf(stream, chain, es)
+		if err != nil {
+			return res, err
+		}
+		n := 0
+		for _, e := range page {
+			if e.Sequence >= tail.Sequence || !e.StoredAt.Before(cutoff) {
+				break
+			}
+			n++
+		}
+		page = page[:n]
+		if len(page) == 0 {
+			return res, nil
+		}
+		o := opts
+		o.Start = prev
+		v := attribution.NewChainVerifier(o)
+		for i, e := range page {
+			if want := from + uint64(i); e.Sequence != want {
+				return res, fmt.Errorf("%w: %s/%s: record %d is missing (next stored is %d); nothing moved", ErrCheckpoint, stream, chain, want, e.Sequence)
+			}
+			if _, err := v.Add(e.JWS, e.AuditID); err != nil {
+				return res, fmt.Errorf("%w: %s/%s: record %d does not verify, nothing moved: %v", ErrCheckpoint, stream, chain, e.Sequence, err)
+			}
+		}
+		if err := archive(page); err != nil {
+			return res, fmt.Errorf("archive moved records: %w", err)
+		}
+		lastMoved := page[len(page)-1]
+		next, err := s.signCheckpoint(stream, chain, lastMoved)
+		if err != nil {
+			return res, err
+		}
+		if err := s.storeCheckpoint(ctx, stream, chain, next); err != nil {
+			return res, err
+		}
+		res.Checkpoint = next
+		res.Moved += len(page)
+		s.dropIndex(ctx, page)
+		if len(page) < trimPage {
+			return res, nil
+		}
+	}
+}
+
+func (s *Store) signCheckpoint(stream, chain string, last attribution.Entry) (*Checkpoint, error) {
+	cp := Checkpoint{Version: CheckpointVersion, Stream: stream, Chain: chain, Sequence: last.Sequence, AuditID: last.AuditID,
+		TrimmedAt: s.opts.Now().UTC().Format(time.RFC3339Nano)}
+	body, err := json.Marshal(cp)
+	if err != nil {
+		return nil, err
+	}
+	cp.JWS = s.signer.Load().Sign(body)
+	return &cp, nil
+}
+
+// trimLua stores a checkpoint unless a later one is stored already, then
+// removes the records the stored checkpoint covers.
+//
+//	KEYS[1] checkpoint hash  KEYS[2] record stream
+//	ARGV[1] checkpoint JWS   ARGV[2] its last sequence
+const trimLua = `
+local cur = tonumber(redis.call('HGET', KEYS[1], '@SEQ@') or '0')
+local seq = tonumber(ARGV[2])
+if seq > cur then
+  redis.call('HSET', KEYS[1], '@JWS@', ARGV[1], '@SEQ@', ARGV[2])
+  cur = seq
+end
+return redis.call('XTRIM', KEYS[2], 'MINID', string.format('%d', cur + 1) .. '-0')
+`
+
+var trimScript = redis.NewScript(strings.NewReplacer(
+	"@SEQ@", rediskeys.CheckpointSequence,
+	"@JWS@", rediskeys.CheckpointJWS,
+).Replace(trimLua))
+
+func (s *Store) storeCheckpoint(ctx context.Context, stream, chain string, cp *Checkpoint) error {
+	_, streamKey := keys(stream, chain)
+	err := trimScript.Run(ctx, s.rdb, []string{checkpointKey(stream, chain), streamKey}, cp.JWS,
+		strconv.FormatUint(cp.Sequence, 10)).Err()
+	if err != nil {
+		return fmt.Errorf("%w: store checkpoint: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// dropIndex removes the Audit-ID index entries of moved records (best
+// effort: a leftover entry only makes Get answer not found).
+func (s *Store) dropIndex(ctx context.Context, es []attribution.Entry) {
+	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for _, e := range es {
+			pl.Del(ctx, rediskeys.AuditIndex(e.AuditID))
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("audit retention: index entries of moved records not removed", "err", err)
+	}
+}
+
+// ScanStreams calls fn for every stored chain stream of every kind
+// (attribution, lifecycle, other signed streams), on every master of a
+// cluster. It is for background tasks, not request paths.
+func (s *Store) ScanStreams(ctx context.Context, fn func(ChainRef) error) error {
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		for _, pattern := range []string{rediskeys.ChainStream("*"), rediskeys.LifecycleStream("*"), rediskeys.SignedStream("*", "*")} {
+			iter := c.ScanType(ctx, 0, pattern, 1000, "stream").Iterator()
+			for iter.Next(ctx) {
+				if ref, ok := chainOfStreamKey(iter.Val()); ok {
+					if err := fn(ref); err != nil {
+						return err
+					}
+				}
+			}
+			if err := iter.Err(); err != nil {
+				return fmt.Errorf("%w: scan: %v", ErrUnavailable, err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return scan(ctx, s.rdb)
+}
+
+// chainOfStreamKey inverts the rediskeys stream key functions.
+func chainOfStreamKey(key string) (ChainRef, bool) {
+	rest, ok := strings.CutPrefix(key, rediskeys.Prefix+"{")
+	if !ok {
+		return ChainRef{}, false
+	}
+	chain, suffix, ok := strings.Cut(rest, "}")
+	if !ok || !ValidChainID(chain) {
+		return ChainRef{}, false
+	}
+	switch {
+	case key == rediskeys.ChainStream(chain):
+		return ChainRef{attribution.StreamAttribution, chain}, true
+	case key == rediskeys.LifecycleStream(chain):
+		return ChainRef{attribution.StreamLifecycle, chain}, true
+	}
+	name, ok := strings.CutPrefix(suffix, ":signed:")
+	if !ok || !ValidStreamName(name) || name == attribution.StreamAttribution || name == attribution.StreamLifecycle {
+		return ChainRef{}, false
+	}
+	return ChainRef{name, chain}, true
+}
