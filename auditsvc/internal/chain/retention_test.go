@@ -4,31 +4,7 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/services/rediskeys"
 )
-
-func TestChainOfStreamKey(t *testing.T) {
-	agent := "agent-1"
-	for key, want := range map[string]ChainRef{
-		rediskeys.ChainStream(agent):             {attribution.StreamAttribution, agent},
-		rediskeys.LifecycleStream(agent):         {attribution.StreamLifecycle, agent},
-		rediskeys.SignedStream(agent, "confirm"): {"confirm", agent},
-	} {
-		if got, ok := chainOfStreamKey(key); !ok || got != want {
-			t.Errorf("chainOfStreamKey(%q) = %v %v, want %v", key, got, ok, want)
-		}
-	}
-	for _, key := range []string{
-		rediskeys.ChainHead(agent), rediskeys.ChainCheckpoint(agent), rediskeys.LifecycleHead(agent),
-		rediskeys.LifecycleCheckpoint(agent), rediskeys.SignedStreamHead(agent, "confirm"),
-		rediskeys.SignedStreamCheckpoint(agent, "confirm"), rediskeys.SignedStream(agent, attribution.StreamLifecycle),
-		rediskeys.Inbox(agent), "agtp:{a{b}:chain:records",
-	} {
-		if got, ok := chainOfStreamKey(key); ok {
-			t.Errorf("chainOfStreamKey(%q) = %v, want no chain", key, got)
-		}
-	}
-}
 
 func TestCheckpointNamesItsChain(t *testing.T) {
 	s := &Store{opts: Options{}.withDefaults()}

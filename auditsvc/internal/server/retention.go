@@ -67,7 +67,7 @@ func (s *Server) Retain(ctx context.Context) (RetentionStats, error) {
 	cutoff := s.opts.Now().Add(-s.opts.Retention)
 	var mu sync.Mutex
 	var refs []chain.ChainRef
-	err := s.store.ScanStreams(ctx, func(r chain.ChainRef) error {
+	err := s.store.ScanChains(ctx, func(r chain.ChainRef) error {
 		mu.Lock()
 		refs = append(refs, r)
 		mu.Unlock()
