@@ -600,32 +600,8 @@ func startMatrixSuite(t *testing.T) *matrix {
 	if _, err := devpki.Ensure(state, append(append([]string{}, devpki.ServiceNames...), "intruder")...); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	started := &banner{printed: make(chan struct{})}
-	s, err := New(ctx, Config{
-		StateDir: state, RedisURL: rds.URL(), LogLevel: "error", Out: started,
-		Listen: func(string, string) string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) },
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("suite: %v", err)
-		}
-	})
 	// The banner comes once the demo agent and its AGP key are in.
-	select {
-	case <-started.printed:
-	case err := <-done:
-		t.Fatalf("the suite stopped before its banner: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the suite never printed its banner")
-	}
+	s := startTestSuite(t, Config{StateDir: state, RedisURL: rds.URL()})
 	roots, err := kit.LoadCertPool(s.Layout().CA())
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/x509"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,46 +16,11 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// banner notes that the suite printed its start-up banner.
-type banner struct {
-	once    sync.Once
-	printed chan struct{}
-}
-
-func (b *banner) Write(p []byte) (int, error) {
-	b.once.Do(func() { close(b.printed) })
-	return len(p), nil
-}
-
 // make run's identitysvc issues Agent Certificates from the state
 // directory's agent CA, which is not the suite CA the services trust.
 func TestSuiteIssuesAgentCertificatesFromItsAgentCA(t *testing.T) {
-	rds := testkit.StartRedis(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	// The banner comes once the start-up tasks are done; stopping before
-	// them would fail the run.
-	started := &banner{printed: make(chan struct{})}
-	s, err := New(ctx, Config{
-		StateDir: t.TempDir(), RedisURL: rds.URL(), LogLevel: "error", Out: started,
-		Listen: func(string, string) string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) },
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-started.printed:
-		case <-time.After(20 * time.Second):
-			t.Error("the suite never printed its banner")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("suite: %v", err)
-		}
-	})
+	s := startTestSuite(t, Config{})
+	ctx := context.Background()
 
 	l := s.Layout()
 	admin, err := kit.LoadMTLS(l.CA(), l.Cert(devpki.Admin), l.Key(devpki.Admin))

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -165,12 +164,8 @@ func (c *capture) String() string {
 // policy, seen through the front door's AGP binding), the banner names
 // it, and the settings the suite sets itself are ignored and named too.
 func TestSuiteHonoursTheEnvironment(t *testing.T) {
-	rds := testkit.StartRedis(t)
-	ctx, cancel := context.WithCancel(context.Background())
 	out := &capture{}
-	s, err := New(ctx, Config{
-		StateDir: t.TempDir(), RedisURL: rds.URL(), LogLevel: "error", Out: out,
-		Listen: func(string, string) string { return "127.0.0.1:" + strconv.Itoa(testkit.FreePort(t)) },
+	s := startTestSuite(t, Config{Out: out,
 		LookupEnv: mapEnv(map[string]string{
 			"AGTP_AGP_EXECUTE_POLICY": "confirm",
 			// The suite's own: honoured, they would stop it.
@@ -178,18 +173,7 @@ func TestSuiteHonoursTheEnvironment(t *testing.T) {
 			"AGTP_CA_FILE": filepath.Join(t.TempDir(), "no-such-ca.pem"),
 		}),
 	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("suite: %v", err)
-		}
-	})
+	ctx := context.Background()
 	testkit.WaitFor(t, 30*time.Second, "the banner", func() bool { return strings.Contains(out.String(), "/agp/discover") })
 	banner := out.String()
 	for _, want := range []string{
