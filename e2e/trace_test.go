@@ -28,7 +28,8 @@ func TestTraceFollowsARequestAcrossServices(t *testing.T) {
 		spans = sink.trace(want)
 		var front, audit bool
 		for _, s := range spans {
-			front = front || s.Service == "frontdoor" && s.Span.GetName() == "AGTP DISCOVER" && hex.EncodeToString(s.Span.GetParentSpanId()) == parentID
+			front = front || s.Service == "frontdoor" && s.Span.GetName() == "DISCOVER /" && hex.EncodeToString(s.Span.GetParentSpanId()) == parentID &&
+				spanAttr(s, "agtp.response_id") == resp.Header.Get(agtp.HeaderResponseID) && spanAttr(s, "agtp.audit_id") == resp.Header.Get(agtp.HeaderAuditID)
 			audit = audit || s.Service == "auditsvc" && s.Span.GetName() == "agtp.audit.v1.AuditService/SignAndAppend"
 		}
 		return front && audit
@@ -46,4 +47,14 @@ func TestTraceFollowsARequestAcrossServices(t *testing.T) {
 			}
 		}
 	}
+}
+
+// spanAttr is a string attribute of a recorded span, or "".
+func spanAttr(s recordedSpan, key string) string {
+	for _, kv := range s.Span.GetAttributes() {
+		if kv.GetKey() == key {
+			return kv.GetValue().GetStringValue()
+		}
+	}
+	return ""
 }

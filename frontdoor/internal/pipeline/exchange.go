@@ -207,9 +207,24 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	}
 
-	x.span.SetAttributes(attribute.Int("agtp.status", resp.Status))
+	// What an SRE searches by: the identifiers the response carries and
+	// who the caller proved to be.
+	x.span.SetAttributes(attribute.Int("agtp.status", resp.Status),
+		attribute.String("agtp.response_id", resp.Header.Get(agtp.HeaderResponseID)),
+		attribute.String("agtp.audit_id", resp.Header.Get(agtp.HeaderAuditID)),
+		attribute.Int("agtp.verification_level", x.proof.Level))
+	if x.agentID != "" {
+		x.span.SetAttributes(attribute.String("agtp.agent_id", x.agentID))
+	}
+	if id := x.req.Header.Get(agtp.HeaderTaskID); id != "" {
+		x.span.SetAttributes(attribute.String("agtp.task_id", id))
+	}
 	if x.matched && x.decision.Endpoint != nil {
-		x.span.SetAttributes(attribute.String("agtp.path_template", x.decision.Endpoint.Proto.GetPath()))
+		// Named by method and path template, as HTTP server spans are by
+		// route: bounded, and the same for every request to an endpoint.
+		tmpl := x.decision.Endpoint.Proto.GetPath()
+		x.span.SetName(x.req.Method + " " + tmpl)
+		x.span.SetAttributes(attribute.String("agtp.path_template", tmpl))
 	}
 	if resp.Status >= 500 {
 		x.span.SetStatus(codes.Error, x.rejection)
