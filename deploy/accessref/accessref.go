@@ -82,8 +82,9 @@ func Problems() []string {
 }
 
 // Markdown renders one table per API: each RPC, its REST route (routes
-// maps "package.Service.Method" to "VERB /path"), and who may call it.
-func Markdown(routes map[string]string) string {
+// maps "package.Service.Method" to it, as ReadRoutes reads them), and who
+// may call it.
+func Markdown(routes map[string]Route) string {
 	var b strings.Builder
 	for _, a := range APIs() {
 		fmt.Fprintf(&b, "### %s (%s)\n\n", a.Desc.ServiceName, a.Service)
@@ -91,11 +92,9 @@ func Markdown(routes map[string]string) string {
 		for _, m := range a.Methods() {
 			r := a.Table[m]
 			name := m[strings.LastIndex(m, "/")+1:]
-			route := routes[a.Desc.ServiceName+"."+name]
-			if route == "" {
-				route = "—"
-			} else {
-				route = "`" + route + "`"
+			route := "—"
+			if r, ok := routes[a.Desc.ServiceName+"."+name]; ok {
+				route = "`" + r.String() + "`"
 			}
 			services := "—"
 			if len(r.Services) > 0 {

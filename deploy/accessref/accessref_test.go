@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated tables in docs/access.md")
@@ -29,7 +27,11 @@ func TestEveryRPCHasARule(t *testing.T) {
 
 // TestAccessDocMatchesTheTables keeps docs/access.md equal to the tables.
 func TestAccessDocMatchesTheTables(t *testing.T) {
-	want := Markdown(gatewayRoutes(t))
+	routes, err := ReadRoutes("../../proto/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Markdown(routes)
 	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestAccessDocMatchesTheTables(t *testing.T) {
 // outcome is known: a front-door-only RPC, an operator-only one, a read
 // RPC, and health's absence (it is not an API of the suite).
 func TestMarkdownShowsTheRules(t *testing.T) {
-	md := Markdown(map[string]string{"agtp.audit.v1.AuditService.GetRecord": "GET /v1/audit/records/{audit_id}"})
+	md := Markdown(map[string]Route{"agtp.audit.v1.AuditService.GetRecord": {"GET", "/v1/audit/records/{audit_id}"}})
 	for _, line := range []string{
 		"| `SignAndAppend` | — | frontdoor | — | — |",
 		"| `RegisterGenesis` | — | — | yes | — |",
@@ -68,33 +70,4 @@ func TestMarkdownShowsTheRules(t *testing.T) {
 	if strings.Contains(md, "Health") {
 		t.Error("the health service is listed")
 	}
-}
-
-// gatewayRoutes reads proto/gateway.yaml: selector to "VERB /path".
-func gatewayRoutes(t *testing.T) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile("../../proto/gateway.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		HTTP struct {
-			Rules []map[string]string `yaml:"rules"`
-		} `yaml:"http"`
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	routes := map[string]string{}
-	for _, r := range cfg.HTTP.Rules {
-		for _, verb := range []string{"get", "post", "put", "patch", "delete"} {
-			if p, ok := r[verb]; ok {
-				routes[r["selector"]] = strings.ToUpper(verb) + " " + p
-			}
-		}
-	}
-	if len(routes) == 0 {
-		t.Fatal("no routes in proto/gateway.yaml")
-	}
-	return routes
 }

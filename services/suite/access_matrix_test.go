@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -34,7 +33,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -106,40 +104,16 @@ func (r *route) fill(value func(name string) string) string {
 	})
 }
 
-// loadRoutes parses the gateway rules: selector -> route.
+// loadRoutes reads the gateway rules: selector -> route.
 func loadRoutes(t *testing.T) map[string]*route {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "proto", "gateway.yaml"))
+	rules, err := accessref.ReadRoutes(filepath.Join("..", "..", "proto", "gateway.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		HTTP struct {
-			Rules []map[string]string `yaml:"rules"`
-		} `yaml:"http"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("proto/gateway.yaml: %v", err)
-	}
-	routes := map[string]*route{}
-	for _, rule := range doc.HTTP.Rules {
-		sel := rule["selector"]
-		var rt *route
-		for _, verb := range []string{"get", "post", "put", "delete", "patch"} {
-			if p, ok := rule[verb]; ok {
-				if rt != nil {
-					t.Fatalf("gateway.yaml: %s has two verbs", sel)
-				}
-				rt = &route{verb: strings.ToUpper(verb), path: p}
-			}
-		}
-		if sel == "" || rt == nil {
-			t.Fatalf("gateway.yaml: rule %v has no selector or verb", rule)
-		}
-		if _, dup := routes[sel]; dup {
-			t.Fatalf("gateway.yaml: %s has two routes", sel)
-		}
-		routes[sel] = rt
+	routes := make(map[string]*route, len(rules))
+	for sel, r := range rules {
+		routes[sel] = &route{verb: r.Verb, path: r.Path}
 	}
 	return routes
 }

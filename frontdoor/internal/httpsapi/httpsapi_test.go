@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/agtpsuite/agtp/deploy/accessref"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -173,26 +172,14 @@ type gatewayRoute struct{ method, path string }
 // path variable filled in.
 func gatewayRoutes(t *testing.T) []gatewayRoute {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "proto", "gateway.yaml"))
+	rules, err := accessref.ReadRoutes(filepath.Join("..", "..", "..", "proto", "gateway.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		HTTP struct {
-			Rules []map[string]any `yaml:"rules"`
-		} `yaml:"http"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("gateway.yaml: %v", err)
-	}
 	variable := regexp.MustCompile(`\{[^}]*\}`)
 	var routes []gatewayRoute
-	for _, rule := range doc.HTTP.Rules {
-		for _, m := range []string{"get", "post", "put", "patch", "delete"} {
-			if p, ok := rule[m].(string); ok {
-				routes = append(routes, gatewayRoute{strings.ToUpper(m), variable.ReplaceAllString(p, "x")})
-			}
-		}
+	for _, r := range rules {
+		routes = append(routes, gatewayRoute{r.Verb, variable.ReplaceAllString(r.Path, "x")})
 	}
 	if len(routes) < 6 {
 		t.Fatalf("gateway.yaml: %d routes, want every internal API's", len(routes))
