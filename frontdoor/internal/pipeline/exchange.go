@@ -196,12 +196,13 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		if x.claim != nil && stored == nil {
 			p.settleClaim(x, resp.Status, true)
 		}
-		if x.claim != nil && stored != nil && !outcomeStored && x.dispatched && !x.idempotentEndpoint {
+		if x.claim != nil && stored != nil && !outcomeStored {
 			// The record is stored but the outcome is not: the claim
 			// no longer held the slot (lost with a Redis primary that
-			// failed over, say). Without an outcome a retry would run
-			// the request again, so the key is held as unknown.
-			p.markUnknown(x, resp.Status)
+			// failed over, say). It is settled as an answer without a
+			// stored outcome, so a retry of a request that ran is
+			// refused as unknown instead of running again.
+			p.settleClaim(x, resp.Status, false)
 		}
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
