@@ -84,29 +84,22 @@ func (u *usedMemory) get(ctx context.Context) (int64, bool) {
 	u.at = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	var mu sync.Mutex
 	var total int64
 	read := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
 		}
+		mu.Lock()
 		total += infoInt(info, "used_memory")
+		mu.Unlock()
 		return nil
 	}
 	var err error
 	switch c := u.rdb.(type) {
 	case *redis.ClusterClient:
-		var mu sync.Mutex
-		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			info, err := n.Info(ctx, "memory").Result()
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			total += infoInt(info, "used_memory")
-			mu.Unlock()
-			return nil
-		})
+		err = c.ForEachMaster(ctx, read)
 	case *redis.Client:
 		err = read(ctx, c)
 	}

@@ -277,8 +277,12 @@ func TestReflectionIsOffUnlessAsked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b, _ := startServerWith(t, "catalogsvc", func(c *kit.Common) { c.Reflection = tc.on })
 			// Reflection is for operators (docs/access.md).
-			client, _ := startServer(t, "admin")
-			conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
+			pki := testkit.PKI(t)
+			operator, err := kit.LoadMTLS(pki.CA(), pki.Cert("admin"), pki.Key("admin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", operator, b.Telemetry)
 			if err != nil {
 				t.Fatal(err)
 			}

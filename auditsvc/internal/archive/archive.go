@@ -106,15 +106,9 @@ type Sink struct {
 
 // New checks the directory and returns a sink; Run writes.
 func New(opts Options, log *slog.Logger) (*Sink, error) {
-	if err := opts.Validate(); err != nil {
+	opts, err := prepare(opts)
+	if err != nil {
 		return nil, err
-	}
-	if !opts.Enabled() {
-		return nil, errors.New("archive: no directory configured")
-	}
-	opts = opts.withDefaults()
-	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -309,17 +303,27 @@ type Moved struct {
 // NewMoved returns a writer of moved records into opts.Dir; the file is
 // created by the first Write.
 func NewMoved(opts Options) (*Moved, error) {
-	if err := opts.Validate(); err != nil {
+	opts, err := prepare(opts)
+	if err != nil {
 		return nil, err
 	}
+	return &Moved{dir: opts.Dir, instance: opts.Instance, now: opts.Now}, nil
+}
+
+// prepare validates the options of a writer, fills in the defaults and
+// creates the directory.
+func prepare(opts Options) (Options, error) {
+	if err := opts.Validate(); err != nil {
+		return opts, err
+	}
 	if !opts.Enabled() {
-		return nil, errors.New("archive: no directory configured")
+		return opts, errors.New("archive: no directory configured")
 	}
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
+		return opts, fmt.Errorf("archive: %w", err)
 	}
-	return &Moved{dir: opts.Dir, instance: opts.Instance, now: opts.Now}, nil
+	return opts, nil
 }
 
 // Write appends es and fsyncs the file (and, after creating it, the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,7 +135,7 @@ func (s *Server) appendRefusalSummary(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := s.store.Append(actx, StreamRefusals, rediskeys.ServerChain, p, nil); err != nil {
-		s.refusals.putBack(since, maps.Clone(counts))
+		s.refusals.putBack(since, counts)
 		s.log.WarnContext(ctx, "anonymous refusal summary not appended; kept for the next one", "total", total, "error", fmt.Sprint(err))
 	}
 }
