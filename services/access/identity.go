@@ -53,6 +53,11 @@ func (id Identity) String() string {
 	return string(id.Kind) + "/" + id.Name
 }
 
+// FrontDoor is the front door's identity: the one service that proves
+// agents, and so the one whose statements about an agent (its Agent-ID,
+// key fingerprint, scopes) other services take.
+var FrontDoor = Identity{Kind: Service, Name: "frontdoor"}
+
 // IsZero reports whether the identity is the absence of one.
 func (id Identity) IsZero() bool { return id.Kind == "" }
 

@@ -50,7 +50,7 @@ func ServeGRPCWith(tb testing.TB, opts []grpc.ServerOption, register func(grpc.S
 
 // Identities the tests of handlers call as.
 var (
-	FrontDoor = access.Identity{Kind: access.Service, Name: "frontdoor"}
+	FrontDoor = access.FrontDoor
 	Operator  = access.Identity{Kind: access.Operator, Name: "admin"}
 )
 

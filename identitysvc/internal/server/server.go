@@ -320,7 +320,7 @@ func (s *Server) WatchAgents(_ *identityv1.WatchAgentsRequest, stream grpc.Serve
 // one service that proves agents and may state facts about them.
 func fromFrontDoor(ctx context.Context) bool {
 	id, _ := access.Caller(ctx)
-	return id == access.Identity{Kind: access.Service, Name: "frontdoor"}
+	return id == access.FrontDoor
 }
 
 // callerFacts fills in who asks for a lifecycle transition from what the

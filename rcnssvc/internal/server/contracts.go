@@ -460,7 +460,7 @@ func (s *Server) GetRecipe(ctx context.Context, req *rcnsv1.GetRecipeRequest) (*
 // called without an access decision (in tests) takes the statement.
 func direct(ctx context.Context) bool {
 	id, ok := access.Caller(ctx)
-	return ok && id != access.Identity{Kind: access.Service, Name: "frontdoor"}
+	return ok && id != access.FrontDoor
 }
 
 // directCaller is the standing of a direct caller: it sees every
