@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/e2e/loadgen"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 

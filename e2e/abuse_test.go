@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // TestHostileClientsLeaveOthersUnaffected runs misbehaving clients against

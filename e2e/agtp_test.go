@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // clientCert is a TLS client certificate for key, issued by the suite's

@@ -21,9 +21,9 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	catalogdemo "github.com/agtpsuite/agtp/catalogsvc/demo"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // TestConformanceExtra checks over the wire the numbered conformance

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/testkit"
 )

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/testkit"
 )

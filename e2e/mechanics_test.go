@@ -14,7 +14,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/testkit"

@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/client"
 )
 
 // tokenIssuer signs OAuth access tokens for the policysvc it configures.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/client"
 )
 
 // TestQUICCarriesTheSamePipeline sends requests over QUIC (one stream per

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // TestRetry drives the RETRY built-in (standard methods §8.5; companions

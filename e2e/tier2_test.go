@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // tier2Service declares RUN, which catalog 1.0.0 does not list, as a

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/outbound"
 )

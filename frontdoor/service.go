@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/client"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/client"
 
 	"github.com/agtpsuite/agtp/frontdoor/demo"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -31,7 +31,6 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/httpsapi"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -39,6 +38,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/outbound"
 )

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Context is what a definition is validated against.

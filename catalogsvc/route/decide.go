@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Outcome is the kind of structural decision.

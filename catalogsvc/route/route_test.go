@@ -8,8 +8,8 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/internal/catalog"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/catalogdata"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // fixtureMethods is the fixture catalog of the api conformance assertions

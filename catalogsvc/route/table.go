@@ -17,8 +17,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Endpoint is one routable endpoint of a Table.

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/agtpquic"
 	"github.com/quic-go/quic-go"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/agtp/agtpquic"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/agtpquic"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/testkit"
 	"github.com/quic-go/quic-go"

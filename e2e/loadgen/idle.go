@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // MaxIdleConns bounds IdleConfig.Conns.

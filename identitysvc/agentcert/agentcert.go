@@ -36,7 +36,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // URIScheme is the scheme of the SAN URI that names the agent.

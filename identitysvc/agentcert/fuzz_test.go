@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // FuzzAgentID feeds a peer's certificate bytes through what the front

@@ -21,8 +21,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Reason tokens of refusals.

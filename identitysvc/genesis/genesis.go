@@ -29,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
 )
 

@@ -8,10 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Media types. Identity documents are served as

@@ -29,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Reason is the AGTP reason of a refused destination (status 403).

@@ -364,8 +364,8 @@ demo agent, paste these lines into your shell:
   export AGTP_KEY=%[8]s
 
 Then try:
-  go run ./frontdoor/cmd/agtp -v DISCOVER agtp://%[1]s/
-  go run ./frontdoor/cmd/agtp QUERY agtp://%[1]s/orders/ord-1001
+  go run ./services/cmd/agtp -v DISCOVER agtp://%[1]s/
+  go run ./services/cmd/agtp QUERY agtp://%[1]s/orders/ord-1001
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
 `, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath, s.demoCert, s.demoCertKey)

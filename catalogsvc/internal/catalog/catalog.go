@@ -20,8 +20,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Categories is the taxonomy of AGTP-API §3.1, also the values of an

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/catalogsvc/internal/catalogdata"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 func TestEmbeddedCatalog(t *testing.T) {

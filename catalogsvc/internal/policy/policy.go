@@ -12,8 +12,8 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/internal/catalog"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Methods is the operator's policies.methods block as configured.

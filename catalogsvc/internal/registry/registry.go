@@ -28,8 +28,8 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/policy"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // fuzzParseTarget runs parseTarget on a request body as an HTTP-only

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 func ep(method, path, namespace, impact, fn string, deprecated bool) *endpoint.Endpoint {

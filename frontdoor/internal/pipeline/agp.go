@@ -5,9 +5,9 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 // BoundKeyPrefix is the namespace the AGP binding keeps its clients'

@@ -11,9 +11,9 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // appendAudit has auditsvc sign the response's Attribution-Record and

@@ -13,13 +13,13 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/carried"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 // Bindings are the executors of the handler kinds other than built-ins

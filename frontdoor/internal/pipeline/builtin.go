@@ -10,7 +10,6 @@ import (
 	"unicode"
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -19,6 +18,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // builtin runs a protocol-native (Tier A) endpoint. They are dispatched on

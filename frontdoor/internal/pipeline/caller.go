@@ -9,9 +9,9 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // The caller stage (docs/decisions.md#D-decision-order, "identity"): who the

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // costTracker learns what each endpoint costs from the calls it serves, so

@@ -1,7 +1,7 @@
 package pipeline
 
 import (
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"google.golang.org/grpc/codes"
 )

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
 

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // MONITOR (standard methods §8.3, §10.5) of an agent's lifecycle: the

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 func TestMonitorEvents(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // RETRY (standard methods §8.5) re-runs a request an agent sent under a

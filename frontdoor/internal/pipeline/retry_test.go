@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 func TestTaskRunIndexesOnlyOperatorRequestsWithTaskID(t *testing.T) {

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // builtinPrefix names the registered functions of the protocol-native

@@ -7,10 +7,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // sessionCache remembers Session-ID bindings identitysvc has confirmed,

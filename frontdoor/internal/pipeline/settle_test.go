@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
@@ -30,11 +29,12 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/testkit"
 )

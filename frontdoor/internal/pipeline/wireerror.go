@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
-	"github.com/agtpsuite/agtp/frontdoor/internal/transport"
+	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 var _ transport.ErrorResponder = (*Pipeline)(nil)

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	"github.com/agtpsuite/agtp/identitysvc/internal/registry"
 	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Options configure the identity service. The zero value of a field means

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
 
@@ -129,7 +129,7 @@ func (s *Server) checkTrustTier(req *policyv1.AuthorizeRequest) *policyv1.Denial
 // must be covered by the identity document's scopes (262
 // scope-claim-invalid); without a claim the request inherits them; the
 // endpoint's required scopes must be covered by the effective set (262
-// scope-required). The grammar and the wildcard rule are frontdoor/agtp's.
+// scope-required). The grammar and the wildcard rule are services/agtp's.
 func checkScopes(req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeResponse) *policyv1.Denial {
 	// The identity document's scopes and the catalog's required scopes are
 	// trusted data; they are compared as tokens, not re-parsed. A malformed

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 	"github.com/agtpsuite/agtp/services/rediskeys"

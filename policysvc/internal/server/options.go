@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
 	"github.com/agtpsuite/agtp/policysvc/internal/ratelimit"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
 

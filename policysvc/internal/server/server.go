@@ -17,11 +17,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
 	"github.com/agtpsuite/agtp/policysvc/internal/ratelimit"
 	"github.com/agtpsuite/agtp/policysvc/internal/taskrun"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 	"github.com/agtpsuite/agtp/services/rediskeys"

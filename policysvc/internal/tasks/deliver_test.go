@@ -16,8 +16,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 

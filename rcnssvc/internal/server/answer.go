@@ -3,8 +3,8 @@ package server
 import (
 	"encoding/json"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // answer builds a PROPOSE response: body_json is the whole AGTP body,

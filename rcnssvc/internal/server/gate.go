@@ -5,9 +5,9 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 

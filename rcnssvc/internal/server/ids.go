@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Identifier prefixes. Every identifier carries 128 random bits.

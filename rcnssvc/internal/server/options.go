@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Delivery modes of the RCNS gate (AGTP-API §10.1.3).

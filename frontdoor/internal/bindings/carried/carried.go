@@ -19,8 +19,8 @@ import (
 	"mime"
 	"strings"
 
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Media types and names.

@@ -10,11 +10,11 @@ import (
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
-	"github.com/agtpsuite/agtp/frontdoor/agtp"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Tool is an MCP tool description (MCP tools/list).
