@@ -8,6 +8,11 @@ import (
 // Version is the protocol version on every request and status line.
 const Version = "AGTP/1.0"
 
+// SpecVersion names the revision of the core specification this package
+// implements, which /.well-known/agtp publishes and `agtp --version`
+// prints; the wire version (Version) does not change between drafts.
+const SpecVersion = "draft-hood-independent-agtp-08"
+
 // inlineFields is how many fields a parsed message holds without a
 // second allocation; typical AGTP requests carry 6 to 12.
 const inlineFields = 12
