@@ -332,7 +332,7 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 	token := ""
 	pages := 0
 	for {
-		r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: 3, PageToken: token})
+		r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 3, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,11 +357,11 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 			t.Fatalf("lifecycle stream does not verify: %v", err)
 		}
 	}
-	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: 100})
+	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 100})
 	if err != nil || len(r.GetEvents()) != 5 {
 		t.Fatalf("limit above the cap: %v %d events", err, len(r.GetEvents()))
 	}
-	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: -1})
+	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: -1})
 	wantReason(t, err, codes.InvalidArgument, "limit-invalid")
 	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageToken: "x"})
 	wantReason(t, err, codes.InvalidArgument, "page-token-invalid")
