@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -357,12 +358,28 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 			t.Fatalf("lifecycle stream does not verify: %v", err)
 		}
 	}
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	list := func(agent string) testkit.ListPage {
+		return func(size int32, tok string) ([]string, string, error) {
+			r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: size, PageToken: tok})
+			var got []string
+			for _, e := range r.GetEvents() {
+				got = append(got, e.GetAuditId())
+			}
+			return got, r.GetNextPageToken(), err
+		}
+	}
+	for _, size := range []int32{1, 2, 3, 5} {
+		tok := testkit.CheckPaging(t, size, newest, list(agent))
+		testkit.CheckTokenMismatch(t, tok, list("agent-other"))
+	}
 	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 100})
 	if err != nil || len(r.GetEvents()) != 5 {
 		t.Fatalf("limit above the cap: %v %d events", err, len(r.GetEvents()))
 	}
 	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: -1})
-	wantReason(t, err, codes.InvalidArgument, "limit-invalid")
+	wantReason(t, err, codes.InvalidArgument, "page-size-invalid")
 	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageToken: "x"})
 	wantReason(t, err, codes.InvalidArgument, "page-token-invalid")
 	_, err = f.client.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: "Bad Type"})
