@@ -13,9 +13,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"slices"
 	"testing"
 	"time"
 
