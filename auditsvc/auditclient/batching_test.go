@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +245,39 @@ func TestACancelledCallerLosesNoOtherRecord(t *testing.T) {
 	if st := b.Stats(); st.Batches != 1 || st.Batched != 2 {
 		t.Errorf("stats %+v: want one batch of two", st)
 	}
+}
+
+// BenchmarkSignAndAppend appends from 64 goroutines over 8 chains, as the
+// front door does under load, unary and through Batching, against a real
+// auditsvc server and redis-server on loopback.
+func BenchmarkSignAndAppend(b *testing.B) {
+	for _, mode := range []string{"unary", "batching"} {
+		b.Run(mode, func(b *testing.B) {
+			c := benchAudit(b)
+			if mode == "batching" {
+				c = auditclient.NewBatching(c, batchrpc.Options{})
+			}
+			var n atomic.Uint64
+			b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				agent := agentID(int(n.Add(1) % 8))
+				for pb.Next() {
+					if _, err := auditclient.SignAndAppend(context.Background(), c, appendReq(agent)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func benchAudit(b *testing.B) auditv1.AuditServiceClient {
+	rdb := testkit.StartRedis(b).Client(b)
+	srv, err := server.New(rdb, slog.New(slog.DiscardHandler), server.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn := testkit.ServeGRPC(b, func(g grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(g, srv) })
+	return auditv1.NewAuditServiceClient(conn)
 }

@@ -41,10 +41,13 @@ func NewBatching(c policyv1.PolicyServiceClient, opts batchrpc.Options) *Batchin
 	return &Batching{PolicyServiceClient: c, authorize: batchrpc.NewCaller(one, batch, opts)}
 }
 
-// Authorize decides one request, unary or in a batch; a call with options
-// goes unary.
+// Authorize decides one request, unary or in a batch. A call with options
+// goes unary, and so does a request with an Idempotency-Key: a duplicate
+// of a request in flight waits for the original's outcome (policysvc's
+// idempotency max_wait), and in a batch it would hold every other item's
+// answer for as long.
 func (b *Batching) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest, opts ...grpc.CallOption) (*policyv1.AuthorizeResponse, error) {
-	if len(opts) > 0 {
+	if len(opts) > 0 || req.GetIdempotencyKey() != "" {
 		return b.PolicyServiceClient.Authorize(ctx, req, opts...)
 	}
 	return b.authorize.Do(ctx, req)
