@@ -14,6 +14,7 @@ func Access() access.Table {
 	read := access.Rule{Services: []string{"frontdoor"}, Operators: true, Systems: true}
 	return access.Table{
 		auditv1.AuditService_SignAndAppend_FullMethodName:        {Services: []string{"frontdoor"}},
+		auditv1.AuditService_SignAndAppendBatch_FullMethodName:   {Services: []string{"frontdoor"}},
 		auditv1.AuditService_AppendSignedRecord_FullMethodName:   {Services: []string{"frontdoor"}},
 		auditv1.AuditService_AppendLifecycleEvent_FullMethodName: {Services: []string{"identitysvc", "rcnssvc"}},
 		auditv1.AuditService_GetRecord_FullMethodName:            read,

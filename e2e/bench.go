@@ -80,6 +80,11 @@ type BenchOptions struct {
 	// default lets held connections build up); negative means none, and
 	// no settling between phases either (for tests).
 	AbuseRamp time.Duration
+	// LimitCommand, when set, runs the limit responder (loadgen.ServeLimit)
+	// as a child process: the command, to which the loadgen.FlagLimit*
+	// flags are added, must run loadgen.ServeLimitChild (agtpbench does).
+	// In-process otherwise, where its CPU time is the generator's.
+	LimitCommand []string
 	// AbuseCommand, when set, runs each abuser as a child process: the
 	// command, to which the loadgen.FlagAbuse* flags are added, must run
 	// loadgen.ServeAbuseChild (agtpbench does). In-process otherwise.
@@ -197,6 +202,10 @@ type BenchReport struct {
 	// Runs are the closed-loop scenarios by name.
 	Runs  map[string]*loadgen.Result
 	Order []string
+	// Limit are the limit responder's runs, with the throughput run's
+	// load, just before and just after it (docs/performance.md, "The
+	// limit").
+	Limit []*loadgen.Result
 	// Sweep is the open-loop latency-against-load series.
 	Sweep []*loadgen.Result
 	Idle  *loadgen.IdleResult
@@ -271,9 +280,23 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			return rep, fmt.Errorf("floors: %w", err)
 		}
 	}
+	var limit *limitServer
+	if o.runs(ScenarioThroughput) {
+		if limit, err = startLimit(ctx, o, s); err != nil {
+			return rep, fmt.Errorf("limit responder: %w", err)
+		}
+		defer limit.stop()
+	}
 	for _, sc := range closed {
 		if !o.runs(sc.name) {
 			continue
+		}
+		if sc.name == ScenarioThroughput {
+			lr, err := s.runLimit(ctx, "limit before", sc.cfg, limit)
+			if err != nil {
+				return rep, err
+			}
+			rep.Limit = append(rep.Limit, lr)
 		}
 		r, err := s.runAs(ctx, sc.name, sc.cfg, !sc.claims)
 		if err != nil {
@@ -281,6 +304,14 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 		}
 		rep.Runs[sc.name] = r
 		rep.Order = append(rep.Order, sc.name)
+		if sc.name == ScenarioThroughput {
+			lr, err := s.runLimit(ctx, "limit after", sc.cfg, limit)
+			if err != nil {
+				return rep, err
+			}
+			rep.Limit = append(rep.Limit, lr)
+			s.progress("throughput: %.2f of the limit measured around it", rep.LimitRatio())
+		}
 	}
 
 	if o.runs(ScenarioSweep) {

@@ -50,6 +50,14 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 			t.Errorf("the mix sent no CREATE: %v", mix.PerOp)
 		}
 	}
+	if len(rep.Limit) != 2 || rep.LimitRatio() <= 0 {
+		t.Errorf("limit runs %d, ratio %.2f: want two runs around throughput", len(rep.Limit), rep.LimitRatio())
+	}
+	for _, l := range rep.Limit {
+		if l.Completed == 0 || l.Failed != 0 || l.Statuses[200] != l.Completed || l.CPU["limit"] <= 0 {
+			t.Errorf("%s: %d responses, %d without, statuses %v, CPU %v", l.Name, l.Completed, l.Failed, l.Statuses, l.CPU)
+		}
+	}
 	if len(rep.Floors) != 7 {
 		t.Errorf("%d floors, want 7", len(rep.Floors))
 	}
@@ -82,7 +90,7 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	}
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md, "test", "plot.svg")
-	for _, section := range []string{"## Targets", "## Round trips without work", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput"} {
+	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput"} {
 		if !strings.Contains(md.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

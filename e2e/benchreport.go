@@ -19,6 +19,11 @@ const (
 	TargetNewConnPerCore = 1000    // requests per second per front-door core, new TLS connection each
 	TargetIdleConns      = 10000   // idle connections held ...
 	TargetIdleRSS        = 1 << 30 // ... in less than this much front-door memory
+	// TargetLimitRatio is the least throughput of the full pipeline at
+	// Concurrency in flight, as a share of the limit responder's with the
+	// same load in the same run; AimLimitRatio the aim beyond it.
+	TargetLimitRatio = 0.40
+	AimLimitRatio    = 0.50
 	// TargetProofRatio is the least throughput with Agent Certificates,
 	// as a share of the same load with bare Agent-ID headers.
 	TargetProofRatio = 0.95
@@ -36,6 +41,12 @@ type Verdict struct {
 // whose scenario did not run are left out.
 func (r *BenchReport) Verdicts() []Verdict {
 	var v []Verdict
+	if ratio := r.LimitRatio(); ratio > 0 {
+		t := r.Runs[ScenarioThroughput]
+		v = append(v, Verdict{fmt.Sprintf("≥ %.2f of the limit measured in the same run, full pipeline, %d in flight", TargetLimitRatio, t.Concurrency),
+			fmt.Sprintf("%.2f", ratio), ratio >= TargetLimitRatio,
+			fmt.Sprintf("%.0f req/s against the limit responder's %s; the aim is %.2f", t.Throughput, limitRates(r.Limit), AimLimitRatio)})
+	}
 	for _, prefix := range []string{"", "tuned "} {
 		label := ""
 		if prefix != "" {
@@ -95,7 +106,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		"request (open loop: from when it was due) to reading the whole response.\n\n", m.CPUs, r.Options.Warmup, r.Options.Duration)
 
 	if v := r.Verdicts(); len(v) > 0 {
-		fmt.Fprintf(w, "## Targets (issues 8 and 11)\n\n| target | measured | met | |\n|---|---:|---|---|\n")
+		fmt.Fprintf(w, "## Targets\n\n| target | measured | met | |\n|---|---:|---|---|\n")
 		for _, x := range v {
 			met := "**no**"
 			if x.Met {
@@ -118,6 +129,10 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", name, loadgen.Ms(f.Latency.P50), loadgen.Ms(f.Latency.P90), loadgen.Ms(f.Latency.P99), loadgen.Ms(f.Latency.P999))
 		}
 		fmt.Fprintln(w)
+	}
+
+	if len(r.Limit) > 0 {
+		r.writeLimit(w)
 	}
 
 	runs := make([]*loadgen.Result, 0, len(r.Order))
@@ -178,4 +193,45 @@ func (r *BenchReport) SVG() []byte {
 	sub := fmt.Sprintf("AGTP over TLS, realistic mix, %d agents; all six services + redis on %d cores (%s)",
 		r.Options.Agents, r.Machine.CPUs, r.Started.UTC().Format("2006-01-02"))
 	return loadgen.PlotSVG("Front door latency against offered load", sub, pts)
+}
+
+func limitRates(runs []*loadgen.Result) string {
+	parts := make([]string, len(runs))
+	for i, l := range runs {
+		parts[i] = fmt.Sprintf("%.0f", l.Throughput)
+	}
+	return strings.Join(parts, " and ") + " req/s"
+}
+
+// writeLimit writes the limit responder's runs beside the throughput run
+// and the suite's share of the limit.
+func (r *BenchReport) writeLimit(w io.Writer) {
+	fmt.Fprintf(w, "## The limit\n\n"+
+		"A minimal responder of the same wire (TLS 1.3 with the front door's certificate, AGTP framing through services/agtp, "+
+		"one Ed25519 signature and a hash-chain link per response, nothing else; `loadgen.ServeLimit`, its own process) "+
+		"measured with the throughput run's load, request and concurrency just before and just after it. "+
+		"The machine is shared, so compare within this table rather than with other runs.\n\n")
+	fmt.Fprintln(w, "| run | achieved req/s | p50 ms | p99 ms | server CPU µs/req | generator CPU µs/req | machine busy | load avg |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	row := func(res *loadgen.Result, server time.Duration) {
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %.0f | %.0f%% | %.2f |\n", res.Name, res.Throughput, loadgen.Ms(res.Latency.P50), loadgen.Ms(res.Latency.P99),
+			float64(server)/float64(time.Microsecond), float64(res.CPUPerRequest("loadgen"))/float64(time.Microsecond), 100*res.MachineBusy, res.LoadAvg[0])
+	}
+	if len(r.Limit) > 0 {
+		row(r.Limit[0], r.Limit[0].CPUPerRequest("limit"))
+	}
+	if t := r.Runs[ScenarioThroughput]; t != nil {
+		var suite time.Duration
+		for _, p := range ProcNames {
+			if p != "loadgen" {
+				suite += t.CPUPerRequest(p)
+			}
+		}
+		row(t, suite)
+	}
+	for _, l := range r.Limit[1:] {
+		row(l, l.CPUPerRequest("limit"))
+	}
+	fmt.Fprintf(w, "\nThe suite's server CPU is every service and redis-server together (by process in the CPU table below). "+
+		"**Throughput as a share of the limit: %.2f** (target ≥ %.2f, aim %.2f).\n\n", r.LimitRatio(), TargetLimitRatio, AimLimitRatio)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
+	"github.com/agtpsuite/agtp/frontdoor/internal/outputcheck"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -83,6 +84,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// InspectACL is public, agent_only or operator_only.
 	InspectACL string
+	// OutputValidation is how many results of in-process handlers are
+	// checked against their endpoint's output schema: off, sampled (one
+	// in 100, the default) or on (docs/frontdoor.md, "Output validation").
+	OutputValidation string
 	// OperatorFingerprints are client-key fingerprints with operator rights.
 	OperatorFingerprints []string
 	// Demo registers the demo domain's handlers and recipes.
@@ -117,24 +122,25 @@ type Config struct {
 // DefaultConfig returns the defaults used by make run.
 func DefaultConfig() Config {
 	return Config{
-		Common:         kit.DefaultCommon("frontdoor", "127.0.0.1:7100", ""),
-		AGTPAddr:       "127.0.0.1:4480",
-		QUIC:           true,
-		HTTPSAddr:      "127.0.0.1:4443",
-		ServerID:       "agtp.localhost",
-		OwnerID:        "operator@localhost",
-		Domain:         "localhost",
-		Limits:         agtp.DefaultLimits(),
-		IdleTimeout:    agtp.DefaultIdleTimeout,
-		HeaderTimeout:  10 * time.Second,
-		MaxConnections: 20000,
-		MaxInFlight:    4096,
-		BodyBudget:     transport.DefaultBodyBudget,
-		RequestTimeout: 15 * time.Second,
-		InspectACL:     "agent_only",
-		CallerProof:    string(callerproof.Required),
-		AGP:            true,
-		AGPKeyCacheTTL: 10 * time.Second,
+		Common:           kit.DefaultCommon("frontdoor", "127.0.0.1:7100", ""),
+		AGTPAddr:         "127.0.0.1:4480",
+		QUIC:             true,
+		HTTPSAddr:        "127.0.0.1:4443",
+		ServerID:         "agtp.localhost",
+		OwnerID:          "operator@localhost",
+		Domain:           "localhost",
+		Limits:           agtp.DefaultLimits(),
+		IdleTimeout:      agtp.DefaultIdleTimeout,
+		HeaderTimeout:    10 * time.Second,
+		MaxConnections:   20000,
+		MaxInFlight:      4096,
+		BodyBudget:       transport.DefaultBodyBudget,
+		RequestTimeout:   15 * time.Second,
+		InspectACL:       "agent_only",
+		OutputValidation: string(outputcheck.Default),
+		CallerProof:      string(callerproof.Required),
+		AGP:              true,
+		AGPKeyCacheTTL:   10 * time.Second,
 
 		// The transport's defaults, spelled out for the flag help.
 		MaxConnectionsPerIP: transport.DefaultMaxConnsPerIP,
@@ -163,6 +169,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PublicHost, "public-host", c.PublicHost, "host[:port] agents reach the AGTP listener at, published in /.well-known/agtp; empty derives it from -agtp-addr (env AGTP_PUBLIC_HOST)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
 	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only (env AGTP_INSPECT_ACL)")
+	fs.StringVar(&c.OutputValidation, "output-validation", c.OutputValidation, "handler results checked against their output schema: off, sampled (1 in 100) or on (env AGTP_OUTPUT_VALIDATION)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long (env AGTP_IDLE_TIMEOUT)")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section (env AGTP_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")
@@ -193,7 +200,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
 		"AGTP_AGENT_CA_FILE": &c.AgentCAFile, "AGTP_OWNER_ID": &c.OwnerID, "AGTP_CALLER_PROOF": &c.CallerProof,
 		"AGTP_TRUSTED_PEER_CA_FILE": &c.TrustedPeerCAFile, "AGTP_PUBLIC_HOST": &c.PublicHost,
-		"AGTP_DOMAIN": &c.Domain,
+		"AGTP_DOMAIN": &c.Domain, "AGTP_OUTPUT_VALIDATION": &c.OutputValidation,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -272,6 +279,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if _, err := inspect.ParseMode(c.InspectACL); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := outputcheck.ParseMode(c.OutputValidation); err != nil {
 		errs = append(errs, err)
 	}
 	if mode, err := callerproof.ParseMode(c.CallerProof); err != nil {

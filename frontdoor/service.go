@@ -22,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	"github.com/agtpsuite/agtp/frontdoor/demo"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
@@ -30,7 +31,9 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/httpsapi"
+	"github.com/agtpsuite/agtp/frontdoor/internal/outputcheck"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
+	"github.com/agtpsuite/agtp/policysvc/policyclient"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -39,6 +42,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
@@ -152,6 +156,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if s.peers, err = newPeerClient(cfg, s.outbound.Policy); err != nil {
 		return nil, err
 	}
+	outputMode, err := outputcheck.ParseMode(cfg.OutputValidation)
+	if err != nil {
+		return nil, err
+	}
 	tracer := base.Telemetry.TracerProvider.Tracer("github.com/agtpsuite/agtp/frontdoor")
 	meter := base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/frontdoor")
 	s.pipeline, err = pipeline.New(pipeline.Options{
@@ -161,11 +169,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		InspectACL:           cfg.InspectACL,
 		OperatorFingerprints: cfg.OperatorFingerprints,
 		CallerProof:          callerproof.Mode(cfg.CallerProof),
+		OutputCheck:          outputcheck.New(outputMode),
 	}, pipeline.Deps{
-		Catalog:  s.catalog,
-		Agents:   s.agents,
-		Policy:   policyv1.NewPolicyServiceClient(policyConn),
-		Audit:    auditv1.NewAuditServiceClient(auditConn),
+		Catalog: s.catalog,
+		Agents:  s.agents,
+		// The two calls every request makes: concurrent ones travel in
+		// batches, a lone one stays unary (docs/performance.md, "Batched
+		// hops").
+		Policy:   policyclient.NewBatching(policyv1.NewPolicyServiceClient(policyConn), batchrpc.Options{}),
+		Audit:    auditclient.NewBatching(auditv1.NewAuditServiceClient(auditConn), batchrpc.Options{}),
 		Identity: identityClient,
 		RCNS:     rcnsClient,
 		Tasks:    taskv1.NewTaskServiceClient(policyConn),

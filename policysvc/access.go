@@ -23,6 +23,7 @@ var (
 func PolicyAccess() access.Table {
 	return access.Table{
 		policyv1.PolicyService_Authorize_FullMethodName:                 frontdoorOnly,
+		policyv1.PolicyService_AuthorizeBatch_FullMethodName:            frontdoorOnly,
 		policyv1.PolicyService_CompleteIdempotency_FullMethodName:       frontdoorOnly,
 		policyv1.PolicyService_ReleaseIdempotency_FullMethodName:        frontdoorOnly,
 		policyv1.PolicyService_MarkIdempotencyUnknown_FullMethodName:    frontdoorOnly,

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 )
 
 // NewRequestID is a fresh request ID: 26 base32 characters, 130 random
@@ -56,3 +57,48 @@ func AppendSignedRecord(ctx context.Context, c auditv1.AuditServiceClient, req *
 	}
 	return once(ctx, c.AppendSignedRecord, req)
 }
+
+// Batching is an AuditServiceClient whose SignAndAppend coalesces
+// concurrent calls: a lone call stays a unary SignAndAppend, and calls
+// that arrive while others are in flight travel together in one
+// SignAndAppendBatch call (docs/performance.md, "Batched hops"). Every
+// other method is the wrapped client's. A record keeps every guarantee of
+// a unary append (docs/audit.md, "Batched appends"), so SignAndAppend
+// above (request ID, one resend) works the same through it.
+type Batching struct {
+	auditv1.AuditServiceClient
+	appends *batchrpc.Caller[*auditv1.SignAndAppendRequest, *auditv1.SignAndAppendResponse]
+}
+
+var _ auditv1.AuditServiceClient = (*Batching)(nil)
+
+// NewBatching wraps c.
+func NewBatching(c auditv1.AuditServiceClient, opts batchrpc.Options) *Batching {
+	one := func(ctx context.Context, r *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
+		return c.SignAndAppend(ctx, r)
+	}
+	batch := func(ctx context.Context, rs []*auditv1.SignAndAppendRequest) ([]batchrpc.Result[*auditv1.SignAndAppendResponse], error) {
+		out, err := c.SignAndAppendBatch(ctx, &auditv1.SignAndAppendBatchRequest{Items: rs})
+		if err != nil {
+			return nil, err
+		}
+		res := make([]batchrpc.Result[*auditv1.SignAndAppendResponse], len(out.GetResults()))
+		for i, r := range out.GetResults() {
+			res[i].Resp, res[i].Err = r.GetResponse(), batchrpc.ItemError(r.GetResponse() != nil, r.GetError())
+		}
+		return res, nil
+	}
+	return &Batching{AuditServiceClient: c, appends: batchrpc.NewCaller(one, batch, opts)}
+}
+
+// SignAndAppend appends one record, unary or in a batch; a call with
+// options goes unary.
+func (b *Batching) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest, opts ...grpc.CallOption) (*auditv1.SignAndAppendResponse, error) {
+	if len(opts) > 0 {
+		return b.AuditServiceClient.SignAndAppend(ctx, req, opts...)
+	}
+	return b.appends.Do(ctx, req)
+}
+
+// Stats count the SignAndAppend calls sent unary and in batches.
+func (b *Batching) Stats() batchrpc.Stats { return b.appends.Stats() }

@@ -54,10 +54,22 @@ func run() int {
 	flag.StringVar(&child.Kind, loadgen.FlagAbuseChild, "", "child mode (used by the abuse scenario): run this abuser until stdin ends, then print its result as JSON")
 	flag.StringVar(&child.Target.Addr, loadgen.FlagAbuseAddr, "", "child mode: AGTP address to abuse")
 	flag.StringVar(&child.Target.ServerName, loadgen.FlagAbuseServerName, "localhost", "child mode: the target's certificate name")
+	limitChild := flag.Bool(loadgen.FlagLimitChild, false, "child mode (used by the throughput scenario): serve the limit responder until stdin ends")
+	limitCert := flag.String(loadgen.FlagLimitCert, "", "child mode: the limit responder's certificate, PEM")
+	limitKey := flag.String(loadgen.FlagLimitKey, "", "child mode: the limit responder's key, PEM")
 	flag.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every service during each closed-loop run (go tool pprof); empty disables")
 	flag.Parse()
 	if child.Kind != "" {
 		return abuseChild(child, *caFile)
+	}
+	if *limitChild {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := loadgen.ServeLimitChild(ctx, *limitCert, *limitKey, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "agtpbench:", err)
+			return 1
+		}
+		return 0
 	}
 
 	var err error
@@ -90,6 +102,7 @@ func run() int {
 	o.Progress = os.Stderr
 	if exe, err := os.Executable(); err == nil {
 		o.AbuseCommand = []string{exe}
+		o.LimitCommand = []string{exe}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -20,6 +20,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	"github.com/agtpsuite/agtp/frontdoor/internal/outputcheck"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -50,6 +51,9 @@ type Options struct {
 	// OperatorFingerprints are the SHA-256 of the SubjectPublicKeyInfo of
 	// the client certificates allowed to read under INSPECT operator_only.
 	OperatorFingerprints []string
+	// OutputCheck picks the handler results validated against their
+	// output schema; nil validates every one.
+	OutputCheck *outputcheck.Sampler
 }
 
 // Deps are the pipeline's collaborators.

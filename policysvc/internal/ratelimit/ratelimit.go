@@ -27,6 +27,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
 
@@ -236,31 +237,123 @@ func (b *Batch) Len() int { return len(b.calls) }
 // is one call). A call whose script the server had not cached is retried
 // with EVAL; no other call is repeated, since the others already ran.
 func (b *Batch) Exec(ctx context.Context, rdb redis.UniversalClient) error {
-	switch len(b.calls) {
+	send(ctx, rdb, b.calls)
+	return b.err()
+}
+
+// send runs calls in one round trip (a plain EVALSHA for one call), then
+// once more with EVAL those the server had no script for.
+func send(ctx context.Context, rdb redis.UniversalClient, calls []*Call) {
+	switch len(calls) {
 	case 0:
-		return nil
+		return
 	case 1:
-		c := b.calls[0]
+		c := calls[0]
 		c.cmd = c.script.EvalSha(ctx, rdb, c.keys, c.args...)
 	default:
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range b.calls {
+			for _, c := range calls {
 				c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
 			}
 			return nil
 		})
 	}
-	for _, c := range b.calls {
+	for _, c := range calls {
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			c.cmd = c.script.Eval(ctx, rdb, c.keys, c.args...)
 		}
 	}
+}
+
+func (b *Batch) err() error {
 	for _, c := range b.calls {
 		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("ratelimit: %w", err)
 		}
 	}
 	return nil
+}
+
+// Coalescer sends the calls of concurrent Batches together: the batches
+// that wait while others are in flight share one pipeline (group commit),
+// so that under load one round trip and one pair of syscalls on each side
+// carry many decisions, as auditsvc's appends do (docs/performance.md,
+// "Batched hops"). A lone Batch goes at once, as Exec would send it.
+type Coalescer struct {
+	rdb   redis.UniversalClient
+	group *batchrpc.Group[*queuedBatch]
+}
+
+type queuedBatch struct {
+	ctx context.Context
+	b   *Batch
+	err error
+}
+
+// NewCoalescer sends on rdb, at most flushers pipelines at once.
+func NewCoalescer(rdb redis.UniversalClient, flushers int) *Coalescer {
+	c := &Coalescer{rdb: rdb}
+	c.group = batchrpc.NewGroup(c.exec, flushers, coalesceMaxCalls)
+	return c
+}
+
+// coalesceMaxCalls bounds the batches sent in one pipeline.
+const coalesceMaxCalls = 256
+
+// Exec is b.Exec, sharing a pipeline with the Batches of other callers.
+func (c *Coalescer) Exec(ctx context.Context, b *Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	q := &queuedBatch{ctx: ctx, b: b}
+	c.group.Do(q)
+	return q.err
+}
+
+func (c *Coalescer) exec(qs []*queuedBatch) {
+	var calls []*Call
+	var live []*queuedBatch
+	for _, q := range qs {
+		if err := q.ctx.Err(); err != nil {
+			q.err = err // never sent: nothing was spent
+			continue
+		}
+		live = append(live, q)
+		calls = append(calls, q.b.calls...)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := live[0].ctx
+	if len(live) > 1 {
+		// Shared: one caller's cancellation must not fail the others'
+		// calls, so the pipeline lasts until the latest deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = sharedContext(live)
+		defer cancel()
+	}
+	send(ctx, c.rdb, calls)
+	for _, q := range live {
+		q.err = q.b.err()
+	}
+}
+
+// sharedContext keeps the first batch's values, none of the callers'
+// cancellation, and the latest of their deadlines (none when one has
+// none: the client's own timeouts bound the round trip).
+func sharedContext(qs []*queuedBatch) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(qs[0].ctx)
+	var latest time.Time
+	for _, q := range qs {
+		d, ok := q.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(base)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(base, latest)
 }
 
 // Result reads the outcome of an executed gate call.

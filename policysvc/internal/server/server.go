@@ -56,7 +56,10 @@ const (
 type Server struct {
 	policyv1.UnimplementedPolicyServiceServer
 
-	rdb   redis.UniversalClient
+	rdb redis.UniversalClient
+	// gates sends the decisions' rate-limit and claim scripts; concurrent
+	// decisions share its pipelines.
+	gates *ratelimit.Coalescer
 	log   *slog.Logger
 	opts  Options
 	oauth *oauth.Verifier // nil when OAuth is off
@@ -71,6 +74,10 @@ type Server struct {
 	runs *taskrun.Store
 }
 
+// gatePipelines bounds the decisions' pipelines in flight at once; more
+// concurrent decisions wait and go out together in the next one.
+const gatePipelines = 2
+
 // New returns a Server. It validates opts (after defaults) and, for a JWKS
 // file, reads it; it does no Redis I/O.
 func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, error) {
@@ -84,7 +91,7 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	s := &Server{rdb: rdb, log: log, opts: opts, runs: taskrun.New(rdb, opts.Idempotency.TTL)}
+	s := &Server{rdb: rdb, gates: ratelimit.NewCoalescer(rdb, gatePipelines), log: log, opts: opts, runs: taskrun.New(rdb, opts.Idempotency.TTL)}
 	if opts.OAuth.Enabled() {
 		v, err := oauth.New(opts.OAuth, log)
 		if err != nil {
@@ -210,7 +217,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	var limited *policyv1.Denial
 	var claimRes *ratelimit.Result
 	if plan.batch.Len() > 0 {
-		err := plan.batch.Exec(ctx, s.rdb)
+		err := s.gates.Exec(ctx, &plan.batch)
 		if err == nil {
 			limited, claimRes, err = s.settle(ctx, plan, resp)
 		}

@@ -1759,6 +1759,182 @@ func (x *AppendSignedRecordResponse) GetReplayed() bool {
 	return false
 }
 
+// SignAndAppendBatchRequest carries 1 to 256 appends.
+type SignAndAppendBatchRequest struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Items         []*SignAndAppendRequest `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignAndAppendBatchRequest) Reset() {
+	*x = SignAndAppendBatchRequest{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignAndAppendBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignAndAppendBatchRequest) ProtoMessage() {}
+
+func (x *SignAndAppendBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignAndAppendBatchRequest.ProtoReflect.Descriptor instead.
+func (*SignAndAppendBatchRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SignAndAppendBatchRequest) GetItems() []*SignAndAppendRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// SignAndAppendBatchResponse has one result per item, in item order.
+type SignAndAppendBatchResponse struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Results       []*SignAndAppendBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignAndAppendBatchResponse) Reset() {
+	*x = SignAndAppendBatchResponse{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignAndAppendBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignAndAppendBatchResponse) ProtoMessage() {}
+
+func (x *SignAndAppendBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignAndAppendBatchResponse.ProtoReflect.Descriptor instead.
+func (*SignAndAppendBatchResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SignAndAppendBatchResponse) GetResults() []*SignAndAppendBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// SignAndAppendBatchResult is one item's answer: the response SignAndAppend
+// would have returned, or the error it would have returned.
+type SignAndAppendBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SignAndAppendBatchResult_Response
+	//	*SignAndAppendBatchResult_Error
+	Result        isSignAndAppendBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignAndAppendBatchResult) Reset() {
+	*x = SignAndAppendBatchResult{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignAndAppendBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignAndAppendBatchResult) ProtoMessage() {}
+
+func (x *SignAndAppendBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignAndAppendBatchResult.ProtoReflect.Descriptor instead.
+func (*SignAndAppendBatchResult) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SignAndAppendBatchResult) GetResult() isSignAndAppendBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SignAndAppendBatchResult) GetResponse() *SignAndAppendResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SignAndAppendBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *SignAndAppendBatchResult) GetError() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*SignAndAppendBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSignAndAppendBatchResult_Result interface {
+	isSignAndAppendBatchResult_Result()
+}
+
+type SignAndAppendBatchResult_Response struct {
+	Response *SignAndAppendResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type SignAndAppendBatchResult_Error struct {
+	// A google.rpc.Status, serialized: the item's gRPC code, message and
+	// details (the AGTP reason).
+	Error []byte `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*SignAndAppendBatchResult_Response) isSignAndAppendBatchResult_Result() {}
+
+func (*SignAndAppendBatchResult_Error) isSignAndAppendBatchResult_Result() {}
+
 var File_agtp_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_agtp_audit_v1_audit_proto_rawDesc = "" +
@@ -1916,7 +2092,15 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12\x1a\n" +
-	"\breplayed\x18\x05 \x01(\bR\breplayed2\x92\x06\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\"V\n" +
+	"\x19SignAndAppendBatchRequest\x129\n" +
+	"\x05items\x18\x01 \x03(\v2#.agtp.audit.v1.SignAndAppendRequestR\x05items\"_\n" +
+	"\x1aSignAndAppendBatchResponse\x12A\n" +
+	"\aresults\x18\x01 \x03(\v2'.agtp.audit.v1.SignAndAppendBatchResultR\aresults\"\x80\x01\n" +
+	"\x18SignAndAppendBatchResult\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2$.agtp.audit.v1.SignAndAppendResponseH\x00R\bresponse\x12\x16\n" +
+	"\x05error\x18\x02 \x01(\fH\x00R\x05errorB\b\n" +
+	"\x06result2\xfd\x06\n" +
 	"\fAuditService\x12Z\n" +
 	"\rSignAndAppend\x12#.agtp.audit.v1.SignAndAppendRequest\x1a$.agtp.audit.v1.SignAndAppendResponse\x12o\n" +
 	"\x14AppendLifecycleEvent\x12*.agtp.audit.v1.AppendLifecycleEventRequest\x1a+.agtp.audit.v1.AppendLifecycleEventResponse\x12N\n" +
@@ -1925,7 +2109,8 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x13ListLifecycleEvents\x12).agtp.audit.v1.ListLifecycleEventsRequest\x1a*.agtp.audit.v1.ListLifecycleEventsResponse\x12T\n" +
 	"\vVerifyChain\x12!.agtp.audit.v1.VerifyChainRequest\x1a\".agtp.audit.v1.VerifyChainResponse\x12]\n" +
 	"\x0eGetSigningKeys\x12$.agtp.audit.v1.GetSigningKeysRequest\x1a%.agtp.audit.v1.GetSigningKeysResponse\x12i\n" +
-	"\x12AppendSignedRecord\x12(.agtp.audit.v1.AppendSignedRecordRequest\x1a).agtp.audit.v1.AppendSignedRecordResponseB7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
+	"\x12AppendSignedRecord\x12(.agtp.audit.v1.AppendSignedRecordRequest\x1a).agtp.audit.v1.AppendSignedRecordResponse\x12i\n" +
+	"\x12SignAndAppendBatch\x12(.agtp.audit.v1.SignAndAppendBatchRequest\x1a).agtp.audit.v1.SignAndAppendBatchResponseB7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
 
 var (
 	file_agtp_audit_v1_audit_proto_rawDescOnce sync.Once
@@ -1939,7 +2124,7 @@ func file_agtp_audit_v1_audit_proto_rawDescGZIP() []byte {
 	return file_agtp_audit_v1_audit_proto_rawDescData
 }
 
-var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*IdempotentOutcome)(nil),            // 0: agtp.audit.v1.IdempotentOutcome
 	(*SignAndAppendRequest)(nil),         // 1: agtp.audit.v1.SignAndAppendRequest
@@ -1962,39 +2147,47 @@ var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*GetSigningKeysResponse)(nil),       // 18: agtp.audit.v1.GetSigningKeysResponse
 	(*AppendSignedRecordRequest)(nil),    // 19: agtp.audit.v1.AppendSignedRecordRequest
 	(*AppendSignedRecordResponse)(nil),   // 20: agtp.audit.v1.AppendSignedRecordResponse
-	nil,                                  // 21: agtp.audit.v1.AttributionClaims.ExtraEntry
-	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
+	(*SignAndAppendBatchRequest)(nil),    // 21: agtp.audit.v1.SignAndAppendBatchRequest
+	(*SignAndAppendBatchResponse)(nil),   // 22: agtp.audit.v1.SignAndAppendBatchResponse
+	(*SignAndAppendBatchResult)(nil),     // 23: agtp.audit.v1.SignAndAppendBatchResult
+	nil,                                  // 24: agtp.audit.v1.AttributionClaims.ExtraEntry
+	(*timestamppb.Timestamp)(nil),        // 25: google.protobuf.Timestamp
 }
 var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	0,  // 0: agtp.audit.v1.SignAndAppendRequest.idempotent_outcome:type_name -> agtp.audit.v1.IdempotentOutcome
 	2,  // 1: agtp.audit.v1.SignAndAppendRequest.claims:type_name -> agtp.audit.v1.AttributionClaims
 	3,  // 2: agtp.audit.v1.AttributionClaims.prior_actions:type_name -> agtp.audit.v1.PriorAction
-	21, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
-	22, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
+	24, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
+	25, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
 	7,  // 5: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
-	22, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
+	25, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
 	12, // 7: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
-	1,  // 8: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	5,  // 9: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	8,  // 10: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	10, // 11: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	13, // 12: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	15, // 13: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	17, // 14: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	19, // 15: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
-	4,  // 16: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	6,  // 17: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	9,  // 18: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	11, // 19: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	14, // 20: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	16, // 21: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	18, // 22: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	20, // 23: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	1,  // 8: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
+	23, // 9: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
+	4,  // 10: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
+	1,  // 11: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	5,  // 12: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	8,  // 13: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	10, // 14: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	13, // 15: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	15, // 16: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	17, // 17: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	19, // 18: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	21, // 19: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
+	4,  // 20: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	6,  // 21: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	9,  // 22: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	11, // 23: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	14, // 24: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	16, // 25: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	18, // 26: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	20, // 27: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	22, // 28: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }
@@ -2002,13 +2195,17 @@ func file_agtp_audit_v1_audit_proto_init() {
 	if File_agtp_audit_v1_audit_proto != nil {
 		return
 	}
+	file_agtp_audit_v1_audit_proto_msgTypes[23].OneofWrappers = []any{
+		(*SignAndAppendBatchResult_Response)(nil),
+		(*SignAndAppendBatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_audit_v1_audit_proto_rawDesc), len(file_agtp_audit_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	AuditService_VerifyChain_FullMethodName          = "/agtp.audit.v1.AuditService/VerifyChain"
 	AuditService_GetSigningKeys_FullMethodName       = "/agtp.audit.v1.AuditService/GetSigningKeys"
 	AuditService_AppendSignedRecord_FullMethodName   = "/agtp.audit.v1.AuditService/AppendSignedRecord"
+	AuditService_SignAndAppendBatch_FullMethodName   = "/agtp.audit.v1.AuditService/SignAndAppendBatch"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -55,6 +56,11 @@ type AuditServiceClient interface {
 	// than the attribution chain and the lifecycle stream (CONFIRM
 	// attestations "confirm", RCNS attempt records "rcns-attempt").
 	AppendSignedRecord(ctx context.Context, in *AppendSignedRecordRequest, opts ...grpc.CallOption) (*AppendSignedRecordResponse, error)
+	// SignAndAppendBatch is SignAndAppend for several records in one call:
+	// each item is decided on its own, exactly as SignAndAppend would decide
+	// it, and answered in its own result; records of one chain are appended
+	// in item order (docs/audit.md, "Batched appends").
+	SignAndAppendBatch(ctx context.Context, in *SignAndAppendBatchRequest, opts ...grpc.CallOption) (*SignAndAppendBatchResponse, error)
 }
 
 type auditServiceClient struct {
@@ -145,6 +151,16 @@ func (c *auditServiceClient) AppendSignedRecord(ctx context.Context, in *AppendS
 	return out, nil
 }
 
+func (c *auditServiceClient) SignAndAppendBatch(ctx context.Context, in *SignAndAppendBatchRequest, opts ...grpc.CallOption) (*SignAndAppendBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignAndAppendBatchResponse)
+	err := c.cc.Invoke(ctx, AuditService_SignAndAppendBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -171,6 +187,11 @@ type AuditServiceServer interface {
 	// than the attribution chain and the lifecycle stream (CONFIRM
 	// attestations "confirm", RCNS attempt records "rcns-attempt").
 	AppendSignedRecord(context.Context, *AppendSignedRecordRequest) (*AppendSignedRecordResponse, error)
+	// SignAndAppendBatch is SignAndAppend for several records in one call:
+	// each item is decided on its own, exactly as SignAndAppend would decide
+	// it, and answered in its own result; records of one chain are appended
+	// in item order (docs/audit.md, "Batched appends").
+	SignAndAppendBatch(context.Context, *SignAndAppendBatchRequest) (*SignAndAppendBatchResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -204,6 +225,9 @@ func (UnimplementedAuditServiceServer) GetSigningKeys(context.Context, *GetSigni
 }
 func (UnimplementedAuditServiceServer) AppendSignedRecord(context.Context, *AppendSignedRecordRequest) (*AppendSignedRecordResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendSignedRecord not implemented")
+}
+func (UnimplementedAuditServiceServer) SignAndAppendBatch(context.Context, *SignAndAppendBatchRequest) (*SignAndAppendBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SignAndAppendBatch not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -370,6 +394,24 @@ func _AuditService_AppendSignedRecord_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_SignAndAppendBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignAndAppendBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuditServiceServer).SignAndAppendBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuditService_SignAndAppendBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuditServiceServer).SignAndAppendBatch(ctx, req.(*SignAndAppendBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -408,6 +450,10 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendSignedRecord",
 			Handler:    _AuditService_AppendSignedRecord_Handler,
+		},
+		{
+			MethodName: "SignAndAppendBatch",
+			Handler:    _AuditService_SignAndAppendBatch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1755,6 +1755,182 @@ func (x *RetryTaskResponse) GetPreviousStatus() int32 {
 	return 0
 }
 
+// AuthorizeBatchRequest carries 1 to 256 requests to decide.
+type AuthorizeBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*AuthorizeRequest    `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeBatchRequest) Reset() {
+	*x = AuthorizeBatchRequest{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeBatchRequest) ProtoMessage() {}
+
+func (x *AuthorizeBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeBatchRequest.ProtoReflect.Descriptor instead.
+func (*AuthorizeBatchRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *AuthorizeBatchRequest) GetItems() []*AuthorizeRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// AuthorizeBatchResponse has one result per item, in item order.
+type AuthorizeBatchResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Results       []*AuthorizeBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeBatchResponse) Reset() {
+	*x = AuthorizeBatchResponse{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeBatchResponse) ProtoMessage() {}
+
+func (x *AuthorizeBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeBatchResponse.ProtoReflect.Descriptor instead.
+func (*AuthorizeBatchResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AuthorizeBatchResponse) GetResults() []*AuthorizeBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// AuthorizeBatchResult is one item's answer: the decision Authorize would
+// have returned, or the error it would have returned.
+type AuthorizeBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*AuthorizeBatchResult_Response
+	//	*AuthorizeBatchResult_Error
+	Result        isAuthorizeBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeBatchResult) Reset() {
+	*x = AuthorizeBatchResult{}
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeBatchResult) ProtoMessage() {}
+
+func (x *AuthorizeBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_policy_v1_policy_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeBatchResult.ProtoReflect.Descriptor instead.
+func (*AuthorizeBatchResult) Descriptor() ([]byte, []int) {
+	return file_agtp_policy_v1_policy_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AuthorizeBatchResult) GetResult() isAuthorizeBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AuthorizeBatchResult) GetResponse() *AuthorizeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*AuthorizeBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *AuthorizeBatchResult) GetError() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*AuthorizeBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isAuthorizeBatchResult_Result interface {
+	isAuthorizeBatchResult_Result()
+}
+
+type AuthorizeBatchResult_Response struct {
+	Response *AuthorizeResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type AuthorizeBatchResult_Error struct {
+	// A google.rpc.Status, serialized: the item's gRPC code, message and
+	// details (the AGTP reason).
+	Error []byte `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*AuthorizeBatchResult_Response) isAuthorizeBatchResult_Result() {}
+
+func (*AuthorizeBatchResult_Error) isAuthorizeBatchResult_Result() {}
+
 var File_agtp_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_agtp_policy_v1_policy_proto_rawDesc = "" +
@@ -1882,7 +2058,15 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x06denial\x18\x01 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x122\n" +
 	"\btask_run\x18\x02 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12'\n" +
-	"\x0fprevious_status\x18\x04 \x01(\x05R\x0epreviousStatus*`\n" +
+	"\x0fprevious_status\x18\x04 \x01(\x05R\x0epreviousStatus\"O\n" +
+	"\x15AuthorizeBatchRequest\x126\n" +
+	"\x05items\x18\x01 \x03(\v2 .agtp.policy.v1.AuthorizeRequestR\x05items\"X\n" +
+	"\x16AuthorizeBatchResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.agtp.policy.v1.AuthorizeBatchResultR\aresults\"y\n" +
+	"\x14AuthorizeBatchResult\x12?\n" +
+	"\bresponse\x18\x01 \x01(\v2!.agtp.policy.v1.AuthorizeResponseH\x00R\bresponse\x12\x16\n" +
+	"\x05error\x18\x02 \x01(\fH\x00R\x05errorB\b\n" +
+	"\x06result*`\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ALLOW\x10\x01\x12\x11\n" +
@@ -1897,7 +2081,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x1eIDEMPOTENCY_SLOT_STATE_PENDING\x10\x01\x12\x1f\n" +
 	"\x1bIDEMPOTENCY_SLOT_STATE_DONE\x10\x02\x12\"\n" +
 	"\x1eIDEMPOTENCY_SLOT_STATE_UNKNOWN\x10\x03\x12\"\n" +
-	"\x1eIDEMPOTENCY_SLOT_STATE_APPLIED\x10\x042\xa9\a\n" +
+	"\x1eIDEMPOTENCY_SLOT_STATE_APPLIED\x10\x042\x8a\b\n" +
 	"\rPolicyService\x12P\n" +
 	"\tAuthorize\x12 .agtp.policy.v1.AuthorizeRequest\x1a!.agtp.policy.v1.AuthorizeResponse\x12n\n" +
 	"\x13CompleteIdempotency\x12*.agtp.policy.v1.CompleteIdempotencyRequest\x1a+.agtp.policy.v1.CompleteIdempotencyResponse\x12k\n" +
@@ -1907,7 +2091,8 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x0eCheckRateLimit\x12%.agtp.policy.v1.CheckRateLimitRequest\x1a&.agtp.policy.v1.CheckRateLimitResponse\x12V\n" +
 	"\vGetMerchant\x12\".agtp.policy.v1.GetMerchantRequest\x1a#.agtp.policy.v1.GetMerchantResponse\x12b\n" +
 	"\x0fCompleteTaskRun\x12&.agtp.policy.v1.CompleteTaskRunRequest\x1a'.agtp.policy.v1.CompleteTaskRunResponse\x12P\n" +
-	"\tRetryTask\x12 .agtp.policy.v1.RetryTaskRequest\x1a!.agtp.policy.v1.RetryTaskResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
+	"\tRetryTask\x12 .agtp.policy.v1.RetryTaskRequest\x1a!.agtp.policy.v1.RetryTaskResponse\x12_\n" +
+	"\x0eAuthorizeBatch\x12%.agtp.policy.v1.AuthorizeBatchRequest\x1a&.agtp.policy.v1.AuthorizeBatchResponseB9Z7github.com/agtpsuite/agtp/proto/agtp/policy/v1;policyv1b\x06proto3"
 
 var (
 	file_agtp_policy_v1_policy_proto_rawDescOnce sync.Once
@@ -1922,7 +2107,7 @@ func file_agtp_policy_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_agtp_policy_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_agtp_policy_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_agtp_policy_v1_policy_proto_goTypes = []any{
 	(Decision)(0),                             // 0: agtp.policy.v1.Decision
 	(IdempotencyResolution)(0),                // 1: agtp.policy.v1.IdempotencyResolution
@@ -1948,11 +2133,14 @@ var file_agtp_policy_v1_policy_proto_goTypes = []any{
 	(*CompleteTaskRunResponse)(nil),           // 21: agtp.policy.v1.CompleteTaskRunResponse
 	(*RetryTaskRequest)(nil),                  // 22: agtp.policy.v1.RetryTaskRequest
 	(*RetryTaskResponse)(nil),                 // 23: agtp.policy.v1.RetryTaskResponse
-	nil,                                       // 24: agtp.policy.v1.Denial.DetailsEntry
+	(*AuthorizeBatchRequest)(nil),             // 24: agtp.policy.v1.AuthorizeBatchRequest
+	(*AuthorizeBatchResponse)(nil),            // 25: agtp.policy.v1.AuthorizeBatchResponse
+	(*AuthorizeBatchResult)(nil),              // 26: agtp.policy.v1.AuthorizeBatchResult
+	nil,                                       // 27: agtp.policy.v1.Denial.DetailsEntry
 }
 var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
 	4,  // 0: agtp.policy.v1.AuthorizeRequest.task_run:type_name -> agtp.policy.v1.TaskRun
-	24, // 1: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
+	27, // 1: agtp.policy.v1.Denial.details:type_name -> agtp.policy.v1.Denial.DetailsEntry
 	0,  // 2: agtp.policy.v1.AuthorizeResponse.decision:type_name -> agtp.policy.v1.Decision
 	5,  // 3: agtp.policy.v1.AuthorizeResponse.denial:type_name -> agtp.policy.v1.Denial
 	6,  // 4: agtp.policy.v1.AuthorizeResponse.claim:type_name -> agtp.policy.v1.IdempotencyClaim
@@ -1964,29 +2152,34 @@ var file_agtp_policy_v1_policy_proto_depIdxs = []int32{
 	2,  // 10: agtp.policy.v1.ResolveIdempotencyOutcomeResponse.state:type_name -> agtp.policy.v1.IdempotencySlotState
 	5,  // 11: agtp.policy.v1.RetryTaskResponse.denial:type_name -> agtp.policy.v1.Denial
 	4,  // 12: agtp.policy.v1.RetryTaskResponse.task_run:type_name -> agtp.policy.v1.TaskRun
-	3,  // 13: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
-	8,  // 14: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
-	10, // 15: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
-	12, // 16: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:input_type -> agtp.policy.v1.MarkIdempotencyUnknownRequest
-	14, // 17: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:input_type -> agtp.policy.v1.ResolveIdempotencyOutcomeRequest
-	16, // 18: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
-	18, // 19: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
-	20, // 20: agtp.policy.v1.PolicyService.CompleteTaskRun:input_type -> agtp.policy.v1.CompleteTaskRunRequest
-	22, // 21: agtp.policy.v1.PolicyService.RetryTask:input_type -> agtp.policy.v1.RetryTaskRequest
-	7,  // 22: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
-	9,  // 23: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
-	11, // 24: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
-	13, // 25: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:output_type -> agtp.policy.v1.MarkIdempotencyUnknownResponse
-	15, // 26: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:output_type -> agtp.policy.v1.ResolveIdempotencyOutcomeResponse
-	17, // 27: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
-	19, // 28: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
-	21, // 29: agtp.policy.v1.PolicyService.CompleteTaskRun:output_type -> agtp.policy.v1.CompleteTaskRunResponse
-	23, // 30: agtp.policy.v1.PolicyService.RetryTask:output_type -> agtp.policy.v1.RetryTaskResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 13: agtp.policy.v1.AuthorizeBatchRequest.items:type_name -> agtp.policy.v1.AuthorizeRequest
+	26, // 14: agtp.policy.v1.AuthorizeBatchResponse.results:type_name -> agtp.policy.v1.AuthorizeBatchResult
+	7,  // 15: agtp.policy.v1.AuthorizeBatchResult.response:type_name -> agtp.policy.v1.AuthorizeResponse
+	3,  // 16: agtp.policy.v1.PolicyService.Authorize:input_type -> agtp.policy.v1.AuthorizeRequest
+	8,  // 17: agtp.policy.v1.PolicyService.CompleteIdempotency:input_type -> agtp.policy.v1.CompleteIdempotencyRequest
+	10, // 18: agtp.policy.v1.PolicyService.ReleaseIdempotency:input_type -> agtp.policy.v1.ReleaseIdempotencyRequest
+	12, // 19: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:input_type -> agtp.policy.v1.MarkIdempotencyUnknownRequest
+	14, // 20: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:input_type -> agtp.policy.v1.ResolveIdempotencyOutcomeRequest
+	16, // 21: agtp.policy.v1.PolicyService.CheckRateLimit:input_type -> agtp.policy.v1.CheckRateLimitRequest
+	18, // 22: agtp.policy.v1.PolicyService.GetMerchant:input_type -> agtp.policy.v1.GetMerchantRequest
+	20, // 23: agtp.policy.v1.PolicyService.CompleteTaskRun:input_type -> agtp.policy.v1.CompleteTaskRunRequest
+	22, // 24: agtp.policy.v1.PolicyService.RetryTask:input_type -> agtp.policy.v1.RetryTaskRequest
+	24, // 25: agtp.policy.v1.PolicyService.AuthorizeBatch:input_type -> agtp.policy.v1.AuthorizeBatchRequest
+	7,  // 26: agtp.policy.v1.PolicyService.Authorize:output_type -> agtp.policy.v1.AuthorizeResponse
+	9,  // 27: agtp.policy.v1.PolicyService.CompleteIdempotency:output_type -> agtp.policy.v1.CompleteIdempotencyResponse
+	11, // 28: agtp.policy.v1.PolicyService.ReleaseIdempotency:output_type -> agtp.policy.v1.ReleaseIdempotencyResponse
+	13, // 29: agtp.policy.v1.PolicyService.MarkIdempotencyUnknown:output_type -> agtp.policy.v1.MarkIdempotencyUnknownResponse
+	15, // 30: agtp.policy.v1.PolicyService.ResolveIdempotencyOutcome:output_type -> agtp.policy.v1.ResolveIdempotencyOutcomeResponse
+	17, // 31: agtp.policy.v1.PolicyService.CheckRateLimit:output_type -> agtp.policy.v1.CheckRateLimitResponse
+	19, // 32: agtp.policy.v1.PolicyService.GetMerchant:output_type -> agtp.policy.v1.GetMerchantResponse
+	21, // 33: agtp.policy.v1.PolicyService.CompleteTaskRun:output_type -> agtp.policy.v1.CompleteTaskRunResponse
+	23, // 34: agtp.policy.v1.PolicyService.RetryTask:output_type -> agtp.policy.v1.RetryTaskResponse
+	25, // 35: agtp.policy.v1.PolicyService.AuthorizeBatch:output_type -> agtp.policy.v1.AuthorizeBatchResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_agtp_policy_v1_policy_proto_init() }
@@ -1994,13 +2187,17 @@ func file_agtp_policy_v1_policy_proto_init() {
 	if File_agtp_policy_v1_policy_proto != nil {
 		return
 	}
+	file_agtp_policy_v1_policy_proto_msgTypes[23].OneofWrappers = []any{
+		(*AuthorizeBatchResult_Response)(nil),
+		(*AuthorizeBatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_policy_v1_policy_proto_rawDesc), len(file_agtp_policy_v1_policy_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

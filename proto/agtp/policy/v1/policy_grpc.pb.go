@@ -28,6 +28,7 @@ const (
 	PolicyService_GetMerchant_FullMethodName               = "/agtp.policy.v1.PolicyService/GetMerchant"
 	PolicyService_CompleteTaskRun_FullMethodName           = "/agtp.policy.v1.PolicyService/CompleteTaskRun"
 	PolicyService_RetryTask_FullMethodName                 = "/agtp.policy.v1.PolicyService/RetryTask"
+	PolicyService_AuthorizeBatch_FullMethodName            = "/agtp.policy.v1.PolicyService/AuthorizeBatch"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -68,6 +69,10 @@ type PolicyServiceClient interface {
 	// RetryTask decides a RETRY of one of the caller's tasks and, when it may
 	// run, counts the attempt and returns what to re-run.
 	RetryTask(ctx context.Context, in *RetryTaskRequest, opts ...grpc.CallOption) (*RetryTaskResponse, error)
+	// AuthorizeBatch decides several requests in one call: each item is
+	// decided on its own, exactly as Authorize would decide it, and answered
+	// in its own result (docs/policy.md, "Batched decisions").
+	AuthorizeBatch(ctx context.Context, in *AuthorizeBatchRequest, opts ...grpc.CallOption) (*AuthorizeBatchResponse, error)
 }
 
 type policyServiceClient struct {
@@ -168,6 +173,16 @@ func (c *policyServiceClient) RetryTask(ctx context.Context, in *RetryTaskReques
 	return out, nil
 }
 
+func (c *policyServiceClient) AuthorizeBatch(ctx context.Context, in *AuthorizeBatchRequest, opts ...grpc.CallOption) (*AuthorizeBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthorizeBatchResponse)
+	err := c.cc.Invoke(ctx, PolicyService_AuthorizeBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -206,6 +221,10 @@ type PolicyServiceServer interface {
 	// RetryTask decides a RETRY of one of the caller's tasks and, when it may
 	// run, counts the attempt and returns what to re-run.
 	RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error)
+	// AuthorizeBatch decides several requests in one call: each item is
+	// decided on its own, exactly as Authorize would decide it, and answered
+	// in its own result (docs/policy.md, "Batched decisions").
+	AuthorizeBatch(context.Context, *AuthorizeBatchRequest) (*AuthorizeBatchResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -242,6 +261,9 @@ func (UnimplementedPolicyServiceServer) CompleteTaskRun(context.Context, *Comple
 }
 func (UnimplementedPolicyServiceServer) RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryTask not implemented")
+}
+func (UnimplementedPolicyServiceServer) AuthorizeBatch(context.Context, *AuthorizeBatchRequest) (*AuthorizeBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthorizeBatch not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -426,6 +448,24 @@ func _PolicyService_RetryTask_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_AuthorizeBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthorizeBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).AuthorizeBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_AuthorizeBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).AuthorizeBatch(ctx, req.(*AuthorizeBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -468,6 +508,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryTask",
 			Handler:    _PolicyService_RetryTask_Handler,
+		},
+		{
+			MethodName: "AuthorizeBatch",
+			Handler:    _PolicyService_AuthorizeBatch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,29 @@
+package server
+
+import (
+	"context"
+
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/batchrpc"
+)
+
+// AuthorizeBatch decides every item as Authorize would, concurrently, in
+// one call (docs/policy.md, "Batched decisions"): each item spends its own
+// rate limits, claims its own idempotency slot and gets its own decision
+// or error.
+func (s *Server) AuthorizeBatch(ctx context.Context, req *policyv1.AuthorizeBatchRequest) (*policyv1.AuthorizeBatchResponse, error) {
+	items := req.GetItems()
+	if err := batchrpc.CheckSize(len(items)); err != nil {
+		return nil, err
+	}
+	resps, errs := batchrpc.Serve(ctx, s.log, policyv1.PolicyService_AuthorizeBatch_FullMethodName, items, nil, s.Authorize)
+	out := &policyv1.AuthorizeBatchResponse{Results: make([]*policyv1.AuthorizeBatchResult, len(items))}
+	for i := range items {
+		if errs[i] != nil {
+			out.Results[i] = &policyv1.AuthorizeBatchResult{Result: &policyv1.AuthorizeBatchResult_Error{Error: batchrpc.EncodeError(errs[i])}}
+			continue
+		}
+		out.Results[i] = &policyv1.AuthorizeBatchResult{Result: &policyv1.AuthorizeBatchResult_Response{Response: resps[i]}}
+	}
+	return out, nil
+}

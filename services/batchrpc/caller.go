@@ -1,0 +1,221 @@
+package batchrpc
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Result is one item's answer in a batch.
+type Result[Resp any] struct {
+	Resp Resp
+	Err  error
+}
+
+// Options tune a Caller. Zero values take the defaults.
+type Options struct {
+	// MaxInFlight bounds the calls (unary or batch) in flight at once
+	// (default 2). A call that finds them all busy waits and goes out with
+	// the others that waited, in the next batch; so one request in flight
+	// goes unary at once, and under load each batch carries what arrived
+	// during the previous round trip.
+	MaxInFlight int
+	// MaxBatch bounds the items of one batch (default and maximum
+	// MaxItems).
+	MaxBatch int
+	// Timeout bounds a batch whose items do not all have a deadline
+	// (default 30 s); otherwise a batch lasts until its latest item's
+	// deadline.
+	Timeout time.Duration
+}
+
+// Stats count what a Caller sent.
+type Stats struct {
+	// Unary is the calls sent alone, Batches the batch calls, and Batched
+	// the items those carried.
+	Unary, Batches, Batched uint64
+	// Waiting is the calls queued for the next batch now.
+	Waiting int
+}
+
+// Caller coalesces calls of one unary RPC: a call that finds a free slot
+// (Options.MaxInFlight) goes out unary, at once; calls that arrive while
+// every slot is busy wait and go out together, in one batch call, when a
+// slot frees. Each caller gets its own item's response or error. A caller
+// whose context ends stops waiting; an item still queued is then dropped,
+// one already sent is answered to nobody, and either way the other items
+// of its batch are unaffected (the batch runs on a context of its own).
+type Caller[Req, Resp any] struct {
+	one   func(context.Context, Req) (Resp, error)
+	batch func(context.Context, []Req) ([]Result[Resp], error)
+	opts  Options
+
+	mu       sync.Mutex
+	inFlight int
+	pending  []*call[Req, Resp]
+
+	// noBatch is set once the server answered a batch Unimplemented (one
+	// that predates the batch RPC): every call goes unary from then on.
+	noBatch atomic.Bool
+
+	unary, batches, batched atomic.Uint64
+}
+
+type call[Req, Resp any] struct {
+	ctx  context.Context
+	req  Req
+	res  Result[Resp]
+	done chan struct{}
+}
+
+// NewCaller coalesces calls of one (the unary RPC) into batch (the batch
+// RPC, which must return one result per request, in order).
+func NewCaller[Req, Resp any](one func(context.Context, Req) (Resp, error),
+	batch func(context.Context, []Req) ([]Result[Resp], error), opts Options) *Caller[Req, Resp] {
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 2
+	}
+	if opts.MaxBatch <= 0 || opts.MaxBatch > MaxItems {
+		opts.MaxBatch = MaxItems
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	return &Caller[Req, Resp]{one: one, batch: batch, opts: opts}
+}
+
+// Stats returns what the Caller has sent so far.
+func (c *Caller[Req, Resp]) Stats() Stats {
+	c.mu.Lock()
+	waiting := len(c.pending)
+	c.mu.Unlock()
+	return Stats{Unary: c.unary.Load(), Batches: c.batches.Load(), Batched: c.batched.Load(), Waiting: waiting}
+}
+
+// Do makes one call, unary or in a batch.
+func (c *Caller[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
+	c.mu.Lock()
+	if c.inFlight < c.opts.MaxInFlight || c.noBatch.Load() {
+		// A free slot means nothing is queued (a freed slot takes the
+		// queue at once): go now, alone.
+		c.inFlight++
+		c.mu.Unlock()
+		c.unary.Add(1)
+		resp, err := c.one(ctx, req)
+		c.release()
+		return resp, err
+	}
+	cl := &call[Req, Resp]{ctx: ctx, req: req, done: make(chan struct{})}
+	c.pending = append(c.pending, cl)
+	c.mu.Unlock()
+	select {
+	case <-cl.done:
+		return cl.res.Resp, cl.res.Err
+	case <-ctx.Done():
+		var zero Resp
+		return zero, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// release frees a slot and sends what waits, while slots are free.
+func (c *Caller[Req, Resp]) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight--
+	for c.inFlight < c.opts.MaxInFlight && len(c.pending) > 0 {
+		n := min(len(c.pending), c.opts.MaxBatch)
+		b := make([]*call[Req, Resp], n)
+		copy(b, c.pending)
+		// Shift rather than reslice, so the queue's array is reused and
+		// does not keep answered calls reachable.
+		rest := copy(c.pending, c.pending[n:])
+		clear(c.pending[rest:])
+		c.pending = c.pending[:rest]
+		c.inFlight++
+		go c.send(b)
+	}
+}
+
+// send sends one batch (the items whose callers still wait) and answers
+// its items.
+func (c *Caller[Req, Resp]) send(b []*call[Req, Resp]) {
+	defer c.release()
+	live := b[:0]
+	for _, cl := range b {
+		if cl.ctx.Err() != nil {
+			continue // its caller has returned; never sent
+		}
+		live = append(live, cl)
+	}
+	switch {
+	case len(live) == 0:
+		return
+	case len(live) == 1 || c.noBatch.Load():
+		for _, cl := range live {
+			c.unary.Add(1)
+			cl.res.Resp, cl.res.Err = c.one(cl.ctx, cl.req)
+			close(cl.done)
+		}
+		return
+	}
+	ctx, cancel := c.batchContext(live)
+	defer cancel()
+	reqs := make([]Req, len(live))
+	for i, cl := range live {
+		reqs[i] = cl.req
+	}
+	c.batches.Add(1)
+	c.batched.Add(uint64(len(live)))
+	res, err := c.batch(ctx, reqs)
+	if err == nil && len(res) != len(live) {
+		err = status.Errorf(codes.Internal, "batch answered %d results for %d items", len(res), len(live))
+	}
+	if status.Code(err) == codes.Unimplemented {
+		// A server without the batch RPC: answer these one by one and
+		// stop batching.
+		c.noBatch.Store(true)
+		var wg sync.WaitGroup
+		for _, cl := range live {
+			wg.Go(func() {
+				cl.res.Resp, cl.res.Err = c.one(cl.ctx, cl.req)
+				close(cl.done)
+			})
+		}
+		wg.Wait()
+		return
+	}
+	for i, cl := range live {
+		if err != nil {
+			cl.res.Err = err
+		} else {
+			cl.res = res[i]
+		}
+		close(cl.done)
+	}
+}
+
+// batchContext is the context a batch runs on: the first item's values
+// (trace context), none of its callers' cancellation, and the latest of
+// their deadlines (Options.Timeout when one has none).
+func (c *Caller[Req, Resp]) batchContext(live []*call[Req, Resp]) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, cl := range live {
+		d, ok := cl.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	base := context.WithoutCancel(live[0].ctx)
+	if latest.IsZero() {
+		return context.WithTimeout(base, c.opts.Timeout)
+	}
+	return context.WithDeadline(base, latest)
+}

@@ -1,0 +1,184 @@
+package batchrpc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agtpsuite/agtp/services/grpcerr"
+)
+
+// held is a unary function that holds its first call until release is
+// closed, so that later calls queue behind it.
+func held() (one func(context.Context, int) (int, error), entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	one = func(_ context.Context, v int) (int, error) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-release
+		}
+		return v * 10, nil
+	}
+	return one, entered, release
+}
+
+// queueBehindAHeldCall makes one held call, queues n more and lets the
+// held one finish; it returns each queued call's answer.
+func queueBehindAHeldCall(t *testing.T, c *Caller[int, int], entered, release chan struct{}, n int) ([]int, []error) {
+	t.Helper()
+	go func() { _, _ = c.Do(context.Background(), 0) }()
+	<-entered
+	got, errs := make([]int, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = c.Do(context.Background(), i+1) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Waiting != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", c.Stats().Waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	return got, errs
+}
+
+func TestQueuedCallsGoInOneBatch(t *testing.T) {
+	one, entered, release := held()
+	var batches [][]int
+	batch := func(_ context.Context, rs []int) ([]Result[int], error) {
+		batches = append(batches, append([]int(nil), rs...))
+		out := make([]Result[int], len(rs))
+		for i, r := range rs {
+			if r == 2 {
+				out[i].Err = grpcerr.InvalidArgument("two", "two is refused")
+				continue
+			}
+			out[i].Resp = r * 10
+		}
+		return out, nil
+	}
+	c := NewCaller(one, batch, Options{MaxInFlight: 1})
+	got, errs := queueBehindAHeldCall(t, c, entered, release, 3)
+	if len(batches) != 1 || len(batches[0]) != 3 {
+		t.Fatalf("batches %v, want one of three", batches)
+	}
+	for i, v := range got {
+		if i == 1 {
+			if _, reason, _, _ := grpcerr.Reason(errs[i]); reason != "two" {
+				t.Errorf("item 2: %v, want its own error", errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || v != (i+1)*10 {
+			t.Errorf("item %d: %d %v, want %d", i+1, v, errs[i], (i+1)*10)
+		}
+	}
+}
+
+// A server without the batch RPC answers Unimplemented: the batch's
+// items are sent one by one, and no batch is tried again.
+func TestUnimplementedBatchFallsBackToUnary(t *testing.T) {
+	one, entered, release := held()
+	tried := 0
+	batch := func(context.Context, []int) ([]Result[int], error) {
+		tried++
+		return nil, status.Error(codes.Unimplemented, "unknown method")
+	}
+	c := NewCaller(one, batch, Options{MaxInFlight: 1})
+	got, errs := queueBehindAHeldCall(t, c, entered, release, 2)
+	for i := range got {
+		if errs[i] != nil || got[i] != (i+1)*10 {
+			t.Errorf("item %d: %d %v", i+1, got[i], errs[i])
+		}
+	}
+	if tried != 1 {
+		t.Fatalf("batch tried %d times, want 1", tried)
+	}
+	if _, err := c.Do(context.Background(), 5); err != nil || c.Stats().Batches != 1 {
+		t.Errorf("after fallback: %v, stats %+v", err, c.Stats())
+	}
+}
+
+// A batch that fails as a whole (the connection dropped) fails each item
+// with that error, and a short answer fails them as Internal.
+func TestAFailedBatchFailsEveryItem(t *testing.T) {
+	tests := []struct {
+		name  string
+		batch func(context.Context, []int) ([]Result[int], error)
+		want  codes.Code
+	}{
+		{"transport failure", func(context.Context, []int) ([]Result[int], error) {
+			return nil, status.Error(codes.Unavailable, "connection lost")
+		}, codes.Unavailable},
+		{"short answer", func(context.Context, []int) ([]Result[int], error) {
+			return []Result[int]{{Resp: 1}}, nil
+		}, codes.Internal},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			one, entered, release := held()
+			c := NewCaller(one, tc.batch, Options{MaxInFlight: 1})
+			_, errs := queueBehindAHeldCall(t, c, entered, release, 2)
+			for i, err := range errs {
+				if status.Code(err) != tc.want {
+					t.Errorf("item %d: %v, want %v", i+1, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// A batch lasts until the latest of its callers' deadlines, and never
+// ends with one caller's cancellation.
+func TestBatchContext(t *testing.T) {
+	c := NewCaller[int, int](nil, nil, Options{Timeout: time.Minute})
+	early, cancelEarly := context.WithTimeout(context.Background(), time.Second)
+	defer cancelEarly()
+	late, cancelLate := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLate()
+	ctx, cancel := c.batchContext([]*call[int, int]{{ctx: early}, {ctx: late}})
+	defer cancel()
+	if d, _ := ctx.Deadline(); d.Before(time.Now().Add(59 * time.Minute)) {
+		t.Errorf("deadline %v, want the latest caller's", d)
+	}
+	cancelEarly()
+	if ctx.Err() != nil {
+		t.Error("a caller's cancellation ended the batch")
+	}
+	ctx2, cancel2 := c.batchContext([]*call[int, int]{{ctx: late}, {ctx: context.Background()}})
+	defer cancel2()
+	if d, ok := ctx2.Deadline(); !ok || d.After(time.Now().Add(2*time.Minute)) {
+		t.Errorf("deadline %v %v, want Options.Timeout when a caller has none", d, ok)
+	}
+}
+
+func TestEncodedErrorsKeepCodeAndReason(t *testing.T) {
+	err := DecodeError(EncodeError(grpcerr.Conflict("some-reason", "explained", "k", "v")))
+	code, reason, expl, md := grpcerr.Reason(err)
+	if code != codes.Aborted || reason != "some-reason" || expl != "explained" || md["k"] != "v" {
+		t.Errorf("decoded %v %s %q %v", code, reason, expl, md)
+	}
+	masked := DecodeError(EncodeError(grpcerr.Internal(errors.New("secret cause"))))
+	if st := status.Convert(masked); st.Code() != codes.Internal || st.Message() != "internal error" {
+		t.Errorf("internal error decoded as %v %q, want masked", st.Code(), st.Message())
+	}
+}
+
+func BenchmarkCallerUnary(b *testing.B) {
+	c := NewCaller(func(_ context.Context, v int) (int, error) { return v, nil }, nil, Options{})
+	ctx := context.Background()
+	for b.Loop() {
+		_, _ = c.Do(ctx, 1)
+	}
+}

@@ -1,0 +1,88 @@
+package batchrpc
+
+import "sync"
+
+// Group is group commit: concurrent callers hand it items, and each batch
+// of items waiting together goes to exec in one call (one pipeline, one
+// round trip). There is no background goroutine: a caller that finds
+// fewer than maxFlushers batches in flight sends everything queued,
+// again while more queues, until its own item is done, then hands the
+// queue to a new goroutine, so that no caller waits on strangers'
+// traffic. A lone item is a batch of one and waits for nothing.
+type Group[T any] struct {
+	exec        func([]T)
+	maxFlushers int
+	maxBatch    int
+
+	mu       sync.Mutex
+	pending  []*groupItem[T]
+	flushers int
+}
+
+type groupItem[T any] struct {
+	v    T
+	done chan struct{}
+}
+
+// NewGroup sends batches of at most maxBatch items to exec, at most
+// maxFlushers at once. exec must answer every item it is given before it
+// returns.
+func NewGroup[T any](exec func([]T), maxFlushers, maxBatch int) *Group[T] {
+	return &Group[T]{exec: exec, maxFlushers: max(1, maxFlushers), maxBatch: max(1, maxBatch)}
+}
+
+// Do queues v and returns once the batch that carried it was executed.
+func (g *Group[T]) Do(v T) {
+	it := &groupItem[T]{v: v, done: make(chan struct{})}
+	g.mu.Lock()
+	g.pending = append(g.pending, it)
+	if g.flushers < g.maxFlushers {
+		g.flushers++
+		g.mu.Unlock()
+		g.flush(it)
+	} else {
+		g.mu.Unlock()
+	}
+	<-it.done
+}
+
+// flush sends batches until own is done (own == nil: until the queue is
+// empty), then hands what is still queued to a new goroutine.
+func (g *Group[T]) flush(own *groupItem[T]) {
+	for {
+		g.mu.Lock()
+		if len(g.pending) == 0 {
+			g.flushers--
+			g.mu.Unlock()
+			return
+		}
+		n := min(len(g.pending), g.maxBatch)
+		batch := make([]*groupItem[T], n)
+		copy(batch, g.pending)
+		rest := copy(g.pending, g.pending[n:])
+		clear(g.pending[rest:])
+		g.pending = g.pending[:rest]
+		g.mu.Unlock()
+		vs := make([]T, n)
+		for i, it := range batch {
+			vs[i] = it.v
+		}
+		g.exec(vs)
+		for _, it := range batch {
+			close(it.done)
+		}
+		if own != nil && isDone(own.done) {
+			go g.flush(nil) // keeps this flusher's slot
+			return
+		}
+	}
+}
+
+func isDone(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
