@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // discoverRoot serves DISCOVER / (AGTP-API §5.8,
@@ -56,11 +58,14 @@ func (bi *Registry) discoverMethods(ctx context.Context, call *Call) *agtp.Respo
 // discoverAgents serves DISCOVER /agents lists the active agents, best match for criteria first.
 func (bi *Registry) discoverAgents(ctx context.Context, call *Call) *agtp.Response {
 	params := call.Params
-	resp, err := bi.Identity.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: true})
+	agents, err := paging.All(ctx, func(ctx context.Context, tok string) ([]*identityv1.AgentRecord, string, error) {
+		r, err := bi.Identity.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: true, PageSize: listPageSize, PageToken: tok})
+		return r.GetAgents(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, agentListing(resp.GetAgents(), str(params, "criteria"), str(params, "max_results")))
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, agentListing(agents, str(params, "criteria"), str(params, "max_results")))
 }
 
 // discoverGenesis serves DISCOVER /genesis returns an agent's Agent Genesis: the named one, else the caller's.
@@ -90,11 +95,27 @@ func (bi *Registry) discoverPatterns(ctx context.Context, call *Call) *agtp.Resp
 	if bi.RCNS == nil {
 		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": false, "patterns": []any{}})
 	}
-	r, err := bi.RCNS.ListPatterns(ctx, &rcnsv1.ListPatternsRequest{})
+	// Each page's body_json lists its patterns; the body is their
+	// concatenation.
+	var enabled bool
+	pats, err := paging.All(ctx, func(ctx context.Context, tok string) ([]json.RawMessage, string, error) {
+		r, err := bi.RCNS.ListPatterns(ctx, &rcnsv1.ListPatternsRequest{PageSize: listPageSize, PageToken: tok})
+		if err != nil {
+			return nil, "", err
+		}
+		var body struct {
+			Patterns []json.RawMessage `json:"patterns"`
+		}
+		if err := json.Unmarshal(r.GetBodyJson(), &body); err != nil {
+			return nil, "", fmt.Errorf("patterns body: %w", err)
+		}
+		enabled = r.GetRcnsEnabled()
+		return body.Patterns, r.GetNextPageToken(), nil
+	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 	}
-	return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, r.GetBodyJson())
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": enabled, "patterns": append([]json.RawMessage{}, pats...)})
 }
 
 // discoverContracts serves DISCOVER /contracts lists the caller's synthesized contracts.
@@ -102,12 +123,16 @@ func (bi *Registry) discoverContracts(ctx context.Context, call *Call) *agtp.Res
 	if bi.RCNS == nil {
 		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, []any{})
 	}
-	resp, err := bi.RCNS.ListContracts(ctx, &rcnsv1.ListContractsRequest{Caller: call.RCNSCaller()})
+	caller := call.RCNSCaller()
+	cts, err := paging.All(ctx, func(ctx context.Context, tok string) ([]*rcnsv1.Contract, string, error) {
+		r, err := bi.RCNS.ListContracts(ctx, &rcnsv1.ListContractsRequest{Caller: caller, PageSize: listPageSize, PageToken: tok})
+		return r.GetContracts(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 	}
 	out := []map[string]any{}
-	for _, c := range resp.GetContracts() {
+	for _, c := range cts {
 		out = append(out, ContractJSON(c))
 	}
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, out)
@@ -154,6 +179,10 @@ func agentListing(agents []*identityv1.AgentRecord, criteria, maxResults string)
 
 // maxCriteriaTerms bounds the work one DISCOVER's criteria can ask for.
 const maxCriteriaTerms = 32
+
+// listPageSize is the page a DISCOVER built-in asks a List RPC for when
+// it needs the whole list: the largest these RPCs serve.
+const listPageSize = 1000
 
 // criteriaTerms splits DISCOVER criteria into distinct lowercase words.
 func criteriaTerms(criteria string) []string {

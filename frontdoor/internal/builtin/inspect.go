@@ -62,7 +62,7 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 			return bi.dependencyFailure(ctx, call, "inspect", err)
 		}
 		limit, _ := strconv.Atoi(str(params, "limit"))
-		r, err := bi.Audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, Limit: int32(limit)})
+		r, err := bi.Audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, PageSize: int32(limit)})
 		if err != nil {
 			return bi.dependencyFailure(ctx, call, "auditsvc", err)
 		}

@@ -260,7 +260,7 @@ func (bi *Registry) queryInbox(ctx context.Context, call *Call) *agtp.Response {
 		return r
 	}
 	limit, _ := params["limit"].(float64) // the input schema bounds it to 1..100
-	r, err := bi.Tasks.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: call.AgentID, Cursor: str(params, "cursor"), Limit: int32(limit)})
+	r, err := bi.Tasks.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: call.AgentID, PageToken: str(params, "cursor"), PageSize: int32(limit)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
@@ -285,7 +285,7 @@ func (bi *Registry) queryInbox(ctx context.Context, call *Call) *agtp.Response {
 		entries = append(entries, entry)
 	}
 	out := map[string]any{"entries": entries}
-	if c := r.GetNextCursor(); c != "" {
+	if c := r.GetNextPageToken(); c != "" {
 		out["next_cursor"] = c
 	}
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, out)
