@@ -118,16 +118,7 @@ func (p *Pipeline) ServeBound(ctx context.Context, b *Bound) *BoundOutcome {
 	x := p.begin(ctx, b.Conn, b.Request)
 	defer x.end()
 	x.bound = b
-	var resp *agtp.Response
-	if b.Refusal != nil {
-		resp = p.refuseBound(x, b.Refusal)
-	} else {
-		resp = p.run(x)
-	}
-	if !x.replayed && b.Shape != nil {
-		resp = b.Shape(x.ctx, p.view(x), resp)
-	}
-	resp = p.finish(x, resp)
+	resp := p.serve(x)
 	out := &BoundOutcome{Response: resp, AgentID: x.agentID, Replayed: x.replayed, AuditID: resp.Header.Get(agtp.HeaderAuditID)}
 	if a := x.authz; a != nil && a.GetRateLimitLimit() > 0 {
 		out.RateLimit = &RateLimit{Limit: a.GetRateLimitLimit(), Remaining: max(a.GetRateLimitRemaining(), 0), ResetSeconds: a.GetRateLimitResetSeconds()}

@@ -3,8 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -14,12 +12,12 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/carried"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/services/agtp"
-	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 // Bindings are the executors of the handler kinds other than built-ins
@@ -206,15 +204,6 @@ type bindingInvoker struct {
 
 var _ bindings.Invoker = (*bindingInvoker)(nil)
 
-// inheritedHeaders are the request fields an invocation carries over from
-// its parent: who calls, under which authority, in which session and
-// task, with which credentials.
-var inheritedHeaders = []string{
-	agtp.HeaderAgentID, agtp.HeaderAuthorityScope, agtp.HeaderSessionID, agtp.HeaderTaskID,
-	agtp.HeaderAuthorization, agtp.HeaderDelegationChain, agtp.HeaderBudgetLimit, agtp.HeaderZoneID,
-	agtp.HeaderMerchantID, agtp.HeaderMerchantManifestFingerprint, agtp.HeaderIntentAssertion,
-}
-
 // Check admits or refuses a call of the endpoint declared at (method,
 // template) from what the exchange already knows: anonymous callers only
 // reach anonymous endpoints, and the effective scopes must cover the
@@ -258,19 +247,19 @@ func (v *bindingInvoker) Invoke(ctx context.Context, in bindings.Invocation) (*b
 	if i := strings.IndexByte(in.Path, '?'); i >= 0 {
 		req.Path, req.RawQuery = in.Path[:i], in.Path[i+1:]
 	}
-	for _, name := range inheritedHeaders {
+	for _, name := range answer.InheritedHeaders {
 		if val, ok := v.x.req.Header.Lookup(name); ok {
 			req.Header.Set(name, val)
 		}
 	}
 	if key, ok := v.x.idempotencyKey(); ok && in.Key != "" {
-		req.Header.Set(agtp.HeaderIdempotencyKey, derivedKey(key, in.Key))
+		req.Header.Set(agtp.HeaderIdempotencyKey, answer.DerivedKey(key, in.Key))
 	}
 	if len(in.Input) > 0 {
 		req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
 		req.Header.Set(agtp.HeaderContentLength, strconv.Itoa(len(in.Input)))
 	}
-	resp := v.p.serveInner(bindings.Deeper(ctx), v.x, req)
+	resp := v.p.serveInner(bindings.Deeper(ctx), v.x.conn, req)
 	o := outcomeOf(resp)
 	if o.AuditID != "" {
 		v.x.priors = append(v.x.priors, attribution.PriorAction{AgentID: v.x.agentID, AuditID: o.AuditID})
@@ -279,29 +268,6 @@ func (v *bindingInvoker) Invoke(ctx context.Context, in bindings.Invocation) (*b
 		return o, err
 	}
 	return o, nil
-}
-
-// serveInner runs an invocation through the pipeline, as ServeAGTP does,
-// within the parent's connection and deadline.
-func (p *Pipeline) serveInner(ctx context.Context, parent *exchange, req *agtp.Request) *agtp.Response {
-	conn := transport.ConnInfo{}
-	if parent.conn != nil {
-		conn = *parent.conn
-	}
-	// Supported-Methods belongs on the connection's first response, which
-	// an invocation never is.
-	conn.Requests = 1
-	x := p.begin(ctx, &conn, req)
-	defer x.end()
-	return p.finish(x, p.run(x))
-}
-
-// derivedKey is an invocation's Idempotency-Key: bound to the parent's
-// key and to the invocation's place in the parent, so a retried parent
-// replays the invocations that already ran.
-func derivedKey(parent, key string) string {
-	sum := sha256.Sum256([]byte(parent + "\x00" + key))
-	return hex.EncodeToString(sum[:])
 }
 
 // outcomeOf reads an invocation's response: the result member of a

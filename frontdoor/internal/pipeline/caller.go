@@ -5,12 +5,18 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"strings"
+	"sync"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	"github.com/agtpsuite/agtp/identitysvc/sessionbind"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
@@ -20,7 +26,22 @@ import (
 // Certificate or the Genesis issuer key at the handshake, a bearer token
 // policysvc verifies, or an API key a binding checked. A bare Agent-ID
 // header is a claim (core §10.2 Level 1) and counts only as the caller_proof
-// policy allows (docs/decisions.md#D-caller-proof).
+// policy allows (docs/decisions.md#D-caller-proof). A Session-ID is bound
+// to the proven caller here too.
+
+// caller establishes the caller for the matched endpoint ep (digest-api §7
+// item 11): the manifest's anonymous_discovery and
+// scope_required_for_invocation toggles (AGTP-API §8.7) on either side of
+// the caller named by Agent-ID (core §5.5.3, §6.5.1).
+func (p *Pipeline) caller(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	if resp := p.anonymousDiscoveryClosed(x, ep); resp != nil {
+		return resp
+	}
+	if resp := p.identify(x, ep.GetAnonymous()); resp != nil {
+		return resp
+	}
+	return p.explicitScopeMissing(x, ep)
+}
 
 // peerOf is what the connection's client certificate proved, nil without
 // one.
@@ -218,6 +239,141 @@ func delegationSignedBy(x *exchange, agentID string, issuer []byte) bool {
 	if err != nil {
 		return false
 	}
-	var c DelegationClaims
+	var c builtin.DelegationClaims
 	return json.Unmarshal(payload, &c) == nil && c.Delegator == agentID
+}
+
+// anonymousDiscoveryClosed applies policies.anonymous_discovery=false
+// (AGTP-API §8.7): an anonymous call to a read-only discovery built-in
+// (DISCOVER and DESCRIBE, Tier A) gets 262 anonymous-discovery-disabled (api
+// assertion 65, docs/decisions.md#D-anonymous-discovery) rather than the
+// plain 401 any other non-anonymous endpoint gives. /contracts is per caller
+// and never anonymous, so it keeps the 401.
+func (p *Pipeline) anonymousDiscoveryClosed(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	if x.state.Snapshot.GetPolicies().GetAnonymousDiscovery() || ep.GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_A ||
+		ep.GetMethod() != agtp.MethodDiscover && ep.GetMethod() != agtp.MethodDescribe || ep.GetPath() == "/contracts" {
+		return nil
+	}
+	if namesAgent(x) {
+		return nil
+	}
+	return x.fail(agtp.StatusAuthorizationRequired, agtp.ReasonAnonymousDiscoveryDisabled,
+		"this server does not serve discovery to anonymous callers (policies.anonymous_discovery is false); send an Agent-ID", nil)
+}
+
+// explicitScopeMissing applies policies.scope_required_for_invocation
+// (AGTP-API §8.7): when it is true, an identified caller invoking an
+// endpoint that declares required_scopes must carry Authority-Scope; the
+// handler is not run and the answer is 262 scope-required naming the first
+// required scope. When it is false (the default, docs/frontdoor.md), a
+// request without Authority-Scope inherits the identity document's scopes
+// (core §5.5.3).
+func (p *Pipeline) explicitScopeMissing(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	if !x.state.Snapshot.GetPolicies().GetScopeRequiredForInvocation() || len(ep.GetRequiredScopes()) == 0 || x.agentID == "" {
+		return nil
+	}
+	if _, present := x.req.Header.Lookup(agtp.HeaderAuthorityScope); present {
+		return nil
+	}
+	return x.fail(agtp.StatusAuthorizationRequired, agtp.ReasonScopeRequired,
+		"this server requires Authority-Scope on every scope-gated call (policies.scope_required_for_invocation); claim "+strings.Join(ep.GetRequiredScopes(), ", "),
+		map[string]any{"scope": ep.GetRequiredScopes()[0]})
+}
+
+// checkSession binds or checks the request's Session-ID. Anonymous
+// requests and requests from 0-RTT data (whose client identity is not yet
+// proven) do not bind sessions.
+func (p *Pipeline) checkSession(x *exchange) *agtp.Response {
+	sid, ok := x.req.Header.Lookup(agtp.HeaderSessionID)
+	if !ok || x.agentID == "" || x.conn.EarlyData {
+		return nil
+	}
+	// RESUME is how a suspended session is reached again; it checks the
+	// binding itself, with the nonce.
+	if x.decision.Method == "RESUME" {
+		return nil
+	}
+	if !sessionbind.Valid(sid) {
+		return x.fail(agtp.StatusBadRequest, sessionbind.ReasonInvalid,
+			"Session-ID must be 22 to 256 visible ASCII characters carrying at least 128 random bits", nil)
+	}
+	fp := clientKeyFingerprint(x)
+	binding := x.agentID + "|" + fp
+	if p.sessions.confirmed(sid, binding) {
+		return nil
+	}
+	_, err := p.Identity.ResolveAgent(x.ctx, &identityv1.ResolveAgentRequest{AgentId: x.agentID, SessionId: sid, ClientKeyFingerprint: fp})
+	if err != nil {
+		return p.dependencyFailure(x, "identitysvc", err)
+	}
+	p.sessions.remember(sid, binding)
+	return nil
+}
+
+// sessionCache remembers Session-ID bindings identitysvc has confirmed,
+// so a session costs one ResolveAgent call on first sight and none after
+// (core §10.4.5: Session-ID, Agent-ID and the TLS client identity must
+// agree). A binding never changes once made, so a confirmed one stays
+// true; the cache is bounded and simply cleared when full.
+type sessionCache struct {
+	mu    sync.RWMutex
+	bound map[string]string // Session-ID -> Agent-ID + "|" + client key fingerprint
+}
+
+const maxSessions = 100_000
+
+func (c *sessionCache) confirmed(sessionID, binding string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.bound[sessionID] == binding
+}
+
+func (c *sessionCache) remember(sessionID, binding string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bound == nil || len(c.bound) >= maxSessions {
+		c.bound = map[string]string{}
+	}
+	c.bound[sessionID] = binding
+}
+
+// DropSession forgets a confirmed binding, so the next request of the
+// session is checked with identitysvc again (after SUSPEND or RESUME).
+func (p *Pipeline) DropSession(sessionID string) {
+	p.sessions.mu.Lock()
+	delete(p.sessions.bound, sessionID)
+	p.sessions.mu.Unlock()
+}
+
+// effectiveScopes are the Authority-Scope claim when one was sent (it has
+// been checked against the identity document), else the document's scopes.
+func (p *Pipeline) effectiveScopes(x *exchange) []string {
+	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
+		if set, err := agtp.ParseScopes(raw); err == nil {
+			out := make([]string, len(set))
+			for i, s := range set {
+				out[i] = string(s)
+			}
+			return out
+		}
+	}
+	return x.caller.GetScopes()
+}
+
+// scopeHeld reports whether the request's effective scopes cover one.
+func (p *Pipeline) scopeHeld(x *exchange, scope string) bool {
+	held := make(agtp.ScopeSet, 0, len(p.effectiveScopes(x)))
+	for _, s := range p.effectiveScopes(x) {
+		held = append(held, agtp.Scope(s))
+	}
+	return held.Covers(agtp.Scope(scope))
+}
+
+// clientKeyFingerprint is the Genesis-issuer form of the TLS client
+// certificate's key (core §7.2.19), "" without one.
+func clientKeyFingerprint(x *exchange) string {
+	if peer := peerOf(x); peer != nil {
+		return peer.KeyFingerprint
+	}
+	return ""
 }

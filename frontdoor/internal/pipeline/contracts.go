@@ -8,7 +8,9 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
+	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
@@ -90,6 +92,54 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	return nil
 }
 
+// rcnsGate handles an unregistered (method, path) from a caller that sent
+// Allow-RCNS: true (AGTP-API §10.1).
+func (p *Pipeline) rcnsGate(x *exchange) *agtp.Response {
+	if p.RCNS == nil {
+		resp := x.fail(agtp.StatusRCNSNoContract, "rcns-disabled", "this server does not run runtime contract negotiation", nil)
+		resp.Header.Set(agtp.HeaderRCNSAttemptID, answer.NewID())
+		return resp
+	}
+	r, err := p.RCNS.Gate(x.ctx, &rcnsv1.GateRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path})
+	if err != nil {
+		return p.dependencyFailure(x, "rcnssvc", err)
+	}
+	switch r.GetOutcome() {
+	case rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST:
+		c := r.GetContract()
+		preview := builtin.ContractJSON(c)
+		preview["endpoint"] = json.RawMessage(orNull(c.GetEndpointJson()))
+		resp, err := answer.JSON(agtp.StatusRCNSContractAvailable, agtp.MediaTypeJSON, preview)
+		if err != nil {
+			return x.fail(agtp.StatusServerError, "internal", "the response could not be encoded", nil)
+		}
+		return resp
+	case rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC:
+		c := r.GetContract()
+		resp := p.runContract(x, c)
+		x.negotiationOrigin = "rcns-gate"
+		return resp
+	case rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED:
+		return x.fail(agtp.StatusRateLimited, r.GetReason(), r.GetExplanation(), map[string]any{"scope": "rcns", "retry_after_seconds": r.GetRetryAfterSeconds()})
+	}
+	var extra map[string]any
+	if r.GetScope() != "" {
+		extra = map[string]any{"scope": r.GetScope()}
+	}
+	resp := x.fail(int(r.GetStatus()), r.GetReason(), r.GetExplanation(), extra)
+	if r.GetAttemptId() != "" {
+		resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
+	}
+	return resp
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
 // runContract serves a request with a synthesized contract: the contract's
 // endpoint definition validates the input and gates scopes and
 // idempotency like any endpoint, and its recipe runs each step through
@@ -144,7 +194,7 @@ func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 		p.Log.ErrorContext(x.ctx, "contract composition failed", "synthesis_id", c.GetSynthesisId(), "error", err)
 		return x.fail(agtp.StatusServerError, "synthesis-error", "the composition failed", nil)
 	}
-	out, err := decodeJSON(res.Output)
+	out, err := answer.DecodeJSON(res.Output)
 	if err != nil {
 		return x.fail(agtp.StatusServerError, "output-invalid", "the composition produced an invalid result", nil)
 	}
@@ -155,26 +205,11 @@ func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 	return envelope(x, agtp.StatusOK, res.Output)
 }
 
-// scopeHeld reports whether the request's effective scopes cover one.
-func (p *Pipeline) scopeHeld(x *exchange, scope string) bool {
-	held := make(agtp.ScopeSet, 0, len(p.effectiveScopes(x)))
-	for _, s := range p.effectiveScopes(x) {
-		held = append(held, agtp.Scope(s))
+func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {
+	return &rcnsv1.Caller{
+		AgentId:   x.agentID,
+		SessionId: x.req.Header.Get(agtp.HeaderSessionID),
+		Scopes:    p.effectiveScopes(x),
+		TrustTier: x.caller.GetTrustTier(),
 	}
-	return held.Covers(agtp.Scope(scope))
-}
-
-// effectiveScopes are the Authority-Scope claim when one was sent (it has
-// been checked against the identity document), else the document's scopes.
-func (p *Pipeline) effectiveScopes(x *exchange) []string {
-	if raw, ok := x.req.Header.Lookup(agtp.HeaderAuthorityScope); ok {
-		if set, err := agtp.ParseScopes(raw); err == nil {
-			out := make([]string, len(set))
-			for i, s := range set {
-				out[i] = string(s)
-			}
-			return out
-		}
-	}
-	return x.caller.GetScopes()
 }

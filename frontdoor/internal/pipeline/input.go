@@ -1,20 +1,22 @@
 package pipeline
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/services/agtp"
-	"github.com/agtpsuite/agtp/services/agtp/transport"
-	"github.com/agtpsuite/agtp/services/idempotency"
 )
+
+// The input stage (digest-api §7 item 12, docs/decisions.md#D-input-form):
+// query, path and body parameters merged into one object and validated
+// against the endpoint's input schema, before any policy state is
+// touched.
 
 // envelopeMembers are the members of core §5.7's request envelope; a body
 // made only of these carries its input in "parameters".
@@ -65,48 +67,9 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	return in, nil
 }
 
-// validateOutput checks a handler's result against the endpoint's output
-// schema; a mismatch is the handler's fault, so the caller gets a 500 and
-// the operator a log line naming the violations.
-func (p *Pipeline) validateOutput(x *exchange, output []byte) *agtp.Response {
-	if !p.opts.OutputCheck.Due() {
-		return nil
-	}
-	ep := x.state.Endpoints[x.decision.Endpoint.Index]
-	v, err := decodeJSON(output)
-	if err != nil {
-		p.Log.ErrorContext(x.ctx, "handler output is not JSON", "handler", ep.HandlerName(), "error", err)
-		return x.fail(agtp.StatusServerError, "output-invalid", "the handler produced an invalid result", nil)
-	}
-	if report := ep.ValidateOutput(v); report != nil {
-		p.Log.ErrorContext(x.ctx, "handler output does not match the output schema", "handler", ep.HandlerName(), "violations", report.Error())
-		return x.fail(agtp.StatusServerError, "output-invalid", "the handler produced a result that does not match the endpoint's output schema", nil)
-	}
-	return nil
-}
-
-func isJSON(ct string) bool {
-	mt, _, _ := strings.Cut(ct, ";")
-	mt = strings.TrimSpace(strings.ToLower(mt))
-	return mt == agtp.MediaTypeJSON || mt == "application/json" || strings.HasSuffix(mt, "+json")
-}
-
-func decodeJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
-	}
-	if dec.More() {
-		return nil, errors.New("more than one JSON value")
-	}
-	return v, nil
-}
-
 // bodyParameters decodes a JSON body into its parameters object.
 func bodyParameters(body []byte) (map[string]any, error) {
-	v, err := decodeJSON(body)
+	v, err := answer.DecodeJSON(body)
 	if err != nil {
 		return nil, fmt.Errorf("the body is %v", err)
 	}
@@ -129,35 +92,65 @@ func bodyParameters(body []byte) (map[string]any, error) {
 	return obj, nil
 }
 
-// fingerprint binds an Idempotency-Key to the request.
-func fingerprint(method, target string, input []byte) string {
-	return idempotency.Fingerprint(method, target, input)
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == agtp.MediaTypeJSON || mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-func clientIP(c *transport.ConnInfo) string {
-	if c == nil || c.RemoteAddr == nil {
+// refuseFreeForm answers a RUN request that carries a free-form execution
+// string (a member named command, script, shell, exec, cmd or code, at
+// any depth of the body, or in the query) with 422, before the input is
+// validated, so the reason is specific even where the schema would have
+// refused the member anyway (standard methods §8.8 "under any
+// circumstances").
+func refuseFreeForm(x *exchange, ep *endpoint.Endpoint, query url.Values, body map[string]any) *agtp.Response {
+	if ep.Def.Method != "RUN" {
+		return nil
+	}
+	member := ""
+	for k := range query {
+		if endpoint.IsFreeFormMember(k) {
+			member = k
+			break
+		}
+	}
+	if member == "" {
+		member = freeFormMember(body, 0)
+	}
+	if member == "" {
+		return nil
+	}
+	return x.fail(agtp.StatusUnprocessable, ReasonFreeFormExecution,
+		"RUN executes registered procedures only; a free-form execution string ("+member+") is never accepted (standard methods §8.8, §10.3)",
+		map[string]any{"member": member})
+}
+
+// freeFormMember returns the first free-form member name found in v.
+func freeFormMember(v any, depth int) string {
+	if depth > maxFreeFormDepth {
 		return ""
 	}
-	host, _, err := net.SplitHostPort(c.RemoteAddr.String())
-	if err != nil {
-		return c.RemoteAddr.String()
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if endpoint.IsFreeFormMember(k) {
+				return k
+			}
+			if m := freeFormMember(e, depth+1); m != "" {
+				return m
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if m := freeFormMember(e, depth+1); m != "" {
+				return m
+			}
+		}
 	}
-	return host
+	return ""
 }
 
-// envelope wraps a handler's result in core §5.7's response envelope.
-func envelope(x *exchange, status int, result json.RawMessage) *agtp.Response {
-	if len(result) == 0 {
-		result = json.RawMessage("null")
-	}
-	body := struct {
-		Status int             `json:"status"`
-		TaskID string          `json:"task_id,omitempty"`
-		Result json.RawMessage `json:"result"`
-	}{status, x.req.Header.Get(agtp.HeaderTaskID), result}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return x.fail(agtp.StatusServerError, "internal", "the result could not be encoded", nil)
-	}
-	return agtp.NewResponse(status, agtp.MediaTypeJSON, b)
-}
+// maxFreeFormDepth bounds the walk over a RUN body; JSON nesting is
+// already bounded by the body size limit.
+const maxFreeFormDepth = 64

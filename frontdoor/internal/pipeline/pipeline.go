@@ -1,10 +1,15 @@
 // Package pipeline is the front door's request pipeline: for every parsed
 // AGTP request it makes the structural decision from the local catalog
-// snapshot, establishes the caller from the agent cache, asks policysvc
-// once, validates input, dispatches to the endpoint's handler (a built-in
-// or a registered function), validates output, and has auditsvc sign and
-// append the Attribution-Record before the response leaves. The hot path
-// costs two network hops: Authorize and SignAndAppend.
+// snapshot, establishes the caller from the agent cache, validates input,
+// asks policysvc once, dispatches to the endpoint's handler (a built-in
+// of package builtin, a registered function or a binding), validates
+// output, and has auditsvc sign and append the Attribution-Record before
+// the response leaves. The hot path costs two network hops: Authorize and
+// SignAndAppend.
+//
+// The stages of digest-api §7 are one file each, in the order decide runs
+// them: wire.go, structure.go, caller.go, input.go, policy.go, dispatch.go
+// and record.go (docs/frontdoor.md, "Following one request").
 package pipeline
 
 import (
@@ -18,6 +23,7 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
+	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/outputcheck"
@@ -87,10 +93,14 @@ type Pipeline struct {
 	opts Options
 	Deps
 	metrics  *metrics
-	costs    *costTracker
+	costs    *builtin.Costs
 	sessions sessionCache
-	acl      inspect.ACL
+	builtins *builtin.Registry
 }
+
+// Outbound is how the mechanics verbs reach destinations their callers
+// name (builtin.Outbound).
+type Outbound = builtin.Outbound
 
 // New builds a pipeline.
 func New(opts Options, deps Deps) (*Pipeline, error) {
@@ -108,7 +118,19 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{opts: opts, Deps: deps, metrics: m, costs: newCostTracker(), acl: inspect.NewACL(mode, opts.OperatorFingerprints...)}, nil
+	p := &Pipeline{opts: opts, Deps: deps, metrics: m, costs: builtin.NewCosts()}
+	p.builtins = builtin.New(builtin.Deps{
+		ServerID: opts.ServerID,
+		Agents:   deps.Agents, Policy: deps.Policy, Audit: deps.Audit, Identity: deps.Identity, RCNS: deps.RCNS, Tasks: deps.Tasks,
+		Peers: deps.Peers, Outbound: deps.Outbound,
+		ACL:         inspect.NewACL(mode, opts.OperatorFingerprints...),
+		Costs:       p.costs,
+		Log:         deps.Log,
+		DropSession: p.DropSession,
+		Serve:       p.ServeAGTP,
+		ServeInner:  p.serveInner,
+	})
+	return p, nil
 }
 
 var _ transport.Handler = (*Pipeline)(nil)
@@ -120,6 +142,84 @@ func (p *Pipeline) ServeAGTP(ctx context.Context, conn *transport.ConnInfo, req 
 	defer cancel()
 	x := p.begin(ctx, conn, req)
 	defer x.end()
-	resp := p.run(x)
-	return p.finish(x, resp)
+	return p.serve(x)
+}
+
+// serveInner runs a request made on a caller's behalf (a composition step,
+// an MCP tool call, RETRY's re-run) through the pipeline, as ServeAGTP
+// does, within the parent's connection and deadline.
+func (p *Pipeline) serveInner(ctx context.Context, parent *transport.ConnInfo, req *agtp.Request) *agtp.Response {
+	conn := transport.ConnInfo{}
+	if parent != nil {
+		conn = *parent
+	}
+	// Supported-Methods belongs on the connection's first response, which
+	// an invocation never is.
+	conn.Requests = 1
+	x := p.begin(ctx, &conn, req)
+	defer x.end()
+	return p.serve(x)
+}
+
+// serve takes one request through the stages: decide answers it, record
+// stamps, signs and records the answer.
+func (p *Pipeline) serve(x *exchange) *agtp.Response {
+	return p.record(x, p.decide(x))
+}
+
+// decide is the decision order of digest-api §7
+// (docs/decisions.md#D-decision-order): each stage either answers the
+// request, ending it, or hands it to the next. Every response then goes
+// through the record stage (record.go), which runs the record hooks the
+// stages left on the exchange.
+func (p *Pipeline) decide(x *exchange) *agtp.Response {
+	// A binding's own refusal (agp.go) is answered once its caller is
+	// known, so that it goes on the caller's chain.
+	if x.bound != nil && x.bound.Refusal != nil {
+		return p.refuseBound(x, x.bound.Refusal)
+	}
+
+	// 1. Wire (wire.go): what the transport's parser leaves to the
+	// pipeline: a catalog to decide on, and Delegation-Chain support.
+	if resp := p.wire(x); resp != nil {
+		return resp
+	}
+
+	// 2. Structure (structure.go): 459, 460, 405, 404 or a match, from
+	// the local catalog snapshot; an unmatched request may still be served
+	// by a synthesized contract (contracts.go).
+	if resp := p.structure(x); resp != nil {
+		return resp
+	}
+	ep := x.decision.Endpoint.Proto
+
+	// 3. Caller (caller.go): who sent the request and how that was proven,
+	// with the manifest's discovery and scope toggles on either side.
+	if resp := p.caller(x, ep); resp != nil {
+		return resp
+	}
+
+	// 4. Input (input.go): parameters from body, query and path, validated
+	// before any policy state (idempotency claims, rate-limit spend) is
+	// touched.
+	input, resp := p.input(x)
+	if resp != nil {
+		return resp
+	}
+
+	// 5. Policy (policy.go): one round trip for scopes, rate limits,
+	// idempotency and credentials; an idempotent replay ends here.
+	if resp := p.authorize(x, ep, x.decision.Method, input); resp != nil {
+		return resp
+	}
+	if x.replayed {
+		return p.replay(x)
+	}
+
+	// 6. Dispatch (dispatch.go): a binding's last word (agp.go), then the
+	// endpoint's handler: a built-in, a registered function or a binding.
+	if resp := p.intercept(x); resp != nil {
+		return resp
+	}
+	return p.dispatch(x, input)
 }

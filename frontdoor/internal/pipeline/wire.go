@@ -4,9 +4,30 @@ import (
 	"context"
 	"time"
 
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
+
+// The wire stage (digest-api §7 item 1). The transport parses the request
+// line and header fields and answers what does not parse itself, through
+// RespondError; what it leaves to the pipeline is whether there is a
+// catalog to decide on and whether Delegation-Chain can be honoured.
+
+// wire refuses a request the front door cannot decide yet (no catalog
+// snapshot has arrived) or cannot honour (Delegation-Chain while
+// delegation is off, core §5.5.3).
+func (p *Pipeline) wire(x *exchange) *agtp.Response {
+	x.state = p.Catalog.Current()
+	if x.state == nil {
+		return x.fail(agtp.StatusUnavailable, "catalog-unavailable", "the front door has not received the method catalog yet; retry shortly", nil)
+	}
+	if _, ok := x.req.Header.Lookup(agtp.HeaderDelegationChain); ok && !p.opts.DelegationEnabled {
+		return x.fail(agtp.StatusNotImplemented, "delegation-unsupported",
+			"this server does not support Delegation-Chain (core §5.5.3); send the request without it", nil)
+	}
+	return nil
+}
 
 var _ transport.ErrorResponder = (*Pipeline)(nil)
 
@@ -32,7 +53,7 @@ func (p *Pipeline) RespondError(ctx context.Context, conn *transport.ConnInfo, r
 	resp := x.fail(perr.Status, perr.Reason, perr.Explanation, extra)
 	p.stampStable(x, resp)
 	p.stampPerResponse(x, resp)
-	responseID := newResponseID()
+	responseID := answer.NewID()
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
 	if jws, auditID := p.unchainedRecord(x, resp, responseID, "wire_error"); jws != "" {
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)

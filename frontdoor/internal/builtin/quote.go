@@ -1,6 +1,7 @@
-package pipeline
+package builtin
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/url"
@@ -9,13 +10,14 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// costTracker learns what each endpoint costs from the calls it serves, so
+// Costs learns what each endpoint costs from the calls it serves, so
 // QUOTE (Tier 2, standard methods §5.1) answers from observation: the
 // handler's compute time per call, smoothed, with the range seen.
-type costTracker struct {
+type Costs struct {
 	mu        sync.Mutex
 	endpoints map[string]*endpointCost
 }
@@ -27,12 +29,13 @@ type endpointCost struct {
 	lastUpdatedAt time.Time
 }
 
-func newCostTracker() *costTracker { return &costTracker{endpoints: map[string]*endpointCost{}} }
+// NewCosts starts with no observations.
+func NewCosts() *Costs { return &Costs{endpoints: map[string]*endpointCost{}} }
 
 func costKey(method, template string) string { return method + " " + template }
 
-// observe records one handler run.
-func (c *costTracker) observe(method, template string, d time.Duration) {
+// Observe records one handler run.
+func (c *Costs) Observe(method, template string, d time.Duration) {
 	sec := d.Seconds()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,7 +54,7 @@ func (c *costTracker) observe(method, template string, d time.Duration) {
 	e.lastUpdatedAt = time.Now()
 }
 
-func (c *costTracker) estimate(method, template string) (endpointCost, bool) {
+func (c *Costs) estimate(method, template string) (endpointCost, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.endpoints[costKey(method, template)]
@@ -67,49 +70,50 @@ func (c *costTracker) estimate(method, template string) (endpointCost, bool) {
 // anything else the decision's own code as 422), then the parameters against
 // the target's input schema (422 with the violations), then the estimate in
 // the Cost-Estimate header and the body. Nothing is run.
-func (p *Pipeline) quote(x *exchange, input []byte) *agtp.Response {
+func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
+	input := call.Input
 	var params map[string]any
-	if v, err := decodeJSON(input); err == nil {
+	if v, err := answer.DecodeJSON(input); err == nil {
 		params, _ = v.(map[string]any)
 	}
 	method, path := str(params, "method"), str(params, "path")
 	proposed, hasParams := params["parameters"].(map[string]any)
 	switch {
 	case method == "":
-		return x.fail(agtp.StatusBadRequest, "method-required", "QUOTE needs method: the method of the call to estimate", nil)
+		return call.Fail(agtp.StatusBadRequest, "method-required", "QUOTE needs method: the method of the call to estimate", nil)
 	case path == "":
-		return x.fail(agtp.StatusBadRequest, "path-required", "QUOTE needs path: the path of the call to estimate", nil)
+		return call.Fail(agtp.StatusBadRequest, "path-required", "QUOTE needs path: the path of the call to estimate", nil)
 	case !hasParams:
-		return x.fail(agtp.StatusBadRequest, "parameters-required", "QUOTE needs parameters: the arguments the call would receive ({} for none)", nil)
+		return call.Fail(agtp.StatusBadRequest, "parameters-required", "QUOTE needs parameters: the arguments the call would receive ({} for none)", nil)
 	}
-	d := x.state.Table.Decide(method, path)
+	d := call.State.Table.Decide(method, path)
 	switch d.Outcome {
 	case route.Matched:
 	case route.NotFound:
-		return x.fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+path, nil)
+		return call.Fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+path, nil)
 	default:
-		return x.fail(agtp.StatusUnprocessable, "quote-target-invalid", method+" "+path+" could not be called: "+d.Explanation(), map[string]any{"target_status": d.Status()})
+		return call.Fail(agtp.StatusUnprocessable, "quote-target-invalid", method+" "+path+" could not be called: "+d.Explanation(), map[string]any{"target_status": d.Status()})
 	}
 	var query url.Values
 	if _, raw, ok := strings.Cut(path, "?"); ok {
 		var err error
 		if query, err = url.ParseQuery(raw); err != nil {
-			return x.fail(agtp.StatusBadRequest, "path-invalid", "the query string of path is not valid percent-encoded form data", nil)
+			return call.Fail(agtp.StatusBadRequest, "path-invalid", "the query string of path is not valid percent-encoded form data", nil)
 		}
 	}
-	if _, report := x.state.Endpoints[d.Endpoint.Index].BuildInput(d.Params(), query, proposed); report != nil {
-		return x.fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+report.Error(), map[string]any{"violations": report.Violations})
+	if _, report := call.State.Endpoints[d.Endpoint.Index].BuildInput(d.Params(), query, proposed); report != nil {
+		return call.Fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+report.Error(), map[string]any{"violations": report.Violations})
 	}
 	template := d.Endpoint.Proto.GetPath()
-	e, seen := p.costs.estimate(d.Method, template)
+	e, seen := bi.Costs.estimate(d.Method, template)
 	expected, lo, hi, confidence := 0.001, 0.0, 0.01, 0.1
 	if seen {
 		expected, lo, hi = e.mean, e.min, e.max
 		confidence = math.Round(float64(e.n)/float64(e.n+20)*100) / 100
 	}
-	resp := jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+	resp := jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
 		"status":  agtp.StatusOK,
-		"task_id": x.req.Header.Get(agtp.HeaderTaskID),
+		"task_id": call.Header.Get(agtp.HeaderTaskID),
 		"result": map[string]any{
 			"method": d.Method,
 			"path":   template,

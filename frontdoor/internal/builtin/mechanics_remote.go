@@ -1,4 +1,4 @@
-package pipeline
+package builtin
 
 import (
 	"context"
@@ -41,14 +41,14 @@ type Outbound struct {
 // checkPeer refuses a DELEGATE to a host this server may not dial on a
 // caller's word: 403 recipient-not-allowed, before anything is signed
 // or stored.
-func (p *Pipeline) checkPeer(x *exchange, addr string) *agtp.Response {
+func (bi *Registry) checkPeer(ctx context.Context, call *Call, addr string) *agtp.Response {
 	var pol *outbound.Policy
-	if p.Outbound != nil {
-		pol = p.Outbound.Policy
+	if bi.Outbound != nil {
+		pol = bi.Outbound.Policy
 	}
 	if err := pol.CheckPeer(addr); err != nil {
-		p.Log.WarnContext(x.ctx, "outbound destination refused", "caller", x.agentID, "destination", addr, "error", err)
-		return x.fail(agtp.StatusForbidden, outbound.Reason, err.Error(), nil)
+		bi.Log.WarnContext(ctx, "outbound destination refused", "caller", call.AgentID, "destination", addr, "error", err)
+		return call.Fail(agtp.StatusForbidden, outbound.Reason, err.Error(), nil)
 	}
 	return nil
 }
@@ -79,14 +79,14 @@ const answerReserve = 2 * time.Second
 
 // outboundContext bounds a call to another server by limit and by the
 // request deadline less answerReserve; ok is false when no time is left.
-func outboundContext(x *exchange, limit time.Duration) (ctx context.Context, cancel context.CancelFunc, ok bool) {
-	if dl, has := x.ctx.Deadline(); has {
+func outboundContext(parent context.Context, limit time.Duration) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	if dl, has := parent.Deadline(); has {
 		limit = min(limit, time.Until(dl)-answerReserve)
 	}
 	if limit <= 0 {
-		return x.ctx, func() {}, false
+		return parent, func() {}, false
 	}
-	ctx, cancel = context.WithTimeout(x.ctx, limit)
+	ctx, cancel = context.WithTimeout(parent, limit)
 	return ctx, cancel, true
 }
 
@@ -96,11 +96,11 @@ func outboundContext(x *exchange, limit time.Duration) (ctx context.Context, can
 // retried, with the executor's breaker, timeouts, roots and tracing. The
 // escalation is sent whole and unchanged (core §10.4.6). The outcome is
 // recorded on the escalation; it returns the routing status.
-func (p *Pipeline) pushEscalation(x *exchange, e *taskv1.Escalation) string {
-	if p.Outbound == nil || p.Outbound.Webhooks == nil {
+func (bi *Registry) pushEscalation(ctx context.Context, call *Call, e *taskv1.Escalation) string {
+	if bi.Outbound == nil || bi.Outbound.Webhooks == nil {
 		return e.GetRoutingStatus()
 	}
-	input, err := json.Marshal(p.escalationPayload(e))
+	input, err := json.Marshal(bi.escalationPayload(e))
 	if err != nil {
 		return e.GetRoutingStatus()
 	}
@@ -108,9 +108,9 @@ func (p *Pipeline) pushEscalation(x *exchange, e *taskv1.Escalation) string {
 	// stored the escalation (it alone knows its configured default);
 	// here the address is checked, as written now and, by the dialer,
 	// as resolved.
-	if err := p.Outbound.Policy.CheckAddress(webhookHostPort(e.GetRoutedTo())); err != nil {
-		p.Log.WarnContext(x.ctx, "escalation push refused: destination not allowed; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
-		return p.recordRouting(x, e, routingFailed, outbound.Reason)
+	if err := bi.Outbound.Policy.CheckAddress(webhookHostPort(e.GetRoutedTo())); err != nil {
+		bi.Log.WarnContext(ctx, "escalation push refused: destination not allowed; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
+		return bi.recordRouting(ctx, call, e, routingFailed, outbound.Reason)
 	}
 	timeout, idempotent := escalationPushTimeout, true
 	def := &endpoint.Definition{
@@ -121,30 +121,30 @@ func (p *Pipeline) pushEscalation(x *exchange, e *taskv1.Escalation) string {
 			Headers: map[string]string{"Escalation-ID": e.GetEscalationId(), "Idempotency-Key": e.GetEscalationId()},
 		},
 	}
-	pctx, cancel, ok := outboundContext(x, escalationPushBudget)
+	pctx, cancel, ok := outboundContext(ctx, escalationPushBudget)
 	defer cancel()
 	if !ok {
 		return e.GetRoutingStatus() // pushed by the next ESCALATE
 	}
 	status, detail := routingDelivered, ""
-	if _, err := p.Outbound.Webhooks.Call(pctx, def, &handler.Call{Method: "ESCALATE", Path: "/", Input: input}); err != nil {
+	if _, err := bi.Outbound.Webhooks.Call(pctx, def, &handler.Call{Method: "ESCALATE", Path: "/", Input: input}); err != nil {
 		status, detail = routingFailed, "push failed"
 		var he *handler.Error
 		if errors.As(err, &he) {
 			detail = he.Name
 		}
-		p.Log.WarnContext(x.ctx, "escalation push failed; it stays listed for the admin API", "escalation_id", e.GetEscalationId(), "error", err)
+		bi.Log.WarnContext(ctx, "escalation push failed; it stays listed for the admin API", "escalation_id", e.GetEscalationId(), "error", err)
 	}
-	return p.recordRouting(x, e, status, detail)
+	return bi.recordRouting(ctx, call, e, status, detail)
 }
 
 // recordRouting stores how an escalation's push went, even if the caller
 // has gone, and returns the status.
-func (p *Pipeline) recordRouting(x *exchange, e *taskv1.Escalation, status, detail string) string {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
+func (bi *Registry) recordRouting(ctx context.Context, call *Call, e *taskv1.Escalation, status, detail string) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := p.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: status, Detail: detail}); err != nil {
-		p.Log.WarnContext(x.ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
+	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: status, Detail: detail}); err != nil {
+		bi.Log.WarnContext(ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
 	}
 	return status
 }
@@ -164,11 +164,11 @@ func webhookHostPort(s string) string {
 }
 
 // escalationPayload is what a recipient is sent about an escalation.
-func (p *Pipeline) escalationPayload(e *taskv1.Escalation) map[string]any {
+func (bi *Registry) escalationPayload(e *taskv1.Escalation) map[string]any {
 	payload := map[string]any{
 		"type": "escalation", "escalation_id": e.GetEscalationId(), "task_id": e.GetTaskId(), "owner_agent_id": e.GetOwnerAgentId(),
 		"reason": e.GetReason(), "priority": e.GetPriority(), "status": e.GetStatus(), "created_at": timeString(e.GetCreatedAt()),
-		"estimated_review_by": timeString(e.GetEstimatedReviewBy()), "server_id": p.opts.ServerID,
+		"estimated_review_by": timeString(e.GetEstimatedReviewBy()), "server_id": bi.ServerID,
 	}
 	if ctxJSON := e.GetContextJson(); json.Valid(ctxJSON) {
 		payload["context"] = json.RawMessage(ctxJSON)
@@ -184,7 +184,7 @@ func (p *Pipeline) escalationPayload(e *taskv1.Escalation) map[string]any {
 // escalation's so that a repeated ESCALATE does not deliver it twice. The
 // recipient resolves it with CONFIRM here. Other recipients (the admin
 // API, agents elsewhere, who CONFIRM on this server) stay listed.
-func (p *Pipeline) escalationToInbox(x *exchange, e *taskv1.Escalation) string {
+func (bi *Registry) escalationToInbox(ctx context.Context, call *Call, e *taskv1.Escalation) string {
 	rcpt := e.GetRoutedTo()
 	if rest, ok := strings.CutPrefix(rcpt, "agtp://"); ok && agtp.IsCanonicalID(rest) {
 		rcpt = rest
@@ -192,23 +192,23 @@ func (p *Pipeline) escalationToInbox(x *exchange, e *taskv1.Escalation) string {
 	if !agtp.IsCanonicalID(rcpt) {
 		return routingListed
 	}
-	if rec, err := p.Agents.Lookup(x.ctx, rcpt); err != nil || rec == nil {
+	if rec, err := bi.Agents.Lookup(ctx, rcpt); err != nil || rec == nil {
 		return routingListed
 	}
-	content, err := json.Marshal(p.escalationPayload(e))
+	content, err := json.Marshal(bi.escalationPayload(e))
 	if err != nil {
 		return routingListed
 	}
 	urgency := map[string]string{"urgent": "critical", "low": "background"}[e.GetPriority()]
-	if _, err := p.Tasks.Notify(x.ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, ContentJson: content,
+	if _, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, ContentJson: content,
 		Urgency: urgency, NotificationId: e.GetEscalationId()}); err != nil {
-		p.Log.WarnContext(x.ctx, "escalation not put in the recipient's inbox; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
+		bi.Log.WarnContext(ctx, "escalation not put in the recipient's inbox; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
 		return routingListed
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := p.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: routingDelivered, Detail: "inbox"}); err != nil {
-		p.Log.WarnContext(x.ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
+	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: routingDelivered, Detail: "inbox"}); err != nil {
+		bi.Log.WarnContext(ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
 	}
 	return routingDelivered
 }
@@ -231,7 +231,7 @@ func redactURL(s string) string {
 // agtp://<agent-id>) that is not an active agent hosted here: such a
 // recipient's inbox is on this server (core §4.2 Errors: 404 for an
 // unknown recipient).
-func (p *Pipeline) checkLocalRecipient(x *exchange, rcpt string) *agtp.Response {
+func (bi *Registry) checkLocalRecipient(ctx context.Context, call *Call, rcpt string) *agtp.Response {
 	id := rcpt
 	if !agtp.IsCanonicalID(id) {
 		u, err := agtp.ParseURI(rcpt)
@@ -240,12 +240,12 @@ func (p *Pipeline) checkLocalRecipient(x *exchange, rcpt string) *agtp.Response 
 		}
 		id = u.AgentID
 	}
-	rec, err := p.Agents.Lookup(x.ctx, id)
+	rec, err := bi.Agents.Lookup(ctx, id)
 	if err != nil {
-		return p.dependencyFailure(x, "identitysvc", err)
+		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
 	if rec == nil || (rec.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_ACTIVE && rec.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_DEPRECATED) {
-		return x.fail(agtp.StatusNotFound, "recipient-not-found", "no active agent "+id+" is hosted on this server; name another host as agtp://<agent-id>@host", nil)
+		return call.Fail(agtp.StatusNotFound, "recipient-not-found", "no active agent "+id+" is hosted on this server; name another host as agtp://<agent-id>@host", nil)
 	}
 	return nil
 }
@@ -268,8 +268,8 @@ const maxRemoteResults = maxDelegatedCalls
 // and runs the task as the sub-agent with the narrowed scope. It returns
 // the calls' results, what the host answered about the hop, and either
 // what failed (550) or the link the host could not verify (551).
-func (p *Pipeline) runRemoteDelegated(x *exchange, addr, delegatee string, scopes []string, taskID string, task []byte, token string) (results []map[string]any, remote map[string]any, failed, broken string) {
-	if p.Peers == nil {
+func (bi *Registry) runRemoteDelegated(ctx context.Context, call *Call, addr, delegatee string, scopes []string, taskID string, task []byte, token string) (results []map[string]any, remote map[string]any, failed, broken string) {
+	if bi.Peers == nil {
 		return nil, nil, "this server has no AGTP client for other hosts", ""
 	}
 	params := map[string]any{"target_agent_id": delegatee, "task": json.RawMessage(task), "authority_scope": scopes, "delegation_token": token}
@@ -285,21 +285,21 @@ func (p *Pipeline) runRemoteDelegated(x *exchange, addr, delegatee string, scope
 		return nil, nil, err.Error(), ""
 	}
 	session := newHopSessionID()
-	req.Header.Set(agtp.HeaderAgentID, x.agentID)
+	req.Header.Set(agtp.HeaderAgentID, call.AgentID)
 	req.Header.Set(agtp.HeaderSessionID, session)
 	if taskID != "" {
 		req.Header.Set(agtp.HeaderTaskID, taskID)
 	}
 	req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
 	req.Body = body
-	dctx, cancel, ok := outboundContext(x, time.Hour)
+	dctx, cancel, ok := outboundContext(ctx, time.Hour)
 	defer cancel()
 	if !ok {
 		return nil, map[string]any{"host": addr}, "no time was left to reach the sub-agent's host", ""
 	}
-	resp, err := p.Peers.Do(dctx, req, addr)
+	resp, err := bi.Peers.Do(dctx, req, addr)
 	if err != nil {
-		p.Log.WarnContext(x.ctx, "sub-agent host unreachable", "host", addr, "delegatee", delegatee, "error", err)
+		bi.Log.WarnContext(ctx, "sub-agent host unreachable", "host", addr, "delegatee", delegatee, "error", err)
 		why := "could not be reached"
 		var oe *outbound.Error
 		if errors.As(err, &oe) { // the name resolved to an internal address

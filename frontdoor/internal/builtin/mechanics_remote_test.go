@@ -1,4 +1,4 @@
-package pipeline
+package builtin
 
 import (
 	"strings"

@@ -1,6 +1,7 @@
-package pipeline
+package builtin
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -30,7 +31,7 @@ func TestMonitorEvents(t *testing.T) {
 		if err := json.Unmarshal([]byte(tc.body), &params); err != nil {
 			t.Fatal(err)
 		}
-		got, resp := monitorEvents(&exchange{req: &agtp.Request{}}, params)
+		got, resp := monitorEvents(context.Background(), &Call{Header: &agtp.Header{}}, params)
 		switch {
 		case tc.want == nil && (resp == nil || resp.Status != agtp.StatusBadRequest || !json.Valid(resp.Body)):
 			t.Errorf("%s: accepted %v", tc.body, got)

@@ -1,6 +1,7 @@
-package pipeline
+package builtin
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
@@ -34,61 +35,33 @@ const (
 	delegateStream = "delegate"
 )
 
-func (p *Pipeline) mechanicsReady(x *exchange, method string) *agtp.Response {
-	if x.agentID == "" {
-		return x.fail(agtp.StatusUnauthorized, "agent-unauthenticated", method+" needs Agent-ID", nil)
+func (bi *Registry) mechanicsReady(ctx context.Context, call *Call, method string) *agtp.Response {
+	if call.AgentID == "" {
+		return call.Fail(agtp.StatusUnauthorized, "agent-unauthenticated", method+" needs Agent-ID", nil)
 	}
-	if p.Tasks == nil {
-		return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", method+" needs the task service, which this front door is not wired to", nil)
+	if bi.Tasks == nil {
+		return call.Fail(agtp.StatusNotImplemented, "builtin-unsupported", method+" needs the task service, which this front door is not wired to", nil)
 	}
 	return nil
 }
 
-// rfc3339 reads an optional RFC 3339 time parameter.
-func rfc3339(x *exchange, params map[string]any, name string) (*timestamppb.Timestamp, *agtp.Response) {
-	v := str(params, name)
-	if v == "" {
-		return nil, nil
-	}
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return nil, x.fail(agtp.StatusBadRequest, name+"-invalid", name+" must be an RFC 3339 time", nil)
-	}
-	return timestamppb.New(t), nil
-}
-
-func rawParam(params map[string]any, name string) []byte {
-	v, ok := params[name]
-	if !ok || v == nil {
-		return nil
-	}
-	b, _ := json.Marshal(v)
-	return b
-}
-
-func timeString(ts *timestamppb.Timestamp) string {
-	if ts == nil {
-		return ""
-	}
-	return ts.AsTime().UTC().Format(time.RFC3339Nano)
-}
-
 // escalate runs ESCALATE (core §7.2.10): the task pauses until a CONFIRM
 // of the escalation resolves it.
-func (p *Pipeline) escalate(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "ESCALATE"); r != nil {
+func (bi *Registry) escalate(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "ESCALATE"); r != nil {
 		return r
 	}
-	deadline, bad := rfc3339(x, params, "deadline")
+	deadline, bad := rfc3339(ctx, call, params, "deadline")
 	if bad != nil {
 		return bad
 	}
-	r, err := p.Tasks.Escalate(x.ctx, &taskv1.EscalateRequest{
-		CallerAgentId: x.agentID, TaskId: str(params, "task_id"), Reason: str(params, "reason"),
+	r, err := bi.Tasks.Escalate(ctx, &taskv1.EscalateRequest{
+		CallerAgentId: call.AgentID, TaskId: str(params, "task_id"), Reason: str(params, "reason"),
 		ContextJson: rawParam(params, "context"), Priority: str(params, "priority"), Recipient: str(params, "recipient"), Deadline: deadline,
 	})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
 	e := r.GetEscalation()
 	routing := e.GetRoutingStatus()
@@ -97,11 +70,11 @@ func (p *Pipeline) escalate(x *exchange, params map[string]any) *agtp.Response {
 		// A webhook recipient: pushed now, and again on a repeated
 		// ESCALATE until it is delivered. The escalation stays listed
 		// for the admin API meanwhile, so a failed push drops nothing.
-		routing = p.pushEscalation(x, e)
+		routing = bi.pushEscalation(ctx, call, e)
 	case routing == routingListed && e.GetStatus() == "pending_review":
-		routing = p.escalationToInbox(x, e)
+		routing = bi.escalationToInbox(ctx, call, e)
 	}
-	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
+	return jsonResponse(call, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
 		"escalation_id":       e.GetEscalationId(),
 		"task_id":             e.GetTaskId(),
 		"routed_to":           redactURL(e.GetRoutedTo()),
@@ -116,25 +89,26 @@ func (p *Pipeline) escalate(x *exchange, params map[string]any) *agtp.Response {
 // confirm runs CONFIRM (core §7.2.11): claim the confirmation, have
 // auditsvc sign the attestation into the confirmer's "confirm" stream,
 // then apply it. A repeated CONFIRM answers the stored attestation.
-func (p *Pipeline) confirm(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "CONFIRM"); r != nil {
+func (bi *Registry) confirm(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "CONFIRM"); r != nil {
 		return r
 	}
 	targetID, status, reason := str(params, "target_id"), str(params, "status"), str(params, "reason")
 	if status != "accepted" && strings.TrimSpace(reason) == "" {
-		return x.fail(agtp.StatusBadRequest, "reason-required", "CONFIRM with status "+status+" needs a reason (core §7.2.11)", nil)
+		return call.Fail(agtp.StatusBadRequest, "reason-required", "CONFIRM with status "+status+" needs a reason (core §7.2.11)", nil)
 	}
-	begin, err := p.Tasks.BeginConfirm(x.ctx, &taskv1.BeginConfirmRequest{CallerAgentId: x.agentID, TargetId: targetID, Status: status, Reason: reason})
+	begin, err := bi.Tasks.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: call.AgentID, TargetId: targetID, Status: status, Reason: reason})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
 	if c := begin.GetConfirmation(); c != nil {
-		return p.confirmed(x, c, nil, true)
+		return bi.confirmed(ctx, call, c, nil, true)
 	}
 	now := time.Now().UTC()
 	claims := map[string]any{
 		"method": "CONFIRM", "type": "confirm", "target_id": targetID, "target_kind": begin.GetTargetKind(), "task_id": begin.GetTaskId(),
-		"confirm_status": status, "confirmer_agent_id": x.agentID, "timestamp": now.Format(time.RFC3339Nano),
+		"confirm_status": status, "confirmer_agent_id": call.AgentID, "timestamp": now.Format(time.RFC3339Nano),
 	}
 	if reason != "" {
 		claims["reason"] = reason
@@ -144,22 +118,22 @@ func (p *Pipeline) confirm(x *exchange, params map[string]any) *agtp.Response {
 	}
 	cj, err := json.Marshal(claims)
 	if err != nil {
-		return x.fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
+		return call.Fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
 	}
-	rec, err := auditclient.AppendSignedRecord(x.ctx, p.Audit, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: confirmStream, ClaimsJson: cj})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: confirmStream, ClaimsJson: cj})
 	if err != nil {
-		return p.dependencyFailure(x, "auditsvc", err)
+		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
-	done, err := p.Tasks.CompleteConfirm(x.ctx, &taskv1.CompleteConfirmRequest{
-		CallerAgentId: x.agentID, TargetId: targetID, ClaimToken: begin.GetClaimToken(), AttestationId: rec.GetAuditId(), ConfirmedAt: timestamppb.New(now),
+	done, err := bi.Tasks.CompleteConfirm(ctx, &taskv1.CompleteConfirmRequest{
+		CallerAgentId: call.AgentID, TargetId: targetID, ClaimToken: begin.GetClaimToken(), AttestationId: rec.GetAuditId(), ConfirmedAt: timestamppb.New(now),
 	})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
-	return p.confirmed(x, done.GetConfirmation(), done.GetTask(), false)
+	return bi.confirmed(ctx, call, done.GetConfirmation(), done.GetTask(), false)
 }
 
-func (p *Pipeline) confirmed(x *exchange, c *taskv1.Confirmation, t *taskv1.Task, replayed bool) *agtp.Response {
+func (bi *Registry) confirmed(ctx context.Context, call *Call, c *taskv1.Confirmation, t *taskv1.Task, replayed bool) *agtp.Response {
 	body := map[string]any{
 		"attestation_id": c.GetAttestationId(),
 		"timestamp":      timeString(c.GetConfirmedAt()),
@@ -174,38 +148,39 @@ func (p *Pipeline) confirmed(x *exchange, c *taskv1.Confirmation, t *taskv1.Task
 	if replayed {
 		body["replayed"] = true
 	}
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, body)
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, body)
 }
 
 // notify runs NOTIFY (core §7.2.13): a receipt now, delivery by
 // policysvc's retry worker.
-func (p *Pipeline) notify(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "NOTIFY"); r != nil {
+func (bi *Registry) notify(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "NOTIFY"); r != nil {
 		return r
 	}
-	if isMonitorCancel(params) && x.req.Header.Get(headerNotificationID) == "" {
-		return p.monitorCancel(x, params)
+	if isMonitorCancel(params) && call.Header.Get(headerNotificationID) == "" {
+		return bi.monitorCancel(ctx, call)
 	}
-	expiry, bad := rfc3339(x, params, "expiry")
+	expiry, bad := rfc3339(ctx, call, params, "expiry")
 	if bad != nil {
 		return bad
 	}
 	rcpt := str(params, "recipient")
-	if resp := p.checkLocalRecipient(x, rcpt); resp != nil {
+	if resp := bi.checkLocalRecipient(ctx, call, rcpt); resp != nil {
 		return resp
 	}
 	// A Notification-ID is a delivery another server relays (its retry
 	// worker); policysvc de-duplicates it for the recipient.
-	relayedID := x.req.Header.Get(headerNotificationID)
-	r, err := p.Tasks.Notify(x.ctx, &taskv1.NotifyRequest{
-		SenderAgentId: x.agentID, Recipient: rcpt, ContentJson: rawParam(params, "content"),
+	relayedID := call.Header.Get(headerNotificationID)
+	r, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{
+		SenderAgentId: call.AgentID, Recipient: rcpt, ContentJson: rawParam(params, "content"),
 		Urgency: str(params, "urgency"), DeliveryGuarantee: str(params, "delivery_guarantee"), Expiry: expiry,
 		NotificationId: relayedID,
 	})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
-	return jsonResponse(x, agtp.StatusAccepted, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
+	return jsonResponse(call, agtp.StatusAccepted, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
 }
 
 func notificationJSON(n *taskv1.Notification) map[string]any {
@@ -234,27 +209,29 @@ func notificationJSON(n *taskv1.Notification) map[string]any {
 }
 
 // queryTask serves QUERY /tasks/{task_id}: the caller's own task.
-func (p *Pipeline) queryTask(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "QUERY /tasks"); r != nil {
+func (bi *Registry) queryTask(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "QUERY /tasks"); r != nil {
 		return r
 	}
-	r, err := p.Tasks.GetTask(x.ctx, &taskv1.GetTaskRequest{CallerAgentId: x.agentID, TaskId: str(params, "task_id")})
+	r, err := bi.Tasks.GetTask(ctx, &taskv1.GetTaskRequest{CallerAgentId: call.AgentID, TaskId: str(params, "task_id")})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, taskJSON(r.GetTask()))
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, taskJSON(r.GetTask()))
 }
 
 // queryNotification serves QUERY /notifications/{notification_id}.
-func (p *Pipeline) queryNotification(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "QUERY /notifications"); r != nil {
+func (bi *Registry) queryNotification(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "QUERY /notifications"); r != nil {
 		return r
 	}
-	r, err := p.Tasks.GetNotification(x.ctx, &taskv1.GetNotificationRequest{CallerAgentId: x.agentID, NotificationId: str(params, "notification_id")})
+	r, err := bi.Tasks.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: call.AgentID, NotificationId: str(params, "notification_id")})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
 }
 
 func taskJSON(t *taskv1.Task) map[string]any {
@@ -273,6 +250,45 @@ func taskJSON(t *taskv1.Task) map[string]any {
 		"paused":     t.GetStatus() == "escalated" || t.GetStatus() == "paused",
 		"created_at": timeString(t.GetCreatedAt()), "updated_at": timeString(t.GetUpdatedAt()), "history": history,
 	}
+}
+
+// queryInbox serves QUERY /inbox: the caller's own inbox only, so an agent
+// reads what other agents sent it without an operator in between.
+func (bi *Registry) queryInbox(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "QUERY /inbox"); r != nil {
+		return r
+	}
+	limit, _ := params["limit"].(float64) // the input schema bounds it to 1..100
+	r, err := bi.Tasks.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: call.AgentID, PageToken: str(params, "cursor"), PageSize: int32(limit)})
+	if err != nil {
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
+	}
+	now := time.Now()
+	entries := make([]map[string]any, 0, len(r.GetEntries()))
+	for _, e := range r.GetEntries() {
+		if e.GetExpiry() != nil && e.GetExpiry().AsTime().Before(now) {
+			continue // core §7.2.12: an expired notification is not delivered
+		}
+		entry := map[string]any{
+			"notification_id": e.GetNotificationId(), "sender_agent_id": e.GetSenderAgentId(),
+			"urgency": e.GetUrgency(), "delivery_guarantee": e.GetDeliveryGuarantee(),
+			"received_at": e.GetReceivedAt().AsTime().UTC().Format(time.RFC3339Nano),
+			"content":     json.RawMessage(e.GetContentJson()),
+		}
+		if !json.Valid(e.GetContentJson()) {
+			entry["content"] = nil
+		}
+		if e.GetExpiry() != nil {
+			entry["expiry"] = e.GetExpiry().AsTime().UTC().Format(time.RFC3339Nano)
+		}
+		entries = append(entries, entry)
+	}
+	out := map[string]any{"entries": entries}
+	if c := r.GetNextPageToken(); c != "" {
+		out["next_cursor"] = c
+	}
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, out)
 }
 
 // DelegationClaims is the payload of a delegation_token: a compact JWS,
@@ -302,17 +318,18 @@ func delegateeOf(target string) (id, addr string, ok bool) {
 // scope must be a strict subset of the delegator's, the token must verify
 // against the delegator's Genesis key, and the hop is signed into the
 // delegator's "delegate" audit stream and recorded on its task.
-func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "DELEGATE"); r != nil {
+func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "DELEGATE"); r != nil {
 		return r
 	}
 	target := str(params, "target_agent_id")
 	delegatee, addr, ok := delegateeOf(target)
 	if !ok {
-		return x.fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>[@host[:port]]", nil)
+		return call.Fail(agtp.StatusBadRequest, "target-agent-id-invalid", "target_agent_id must be an Agent-ID or agtp://<agent-id>[@host[:port]]", nil)
 	}
 	if addr != "" {
-		if resp := p.checkPeer(x, addr); resp != nil {
+		if resp := bi.checkPeer(ctx, call, addr); resp != nil {
 			return resp
 		}
 	}
@@ -326,39 +343,39 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	}
 	granted, err := agtp.ParseScopeList(scopes)
 	if err != nil || len(granted) == 0 {
-		return x.fail(agtp.StatusBadRequest, "authority-scope-invalid", "authority_scope must be a non-empty list of scope tokens", nil)
+		return call.Fail(agtp.StatusBadRequest, "authority-scope-invalid", "authority_scope must be a non-empty list of scope tokens", nil)
 	}
-	own, err := agtp.ParseScopeList(p.effectiveScopes(x))
+	own, err := agtp.ParseScopeList(call.Scopes)
 	if err != nil {
 		own = nil
 	}
 	if bad, ok := own.CoversAll(granted); !ok {
-		p.Log.WarnContext(x.ctx, "delegation refused: scope escalation", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes)
-		return x.fail(agtp.StatusAuthorizationRequired, "scope-required",
+		bi.Log.WarnContext(ctx, "delegation refused: scope escalation", "delegator", call.AgentID, "delegatee", delegatee, "scope", scopes)
+		return call.Fail(agtp.StatusAuthorizationRequired, "scope-required",
 			"authority_scope "+string(bad)+" is not within the delegator's own scopes (core §10.4.2)", nil)
 	}
 	if _, ok := granted.CoversAll(own); ok {
-		return x.fail(agtp.StatusAuthorizationRequired, "scope-required",
+		return call.Fail(agtp.StatusAuthorizationRequired, "scope-required",
 			"authority_scope must be a strict subset of the delegator's scopes (core §7.2.9)", nil)
 	}
 	taskJSONBytes := rawParam(params, "task")
 	canon, err := jcs.Canonicalize(taskJSONBytes)
 	if err != nil || len(taskJSONBytes) == 0 {
-		return x.fail(agtp.StatusBadRequest, "task-invalid", "task is required: a JSON value", nil)
+		return call.Fail(agtp.StatusBadRequest, "task-invalid", "task is required: a JSON value", nil)
 	}
 	sum := sha256.Sum256(canon)
 	taskHash := hex.EncodeToString(sum[:])
-	if resp := p.verifyDelegationToken(x, str(params, "delegation_token"), delegatee, scopes, taskHash); resp != nil {
+	if resp := bi.verifyDelegationToken(ctx, call, str(params, "delegation_token"), delegatee, scopes, taskHash); resp != nil {
 		return resp
 	}
 	hop, _ := json.Marshal(map[string]any{
-		"method": "DELEGATE", "type": "delegate", "delegator_agent_id": x.agentID, "delegatee_agent_id": delegatee, "target": target,
+		"method": "DELEGATE", "type": "delegate", "delegator_agent_id": call.AgentID, "delegatee_agent_id": delegatee, "target": target,
 		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
 	})
-	rec, err := auditclient.AppendSignedRecord(x.ctx, p.Audit, &auditv1.AppendSignedRecordRequest{AgentId: x.agentID, Stream: delegateStream, ClaimsJson: hop})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, ClaimsJson: hop})
 	if err != nil {
-		return p.dependencyFailure(x, "auditsvc", err)
+		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
 	// A sub-agent hosted here runs the task now, as itself, with the
 	// narrowed Authority-Scope; one on another host (agtp://id@host) runs
@@ -368,9 +385,9 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	var remote map[string]any
 	failed, remoteBroken := "", ""
 	if addr == "" {
-		results, failed = p.runDelegated(x, delegatee, granted, str(params, "task_id"), taskJSONBytes)
+		results, failed = bi.runDelegated(ctx, call, delegatee, granted, str(params, "task_id"), taskJSONBytes)
 	} else {
-		results, remote, failed, remoteBroken = p.runRemoteDelegated(x, addr, delegatee, scopes, str(params, "task_id"), taskJSONBytes, str(params, "delegation_token"))
+		results, remote, failed, remoteBroken = bi.runRemoteDelegated(ctx, call, addr, delegatee, scopes, str(params, "task_id"), taskJSONBytes, str(params, "delegation_token"))
 	}
 	status := "delegated"
 	if failed != "" || remoteBroken != "" {
@@ -380,14 +397,14 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	if remote != nil {
 		detail = strings.TrimSpace("remote " + addr + " delegation " + fmt.Sprint(remote["delegation_id"]) + " audit_id " + fmt.Sprint(remote["audit_id"]) + " " + detail)
 	}
-	r, err := p.Tasks.RecordDelegation(x.ctx, &taskv1.RecordDelegationRequest{
-		DelegatorAgentId: x.agentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
+	r, err := bi.Tasks.RecordDelegation(ctx, &taskv1.RecordDelegationRequest{
+		DelegatorAgentId: call.AgentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
 		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Status: status, Detail: detail,
 	})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
-	p.Log.InfoContext(x.ctx, "delegation hop", "delegator", x.agentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(),
+	bi.Log.InfoContext(ctx, "delegation hop", "delegator", call.AgentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(),
 		"delegation_id", r.GetDelegationId(), "host", addr, "status", status, "remote", remote)
 	body := map[string]any{
 		"delegation_id": r.GetDelegationId(), "task_id": r.GetTask().GetTaskId(), "status": status,
@@ -399,13 +416,13 @@ func (p *Pipeline) delegate(x *exchange, params map[string]any) *agtp.Response {
 	}
 	switch {
 	case remoteBroken != "":
-		p.Log.WarnContext(x.ctx, "authority chain broken at the sub-agent's host", "delegator", x.agentID, "delegatee", delegatee, "host", addr, "link", remoteBroken)
+		bi.Log.WarnContext(ctx, "authority chain broken at the sub-agent's host", "delegator", call.AgentID, "delegatee", delegatee, "host", addr, "link", remoteBroken)
 		body["failing_link"] = remoteBroken
-		return x.fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the sub-agent's host could not verify the delegation: "+remoteBroken, body)
+		return call.Fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the sub-agent's host could not verify the delegation: "+remoteBroken, body)
 	case failed != "":
-		return x.fail(agtp.StatusDelegationFailure, "delegation-failure", "the sub-agent failed: "+failed, body)
+		return call.Fail(agtp.StatusDelegationFailure, "delegation-failure", "the sub-agent failed: "+failed, body)
 	}
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, body)
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, body)
 }
 
 // delegatedCall is one AGTP call of a DELEGATE task.
@@ -420,7 +437,7 @@ const maxDelegatedCalls = 16
 // runDelegated runs a task (one call or a sequence) through this pipeline
 // as the sub-agent with the narrowed scope, stopping at the first failure.
 // It returns each call's outcome and, on failure, what failed.
-func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeSet, taskID string, raw []byte) ([]map[string]any, string) {
+func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee string, scope agtp.ScopeSet, taskID string, raw []byte) ([]map[string]any, string) {
 	var calls []delegatedCall
 	if err := json.Unmarshal(raw, &calls); err != nil {
 		var one delegatedCall
@@ -435,8 +452,8 @@ func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeS
 	results := []map[string]any{}
 	// The calls run as the delegatee, proven by the DELEGATE this front
 	// door verified rather than by the delegator's connection.
-	conn := *x.conn
-	conn.Peer = &callerproof.Delegated{AgentID: delegatee, Level: x.proof.Level}
+	conn := *call.Conn
+	conn.Peer = &callerproof.Delegated{AgentID: delegatee, Level: call.ProofLevel}
 	for i, c := range calls {
 		if c.Method == "DELEGATE" {
 			return results, "a delegated task may not DELEGATE again through this hop"
@@ -454,7 +471,7 @@ func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeS
 			req.Body = c.Body
 			req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
 		}
-		resp := p.ServeAGTP(x.ctx, &conn, req)
+		resp := bi.Serve(ctx, &conn, req)
 		out := map[string]any{"method": c.Method, "path": c.Path, "status": resp.Status, "audit_id": resp.Header.Get(agtp.HeaderAuditID)}
 		if json.Valid(resp.Body) {
 			out["body"] = json.RawMessage(resp.Body)
@@ -469,22 +486,22 @@ func (p *Pipeline) runDelegated(x *exchange, delegatee string, scope agtp.ScopeS
 
 // verifyDelegationToken checks the token against the delegator's Genesis
 // key and the request; any mismatch is 551, logged (core §5.6).
-func (p *Pipeline) verifyDelegationToken(x *exchange, token, delegatee string, scopes []string, taskHash string) *agtp.Response {
+func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token, delegatee string, scopes []string, taskHash string) *agtp.Response {
 	broken := func(link string) *agtp.Response {
-		p.Log.WarnContext(x.ctx, "authority chain broken", "delegator", x.agentID, "delegatee", delegatee, "link", link)
-		return x.fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the delegation token does not verify: "+link, map[string]any{"failing_link": link})
+		bi.Log.WarnContext(ctx, "authority chain broken", "delegator", call.AgentID, "delegatee", delegatee, "link", link)
+		return call.Fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the delegation token does not verify: "+link, map[string]any{"failing_link": link})
 	}
 	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
 		return broken("delegation_token is not a compact EdDSA JWS")
 	}
-	issuer := ed25519.PublicKey(x.caller.GetIssuerPublicKey())
+	issuer := ed25519.PublicKey(call.Caller.GetIssuerPublicKey())
 	if len(issuer) != ed25519.PublicKeySize {
 		// A record from before issuer keys were kept on it: read the
 		// Genesis.
-		g, err := p.Identity.GetGenesis(x.ctx, &identityv1.GetGenesisRequest{AgentId: x.agentID})
+		g, err := bi.Identity.GetGenesis(ctx, &identityv1.GetGenesisRequest{AgentId: call.AgentID})
 		if err != nil {
-			return p.dependencyFailure(x, "identitysvc", err)
+			return bi.dependencyFailure(ctx, call, "identitysvc", err)
 		}
 		gen, err := genesis.Parse(g.GetGenesisJson())
 		if err != nil {
@@ -505,7 +522,7 @@ func (p *Pipeline) verifyDelegationToken(x *exchange, token, delegatee string, s
 	got := slices.Clone(c.Scope)
 	slices.Sort(got)
 	switch {
-	case c.Delegator != x.agentID:
+	case c.Delegator != call.AgentID:
 		return broken("delegator does not match Agent-ID")
 	case c.Delegatee != delegatee:
 		return broken("delegatee does not match target_agent_id")

@@ -1,4 +1,4 @@
-package pipeline
+package builtin
 
 import (
 	"context"
@@ -41,9 +41,9 @@ const eventTypeMonitorCancel = "monitor_cancel"
 const callbackProbeTimeout = 3 * time.Second
 
 // monitorEvents reads the events parameter: a list, or one name.
-func monitorEvents(x *exchange, params map[string]any) ([]string, *agtp.Response) {
+func monitorEvents(ctx context.Context, call *Call, params map[string]any) ([]string, *agtp.Response) {
 	bad := func(why string) *agtp.Response {
-		return x.fail(agtp.StatusBadRequest, ReasonMonitorEventsInvalid, why, nil)
+		return call.Fail(agtp.StatusBadRequest, ReasonMonitorEventsInvalid, why, nil)
 	}
 	var events []string
 	switch v := params["events"].(type) {
@@ -85,56 +85,57 @@ func truncateReason(s string) string {
 }
 
 // monitor serves the MONITOR built-in. Nothing is stored on any refusal.
-func (p *Pipeline) monitor(x *exchange, params map[string]any) *agtp.Response {
-	if r := p.mechanicsReady(x, "MONITOR"); r != nil {
+func (bi *Registry) monitor(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
+	if r := bi.mechanicsReady(ctx, call, "MONITOR"); r != nil {
 		return r
 	}
 	target, addr, ok := delegateeOf(str(params, "target"))
 	if !ok || addr != "" {
-		return x.fail(agtp.StatusBadRequest, ReasonMonitorTargetInvalid,
+		return call.Fail(agtp.StatusBadRequest, ReasonMonitorTargetInvalid,
 			"target must name an agent registered on this server: its Agent-ID or agtp://<agent-id>; this server monitors agents' lifecycles only", nil)
 	}
-	events, bad := monitorEvents(x, params)
+	events, bad := monitorEvents(ctx, call, params)
 	if bad != nil {
 		return bad
 	}
 	ttl, ok := intParam(params, "ttl", 1, 7*86400)
 	if !ok {
-		return x.fail(agtp.StatusBadRequest, "monitor-ttl-invalid", "ttl is a number of seconds from 1 to 604800 (7 days)", nil)
+		return call.Fail(agtp.StatusBadRequest, "monitor-ttl-invalid", "ttl is a number of seconds from 1 to 604800 (7 days)", nil)
 	}
 	callback := str(params, "callback")
 	cbAgent, cbAddr, ok := delegateeOf(callback)
 	if !ok || agtp.IsCanonicalID(callback) {
-		return x.fail(agtp.StatusBadRequest, ReasonCallbackInvalid,
+		return call.Fail(agtp.StatusBadRequest, ReasonCallbackInvalid,
 			"callback must be an AGTP endpoint naming the receiving agent: agtp://<agent-id> or agtp://<agent-id>@host[:port]", nil)
 	}
 	// §10.5: the requester must have authority to receive at the
 	// callback. Only its own inbox qualifies: naming another agent's
 	// would have this server write into it on the caller's word.
-	if cbAgent != x.agentID {
-		p.Log.WarnContext(x.ctx, "monitor callback refused: another agent's endpoint", "caller", x.agentID, "callback_agent", cbAgent)
-		return x.fail(agtp.StatusForbidden, ReasonCallbackNotAuthorized,
-			"the callback must name the requesting agent itself (standard methods §10.5): agtp://"+x.agentID+"[@host[:port]]", nil)
+	if cbAgent != call.AgentID {
+		bi.Log.WarnContext(ctx, "monitor callback refused: another agent's endpoint", "caller", call.AgentID, "callback_agent", cbAgent)
+		return call.Fail(agtp.StatusForbidden, ReasonCallbackNotAuthorized,
+			"the callback must name the requesting agent itself (standard methods §10.5): agtp://"+call.AgentID+"[@host[:port]]", nil)
 	}
-	rec, err := p.Agents.Lookup(x.ctx, target)
+	rec, err := bi.Agents.Lookup(ctx, target)
 	if err != nil {
-		return p.dependencyFailure(x, "identitysvc", err)
+		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
 	if rec == nil {
-		return x.fail(agtp.StatusNotFound, "agent-not-found", "no agent "+target+" is registered on this server", nil)
+		return call.Fail(agtp.StatusNotFound, "agent-not-found", "no agent "+target+" is registered on this server", nil)
 	}
-	if resp := p.checkCallbackReachable(x, cbAddr); resp != nil {
+	if resp := bi.checkCallbackReachable(ctx, call, cbAddr); resp != nil {
 		return resp
 	}
-	r, err := p.Tasks.Monitor(x.ctx, &taskv1.MonitorRequest{
-		CallerAgentId: x.agentID, TargetAgentId: target, Events: events, Callback: callback, TtlSeconds: int64(ttl),
+	r, err := bi.Tasks.Monitor(ctx, &taskv1.MonitorRequest{
+		CallerAgentId: call.AgentID, TargetAgentId: target, Events: events, Callback: callback, TtlSeconds: int64(ttl),
 		TargetStatus: callerpolicy.StateName(rec.GetStatus()), TargetRevision: rec.GetRevision(),
 	})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
 	s := r.GetSubscription()
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
 		"subscription_id": s.GetSubscriptionId(), "target": s.GetTargetAgentId(), "events": s.GetEvents(),
 		"callback": s.GetCallback(), "created_at": timeString(s.GetCreatedAt()), "expires_at": timeString(s.GetExpiresAt()),
 		"status": "active",
@@ -145,32 +146,32 @@ func (p *Pipeline) monitor(x *exchange, params map[string]any) *agtp.Response {
 // is the caller's own inbox, and the caller is active (it got this far).
 // A remote one must be on the peers allowlist and answer an AGTP exchange
 // over TLS within callbackProbeTimeout.
-func (p *Pipeline) checkCallbackReachable(x *exchange, addr string) *agtp.Response {
+func (bi *Registry) checkCallbackReachable(ctx context.Context, call *Call, addr string) *agtp.Response {
 	if addr == "" {
-		rec, err := p.Agents.Lookup(x.ctx, x.agentID)
+		rec, err := bi.Agents.Lookup(ctx, call.AgentID)
 		if err != nil {
-			return p.dependencyFailure(x, "identitysvc", err)
+			return bi.dependencyFailure(ctx, call, "identitysvc", err)
 		}
 		if rec == nil || rec.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_ACTIVE && rec.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_DEPRECATED {
-			return x.fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "the callback's agent is not an active agent hosted on this server", nil)
+			return call.Fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "the callback's agent is not an active agent hosted on this server", nil)
 		}
 		return nil
 	}
-	if resp := p.checkPeer(x, addr); resp != nil {
+	if resp := bi.checkPeer(ctx, call, addr); resp != nil {
 		return resp
 	}
-	if p.Peers == nil {
-		return x.fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "this server does not reach other AGTP hosts; name agtp://"+x.agentID, nil)
+	if bi.Peers == nil {
+		return call.Fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "this server does not reach other AGTP hosts; name agtp://"+call.AgentID, nil)
 	}
 	req, err := agtp.NewRequest("DISCOVER", "/")
 	if err != nil {
-		return x.fail(agtp.StatusServerError, "internal", "the probe could not be built", nil)
+		return call.Fail(agtp.StatusServerError, "internal", "the probe could not be built", nil)
 	}
-	ctx, cancel := context.WithTimeout(x.ctx, callbackProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, callbackProbeTimeout)
 	defer cancel()
-	if _, err := p.Peers.Do(ctx, req, addr); err != nil {
-		p.Log.InfoContext(x.ctx, "monitor callback unreachable", "caller", x.agentID, "host", addr, "error", err)
-		return x.fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "the callback's host "+addr+" did not answer over AGTP within 3 s", nil)
+	if _, err := bi.Peers.Do(ctx, req, addr); err != nil {
+		bi.Log.InfoContext(ctx, "monitor callback unreachable", "caller", call.AgentID, "host", addr, "error", err)
+		return call.Fail(agtp.StatusBadRequest, ReasonCallbackUnreachable, "the callback's host "+addr+" did not answer over AGTP within 3 s", nil)
 	}
 	return nil
 }
@@ -178,18 +179,19 @@ func (p *Pipeline) checkCallbackReachable(x *exchange, addr string) *agtp.Respon
 // monitorCancel serves a NOTIFY whose content has event_type
 // monitor_cancel: it ends one of the caller's subscriptions (another
 // agent's is not found) and delivers nothing.
-func (p *Pipeline) monitorCancel(x *exchange, params map[string]any) *agtp.Response {
+func (bi *Registry) monitorCancel(ctx context.Context, call *Call) *agtp.Response {
+	params := call.Params
 	content, _ := params["content"].(map[string]any)
 	id := str(content, "subscription_id")
 	if id == "" {
-		return x.fail(agtp.StatusBadRequest, ReasonSubscriptionIDNeeded, "a monitor_cancel NOTIFY names the subscription_id MONITOR answered", nil)
+		return call.Fail(agtp.StatusBadRequest, ReasonSubscriptionIDNeeded, "a monitor_cancel NOTIFY names the subscription_id MONITOR answered", nil)
 	}
-	r, err := p.Tasks.CancelMonitor(x.ctx, &taskv1.CancelMonitorRequest{CallerAgentId: x.agentID, SubscriptionId: id})
+	r, err := bi.Tasks.CancelMonitor(ctx, &taskv1.CancelMonitorRequest{CallerAgentId: call.AgentID, SubscriptionId: id})
 	if err != nil {
-		return p.dependencyFailure(x, "policysvc", err)
+		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
 	s := r.GetSubscription()
-	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
 		"subscription_id": s.GetSubscriptionId(), "target": s.GetTargetAgentId(), "status": "cancelled", "event_type": eventTypeMonitorCancel,
 	})
 }

@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
+	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
+	"github.com/agtpsuite/agtp/services/agtp"
+)
+
+// The dispatch stage (digest-api §7 item 14): the endpoint's handler runs
+// and its answer becomes the response. Built-ins are looked up in
+// package builtin's table by method and path template; registered
+// functions in the handler registry by name; external_service and
+// composition endpoints and carried framework payloads go to the bindings
+// (bindings.go).
+
+// builtinPrefix names the registered functions of the protocol-native
+// (Tier A) endpoints, which the front door implements itself.
+const builtinPrefix = "agtp.builtin."
+
+// kindRegisteredFunction is the handler binding the front door runs
+// in-process.
+const kindRegisteredFunction = "registered_function"
+
+// dispatch runs the endpoint's handler.
+func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	// EXECUTE dispatches on a carried framework payload first (core §8.2;
+	// bindings.go).
+	if x.decision.Method == agtp.MethodExecute {
+		if resp, done := p.dispatchCarried(x, input); done {
+			return resp
+		}
+	}
+	switch ep.GetHandlerKind() {
+	case kindRegisteredFunction, "":
+		if strings.HasPrefix(ep.GetHandlerName(), builtinPrefix) {
+			x.dispatched = true
+			return p.builtin(x, input)
+		}
+		f, ok := p.Handlers.Lookup(ep.GetHandlerName())
+		if !ok {
+			p.Log.ErrorContext(x.ctx, "endpoint bound to an unregistered function", "handler", ep.GetHandlerName(), "method", ep.GetMethod(), "path", ep.GetPath())
+			return x.fail(agtp.StatusServerError, "handler-unbound", "this endpoint's handler is not available on this front door", nil)
+		}
+		return p.callFunction(x, p.bindFunc(x, f), input)
+	case kindExternalService:
+		return p.callExternal(x, input)
+	case kindComposition:
+		return p.callComposition(x, input)
+	}
+	return x.fail(agtp.StatusNotImplemented, "handler-kind-unsupported",
+		"this front door cannot run "+ep.GetHandlerKind()+" handlers yet", nil)
+}
+
+// builtin runs a protocol-native (Tier A) endpoint: the built-in
+// registered for its method and path template, given a builtin.Call of
+// the request. What the built-in leaves in the call (the agent it
+// addressed, a contract it issued, requests it ran) goes on the exchange
+// for the record.
+func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	f, ok := p.builtins.Lookup(ep.GetMethod(), ep.GetPath())
+	if !ok {
+		return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
+	}
+	call := &builtin.Call{
+		Method: ep.GetMethod(), Template: ep.GetPath(), Path: x.req.Path,
+		Input: input, Params: map[string]any{},
+		Header: &x.req.Header, Conn: x.conn, Peer: peerOf(x), State: x.state,
+		AgentID: x.agentID, Caller: x.caller, ProofLevel: x.proof.Level, Scopes: p.effectiveScopes(x),
+	}
+	_ = json.Unmarshal(input, &call.Params)
+	resp := f(x.ctx, call)
+	if call.Target != nil {
+		x.target = call.Target
+	}
+	if s := call.Synthesis; s != (builtin.Synthesis{}) {
+		x.synthesisID, x.contractHash, x.negotiationOrigin = s.ID, s.ContractHash, s.NegotiationOrigin
+	}
+	x.priors = append(x.priors, call.Priors...)
+	x.rejection = call.Rejection
+	return resp
+}
+
+func (p *Pipeline) callFunction(x *exchange, f handler.Func, input []byte) *agtp.Response {
+	ep := x.decision.Endpoint.Proto
+	call := p.handlerCall(x, x.decision.Method, x.req.Path, ep.GetPath(), input, pathParams(&x.decision))
+	started := time.Now()
+	x.dispatched = true
+	res, err := safeCall(x, f, call)
+	p.costs.Observe(x.decision.Method, ep.GetPath(), time.Since(started))
+	if err != nil {
+		x.transient = bindings.IsTransient(err)
+		if errors.Is(err, upstream.ErrBinding) {
+			// The binding could not be used: no upstream was called, so
+			// a retry may run once the operator fixed it.
+			x.dispatched = false
+		}
+		var he *handler.Error
+		if errors.As(err, &he) {
+			return namedError(x, he)
+		}
+		if x.ctx.Err() != nil {
+			return x.fail(agtp.StatusUnavailable, "handler-timeout", "the handler did not finish within the request deadline", nil)
+		}
+		p.Log.ErrorContext(x.ctx, "handler failed", "handler", ep.GetHandlerName(), "error", err)
+		return x.fail(agtp.StatusServerError, "internal", "the handler failed", nil)
+	}
+	if resp := p.validateOutput(x, res.Output); resp != nil {
+		return resp
+	}
+	status := res.Status
+	if status == 0 {
+		status = agtp.StatusOK
+	}
+	return envelope(x, status, res.Output)
+}
+
+// namedError answers a handler's declared error: 422 unless the handler
+// says otherwise (a binding's transient failure is 502 or 504), with the
+// error's name as the reason and as "error"; the handler's Details are
+// members of the body (the bindings put theirs under "details", as
+// docs/decisions.md#D-named-error-body has it).
+func namedError(x *exchange, he *handler.Error) *agtp.Response {
+	status := he.Status
+	if status == 0 {
+		status = agtp.StatusUnprocessable
+	}
+	extra := map[string]any{"error": he.Name}
+	for k, v := range he.Details {
+		extra[k] = v
+	}
+	return x.fail(status, he.Name, he.Message, extra)
+}
+
+// handlerCall describes one handler invocation for the request's caller.
+func (p *Pipeline) handlerCall(x *exchange, method, path, template string, input []byte, params map[string]string) *handler.Call {
+	return &handler.Call{
+		Method:       method,
+		Path:         path,
+		PathTemplate: template,
+		Input:        input,
+		PathParams:   params,
+		Caller: handler.Caller{
+			AgentID:           x.agentID,
+			Owner:             x.caller.GetOwner(),
+			Scopes:            p.effectiveScopes(x),
+			ActingPrincipalID: x.authz.GetActingPrincipalId(),
+		},
+		SessionID:   x.req.Header.Get(agtp.HeaderSessionID),
+		TaskID:      x.req.Header.Get(agtp.HeaderTaskID),
+		RequestID:   x.req.Header.Get(agtp.HeaderRequestID),
+		ContentType: x.req.Header.Get(agtp.HeaderContentType),
+	}
+}
+
+// safeCall recovers a handler panic into an error, so one handler cannot
+// take the connection down.
+func safeCall(x *exchange, f handler.Func, call *handler.Call) (res *handler.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("handler panicked")
+		}
+	}()
+	res, err = f(x.ctx, call)
+	if err == nil && res == nil {
+		err = errors.New("handler returned no result")
+	}
+	return res, err
+}
+
+func pathParams(d *route.Decision) map[string]string {
+	ps := d.Params()
+	if len(ps) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(ps))
+	for _, p := range ps {
+		m[p.Name] = p.Value
+	}
+	return m
+}
+
+// validateOutput checks a handler's result against the endpoint's output
+// schema; a mismatch is the handler's fault, so the caller gets a 500 and
+// the operator a log line naming the violations.
+func (p *Pipeline) validateOutput(x *exchange, output []byte) *agtp.Response {
+	if !p.opts.OutputCheck.Due() {
+		return nil
+	}
+	ep := x.state.Endpoints[x.decision.Endpoint.Index]
+	v, err := answer.DecodeJSON(output)
+	if err != nil {
+		p.Log.ErrorContext(x.ctx, "handler output is not JSON", "handler", ep.HandlerName(), "error", err)
+		return x.fail(agtp.StatusServerError, "output-invalid", "the handler produced an invalid result", nil)
+	}
+	if report := ep.ValidateOutput(v); report != nil {
+		p.Log.ErrorContext(x.ctx, "handler output does not match the output schema", "handler", ep.HandlerName(), "violations", report.Error())
+		return x.fail(agtp.StatusServerError, "output-invalid", "the handler produced a result that does not match the endpoint's output schema", nil)
+	}
+	return nil
+}
+
+// envelope wraps a handler's result in core §5.7's response envelope.
+func envelope(x *exchange, status int, result json.RawMessage) *agtp.Response {
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
+	body := struct {
+		Status int             `json:"status"`
+		TaskID string          `json:"task_id,omitempty"`
+		Result json.RawMessage `json:"result"`
+	}{status, x.req.Header.Get(agtp.HeaderTaskID), result}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return x.fail(agtp.StatusServerError, "internal", "the result could not be encoded", nil)
+	}
+	return agtp.NewResponse(status, agtp.MediaTypeJSON, b)
+}

@@ -1,0 +1,53 @@
+package pipeline
+
+import (
+	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/services/agtp"
+)
+
+// The structure stage (digest-api §7 items 2–10): method lexicon, alias,
+// catalog membership, path grammar, redirects, method policy and endpoint
+// lookup, all decided by the compiled route table of the local catalog
+// snapshot (catalogsvc/route) without a network call. An unmatched request
+// that presents a contract or asks for RCNS is the contract route's
+// (contracts.go) before its structural answer stands.
+
+// structure matches the request to an endpoint, or answers it: 459, 460,
+// 405 or 404, unless a synthesized contract serves it.
+func (p *Pipeline) structure(x *exchange) *agtp.Response {
+	x.state.Table.DecideInto(&x.decision, x.req.Method, x.req.Path)
+	if x.decision.Outcome != route.Matched {
+		if p.contractEligible(x) {
+			if resp := p.contractRoute(x); resp != nil {
+				return resp
+			}
+		}
+		return p.structuralFailure(x)
+	}
+	x.matched = true
+	return nil
+}
+
+// structuralFailure is the answer of an unmatched request, with the body
+// members digest-api §7 requires of each code.
+
+func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
+	d := &x.decision
+	extra := map[string]any{}
+	switch d.Outcome {
+	case route.MethodViolation:
+		extra["method"] = d.RequestedMethod
+		extra["catalog_version"] = d.CatalogVersion
+	case route.EndpointViolation:
+		extra["segment"] = d.Segment
+		extra["path"] = x.req.Path
+	case route.MethodNotAllowed:
+		extra["method"] = d.Method
+		extra["path"] = d.Path
+		extra["allowed_methods_for_path"] = d.AllowedMethods
+		extra["redirects_for_path"] = d.Redirects
+	case route.NotFound:
+		extra["path"] = d.Path
+	}
+	return x.fail(d.Status(), d.Reason, d.Explanation(), extra)
+}
