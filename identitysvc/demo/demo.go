@@ -23,6 +23,7 @@ import (
 
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
@@ -131,7 +132,7 @@ func (a *Agent) Request() *identityv1.RegisterGenesisRequest {
 // start).
 func AlreadyRegistered(err error) bool {
 	_, reason, _, _ := grpcerr.Reason(err)
-	return reason == "agent-id-collision"
+	return reason == reasons.AgentIDCollision
 }
 
 // Register registers the demo agent through an identity client. It

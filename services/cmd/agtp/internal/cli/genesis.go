@@ -26,8 +26,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/demo"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jcs"
@@ -40,15 +42,6 @@ const (
 	DefaultIssuerKey = "issuer.key"
 	// DefaultIdentityGRPC is identitysvc's gRPC address in `make run`.
 	DefaultIdentityGRPC = "127.0.0.1:7104"
-)
-
-// Reason tokens the registry answers with (identitysvc registry), which
-// the CLI turns into plain words and hints.
-const (
-	reasonAgentIDCollision = "agent-id-collision"
-	reasonAgentIDRetired   = "agent-id-retired"
-	reasonAgentNameTaken   = "agent-name-taken"
-	reasonExperimental     = "experimental-label-required"
 )
 
 // maxGenesisFile bounds what is read of a Genesis file: twice the
@@ -785,18 +778,9 @@ func runGenesisRegister(ctx context.Context, args []string, env Env) int {
 func printRecord(w io.Writer, rec *identityv1.AgentRecord) {
 	fmt.Fprintf(w, "  agent-id:  %s\n", rec.GetAgentId())
 	fmt.Fprintf(w, "  name:      %s\n", rec.GetName())
-	fmt.Fprintf(w, "  status:    %s\n", statusWord(rec.GetStatus()))
+	fmt.Fprintf(w, "  status:    %s\n", callerpolicy.StateName(rec.GetStatus()))
 	fmt.Fprintf(w, "  trust:     tier %d, %s\n", rec.GetTrustTier(), cmpOr(rec.GetVerificationPath(), "no verification path"))
 	fmt.Fprintf(w, "  issuer:    %s\n", rec.GetIssuerFingerprint())
-}
-
-// statusWord is the lowercase lifecycle state; the registry's records of
-// registered, never activated agents carry no state ("pending").
-func statusWord(s identityv1.AgentStatus) string {
-	if s == identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED {
-		return "pending"
-	}
-	return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
 }
 
 // registerFailed explains a refused or failed registration. An answer
@@ -811,7 +795,7 @@ func registerFailed(ctx context.Context, env Env, admin identityAdmin, where str
 		fmt.Fprintf(env.Stderr, "agtp genesis register: %d %s: %s\n", agtpStatus, reason, fmt.Sprintf(format, args...))
 	}
 	switch reason {
-	case reasonAgentIDCollision:
+	case reasons.AgentIDCollision:
 		// One reason covers both cases; what the registry holds tells
 		// them apart.
 		rec, rerr := admin.resolve(ctx, id)
@@ -820,18 +804,18 @@ func registerFailed(ctx context.Context, env Env, admin identityAdmin, where str
 		case rerr != nil || gerr != nil:
 			say("agent %s is already registered", id)
 		case sameDocument(stored, sent):
-			say("agent %s is already registered, from this same Genesis: name %s, status %s; nothing changed", id, rec.GetName(), statusWord(rec.GetStatus()))
+			say("agent %s is already registered, from this same Genesis: name %s, status %s; nothing changed", id, rec.GetName(), callerpolicy.StateName(rec.GetStatus()))
 		default:
 			say("collision: the registry holds a different document under Agent-ID %s (name %s, status %s); nothing was registered",
-				id, rec.GetName(), statusWord(rec.GetStatus()))
+				id, rec.GetName(), callerpolicy.StateName(rec.GetStatus()))
 		}
-	case reasonAgentIDRetired:
+	case reasons.AgentIDRetired:
 		say("agent %s was retired, and a retired Agent-ID is never registered again (core §6.5.9)", id)
 		fmt.Fprintln(env.Stderr, "  hint: make a new Genesis for a new agent: agtp genesis new ...")
-	case reasonAgentNameTaken:
+	case reasons.AgentNameTaken:
 		say("%s", explanation)
 		fmt.Fprintln(env.Stderr, "  hint: choose another name with --name LABEL")
-	case reasonExperimental:
+	case reasons.ExperimentalLabelRequired:
 		say("%s", explanation)
 		fmt.Fprintln(env.Stderr, "  hint: --name X-"+cmpOr(g.OrgLabel, "agent"))
 	default:
