@@ -37,9 +37,14 @@ type Redis struct {
 // URL is the redis:// URL of the server.
 func (r *Redis) URL() string { return "redis://" + r.Addr }
 
-// Client returns a new client for the server, closed at cleanup.
-func (r *Redis) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+// Client returns a new client for the server, closed at cleanup; opts
+// adjust its options (timeouts, retries, pool size).
+func (r *Redis) Client(tb testing.TB, opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: r.Addr}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
