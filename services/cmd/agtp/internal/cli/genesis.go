@@ -33,6 +33,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // Defaults of the genesis subcommands.
@@ -460,7 +461,7 @@ func runGenesisNew(args []string, env Env) int {
 // ensureIssuerKey reads the issuer key at path, creating it when there is
 // no file.
 func ensureIssuerKey(path string) (ed25519.PrivateKey, bool, error) {
-	k, err := demo.ReadKey(path)
+	k, err := keyfile.ReadEd25519(path)
 	if err == nil {
 		return k, false, nil
 	}
@@ -507,7 +508,7 @@ func runGenesisSign(args []string, env Env) int {
 	if err != nil {
 		return genesisFail(env, name, err)
 	}
-	priv, err := demo.ReadKey(o.key)
+	priv, err := keyfile.ReadEd25519(o.key)
 	if err != nil {
 		return genesisFail(env, name, fmt.Errorf("--key: %w", err))
 	}

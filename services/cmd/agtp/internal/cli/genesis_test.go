@@ -21,6 +21,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -88,7 +89,7 @@ func TestGenesisNewCreatesTheKeyOnceAndASignedGenesis(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("issuer key: %v, mode %v; want a 0600 file", err, st.Mode())
 	}
-	priv, err := demo.ReadKey(key)
+	priv, err := keyfile.ReadEd25519(key)
 	if err != nil {
 		t.Fatal(err)
 	}
