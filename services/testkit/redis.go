@@ -337,3 +337,18 @@ func Context(tb testing.TB) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// Run runs a component's Run loop (a server, a hub, a worker) until
+// cleanup, when it cancels it, waits for it to return and reports an
+// error it returned under what.
+func Run(tb testing.TB, what string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("%s: %v", what, err)
+		}
+	})
+}

@@ -67,15 +67,7 @@ func start(t testing.TB, opts Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "Run", s.Run)
 	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(g, s) })
 	return &fixture{srv: s, client: auditv1.NewAuditServiceClient(conn), redis: rs, rdb: rdb}
 }
