@@ -70,7 +70,7 @@ generate-check: generate
 ## docs/bench/; BENCH_FLAGS passes flags, e.g. BENCH_FLAGS="-only latency")
 BENCH_FLAGS ?=
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./frontdoor/... ./catalogsvc/... ./policysvc/... ./auditsvc/... ./identitysvc/... ./services/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./frontdoor/... ./catalogsvc/... ./policysvc/... ./rcnssvc/... ./auditsvc/... ./identitysvc/... ./services/...
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./e2e/cmd/agtpbench
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(BIN)/agtpbench -out docs/bench $(BENCH_FLAGS)

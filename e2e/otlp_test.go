@@ -2,13 +2,14 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // spanSink is an in-test OTLP trace receiver: the services export their
@@ -27,15 +28,10 @@ type recordedSpan struct {
 
 func startSpanSink(t *testing.T) *spanSink {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &spanSink{Addr: lis.Addr().String()}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, s)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	s := &spanSink{}
+	// The services are processes that dial the sink themselves: the
+	// address is what they need, the connection goes unused.
+	s.Addr = testkit.ServeGRPC(t, func(r grpc.ServiceRegistrar) { collectortrace.RegisterTraceServiceServer(r, s) }).Target()
 	return s
 }
 

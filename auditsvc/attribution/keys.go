@@ -10,10 +10,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // AlgEdDSA and AlgNone are the two values of the JWS "alg" header this
@@ -182,7 +183,7 @@ func (ks *KeySet) Signer() *Signer {
 // or "PUBLIC KEY" PKIX), a JWK, or a JWKS (every Ed25519 key in it). It
 // returns ed25519.PrivateKey or ed25519.PublicKey values.
 func LoadKeyFile(path string) ([]crypto.PublicKey, error) {
-	data, err := os.ReadFile(path)
+	data, err := keyfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("attribution: read key file: %w", err)
 	}
@@ -274,23 +275,33 @@ func parseJWKKeys(data []byte) ([]crypto.PublicKey, error) {
 	return out, nil
 }
 
+// LoadSigningKey reads a signing key file: exactly one Ed25519 private
+// key, in any form LoadKeyFile reads. Every service reads the suite's
+// signing key through it.
+func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
+	keys, err := LoadKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) != 1 {
+		return nil, fmt.Errorf("attribution: %s: want exactly one signing key, found %d", path, len(keys))
+	}
+	priv, ok := keys[0].(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("attribution: %s: signing key file holds no private key", path)
+	}
+	return priv, nil
+}
+
 // LoadKeySet builds a key set from files: activePath holds the signing key
 // (empty: alg none), oldPaths hold earlier keys (public or private).
 func LoadKeySet(activePath string, oldPaths ...string) (*KeySet, error) {
 	var active ed25519.PrivateKey
 	if activePath != "" {
-		keys, err := LoadKeyFile(activePath)
-		if err != nil {
+		var err error
+		if active, err = LoadSigningKey(activePath); err != nil {
 			return nil, err
 		}
-		if len(keys) != 1 {
-			return nil, fmt.Errorf("attribution: %s: want exactly one signing key, found %d", activePath, len(keys))
-		}
-		priv, ok := keys[0].(ed25519.PrivateKey)
-		if !ok {
-			return nil, fmt.Errorf("attribution: %s: signing key file holds no private key", activePath)
-		}
-		active = priv
 	}
 	var old []crypto.PublicKey
 	for _, p := range oldPaths {

@@ -23,8 +23,10 @@ import (
 
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // Name is the demo agent's label.
@@ -75,7 +77,7 @@ func Ensure(stateDir string) (*Agent, error) {
 	}
 	a := &Agent{Name: Name, KeyPath: filepath.Join(stateDir, KeyFile), GenesisPath: filepath.Join(stateDir, GenesisFile)}
 
-	key, err := ReadKey(a.KeyPath)
+	key, err := keyfile.ReadEd25519(a.KeyPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if _, serr := os.Stat(a.GenesisPath); serr == nil {
@@ -131,7 +133,7 @@ func (a *Agent) Request() *identityv1.RegisterGenesisRequest {
 // start).
 func AlreadyRegistered(err error) bool {
 	_, reason, _, _ := grpcerr.Reason(err)
-	return reason == "agent-id-collision"
+	return reason == reasons.AgentIDCollision
 }
 
 // Register registers the demo agent through an identity client. It
@@ -146,36 +148,6 @@ func (a *Agent) Register(ctx context.Context, c identityv1.IdentityServiceClient
 		return false, nil
 	}
 	return false, fmt.Errorf("register demo agent: %w", err)
-}
-
-// ReadKey reads a PKCS#8 PEM Ed25519 private key file.
-func ReadKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	k, err := ParseKey(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
-}
-
-// ParseKey reads a PKCS#8 PEM Ed25519 private key.
-func ParseKey(pemBytes []byte) (ed25519.PrivateKey, error) {
-	blk, _ := pem.Decode(pemBytes)
-	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, errors.New("key file is not a PEM PRIVATE KEY")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("key file: %w", err)
-	}
-	ek, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, errors.New("key is not Ed25519")
-	}
-	return ek, nil
 }
 
 // WriteNewKey generates an Ed25519 key and writes it to path as PKCS#8
@@ -235,7 +207,7 @@ const (
 // the README walkthrough can use for a day.
 func (a *Agent) EnsureCertificate(stateDir string, now time.Time) (certPath, keyPath string, err error) {
 	certPath, keyPath = filepath.Join(stateDir, CertFile), filepath.Join(stateDir, AgentKeyFile)
-	key, err := ReadKey(keyPath)
+	key, err := keyfile.ReadEd25519(keyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		key, err = WriteNewKey(keyPath)
 	}

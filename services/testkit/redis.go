@@ -37,9 +37,14 @@ type Redis struct {
 // URL is the redis:// URL of the server.
 func (r *Redis) URL() string { return "redis://" + r.Addr }
 
-// Client returns a new client for the server, closed at cleanup.
-func (r *Redis) Client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+// Client returns a new client for the server, closed at cleanup; opts
+// adjust its options (timeouts, retries, pool size).
+func (r *Redis) Client(tb testing.TB, opts ...func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: r.Addr}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -331,4 +336,19 @@ func Context(tb testing.TB) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	return ctx
+}
+
+// Run runs a component's Run loop (a server, a hub, a worker) until
+// cleanup, when it cancels it, waits for it to return and reports an
+// error it returned under what.
+func Run(tb testing.TB, what string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("%s: %v", what, err)
+		}
+	})
 }

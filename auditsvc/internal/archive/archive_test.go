@@ -17,7 +17,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
-	"github.com/agtpsuite/agtp/auditsvc/internal/redistest"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 func entry(i int) attribution.Entry {
@@ -173,7 +173,7 @@ func TestArchiveOptionsValidate(t *testing.T) {
 
 // The archive of a real chain verifies on its own, from files alone.
 func TestArchivedChainVerifiesFromFiles(t *testing.T) {
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	ks, _ := attribution.NewKeySet(key)
 	dir := t.TempDir()
@@ -182,7 +182,7 @@ func TestArchivedChainVerifiesFromFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := run(t, sink)
-	store, err := chain.New(srv.Client(), ks.Signer(), nil, chain.Options{OnAppend: sink.Offer})
+	store, err := chain.New(srv.Client(t), ks.Signer(), nil, chain.Options{OnAppend: sink.Offer})
 	if err != nil {
 		t.Fatal(err)
 	}

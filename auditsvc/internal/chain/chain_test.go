@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/auditsvc/internal/redistest"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 func testKeys(t testing.TB) *attribution.KeySet {
@@ -57,9 +57,9 @@ func verifyOpts(ks *attribution.KeySet, agent string) attribution.ChainOptions {
 
 func TestAppendLinksRecordsOfOneChain(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	ks := testKeys(t)
-	s := newStore(t, srv.Client(), ks, Options{})
+	s := newStore(t, srv.Client(t), ks, Options{})
 
 	var got []Appended
 	for i := range 3 {
@@ -102,8 +102,8 @@ func TestAppendLinksRecordsOfOneChain(t *testing.T) {
 }
 
 func TestAppendRefusesCallerChosenLinkAndBadNames(t *testing.T) {
-	srv := redistest.Start(t, redistest.Config{})
-	s := newStore(t, srv.Client(), testKeys(t), Options{})
+	srv := testkit.StartRedis(t)
+	s := newStore(t, srv.Client(t), testKeys(t), Options{})
 	p := payload("a", 0)
 	p.PreviousAuditID = attribution.ZeroAuditID
 	cases := map[string]func() error{
@@ -138,9 +138,9 @@ func TestAppendRefusesCallerChosenLinkAndBadNames(t *testing.T) {
 // client and head cache) and many goroutines in each append to one chain.
 func TestConcurrentWritersNeverForkOrGap(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	ks := testKeys(t)
-	stores := []*Store{newStore(t, srv.Client(), ks, Options{}), newStore(t, srv.Client(), ks, Options{})}
+	stores := []*Store{newStore(t, srv.Client(t), ks, Options{}), newStore(t, srv.Client(t), ks, Options{})}
 
 	const perWriter, writersPerStore = 60, 8
 	var mu sync.Mutex
@@ -198,9 +198,9 @@ func TestConcurrentWritersNeverForkOrGap(t *testing.T) {
 // head from the script's conflict reply and still append in order.
 func TestStaleHeadCacheRetriesWithoutForking(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	ks := testKeys(t)
-	a, b := newStore(t, srv.Client(), ks, Options{}), newStore(t, srv.Client(), ks, Options{})
+	a, b := newStore(t, srv.Client(t), ks, Options{}), newStore(t, srv.Client(t), ks, Options{})
 	if _, err := a.Append(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -220,15 +220,15 @@ func TestStaleHeadCacheRetriesWithoutForking(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, r)
 	}
 	// The losing attempt's index entry does not resolve to anything.
-	if n, _ := srv.Client().DBSize(ctx).Result(); n != 2+3 {
+	if n, _ := srv.Client(t).DBSize(ctx).Result(); n != 2+3 {
 		t.Fatalf("keys = %d, want head, stream and 3 index entries (the lost attempt's entry removed)", n)
 	}
 }
 
 func TestLostHeadHashDoesNotRestartTheChain(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
-	rdb := srv.Client()
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
 	ks := testKeys(t)
 	s := newStore(t, rdb, ks, Options{})
 	for i := range 3 {
@@ -255,8 +255,8 @@ func TestLostHeadHashDoesNotRestartTheChain(t *testing.T) {
 
 func TestIdempotentOutcomeIsStoredInTheSameStep(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
-	rdb := srv.Client()
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
 	s := newStore(t, rdb, testKeys(t), Options{})
 	slot := rediskeys.IdempotencySlot("agent-i", "key-1")
 	rdb.HSet(ctx, slot, rediskeys.SlotState, rediskeys.SlotPending, rediskeys.SlotToken, "tok-1", rediskeys.SlotFingerprint, "fp")
@@ -349,8 +349,8 @@ func TestTamperingWithStoredRecordsIsDetected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t, redistest.Config{})
-			rdb := srv.Client()
+			srv := testkit.StartRedis(t)
+			rdb := srv.Client(t)
 			s := newStore(t, rdb, ks, Options{})
 			for i := range 5 {
 				if _, err := s.Append(ctx, attribution.StreamAttribution, "v", payload("v", i), nil); err != nil {
@@ -380,8 +380,8 @@ func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 
 func TestGetIgnoresIndexEntriesOfLostAttemptsAndRebuildRestoresIndex(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
-	rdb := srv.Client()
+	srv := testkit.StartRedis(t)
+	rdb := srv.Client(t)
 	s := newStore(t, rdb, testKeys(t), Options{})
 	var ids []string
 	for i := range 3 {
@@ -421,8 +421,8 @@ func TestGetIgnoresIndexEntriesOfLostAttemptsAndRebuildRestoresIndex(t *testing.
 
 func TestRangeNewestPagesBackwards(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
-	s := newStore(t, srv.Client(), testKeys(t), Options{})
+	srv := testkit.StartRedis(t)
+	s := newStore(t, srv.Client(t), testKeys(t), Options{})
 	for i := range 7 {
 		p := payload("l", i)
 		p.EventType = fmt.Sprint("event-", i)
@@ -455,13 +455,13 @@ func TestRangeNewestPagesBackwards(t *testing.T) {
 // verifies end to end.
 func TestRedisRestartLosesNoAcknowledgedRecord(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{AOF: true})
+	srv := testkit.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	ks := testKeys(t)
 	fast := func(o *redis.Options) {
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 		o.MaxRetries = -1 // a retried EVALSHA must be our decision, not the client's
 	}
-	stores := []*Store{newStore(t, srv.Client(fast), ks, Options{}), newStore(t, srv.Client(fast), ks, Options{})}
+	stores := []*Store{newStore(t, srv.Client(t, fast), ks, Options{}), newStore(t, srv.Client(t, fast), ks, Options{})}
 
 	var mu sync.Mutex
 	acked := map[string]string{} // audit id -> chain
@@ -501,9 +501,9 @@ func TestRedisRestartLosesNoAcknowledgedRecord(t *testing.T) {
 		}
 	}
 	waitFor(200)
-	srv.Restart()
+	srv.Restart(t)
 	waitFor(count() + 200)
-	srv.Restart()
+	srv.Restart(t)
 	waitFor(count() + 200)
 	close(stop)
 	wg.Wait()
@@ -549,8 +549,8 @@ func TestHeadCacheIsBounded(t *testing.T) {
 func BenchmarkSignAndAppend(b *testing.B) {
 	for _, agents := range []int{1000} {
 		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
-			srv := redistest.Start(b, redistest.Config{})
-			rdb := srv.Client(func(o *redis.Options) { o.PoolSize = 256 })
+			srv := testkit.StartRedis(b)
+			rdb := srv.Client(b, func(o *redis.Options) { o.PoolSize = 256 })
 			s := newStore(b, rdb, testKeys(b), Options{})
 			var next atomic.Int64
 			b.SetParallelism(64)

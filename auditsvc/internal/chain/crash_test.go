@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
-	"github.com/agtpsuite/agtp/auditsvc/internal/redistest"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // The test binary doubles as a writer process that a test can kill -9:
@@ -66,7 +66,7 @@ func childWriter(addr, keyHex, chainID string) int {
 // process acknowledged is stored, and the chain verifies.
 func TestKilledWriterProcessLosesNothingAcknowledged(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	seed := make([]byte, ed25519.SeedSize)
 	for i := range seed {
 		seed[i] = byte(i)
@@ -87,7 +87,7 @@ func TestKilledWriterProcessLosesNothingAcknowledged(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
 	// This process writes to the same chain at the same time.
-	local := newStore(t, srv.Client(), ks, Options{})
+	local := newStore(t, srv.Client(t), ks, Options{})
 	stopLocal := make(chan struct{})
 	var localIDs []string
 	var wg sync.WaitGroup
@@ -151,9 +151,9 @@ func TestKilledWriterProcessLosesNothingAcknowledged(t *testing.T) {
 // second time.
 func TestResentScriptIsRecognisedAsOwnAppend(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Config{})
+	srv := testkit.StartRedis(t)
 	ks := testKeys(t)
-	rdb := srv.Client()
+	rdb := srv.Client(t)
 	// Loaded first, so that the doubled pipeline is the one that appends
 	// (not one answered NOSCRIPT).
 	if err := appendScript.Load(ctx, rdb).Err(); err != nil {

@@ -25,7 +25,6 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
-	"github.com/agtpsuite/agtp/auditsvc/internal/redistest"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -35,7 +34,7 @@ import (
 type fixture struct {
 	srv    *Server
 	client auditv1.AuditServiceClient
-	redis  *redistest.Server
+	redis  *testkit.Redis
 	rdb    *redis.Client
 }
 
@@ -60,8 +59,8 @@ func keySet(t testing.TB, active ed25519.PrivateKey, old ...crypto.PublicKey) *a
 // start runs a Server behind a real gRPC server on a loopback port.
 func start(t testing.TB, opts Options) *fixture {
 	t.Helper()
-	rs := redistest.Start(t, redistest.Config{})
-	rdb := rs.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	rs := testkit.StartRedis(t)
+	rdb := rs.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	if opts.ServerID == "" {
 		opts.ServerID = "audit.test"
 	}
@@ -69,15 +68,7 @@ func start(t testing.TB, opts Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "Run", s.Run)
 	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(g, s) })
 	return &fixture{srv: s, client: auditv1.NewAuditServiceClient(conn), redis: rs, rdb: rdb}
 }
@@ -524,7 +515,7 @@ func TestWithoutKeyRecordsAreUnsignedButChained(t *testing.T) {
 
 func TestRedisDownFailsClosedWith503(t *testing.T) {
 	f := start(t, Options{Keys: keySet(t, genKey(t))})
-	f.redis.Kill()
+	f.redis.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := f.client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ChainAgentId: "agent-d", ClaimsJson: claims(t, response("agent-d", 0))})

@@ -42,15 +42,7 @@ func serve(t *testing.T, s *Server) catalogv1.CatalogServiceClient {
 
 func run(t *testing.T, s *Server) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "Run", s.Run)
 }
 
 func newServer(t *testing.T, rdb redis.UniversalClient, o Options) *Server {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -39,11 +40,11 @@ const (
 	ReasonAgentNotFound        = callerpolicy.ReasonAgentNotFound
 	ReasonAgentRetired         = callerpolicy.ReasonAgentRetired
 	ReasonAgentNotActivated    = callerpolicy.ReasonAgentNotActivated
-	ReasonAgentIDCollision     = "agent-id-collision"
-	ReasonAgentIDRetired       = "agent-id-retired"
-	ReasonAgentNameTaken       = "agent-name-taken"
+	ReasonAgentIDCollision     = reasons.AgentIDCollision
+	ReasonAgentIDRetired       = reasons.AgentIDRetired
+	ReasonAgentNameTaken       = reasons.AgentNameTaken
 	ReasonAgentNameInvalid     = "agent-name-invalid"
-	ReasonExperimentalLabel    = "experimental-label-required"
+	ReasonExperimentalLabel    = reasons.ExperimentalLabelRequired
 	ReasonAliasMismatch        = "alias-mismatch"
 	ReasonTransitionInvalid    = "lifecycle-transition-invalid"
 	ReasonReasonRequired       = "reason-required"

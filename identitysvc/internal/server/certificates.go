@@ -16,6 +16,7 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/internal/registry"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
@@ -23,7 +24,7 @@ import (
 // Reason tokens of IssueAgentCertificate refusals.
 const (
 	// ReasonAgentCANotConfigured: this registrar has no agent CA.
-	ReasonAgentCANotConfigured = "agent-ca-not-configured"
+	ReasonAgentCANotConfigured = reasons.AgentCANotConfigured
 	// ReasonAgentCAExpired: the agent CA's certificate has expired.
 	ReasonAgentCAExpired = "agent-ca-expired"
 	// ReasonCSRInvalid: the CSR does not parse, is not signed by the key
@@ -31,9 +32,9 @@ const (
 	ReasonCSRInvalid = "csr-invalid"
 	// ReasonIssuerSignatureInvalid: issuer_signature is not the Genesis
 	// issuer key's signature of the request.
-	ReasonIssuerSignatureInvalid = "issuer-signature-invalid"
+	ReasonIssuerSignatureInvalid = reasons.IssuerSignatureInvalid
 	// ReasonLifetimeTooLong: lifetime_seconds is above the maximum.
-	ReasonLifetimeTooLong = "certificate-lifetime-too-long"
+	ReasonLifetimeTooLong = reasons.CertificateLifetimeTooLong
 )
 
 // AgentCA is the registrar's agent CA: the certificates of its file,

@@ -8,15 +8,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // Event is one recorded lifecycle event.
@@ -43,21 +42,7 @@ type Server struct {
 func Start(tb testing.TB) (*Server, auditv1.AuditServiceClient) {
 	tb.Helper()
 	s := &Server{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	g := grpc.NewServer()
-	auditv1.RegisterAuditServiceServer(g, s)
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		_ = conn.Close()
-		g.Stop()
-	})
+	conn := testkit.ServeGRPC(tb, func(r grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(r, s) })
 	return s, auditv1.NewAuditServiceClient(conn)
 }
 

@@ -30,15 +30,7 @@ func startReplica(t *testing.T, rds *testkit.Redis) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hub: %v", err)
-		}
-	})
+	testkit.Run(t, "hub", srv.Run)
 	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return &replica{srv: srv, client: agpv1.NewAgpServiceClient(conn)}
 }

@@ -38,15 +38,7 @@ func serve(t testing.TB, rdb redis.UniversalClient, opts server.Options, log *sl
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Run(t, "Run", srv.Run)
 	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(g, srv) })
 	return policyv1.NewPolicyServiceClient(conn)
 }

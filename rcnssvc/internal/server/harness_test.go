@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
@@ -200,25 +198,6 @@ func (f *fakeAudit) count(agent, typ, synthesisID string) int {
 	return n
 }
 
-// serve starts a gRPC server on loopback and returns a client connection.
-func serve(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
 // demoSnapshot is a catalog snapshot holding catalogsvc's demo endpoints
 // (Tier B), a few catalog verbs beside the floor, and the given policies
 // and data_manifest.
@@ -315,9 +294,9 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 func (e *env) start() {
 	t := e.t
 	t.Helper()
-	catConn := serve(t, func(s *grpc.Server) { catalogv1.RegisterCatalogServiceServer(s, e.catalog) })
-	polConn := serve(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, e.policy) })
-	audConn := serve(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, e.audit) })
+	catConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { catalogv1.RegisterCatalogServiceServer(s, e.catalog) })
+	polConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(s, e.policy) })
+	audConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, e.audit) })
 	srv, err := New(e.rdb, slog.New(slog.DiscardHandler), catalogv1.NewCatalogServiceClient(catConn), policyv1.NewPolicyServiceClient(polConn), auditv1.NewAuditServiceClient(audConn), e.opts)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +307,7 @@ func (e *env) start() {
 	e.cancel, e.done = cancel, make(chan struct{})
 	go func() { _ = srv.Run(ctx); close(e.done) }()
 	t.Cleanup(e.stop)
-	conn := serve(t, func(s *grpc.Server) { rcnsv1.RegisterRcnsServiceServer(s, srv) })
+	conn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { rcnsv1.RegisterRcnsServiceServer(s, srv) })
 	e.client = rcnsv1.NewRcnsServiceClient(conn)
 	testkit.WaitFor(t, 5*time.Second, "catalog snapshot", func() bool { return srv.cat.Load() != nil })
 }

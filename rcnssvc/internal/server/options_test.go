@@ -53,8 +53,8 @@ func TestPatternsFileReload(t *testing.T) {
 	if err := os.WriteFile(file, []byte("patterns: [{recipe_name: x}]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	catConn := serve(t, func(s *grpc.Server) { catalogv1.RegisterCatalogServiceServer(s, &fakeCatalog{}) })
-	audConn := serve(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, &fakeAudit{}) })
+	catConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { catalogv1.RegisterCatalogServiceServer(s, &fakeCatalog{}) })
+	audConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, &fakeAudit{}) })
 	cat, aud := catalogv1.NewCatalogServiceClient(catConn), auditv1.NewAuditServiceClient(audConn)
 	o := DefaultOptions()
 	o.PatternsFile = file

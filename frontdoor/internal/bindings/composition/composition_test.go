@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	catalogdemo "github.com/agtpsuite/agtp/catalogsvc/demo"
-	"net"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -23,6 +21,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // invoker is a bindings.Invoker whose behaviour is two function fields.
@@ -296,19 +295,7 @@ func TestResolveFallsBackToRCNS(t *testing.T) {
 		return &rcnsv1.GetRecipeResponse{RecipeVersion: "3",
 			RecipeJson: []byte(`{"recipe_name":"promoted","recipe_version":"3","steps":[{"method":"QUERY","path":"/x"}]}`)}, nil
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	rcnsv1.RegisterRcnsServiceServer(srv, stub)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { rcnsv1.RegisterRcnsServiceServer(s, stub) })
 	r := demoRunner(t, composition.Options{RCNS: rcnsv1.NewRcnsServiceClient(conn)})
 	ctx := context.Background()
 	for range 2 {

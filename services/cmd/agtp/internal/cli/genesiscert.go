@@ -18,11 +18,8 @@ import (
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
 	"github.com/agtpsuite/agtp/identitysvc/demo"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
-
-// maxAgentKeyFile bounds what is read of an --agent-key file; a PEM
-// private key is a few hundred bytes.
-const maxAgentKeyFile = 64 << 10
 
 const day = 24 * time.Hour
 
@@ -209,7 +206,7 @@ func (o *agentCertFlags) load(env Env, in string) (l agentCertInputs, code int, 
 	if l.g, err = genesis.Load(data); err != nil {
 		return l, invalidGenesis(env, name, displayName(in), err), true
 	}
-	if l.issuer, err = demo.ReadKey(o.key); err != nil {
+	if l.issuer, err = keyfile.ReadEd25519(o.key); err != nil {
 		return l, genesisFail(env, name, fmt.Errorf("--key: %w", err)), true
 	}
 	if pub, _ := l.issuer.Public().(ed25519.PublicKey); !l.g.IssuerPublicKey.Equal(pub) {
@@ -269,28 +266,12 @@ func writeCertAndKey(certPath, keyPath string, chain [][]byte, key crypto.Signer
 }
 
 // readAgentKey reads a PKCS#8 PEM private key of a kind an Agent
-// Certificate certifies. (demo.ReadKey reads Genesis issuer keys, which
-// are Ed25519 only.)
+// Certificate certifies. (A Genesis issuer key is Ed25519 only:
+// keyfile.ReadEd25519.)
 func readAgentKey(path string) (crypto.Signer, error) {
-	f, err := os.Open(path)
+	k, err := keyfile.ReadPrivate(path)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxAgentKeyFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxAgentKeyFile {
-		return nil, fmt.Errorf("%s is larger than %d KiB, too large for a private key", path, maxAgentKeyFile>>10)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("%s is not a PEM PRIVATE KEY (PKCS#8)", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	switch k := k.(type) {
 	case ed25519.PrivateKey:

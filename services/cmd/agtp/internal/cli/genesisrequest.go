@@ -10,18 +10,9 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
+	"github.com/agtpsuite/agtp/identitysvc/reasons"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
-)
-
-// Reason tokens identitysvc answers IssueAgentCertificate with, which the
-// CLI follows with a hint.
-const (
-	reasonAgentCANotConfigured = "agent-ca-not-configured"
-	reasonIssuerSignature      = "issuer-signature-invalid"
-	reasonLifetimeTooLong      = "certificate-lifetime-too-long"
-	reasonAgentSuspended       = "agent-suspended"
-	reasonAgentNotActivated    = "agent-not-activated"
-	reasonAgentNotFound        = "agent-not-found"
 )
 
 // ---- request-cert ----
@@ -155,17 +146,17 @@ func requestCertFailed(env Env, where, agentID string, err error) int {
 	fmt.Fprintf(env.Stderr, "agtp genesis request-cert: %d %s: %s\n", agtpStatus, reason, explanation)
 	hint := ""
 	switch reason {
-	case reasonAgentCANotConfigured:
+	case reasons.AgentCANotConfigured:
 		hint = "this identitysvc has no agent CA; an issuer-signed certificate needs none: agtp genesis cert --key ISSUER_KEY ..."
-	case reasonLifetimeTooLong:
+	case reasons.CertificateLifetimeTooLong:
 		hint = "ask for fewer --days, or omit --days for identitysvc's default (its maximum is " + md["max_lifetime_seconds"] + " s)"
-	case reasonIssuerSignature:
+	case reasons.IssuerSignatureInvalid:
 		hint = "sign with the key that signed the Genesis registered as " + agentID
-	case reasonAgentSuspended:
+	case callerpolicy.ReasonAgentSuspended:
 		hint = "REINSTATE the agent first"
-	case reasonAgentNotActivated:
+	case callerpolicy.ReasonAgentNotActivated:
 		hint = "ACTIVATE the agent first (or register it with --activate)"
-	case reasonAgentNotFound:
+	case callerpolicy.ReasonAgentNotFound:
 		hint = "register the Genesis first: agtp genesis register --activate ..."
 	}
 	if hint != "" {

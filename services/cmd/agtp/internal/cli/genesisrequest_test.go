@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/identitysvc/agentcert"
-	"github.com/agtpsuite/agtp/identitysvc/demo"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 )
 
@@ -128,7 +128,7 @@ func TestGenesisRequestCertAgainstIdentitysvc(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rest.close()
-		issuer, err := demo.ReadKey(issuerKey)
+		issuer, err := keyfile.ReadEd25519(issuerKey)
 		if err != nil {
 			t.Fatal(err)
 		}
