@@ -7,6 +7,9 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN       := bin
 SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
 PKGS      := ./...
+# VERSION is the service.version of the binaries' traces and metrics.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X github.com/agtpsuite/agtp/services/kit.version=$(VERSION)
 
 .PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server clean
 
@@ -15,7 +18,7 @@ all: build
 ## build: compile every service binary, the suite and the agtp CLI into bin/
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
 
 ## run: start the whole suite in one process on embedded defaults
 run:
