@@ -75,7 +75,9 @@ bench: redis-server
 ## deploy-check: build every Kubernetes overlay with kustomize and validate the
 ## manifests offline: strict decoding into the API types, the API server's own
 ## validation code and the suite's rules (deploy/check, a separate module so
-## the Kubernetes dependencies stay out of go.mod; see deploy/k8s/README.md)
+## the Kubernetes dependencies stay out of go.mod; see deploy/k8s/README.md);
+## it also parses deploy/observability's alerting rules and dashboard queries
+## with Prometheus's own parsers and checks their metrics are exported
 .PHONY: deploy-check
 deploy-check:
 	@for o in deploy/k8s/overlays/*/; do \
