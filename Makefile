@@ -7,6 +7,9 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN       := bin
 SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
 PKGS      := ./...
+# VERSION is the service.version of the binaries' traces and metrics.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X github.com/agtpsuite/agtp/services/kit.version=$(VERSION)
 
 .PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server clean
 
@@ -15,7 +18,7 @@ all: build
 ## build: compile every service binary, the suite and the agtp CLI into bin/
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
 
 ## run: start the whole suite in one process on embedded defaults
 run:
@@ -78,7 +81,9 @@ bench: redis-server
 ## deploy-check: build every Kubernetes overlay with kustomize and validate the
 ## manifests offline: strict decoding into the API types, the API server's own
 ## validation code and the suite's rules (deploy/check, a separate module so
-## the Kubernetes dependencies stay out of go.mod; see deploy/k8s/README.md)
+## the Kubernetes dependencies stay out of go.mod; see deploy/k8s/README.md);
+## it also parses deploy/observability's alerting rules and dashboard queries
+## with Prometheus's own parsers and checks their metrics are exported
 .PHONY: deploy-check
 deploy-check:
 	@for o in deploy/k8s/overlays/*/; do \

@@ -11,8 +11,54 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	"github.com/agtpsuite/agtp/auditsvc/internal/server"
 )
+
+// appendBuckets span one pipelined append on a quiet Redis (well under a
+// millisecond) to the replica WAIT's default deadline and beyond.
+var appendBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
+// batchBuckets are pipeline sizes up to the default MaxBatch (128).
+var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+// observeAppends measures the chain store's appends: the latency of each
+// (with its outcome: ok, or error) and each pipeline's size and round
+// trip, which together say whether group commit is carrying the load.
+func observeAppends(meter metric.Meter, opts *chain.Options) error {
+	latency, err := meter.Float64Histogram("agtp.audit.append.duration", metric.WithUnit("s"),
+		metric.WithDescription("audit append latency, queueing for a pipeline included, by outcome (ok, error)"),
+		metric.WithExplicitBucketBoundaries(appendBuckets...))
+	if err != nil {
+		return err
+	}
+	size, err := meter.Int64Histogram("agtp.audit.append.batch.size", metric.WithUnit("{record}"),
+		metric.WithDescription("records per pipeline of appends sent to Redis"),
+		metric.WithExplicitBucketBoundaries(batchBuckets...))
+	if err != nil {
+		return err
+	}
+	roundTrip, err := meter.Float64Histogram("agtp.audit.append.batch.duration", metric.WithUnit("s"),
+		metric.WithDescription("round trip of one pipeline of appends to Redis (and the replica WAIT, when configured)"),
+		metric.WithExplicitBucketBoundaries(appendBuckets...))
+	if err != nil {
+		return err
+	}
+	ok := metric.WithAttributes(attribute.String("agtp.outcome", "ok"))
+	failed := metric.WithAttributes(attribute.String("agtp.outcome", "error"))
+	opts.ObserveAppend = func(took time.Duration, err error) {
+		o := ok
+		if err != nil {
+			o = failed
+		}
+		latency.Record(context.Background(), took.Seconds(), o)
+	}
+	opts.ObserveBatch = func(records int, took time.Duration) {
+		size.Record(context.Background(), int64(records))
+		roundTrip.Record(context.Background(), took.Seconds())
+	}
+	return nil
+}
 
 // observe exports what an operator watches on the audit store: the chain
 // store's counters (conflicts, unknown outcomes, appends not replicated in

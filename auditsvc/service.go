@@ -38,6 +38,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	meter := base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/auditsvc")
+	if base.Telemetry.Recording {
+		// Timing every append is left out when nothing reads the metrics.
+		if err := observeAppends(meter, &opts.Chain); err != nil {
+			_ = base.Close(ctx)
+			return nil, fmt.Errorf("auditsvc metrics: %w", err)
+		}
+	}
 	srv, err := server.New(base.Redis, base.Log, opts)
 	if err != nil {
 		_ = base.Close(ctx)
@@ -49,7 +57,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	} else {
 		base.Log.Info("audit appends do not wait for Redis replicas (AGTP_AUDIT_REPLICA_ACKS=0): an acknowledged record survives a Redis restart (with appendonly) but not necessarily a failover")
 	}
-	if err := observe(base.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/auditsvc"), srv, base.Redis); err != nil {
+	if err := observe(meter, srv, base.Redis); err != nil {
 		_ = base.Close(ctx)
 		return nil, fmt.Errorf("auditsvc metrics: %w", err)
 	}

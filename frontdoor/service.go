@@ -250,6 +250,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if err := s.observeTransport(meter); err != nil {
 		return nil, err
 	}
+	if err := s.observeCaches(meter); err != nil {
+		return nil, err
+	}
+	if err := s.observeAGTPCertificate(meter); err != nil {
+		return nil, err
+	}
 	base.Server.Register(HealthName, nil, nil)
 	base.Server.ReadyWhen(s.ready)
 	return s, nil
@@ -343,6 +349,10 @@ func (s *Service) HTTPSAddr() string {
 	}
 	return s.httpsLn.Addr().String()
 }
+
+// HTTPAddr is the bound admin listener address (HTTP_ADDR: the Prometheus
+// metrics), or "".
+func (s *Service) HTTPAddr() string { return s.base.Server.HTTPAddr() }
 
 // GRPCAddr is the bound gRPC (health) address.
 func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }

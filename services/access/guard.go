@@ -242,11 +242,7 @@ func (g *Guard) GatewayOptions() []runtime.ServeMuxOption {
 			return runtime.DefaultHeaderMatcher(key)
 		}),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			id := Identity{}
-			if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-				id = g.rec.Identify(r.TLS.VerifiedChains[0][0])
-			}
-			return metadata.Pairs(gatewayTokenKey, g.token, gatewayCallerKey, id.String())
+			return metadata.Pairs(gatewayTokenKey, g.token, gatewayCallerKey, g.rec.IdentifyRequest(r).String())
 		}),
 	}
 }

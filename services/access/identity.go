@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -147,6 +148,15 @@ func (r *Recognizer) TrustDomain() string { return r.trustDomain }
 // has verified against the suite CA. A certificate names at most one
 // identity: one naming none, two different ones, or an Agent-ID gets the
 // zero Identity, which no table allows.
+// IdentifyRequest is the identity of an HTTPS client, as the certificate
+// chain its TLS handshake verified names it; none without one.
+func (r *Recognizer) IdentifyRequest(req *http.Request) Identity {
+	if req.TLS == nil || len(req.TLS.VerifiedChains) == 0 || len(req.TLS.VerifiedChains[0]) == 0 {
+		return Identity{}
+	}
+	return r.Identify(req.TLS.VerifiedChains[0][0])
+}
+
 func (r *Recognizer) Identify(cert *x509.Certificate) Identity {
 	if cert == nil {
 		return Identity{}

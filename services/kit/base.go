@@ -2,6 +2,7 @@ package kit
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"os"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -39,8 +41,14 @@ func NewBase(ctx context.Context, cfg Common) (_ *Base, err error) {
 	if b.Telemetry, err = NewTelemetry(ctx, cfg.Name, cfg.Telemetry); err != nil {
 		return nil, err
 	}
+	// The suite certificate this service presents on every internal
+	// listener and call.
+	if err = ObserveCertificates(b.Telemetry.MeterProvider.Meter("github.com/agtpsuite/agtp/services/kit"),
+		map[string]func() (*x509.Certificate, error){"service": b.MTLS.Leaf}); err != nil {
+		return nil, fmt.Errorf("certificate metrics: %w", err)
+	}
 	if cfg.RedisURL != "" {
-		if b.Redis, err = NewRedis(ctx, cfg.RedisURL, b.Telemetry.redisTracer()); err != nil {
+		if b.Redis, err = NewRedis(ctx, cfg.RedisURL, b.Telemetry.redisTracer(), b.Telemetry.redisMeter()); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
 		}
 	}
@@ -84,8 +92,17 @@ func (b *Base) Run(ctx context.Context, extra ...Task) error {
 // redisTracer is the tracer provider for Redis commands, or nil (no
 // instrumentation) when nothing records spans.
 func (t *Telemetry) redisTracer() trace.TracerProvider {
-	if !t.Recording {
+	if !t.tracing {
 		return nil
 	}
 	return t.TracerProvider
+}
+
+// redisMeter is the meter provider for the Redis client's pool and
+// command metrics, or nil when no metrics are exported.
+func (t *Telemetry) redisMeter() metric.MeterProvider {
+	if !t.metrics {
+		return nil
+	}
+	return t.MeterProvider
 }

@@ -107,6 +107,9 @@ func (c Common) Validate() error {
 	if err := checkPprofAddr(c.PprofAddr); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Telemetry.Prometheus && c.HTTPAddr == "" {
+		errs = append(errs, errors.New("the Prometheus endpoint (AGTP_PROMETHEUS) is served on the admin listener, and HTTP_ADDR is empty"))
+	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown timeout must be positive"))
 	}
@@ -137,6 +140,8 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline (env SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
 	fs.BoolVar(&c.Reflection, "grpc-reflection", c.Reflection, "serve the gRPC reflection API, for debugging (env GRPC_REFLECTION)")
+	fs.BoolVar(&c.Telemetry.Prometheus, "prometheus", c.Telemetry.Prometheus, "serve the metrics for a Prometheus scrape as GET /metrics on the admin listener (-http-addr); on or off (env AGTP_PROMETHEUS)")
+	fs.StringVar(&c.Telemetry.InstanceID, "instance-id", c.Telemetry.InstanceID, "service.instance.id of traces and metrics, e.g. the pod's name; empty: a random UUID per process (env AGTP_INSTANCE_ID)")
 	fs.StringVar(&c.TrustDomain, "trust-domain", c.TrustDomain, "SPIFFE trust domain of the suite's client identities (env AGTP_TRUST_DOMAIN)")
 	fs.StringVar(&c.IdentityMapFile, "identity-map", c.IdentityMapFile, "JSON file mapping external certificate names to identities, e.g. {\"dns:ops.example\": \"operator/ops\"} (env AGTP_IDENTITY_MAP)")
 	fs.Func("peer", "peer service address as name=host:port, repeatable (env AGTP_PEERS=name=addr,...)", func(v string) error {
@@ -164,6 +169,7 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.PprofAddr, "PPROF_ADDR")
 	set(&c.TrustDomain, "AGTP_TRUST_DOMAIN")
 	set(&c.IdentityMapFile, "AGTP_IDENTITY_MAP")
+	set(&c.Telemetry.InstanceID, "AGTP_INSTANCE_ID")
 	if v, ok := lookup("SHUTDOWN_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -184,6 +190,13 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 		c.Reflection = b
 	}
+	if v, ok := lookup("AGTP_PROMETHEUS"); ok && v != "" {
+		b, err := ParseSwitch(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_PROMETHEUS: %w", err)
+		}
+		c.Telemetry.Prometheus = b
+	}
 	if v, ok := lookup("AGTP_PEERS"); ok && v != "" {
 		for _, p := range strings.Split(v, ",") {
 			if err := c.addPeers(strings.TrimSpace(p)); err != nil {
@@ -192,6 +205,22 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 	}
 	return nil
+}
+
+// ParseSwitch reads an on/off setting: on or off, or anything
+// strconv.ParseBool takes (true, false, 1, 0).
+func ParseSwitch(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%q is not on or off", v)
+	}
+	return b, nil
 }
 
 func (c *Common) addPeers(v string) error {

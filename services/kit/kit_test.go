@@ -192,12 +192,12 @@ func TestTraceContinuesAcrossServices(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
-	cfg := kit.Common{LogLevel: "loud", LogFormat: "xml", RedisRequired: true}
+	cfg := kit.Common{LogLevel: "loud", LogFormat: "xml", RedisRequired: true, Telemetry: kit.TelemetryConfig{Prometheus: true}}
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("empty configuration validated")
 	}
-	for _, want := range []string{"name is empty", "grpc address is empty", "mTLS is required", "redis url is empty", "log level", "log format", "shutdown timeout"} {
+	for _, want := range []string{"name is empty", "grpc address is empty", "mTLS is required", "redis url is empty", "log level", "log format", "shutdown timeout", "AGTP_PROMETHEUS"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, missing %q", err, want)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -17,8 +18,10 @@ const ClusterStateReloadInterval = time.Second
 
 // NewRedis connects to Redis. A redis:// or rediss:// URL is one node; a
 // redis+cluster:// (or rediss+cluster://) URL is a Redis Cluster, with more
-// seed nodes given as addr= query parameters. Commands are traced.
-func NewRedis(ctx context.Context, url string, tp trace.TracerProvider) (redis.UniversalClient, error) {
+// seed nodes given as addr= query parameters. Commands are traced when tp
+// is not nil; with mp, the connection pool and the time each command holds
+// a connection are measured (redisotel's db.client.connections.*).
+func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metric.MeterProvider) (redis.UniversalClient, error) {
 	var client redis.UniversalClient
 	switch {
 	case strings.HasPrefix(url, "redis+cluster://"), strings.HasPrefix(url, "rediss+cluster://"):
@@ -44,6 +47,15 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider) (redis.U
 		if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
 			_ = client.Close()
 			return nil, fmt.Errorf("trace redis: %w", err)
+		}
+	}
+	if mp != nil {
+		// The cumulative pool counts (waits, timeouts, hits, misses) as
+		// monotonic counters, as the database semantic conventions have
+		// them, so that rate() applies.
+		if err := redisotel.InstrumentMetrics(client, redisotel.WithMeterProvider(mp), redisotel.WithSemConvCompliantMetrics(true)); err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("measure redis: %w", err)
 		}
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -214,7 +214,10 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 		}
 		tlsCfg := s.mtls.ServerConfig()
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		httpSrv = NewHTTPServer(traceGateway(mux, s.cfg.Name, s.tel), tlsCfg, s.log)
+		httpSrv = NewHTTPServer(serveMetrics(traceGateway(mux, s.cfg.Name, s.tel), s.tel.PrometheusHandler, s.guard.Recognizer()), tlsCfg, s.log)
+		if s.tel.PrometheusHandler != nil {
+			s.log.Info("serving Prometheus metrics on the admin listener", "addr", s.HTTPAddr(), "path", MetricsPath, "readers", "operator and system identities")
+		}
 	}
 
 	tasks := []Task{

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -28,6 +31,14 @@ type TelemetryConfig struct {
 	// SpanProcessors are added to the tracer provider (tests use an
 	// in-memory recorder).
 	SpanProcessors []sdktrace.SpanProcessor
+	// Prometheus keeps the metrics for a Prometheus scrape as well: the
+	// service's admin listener then answers GET /metrics (prometheus.go).
+	Prometheus bool
+	// InstanceID is the resource's service.instance.id; empty means a
+	// random UUID per process (several replicas of one service are then
+	// told apart, but not across restarts; set it to the pod's name to
+	// keep the replica's name).
+	InstanceID string
 }
 
 // Telemetry is one service's tracer and meter providers.
@@ -37,7 +48,16 @@ type Telemetry struct {
 	// Recording is false when nothing receives spans or metrics; then the
 	// gRPC and Redis instrumentation is left out of the hot path.
 	Recording bool
-	shutdown  []func(context.Context) error
+	// tracing is true when spans are recorded (Redis commands are then
+	// traced).
+	tracing bool
+	// metrics is true when metrics are exported (Redis client metrics are
+	// then registered).
+	metrics bool
+	// PrometheusHandler serves the metrics in the Prometheus text format;
+	// nil unless TelemetryConfig.Prometheus.
+	PrometheusHandler http.Handler
+	shutdown          []func(context.Context) error
 }
 
 // Propagator is the W3C trace-context and baggage propagator the suite
@@ -52,47 +72,74 @@ func init() {
 // own providers, so that several services in one process (make run) still
 // report under their own service.name.
 func NewTelemetry(ctx context.Context, service string, cfg TelemetryConfig) (*Telemetry, error) {
+	instance := cfg.InstanceID
+	if instance == "" {
+		instance = uuid.NewString()
+	}
 	// The standard OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by
-	// the SDK, override the defaults (the service's own name).
-	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", service)), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	// the SDK, override the defaults (the service's own name, the build's
+	// version, this process's instance).
+	res, err := resource.New(ctx,
+		resource.WithAttributes(
+			attribute.String("service.name", service),
+			attribute.String("service.version", Version()),
+			attribute.String("service.instance.id", instance),
+		),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	t := &Telemetry{}
-	if !cfg.OTLPExport && len(cfg.SpanProcessors) == 0 {
-		// Nothing would receive the spans, so none are recorded: a no-op
-		// provider still carries an incoming W3C trace context through to
-		// outgoing calls, at no cost per request.
-		t.TracerProvider = tracenoop.NewTracerProvider()
-		t.MeterProvider = metricnoop.NewMeterProvider()
-		return t, nil
+	t := &Telemetry{
+		// Nothing would receive the spans unless something is configured
+		// to, so none are recorded: a no-op provider still carries an
+		// incoming W3C trace context through to outgoing calls, at no
+		// cost per request.
+		TracerProvider: tracenoop.NewTracerProvider(),
+		MeterProvider:  metricnoop.NewMeterProvider(),
 	}
-	t.Recording = true
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if cfg.OTLPExport {
-		exp, err := otlptracegrpc.New(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("otlp trace exporter: %w", err)
+	if cfg.OTLPExport || len(cfg.SpanProcessors) > 0 {
+		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+		if cfg.OTLPExport {
+			exp, err := otlptracegrpc.New(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("otlp trace exporter: %w", err)
+			}
+			topts = append(topts, sdktrace.WithBatcher(exp))
 		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
+		for _, sp := range cfg.SpanProcessors {
+			topts = append(topts, sdktrace.WithSpanProcessor(sp))
+		}
+		tp := sdktrace.NewTracerProvider(topts...)
+		t.TracerProvider = tp
+		t.shutdown = append(t.shutdown, tp.Shutdown)
+		t.Recording, t.tracing = true, true
 	}
-	for _, sp := range cfg.SpanProcessors {
-		topts = append(topts, sdktrace.WithSpanProcessor(sp))
-	}
-	tp := sdktrace.NewTracerProvider(topts...)
-	t.TracerProvider = tp
-	t.shutdown = append(t.shutdown, tp.Shutdown)
 
+	var readers []sdkmetric.Reader
 	if cfg.OTLPExport {
 		mexp, err := otlpmetricgrpc.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("otlp metric exporter: %w", err)
 		}
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+		readers = append(readers, sdkmetric.NewPeriodicReader(mexp))
+	}
+	if cfg.Prometheus {
+		reader, handler, err := newPrometheus()
+		if err != nil {
+			return nil, err
+		}
+		readers = append(readers, reader)
+		t.PrometheusHandler = handler
+	}
+	if len(readers) > 0 {
+		mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(metricViews...)}
+		for _, r := range readers {
+			mopts = append(mopts, sdkmetric.WithReader(r))
+		}
+		mp := sdkmetric.NewMeterProvider(mopts...)
 		t.MeterProvider = mp
 		t.shutdown = append(t.shutdown, mp.Shutdown)
-	} else {
-		t.MeterProvider = metricnoop.NewMeterProvider()
+		t.Recording, t.metrics = true, true
 	}
 	return t, nil
 }

@@ -3,9 +3,11 @@ package suite
 import (
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 
 	"github.com/agtpsuite/agtp/auditsvc"
 	"github.com/agtpsuite/agtp/catalogsvc"
@@ -171,6 +173,11 @@ func (v *services) own(cfg Config, l devpki.Layout) {
 		// Six services share the environment, so GRPC_ADDR and HTTP_ADDR
 		// would give them one address; each keeps its own.
 		c.GRPCAddr, c.HTTPAddr = def.GRPCAddr, def.HTTPAddr
+		if c.Telemetry.Prometheus && c.HTTPAddr == "" {
+			// The front door has no gateway; with AGTP_PROMETHEUS its
+			// metrics need an admin listener all the same.
+			c.HTTPAddr = adminAddr(c.GRPCAddr)
+		}
 		if cfg.Listen != nil {
 			c.GRPCAddr = cfg.Listen(c.Name, "grpc")
 			if c.HTTPAddr != "" {
@@ -292,4 +299,19 @@ func redact(v string) string {
 		return u.Redacted()
 	}
 	return v
+}
+
+// adminAddr is the admin listener beside a gRPC address: the port 1000
+// above (the front door's 7100 gives 8100, next to the gateways' 8101 to
+// 8105).
+func adminAddr(grpcAddr string) string {
+	host, port, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n == 0 || n+1000 > 65535 {
+		return net.JoinHostPort(host, "0")
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1000))
 }

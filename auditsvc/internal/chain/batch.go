@@ -56,6 +56,8 @@ type batcher struct {
 	// connection that ran its scripts (Options.ReplicaAcks).
 	acks        int
 	replTimeout time.Duration
+	// observe, if set, is told each pipeline's size and round trip.
+	observe func(records int, took time.Duration)
 
 	mu       sync.Mutex
 	pending  []*appendOp
@@ -129,6 +131,10 @@ func (b *batcher) exec(batch []*appendOp) {
 	}
 	for _, op := range live {
 		op.sent = true
+	}
+	if b.observe != nil {
+		start := time.Now()
+		defer func() { b.observe(len(live), time.Since(start)) }()
 	}
 	// The pipeline outlives any one caller's cancellation: once sent, an op
 	// must be answered, or its caller could not tell whether it ran.

@@ -64,6 +64,14 @@ type Options struct {
 	// OnAppend, if set, receives every appended record after the append
 	// succeeded (the archive sink's feed). It must not block.
 	OnAppend func(attribution.Entry)
+	// ObserveAppend, if set, receives how long each append took (from the
+	// call to its answer, queueing for a pipeline included) and its error,
+	// for metrics. It must not block.
+	ObserveAppend func(took time.Duration, err error)
+	// ObserveBatch, if set, receives every pipeline of appends sent to
+	// Redis: how many records it carried and how long its round trip took.
+	// It must not block.
+	ObserveBatch func(records int, took time.Duration)
 	// Now is the clock for stored_at (default time.Now).
 	Now func() time.Time
 	// RequestWindow is how long after an append a retry with the same
@@ -172,7 +180,7 @@ func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger
 	s.signer.Store(signer)
 	s.heads.init(s.opts.CacheChains)
 	s.batch = batcher{rdb: rdb, maxBatch: s.opts.MaxBatch, maxFlushers: s.opts.Pipelines,
-		acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout}
+		acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout, observe: s.opts.ObserveBatch}
 	return s, nil
 }
 
@@ -360,7 +368,11 @@ func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.
 // fingerprint differs. So a caller that got ErrUnavailable (outcome
 // unknown) can retry without attesting the response twice. A zero req is
 // Append.
-func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
+func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (_ Appended, err error) {
+	if s.opts.ObserveAppend != nil {
+		start := time.Now()
+		defer func() { s.opts.ObserveAppend(time.Since(start), err) }()
+	}
 	if !ValidStreamName(stream) || !ValidChainID(chain) {
 		return Appended{}, fmt.Errorf("%w: stream %q chain %q", ErrInvalid, stream, chain)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/streamwatch"
 )
 
@@ -49,6 +50,10 @@ type Cache struct {
 	// OnSession is called with the Session-ID of every session event
 	// (suspended, resumed), so session caches drop it; set before Watch.
 	OnSession func(sessionID string)
+
+	// Stats counts the lookups the cache answered and those that asked
+	// identitysvc, for the hit-ratio metric.
+	Stats kit.CacheStats
 }
 
 type entry struct {
@@ -65,6 +70,7 @@ func New(client identityv1.IdentityServiceClient, log *slog.Logger) *Cache {
 // Lookup returns the record of agentID, or nil when it is not registered.
 func (c *Cache) Lookup(ctx context.Context, agentID string) (*identityv1.AgentRecord, error) {
 	rec, ok, gen := c.get(agentID, time.Now())
+	c.Stats.Count(ok)
 	if ok {
 		return rec, nil
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // Header names of AGP.
@@ -95,6 +96,10 @@ type Handler struct {
 	o    Options
 	keys *keyCache
 }
+
+// KeyCacheStats counts the API keys answered from the key cache (hits)
+// and those looked up at policysvc (misses).
+func (h *Handler) KeyCacheStats() *kit.CacheStats { return &h.keys.stats }
 
 // New builds the handler.
 func New(o Options) *Handler {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/paging"
 )
 
@@ -73,6 +74,9 @@ type keyCache struct {
 	// changed, so a key revoked while its lookup was in flight is not put
 	// back after the eviction.
 	gen uint64
+	// stats counts the well-formed keys answered from the cache and those
+	// looked up at policysvc (KeyCacheStats).
+	stats kit.CacheStats
 }
 
 type cachedKey struct {
@@ -190,7 +194,9 @@ func (h *Handler) authenticate(ctx context.Context, r *http.Request) authResult 
 		return authResult{err: unauthorized("The API key is malformed.")}
 	}
 	hash := agpkey.Hash(k)
-	if key := h.keys.get(hash); key != nil {
+	key := h.keys.get(hash)
+	h.keys.stats.Count(key != nil)
+	if key != nil {
 		return authResult{key: key}
 	}
 	gen := h.keys.generation()

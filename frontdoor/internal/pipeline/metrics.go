@@ -7,38 +7,66 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// metrics are the pipeline's request metrics: requests by method and
-// status, latency, and rejections by reason.
+// metrics are the pipeline's request metrics, named like the HTTP server
+// semantic conventions (http.server.request.duration): requests and
+// latency by method, path template and status, and error responses by
+// reason. The path template, not the path, keeps the series bounded: a
+// request that matched no endpoint has an empty one.
 type metrics struct {
 	requests   metric.Int64Counter
 	latency    metric.Float64Histogram
 	rejections metric.Int64Counter
 }
 
+// latencyBuckets span a cached answer (about a millisecond) to the
+// default request timeout (15 s).
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15}
+
 func newMetrics(m metric.Meter) (*metrics, error) {
-	requests, err := m.Int64Counter("agtp.server.requests", metric.WithDescription("AGTP requests served, by method and status"))
+	requests, err := m.Int64Counter("agtp.server.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("AGTP requests answered, by method, path template and status"))
 	if err != nil {
 		return nil, err
 	}
-	latency, err := m.Float64Histogram("agtp.server.duration", metric.WithUnit("s"), metric.WithDescription("AGTP request latency"))
+	latency, err := m.Float64Histogram("agtp.server.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("AGTP request latency, from the request read to the response stamped, by method, path template and status"),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
 	if err != nil {
 		return nil, err
 	}
-	rejections, err := m.Int64Counter("agtp.server.rejections", metric.WithDescription("AGTP error responses, by reason"))
+	rejections, err := m.Int64Counter("agtp.server.rejections", metric.WithUnit("{response}"),
+		metric.WithDescription("AGTP error responses, by reason and status"))
 	if err != nil {
 		return nil, err
 	}
 	return &metrics{requests: requests, latency: latency, rejections: rejections}, nil
 }
 
+// otherMethod stands for every method token that names no endpoint and no
+// floor method.
+const otherMethod = "_OTHER"
+
 func (m *metrics) record(x *exchange, status int) {
 	ctx := context.WithoutCancel(x.ctx)
-	attrs := metric.WithAttributes(attribute.String("agtp.method", x.req.Method), attribute.String("agtp.status", strconv.Itoa(status)))
+	// The method is the caller's token: one that is neither a floor
+	// method nor an endpoint's counts as _OTHER, as the HTTP conventions
+	// count unknown methods, so that a caller cannot mint series.
+	method, tmpl := otherMethod, ""
+	if x.matched && x.decision.Endpoint != nil {
+		method, tmpl = x.req.Method, x.decision.Endpoint.Proto.GetPath()
+	} else if agtp.IsFloorMethod(x.req.Method) {
+		method = x.req.Method
+	}
+	code := strconv.Itoa(status)
+	attrs := metric.WithAttributes(attribute.String("agtp.method", method),
+		attribute.String("agtp.path_template", tmpl), attribute.String("agtp.status", code))
 	m.requests.Add(ctx, 1, attrs)
 	m.latency.Record(ctx, time.Since(x.start).Seconds(), attrs)
 	if x.rejection != "" {
-		m.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agtp.reason", x.rejection)))
+		m.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agtp.reason", x.rejection), attribute.String("agtp.status", code)))
 	}
 }
