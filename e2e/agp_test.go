@@ -228,11 +228,11 @@ func TestAGP(t *testing.T) {
 			t.Fatalf("transactionId %q is not a UUID", res.str("transactionId"))
 		}
 		discoverTx = res.str("transactionId")
-		caps, _ := res.json["data"].(map[string]any)["capabilities"].(map[string]any)
-		get, _ := caps["QUERY /orders/{order_id}"].(map[string]any)
-		create, _ := caps["CREATE /orders"].(map[string]any)
+		eps, _ := res.json["data"].(map[string]any)["endpoints"].(map[string]any)
+		get, _ := eps["QUERY /orders/{order_id}"].(map[string]any)
+		create, _ := eps["CREATE /orders"].(map[string]any)
 		if get["operation"] != "query" || create["operation"] != "execute" || get["authRequired"] != true {
-			t.Fatalf("capabilities %v", caps)
+			t.Fatalf("endpoints %v", eps)
 		}
 		signed(t, res, buyer)
 		agpError(t, a.do("POST", "/agp/discover", `{"businessId":"no-such-shop"}`), 400, "BUSINESS_NOT_FOUND")

@@ -80,12 +80,17 @@ func (c *call) authenticate(scope string) bool {
 }
 
 // refuse answers with an error the binding decided before naming an
-// endpoint. It still goes through the pipeline: the caller is identified
-// and the response signed and chained (the server's chain when the
-// caller is not authenticated).
-func (c *call) refuse(e *apiError) *pipeline.BoundOutcome {
+// endpoint (refusal).
+func (c *call) refuse(e *apiError) {
+	c.write(c.refusal(e))
+}
+
+// refusal runs such an error through the pipeline: the caller is
+// identified and the response signed and chained (the server's chain
+// when the caller is not authenticated).
+func (c *call) refusal(e *apiError) *pipeline.BoundOutcome {
 	req := c.request(c.method, c.path, nil)
-	out := c.h.o.Pipeline.ServeBound(c.r.Context(), &pipeline.Bound{
+	return c.h.o.Pipeline.ServeBound(c.r.Context(), &pipeline.Bound{
 		Request: req,
 		Conn:    c.conn(),
 		Refusal: &pipeline.Refusal{Status: e.Status, Reason: strings.ToLower(strings.ReplaceAll(e.Code, "_", "-")), Explanation: e.Message},
@@ -98,8 +103,6 @@ func (c *call) refuse(e *apiError) *pipeline.BoundOutcome {
 			return e.response(c.rid)
 		},
 	})
-	c.write(out)
-	return out
 }
 
 // shapeRefusal is the Shape of operations whose answer the binding writes

@@ -53,8 +53,7 @@ func (h *Handler) discover(w http.ResponseWriter, r *http.Request) {
 		},
 		Shape: c.shaper(tx),
 	})
-	c.write(out)
-	c.store(tx, out)
+	c.finish(tx, out)
 }
 
 func businessNotFound(id string) *apiError {
@@ -96,8 +95,13 @@ func (h *Handler) operate(w http.ResponseWriter, r *http.Request, op string) {
 		return
 	}
 	tx := c.newTransaction(op, t.Business, map[string]any{"businessId": t.Business, "request": t.Canonical})
-	if findBusiness(h.o.Catalog.Current(), t.Business) == nil {
+	b := findBusiness(h.o.Catalog.Current(), t.Business)
+	if b == nil {
 		c.failTx(tx, businessNotFound(t.Business))
+		return
+	}
+	if e := b.bind(op, t); e != nil {
+		c.failTx(tx, e)
 		return
 	}
 	req := c.request(t.Method, t.Path, t.body())
@@ -137,8 +141,7 @@ func (h *Handler) operate(w http.ResponseWriter, r *http.Request, op string) {
 		},
 		Shape: c.shaper(tx),
 	})
-	c.write(out)
-	c.store(tx, out)
+	c.finish(tx, out)
 }
 
 // prepare serves POST /agp/execute/prepare (AGP §6.3, §8) as QUOTE of the
@@ -159,8 +162,13 @@ func (h *Handler) prepare(w http.ResponseWriter, r *http.Request) {
 		c.refuse(validation("The request cannot be canonicalized: "+err.Error(), nil))
 		return
 	}
-	if findBusiness(h.o.Catalog.Current(), t.Business) == nil {
+	b := findBusiness(h.o.Catalog.Current(), t.Business)
+	if b == nil {
 		c.refuse(businessNotFound(t.Business))
+		return
+	}
+	if e := b.bind(OpExecute, t); e != nil {
+		c.refuse(e)
 		return
 	}
 	quote, _ := json.Marshal(map[string]any{"method": t.Method, "path": t.Path, "parameters": t.Params})

@@ -81,7 +81,15 @@ type target struct {
 	Amount *float64
 	// Canonical is the request as hashed for a confirmation token.
 	Canonical map[string]any
+	// Adapter holds a request in an adapter's shape (no method, path or
+	// parameters): the business's endpoint declarations say which
+	// endpoint it is for and what its input is (bind).
+	Adapter map[string]any
 }
+
+// explicitMembers name the AGTP call; a request with none of them is in
+// an adapter's shape.
+var explicitMembers = []string{"method", "path", "parameters"}
 
 // requestMembers are the members of an AGP request object: the AGTP call
 // and the amount the strict policy reads. idempotencyKey is
@@ -102,13 +110,27 @@ func (c *call) parseTarget(defaultMethod string) (*target, *apiError) {
 	if !ok {
 		return nil, validation("request is required: an object naming the capability to call.", map[string]any{"request": "required object"})
 	}
+	delete(req, "idempotencyKey")
+	adapter := true
+	for _, k := range explicitMembers {
+		if _, present := req[k]; present {
+			adapter = false
+		}
+	}
 	details := map[string]any{}
+	if adapter {
+		t.Adapter, t.Canonical = req, req
+		var bad string
+		if t.Amount, bad = amountOf(req); bad != "" {
+			return nil, validation("The request is not a valid AGP request.", map[string]any{bad: "number of cents"})
+		}
+		return t, nil
+	}
 	for k := range req {
 		if !contains(requestMembers, k) {
 			details["request."+k] = "unknown member"
 		}
 	}
-	delete(req, "idempotencyKey")
 	t.Method = defaultMethod
 	if v, present := req["method"]; present {
 		s, ok := v.(string)
@@ -133,21 +155,11 @@ func (c *call) parseTarget(defaultMethod string) (*target, *apiError) {
 		t.Params = p
 	}
 	for _, src := range []map[string]any{req, t.Params} {
-		if t.Amount != nil {
-			break
+		a, bad := amountOf(src)
+		if bad != "" {
+			details[bad] = "number of cents"
 		}
-		for _, name := range [...]string{"amount_cents", "amount"} {
-			v, present := src[name]
-			if !present {
-				continue
-			}
-			n, ok := v.(json.Number)
-			f, err := n.Float64()
-			if !ok || err != nil {
-				details[name] = "number of cents"
-				break
-			}
-			t.Amount = &f
+		if t.Amount = a; a != nil || bad != "" {
 			break
 		}
 	}
@@ -162,6 +174,24 @@ func (c *call) parseTarget(defaultMethod string) (*target, *apiError) {
 	}
 	t.Canonical = canon
 	return t, nil
+}
+
+// amountOf reads amount_cents, else amount (AGP §8.4); bad names the
+// member when it is not a number.
+func amountOf(m map[string]any) (amount *float64, bad string) {
+	for _, name := range [...]string{"amount_cents", "amount"} {
+		v, present := m[name]
+		if !present {
+			continue
+		}
+		n, ok := v.(json.Number)
+		f, err := n.Float64()
+		if !ok || err != nil {
+			return nil, name
+		}
+		return &f, ""
+	}
+	return nil, ""
 }
 
 // hash is the SHA-256 of the canonical request (RFC 8785), bound to the

@@ -28,6 +28,34 @@ func (c *call) newTransaction(op, business string, input any) *transaction {
 	return &transaction{id: uuid.NewString(), op: op, business: business, input: input, created: time.Now()}
 }
 
+// Transaction statuses (AGP §5.1).
+const (
+	txPending   = "pending"
+	txSucceeded = "succeeded"
+	txFailed    = "failed"
+)
+
+// txStatus is the transaction status of an AGTP answer: 202 Accepted is
+// work that outlives the request (core §6: accepted, runs
+// asynchronously), so the transaction is pending.
+func txStatus(status int) string {
+	switch {
+	case status == agtp.StatusAccepted:
+		return txPending
+	case succeeded(status):
+		return txSucceeded
+	}
+	return txFailed
+}
+
+// finish stores the transaction record and then answers: a client that
+// polls GET /agp/status the moment it has its transactionId finds the
+// record.
+func (c *call) finish(tx *transaction, out *pipeline.BoundOutcome) {
+	c.store(tx, out)
+	c.write(out)
+}
+
 // store writes the transaction record of a finished operation.
 func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 	if out.Replayed || out.AgentID == "" {
@@ -40,14 +68,13 @@ func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 		InputJson: in, AuditId: out.AuditID, ApiKeyId: c.key.GetId(),
 	}
 	resp := out.Response
-	if succeeded(resp.Status) {
-		rec.Status = "succeeded"
+	rec.Status = txStatus(resp.Status)
+	if rec.Status != txFailed {
 		var env operationEnvelope
 		if json.Unmarshal(resp.Body, &env) == nil {
 			rec.ResultJson = env.Data
 		}
 	} else {
-		rec.Status = "failed"
 		var eb errorBody
 		if json.Unmarshal(resp.Body, &eb) == nil {
 			rec.Error = eb.Error
@@ -73,7 +100,7 @@ func (c *call) shaper(tx *transaction) func(context.Context, *pipeline.View, *ag
 		}
 		if succeeded(resp.Status) {
 			data := resultOf(resp.Body)
-			b, err := json.Marshal(operationEnvelope{TransactionID: tx.id, Status: "succeeded", Data: data})
+			b, err := json.Marshal(operationEnvelope{TransactionID: tx.id, Status: txStatus(resp.Status), Data: data})
 			if err != nil {
 				return (&apiError{Status: 500, Code: CodeInternal, Message: "the result could not be encoded"}).response(c.rid)
 			}
@@ -91,8 +118,7 @@ func (c *call) failTx(tx *transaction, e *apiError) {
 		e.Details = map[string]any{}
 	}
 	e.Details["transactionId"] = tx.id
-	out := c.refuse(e)
-	c.store(tx, out)
+	c.finish(tx, c.refusal(e))
 }
 
 // status serves GET /agp/status/{id} (AGP §6.5) as QUERY /tasks/{id}: the
