@@ -148,32 +148,21 @@ func (m *AGPMapping) Selects(req map[string]any) (specificity int, ok bool) {
 // kept as they are. Two members that end up with one name are an error
 // naming both.
 func (m *AGPMapping) Input(req map[string]any) (map[string]any, error) {
-	out := make(map[string]any, len(req))
-	from := make(map[string]string, len(req))
-	for _, k := range sortedKeys(req) {
-		if _, matched := m.Match[k]; matched || slices.Contains(m.Ignore, k) {
-			continue
+	kept := make(map[string]any, len(req))
+	for k, v := range req {
+		if _, matched := m.Match[k]; !matched && !slices.Contains(m.Ignore, k) {
+			kept[k] = v
 		}
-		name := k
-		if to, ok := m.Rename[k]; ok {
-			name = to
-		} else if to, ok := m.Rename[k+"[]"]; ok {
-			name = to
-		}
-		if prev, dup := from[name]; dup {
-			return nil, fmt.Errorf("request members %s and %s both become input member %s", prev, k, name)
-		}
-		from[name] = k
-		v, err := m.rename(k, req[k])
-		if err != nil {
-			return nil, err
-		}
-		out[name] = v
 	}
-	return out, nil
+	out, err := m.rename("", kept)
+	if err != nil {
+		return nil, err
+	}
+	return out.(map[string]any), nil
 }
 
-// rename applies the renames below the member path at.
+// rename applies the renames below the member path at ("" for the
+// request itself).
 func (m *AGPMapping) rename(at string, v any) (any, error) {
 	switch x := v.(type) {
 	case []any:
@@ -190,7 +179,10 @@ func (m *AGPMapping) rename(at string, v any) (any, error) {
 		out := make(map[string]any, len(x))
 		from := make(map[string]string, len(x))
 		for _, k := range sortedKeys(x) {
-			path := at + "." + k
+			path := k
+			if at != "" {
+				path = at + "." + k
+			}
 			name := k
 			if to, ok := m.Rename[path]; ok {
 				name = to
@@ -198,9 +190,9 @@ func (m *AGPMapping) rename(at string, v any) (any, error) {
 				name = to
 			}
 			if prev, dup := from[name]; dup {
-				return nil, fmt.Errorf("request members %s and %s both become input member %s", at+"."+prev, at+"."+k, name)
+				return nil, fmt.Errorf("request members %s and %s both become input member %s", prev, path, name)
 			}
-			from[name] = k
+			from[name] = path
 			r, err := m.rename(path, x[k])
 			if err != nil {
 				return nil, err

@@ -1,7 +1,6 @@
 package intent
 
 import (
-	"io/fs"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -17,27 +16,17 @@ import (
 // composition with the steps its recipe makes, and one RCNS pattern.
 func demoCandidates(t *testing.T) []Candidate {
 	t.Helper()
-	names, err := fs.Glob(catalogdemo.FS, "*.yaml")
+	eps, err := catalogdemo.Endpoints()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []Candidate
-	for _, n := range names {
-		b, err := fs.ReadFile(catalogdemo.FS, n)
-		if err != nil {
-			t.Fatal(err)
+	for _, ep := range eps {
+		c := FromEndpoint(ep)
+		if c.Name == "order-brief" {
+			c.Steps = []string{"QUERY /orders/{order_id}", "SUMMARIZE /documents"}
 		}
-		eps, err := endpoint.ParseAndCompile(n, b, endpoint.FormatAuto, endpoint.Context{InheritCapability: true})
-		if err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		for _, ep := range eps {
-			c := FromEndpoint(ep)
-			if c.Name == "order-brief" {
-				c.Steps = []string{"QUERY /orders/{order_id}", "SUMMARIZE /documents"}
-			}
-			out = append(out, c)
-		}
+		out = append(out, c)
 	}
 	out = append(out, Candidate{
 		Kind: KindPattern, Name: "order-refund", Method: "CANCEL", Path: "/orders/{order_id}/refund",

@@ -3,7 +3,6 @@ package agp
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,22 +17,11 @@ import (
 // endpoints declare their AGP requests.
 func demoState(t *testing.T) *catalogstate.State {
 	t.Helper()
-	names, err := fs.Glob(catalogdemo.FS, "*.yaml")
+	eps, err := catalogdemo.Endpoints()
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &catalogstate.State{}
-	for _, n := range names {
-		b, err := fs.ReadFile(catalogdemo.FS, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eps, err := endpoint.ParseAndCompile(n, b, endpoint.FormatAuto, endpoint.Context{InheritCapability: true})
-		if err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		st.Endpoints = append(st.Endpoints, eps...)
-	}
+	st := &catalogstate.State{Endpoints: eps}
 	return st
 }
 

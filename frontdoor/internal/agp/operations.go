@@ -61,6 +61,16 @@ func businessNotFound(id string) *apiError {
 		Message: fmt.Sprintf("No business is registered with id %q; GET /agp/businesses lists them.", id)}
 }
 
+// resolve finds the target's business in the current catalog and binds an
+// adapter request to its endpoint.
+func (h *Handler) resolve(t *target, op string) *apiError {
+	b := findBusiness(h.o.Catalog.Current(), t.Business)
+	if b == nil {
+		return businessNotFound(t.Business)
+	}
+	return b.bind(op, t)
+}
+
 // operate serves POST /agp/query and POST /agp/execute (AGP §6.2, §6.4):
 // the request's method and path are the AGTP call, its parameters the
 // input, and the endpoint's handler runs.
@@ -95,12 +105,7 @@ func (h *Handler) operate(w http.ResponseWriter, r *http.Request, op string) {
 		return
 	}
 	tx := c.newTransaction(op, t.Business, map[string]any{"businessId": t.Business, "request": t.Canonical})
-	b := findBusiness(h.o.Catalog.Current(), t.Business)
-	if b == nil {
-		c.failTx(tx, businessNotFound(t.Business))
-		return
-	}
-	if e := b.bind(op, t); e != nil {
+	if e := h.resolve(t, op); e != nil {
 		c.failTx(tx, e)
 		return
 	}
@@ -162,12 +167,7 @@ func (h *Handler) prepare(w http.ResponseWriter, r *http.Request) {
 		c.refuse(validation("The request cannot be canonicalized: "+err.Error(), nil))
 		return
 	}
-	b := findBusiness(h.o.Catalog.Current(), t.Business)
-	if b == nil {
-		c.refuse(businessNotFound(t.Business))
-		return
-	}
-	if e := b.bind(OpExecute, t); e != nil {
+	if e := h.resolve(t, OpExecute); e != nil {
 		c.refuse(e)
 		return
 	}
