@@ -228,11 +228,11 @@ func TestAGP(t *testing.T) {
 			t.Fatalf("transactionId %q is not a UUID", res.str("transactionId"))
 		}
 		discoverTx = res.str("transactionId")
-		caps, _ := res.json["data"].(map[string]any)["capabilities"].(map[string]any)
-		get, _ := caps["QUERY /orders/{order_id}"].(map[string]any)
-		create, _ := caps["CREATE /orders"].(map[string]any)
+		eps, _ := res.json["data"].(map[string]any)["endpoints"].(map[string]any)
+		get, _ := eps["QUERY /orders/{order_id}"].(map[string]any)
+		create, _ := eps["CREATE /orders"].(map[string]any)
 		if get["operation"] != "query" || create["operation"] != "execute" || get["authRequired"] != true {
-			t.Fatalf("capabilities %v", caps)
+			t.Fatalf("endpoints %v", eps)
 		}
 		signed(t, res, buyer)
 		agpError(t, a.do("POST", "/agp/discover", `{"businessId":"no-such-shop"}`), 400, "BUSINESS_NOT_FOUND")
@@ -828,6 +828,172 @@ func TestAGPListenerPresentsTheAGTPCertificate(t *testing.T) {
 		})
 		if !bytes.Equal(agtpLeaf(t), want) {
 			t.Fatal("the AGTP listener did not rotate with the HTTPS side")
+		}
+	})
+}
+
+// stockClient is written to the AGP reference SDK (agp-gateway-protocol
+// §22.1): discover, query, prepare, execute with confirmationToken and
+// idempotencyKey options sent as headers (§22.3), status. Its requests
+// are adapter objects; it knows nothing of AGTP methods or paths.
+type stockClient struct{ c *agpClient }
+
+type executeOptions struct{ confirmationToken, idempotencyKey string }
+
+func (s stockClient) post(path string, v any, headers ...string) *agpResp {
+	s.c.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.c.t.Fatal(err)
+	}
+	return s.c.do("POST", path, string(b), headers...)
+}
+
+func (s stockClient) discover(businessID string) *agpResp {
+	return s.post("/agp/discover", map[string]any{"businessId": businessID})
+}
+
+func (s stockClient) query(businessID string, request map[string]any) *agpResp {
+	return s.post("/agp/query", map[string]any{"businessId": businessID, "request": request})
+}
+
+func (s stockClient) prepare(businessID string, request map[string]any) *agpResp {
+	return s.post("/agp/execute/prepare", map[string]any{"businessId": businessID, "request": request})
+}
+
+func (s stockClient) execute(businessID string, request map[string]any, o executeOptions) *agpResp {
+	var h []string
+	if o.confirmationToken != "" {
+		h = append(h, "X-Confirmation-Token", o.confirmationToken)
+	}
+	if o.idempotencyKey != "" {
+		h = append(h, "Idempotency-Key", o.idempotencyKey)
+	}
+	return s.post("/agp/execute", map[string]any{"businessId": businessID, "request": request}, h...)
+}
+
+func (s stockClient) status(transactionID string) *agpResp {
+	return s.c.do("GET", "/agp/status/"+transactionID, "")
+}
+
+// TestAGPStockClient runs the AGP SDK's own example flow (§21.4:
+// discover, query, prepare, execute with confirmation and idempotency,
+// status) against the demo orders business, whose endpoints declare how
+// an adapter's request reaches them (docs/agp.md "Adapter requests"),
+// under the confirm policy. Every answer's transaction is read back the
+// moment the answer arrives.
+func TestAGPStockClient(t *testing.T) {
+	c := Start(t, Options{ServiceEnv: map[string][]string{"policysvc": {"AGTP_AGP_EXECUTE_POLICY=confirm"}}})
+	buyer := c.registerAgent(t, "agp-sdk-buyer", "orders:read", "orders:write")
+	keys := agpv1.NewAgpServiceClient(c.Dial(t, "policysvc"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	k, err := keys.CreateApiKey(ctx, &agpv1.CreateApiKeyRequest{Label: "sdk", AgentId: buyer, Scopes: []string{"discover", "query", "execute"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.Admin.Pool()}}}
+	client := stockClient{&agpClient{t: t, base: "https://" + c.Procs["frontdoor"].HTTPSAddr, hc: hc, key: k.GetSecret()}}
+	const businessID = "orders"
+
+	// recorded reads the transaction of an answer at once: the record is
+	// stored before the answer leaves, so it is there with the status the
+	// answer reported.
+	recorded := func(t *testing.T, res *agpResp, op, status string) map[string]any {
+		t.Helper()
+		id := res.str("transactionId")
+		if id == "" {
+			d, _ := res.json["details"].(map[string]any)
+			id, _ = d["transactionId"].(string)
+		}
+		st := client.status(id)
+		if st.status != 200 || st.str("id") != id || st.str("operation") != op || st.str("status") != status || st.str("businessId") != businessID {
+			t.Fatalf("status of %s right after the answer = %d %s, want %s %s", id, st.status, st.body, op, status)
+		}
+		return st.json
+	}
+
+	t.Run("discover: capabilities in AGP's shape", func(t *testing.T) {
+		res := client.discover(businessID)
+		if res.status != 200 || res.str("status") != "succeeded" {
+			t.Fatalf("discover = %d %s", res.status, res.body)
+		}
+		caps, _ := res.json["data"].(map[string]any)["capabilities"].(map[string]any)
+		for _, op := range []string{"discover", "query", "execute"} {
+			cp, _ := caps[op].(map[string]any)
+			if len(cp) != 5 || cp["operation"] != op || cp["method"] == "" || cp["endpoint"] == "" || cp["authRequired"] != true || cp["description"] == "" {
+				t.Errorf("capabilities.%s = %v, want {operation, method, endpoint, authRequired, description}", op, cp)
+			}
+		}
+		recorded(t, res, "discover", "succeeded")
+	})
+
+	t.Run("query: a filter, then one order", func(t *testing.T) {
+		res := client.query(businessID, map[string]any{"status": "shipped"})
+		list, _ := res.json["data"].(map[string]any)["orders"].([]any)
+		if res.status != 200 || len(list) == 0 {
+			t.Fatalf("query = %d %s", res.status, res.body)
+		}
+		for _, o := range list {
+			if o.(map[string]any)["status"] != "shipped" {
+				t.Fatalf("the filter did not reach the endpoint: %s", res.body)
+			}
+		}
+		recorded(t, res, "query", "succeeded")
+		one := client.query(businessID, map[string]any{"orderId": "ord-1001"})
+		if one.status != 200 || one.str("data", "order_id") != "ord-1001" {
+			t.Fatalf("query one = %d %s", one.status, one.body)
+		}
+	})
+
+	order := map[string]any{"items": []any{map[string]any{"productId": "widget", "quantity": 1}}, "amount_cents": 2995}
+	var orderID string
+	t.Run("prepare, execute with confirmation and idempotency, status", func(t *testing.T) {
+		prep := client.prepare(businessID, order)
+		token := prep.str("confirmationToken")
+		if prep.status != 200 || token == "" || prep.str("expiresAt") == "" || !strings.Contains(prep.str("summary"), "2995") {
+			t.Fatalf("prepare = %d %s", prep.status, prep.body)
+		}
+		refused := client.execute(businessID, order, executeOptions{idempotencyKey: "order-steak-abc123"})
+		if refused.status != 403 || refused.str("code") != "CONFIRMATION_REQUIRED" {
+			t.Fatalf("execute without a token = %d %s", refused.status, refused.body)
+		}
+		res := client.execute(businessID, order, executeOptions{confirmationToken: token, idempotencyKey: "order-steak-abc123"})
+		orderID = res.str("data", "order_id")
+		if res.status != 200 || res.str("status") != "succeeded" || orderID == "" {
+			t.Fatalf("execute = %d %s", res.status, res.body)
+		}
+		rec := recorded(t, res, "execute", "succeeded")
+		in, _ := rec["input"].(map[string]any)["request"].(map[string]any)
+		if result, _ := rec["result"].(map[string]any); result["order_id"] != orderID || in["amount_cents"] == nil || in["items"] == nil {
+			t.Fatalf("record %v: want the SDK request as input and the order as result", rec)
+		}
+		again := client.execute(businessID, order, executeOptions{confirmationToken: token, idempotencyKey: "order-steak-abc123"})
+		if again.status != 200 || again.str("transactionId") != res.str("transactionId") || again.header.Get("X-Idempotent-Replayed") != "true" {
+			t.Fatalf("replay = %d %s", again.status, again.body)
+		}
+	})
+
+	t.Run("a request no endpoint takes is a failed transaction", func(t *testing.T) {
+		res := client.execute(businessID, map[string]any{"status": "open"}, executeOptions{})
+		if res.status != 400 || res.str("code") != "CAPABILITY_NOT_FOUND" {
+			t.Fatalf("execute = %d %s", res.status, res.body)
+		}
+		rec := recorded(t, res, "execute", "failed")
+		if rec["error"] == nil {
+			t.Fatalf("failed record has no error: %v", rec)
+		}
+	})
+
+	t.Run("cancel: a matched action selects the endpoint", func(t *testing.T) {
+		cancelReq := map[string]any{"action": "cancel", "orderId": orderID, "reason": "changed my mind"}
+		token := client.prepare(businessID, cancelReq).str("confirmationToken")
+		res := client.execute(businessID, cancelReq, executeOptions{confirmationToken: token, idempotencyKey: "cancel-" + orderID})
+		if res.status != 200 || res.str("data", "status") != "cancelled" {
+			t.Fatalf("cancel = %d %s", res.status, res.body)
+		}
+		if got := client.query(businessID, map[string]any{"orderId": orderID}); got.str("data", "status") != "cancelled" {
+			t.Fatalf("order after cancel: %s", got.body)
 		}
 	})
 }

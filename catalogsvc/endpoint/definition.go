@@ -42,6 +42,9 @@ type Definition struct {
 	// MaxBodyBytes overrides the front door's body limit
 	// (docs/decisions.md#D-limits).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// AGP declares how a stock AGP client's request object reaches the
+	// endpoint (docs/agp.md "Adapter requests").
+	AGP *AGPMapping `json:"agp,omitempty"`
 }
 
 // Semantic is the semantic block (AGTP-API §7.1). The AGIS names

@@ -171,6 +171,16 @@ func TestRules(t *testing.T) {
 		{"external timeout zero", external, func(m map[string]any) { handler(m)["timeout_seconds"] = 0 }, "handler.timeout_seconds", "timeout-range"},
 		{"external idempotency_header not a field name", external, func(m map[string]any) { handler(m)["idempotency_header"] = "Idempotency Key" }, "handler.idempotency_header", "header-name"},
 		{"external idempotency_header an identity header", external, func(m map[string]any) { handler(m)["idempotency_header"] = "Agent-ID" }, "handler.idempotency_header", "identity-forwarding"},
+		{"agp unknown member", bookRoom, func(m map[string]any) { m["agp"] = map[string]any{"when": map[string]any{}} }, "agp.when", "unknown-field"},
+		{"agp match value not a string", bookRoom, func(m map[string]any) { m["agp"] = map[string]any{"match": map[string]any{"serviceId": 1}} }, "agp.match", "type"},
+		{"agp rename key not a member path", bookRoom, func(m map[string]any) { m["agp"] = map[string]any{"rename": map[string]any{"items..x": "y"}} }, "agp.rename.items..x", "member-path"},
+		{"agp rename target not a name", bookRoom, func(m map[string]any) { m["agp"] = map[string]any{"rename": map[string]any{"guest": "guest id"}} }, "agp.rename.guest", "member-name"},
+		{"agp member matched and ignored", bookRoom, func(m map[string]any) {
+			m["agp"] = map[string]any{"match": map[string]any{"serviceId": "room"}, "ignore": []any{"serviceId"}}
+		}, "agp.ignore[0]", "agp-conflict"},
+		{"agp two renames to one member", bookRoom, func(m map[string]any) {
+			m["agp"] = map[string]any{"rename": map[string]any{"guest": "guest_id", "guestId": "guest_id"}}
+		}, "agp.rename.guestId", "agp-conflict"},
 		{"deprecated without deprecated_in", bookRoom, func(m map[string]any) { m["deprecated"] = map[string]any{"removed_in": "3.0.0"} }, "deprecated.deprecated_in", "required"},
 		{"deprecated successor empty", bookRoom, func(m map[string]any) {
 			m["deprecated"] = map[string]any{"deprecated_in": "2.1.0", "successor": map[string]any{}}

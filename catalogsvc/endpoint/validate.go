@@ -98,7 +98,7 @@ type Endpoint struct {
 // Known members; anything else is refused so typos surface at load.
 var (
 	topKeys = []string{"method", "path", "description", "namespace", "semantic", "input_schema", "output_schema",
-		"errors", "handler", "required_scopes", "deprecated", "anonymous", "idempotency_key_required", "max_body_bytes"}
+		"errors", "handler", "required_scopes", "deprecated", "anonymous", "idempotency_key_required", "max_body_bytes", "agp"}
 	semanticKeys   = []string{"intent", "actor", "outcome", "capability", "confidence", "impact", "is_idempotent", "parameter_hints", "state_transition", "mcp_tool_name", "confidence_guidance", "impact_tier"}
 	handlerKeys    = map[string][]string{HandlerRegisteredFunction: {"type", "function"}, HandlerComposition: {"type", "recipe"}, HandlerExternalService: {"type", "url", "method", "headers", "input_transform", "output_transform", "error_map", "timeout_seconds", "idempotency_header"}}
 	deprecatedKeys = []string{"deprecated_in", "removed_in", "successor"}
@@ -203,6 +203,7 @@ func Compile(src *Source, ctx Context) (*Endpoint, error) {
 	c.scopes(def)
 	c.tier2(def, ep.input)
 	c.deprecation(def, ctx)
+	c.agp(def)
 	if def.MaxBodyBytes < 0 {
 		c.fail("max_body_bytes", "range", "must not be negative")
 	}
@@ -318,6 +319,9 @@ func (c *checker) structure(m map[string]any) {
 		}
 	} else if _, ok := m["handler"]; ok {
 		c.fail("handler", "type", "must be a JSON object")
+	}
+	if a, ok := m["agp"].(map[string]any); ok {
+		unknown("agp", a, agpKeys)
 	}
 	if d, ok := m["deprecated"].(map[string]any); ok {
 		unknown("deprecated", d, deprecatedKeys)

@@ -30,6 +30,7 @@ type PolicyStub struct {
 	GetMerchantF               func(context.Context, *policyv1.GetMerchantRequest) (*policyv1.GetMerchantResponse, error)
 	CompleteTaskRunF           func(context.Context, *policyv1.CompleteTaskRunRequest) (*policyv1.CompleteTaskRunResponse, error)
 	RetryTaskF                 func(context.Context, *policyv1.RetryTaskRequest) (*policyv1.RetryTaskResponse, error)
+	AuthorizeBatchF            func(context.Context, *policyv1.AuthorizeBatchRequest) (*policyv1.AuthorizeBatchResponse, error)
 }
 
 // Authorize calls AuthorizeF.
@@ -102,6 +103,14 @@ func (s *PolicyStub) RetryTask(ctx context.Context, in *policyv1.RetryTaskReques
 		return s.UnimplementedPolicyServiceServer.RetryTask(ctx, in)
 	}
 	return s.RetryTaskF(ctx, in)
+}
+
+// AuthorizeBatch calls AuthorizeBatchF.
+func (s *PolicyStub) AuthorizeBatch(ctx context.Context, in *policyv1.AuthorizeBatchRequest) (*policyv1.AuthorizeBatchResponse, error) {
+	if s.AuthorizeBatchF == nil {
+		return s.UnimplementedPolicyServiceServer.AuthorizeBatch(ctx, in)
+	}
+	return s.AuthorizeBatchF(ctx, in)
 }
 
 // Serve serves the stub over gRPC on a loopback port (ServeGRPC) and
@@ -255,6 +264,7 @@ type AuditStub struct {
 	VerifyChainF          func(context.Context, *auditv1.VerifyChainRequest) (*auditv1.VerifyChainResponse, error)
 	GetSigningKeysF       func(context.Context, *auditv1.GetSigningKeysRequest) (*auditv1.GetSigningKeysResponse, error)
 	AppendSignedRecordF   func(context.Context, *auditv1.AppendSignedRecordRequest) (*auditv1.AppendSignedRecordResponse, error)
+	SignAndAppendBatchF   func(context.Context, *auditv1.SignAndAppendBatchRequest) (*auditv1.SignAndAppendBatchResponse, error)
 }
 
 // SignAndAppend calls SignAndAppendF.
@@ -319,6 +329,14 @@ func (s *AuditStub) AppendSignedRecord(ctx context.Context, in *auditv1.AppendSi
 		return s.UnimplementedAuditServiceServer.AppendSignedRecord(ctx, in)
 	}
 	return s.AppendSignedRecordF(ctx, in)
+}
+
+// SignAndAppendBatch calls SignAndAppendBatchF.
+func (s *AuditStub) SignAndAppendBatch(ctx context.Context, in *auditv1.SignAndAppendBatchRequest) (*auditv1.SignAndAppendBatchResponse, error) {
+	if s.SignAndAppendBatchF == nil {
+		return s.UnimplementedAuditServiceServer.SignAndAppendBatch(ctx, in)
+	}
+	return s.SignAndAppendBatchF(ctx, in)
 }
 
 // Serve serves the stub over gRPC on a loopback port (ServeGRPC) and

@@ -42,9 +42,9 @@ func TestBusinesses(t *testing.T) {
 		t.Error("built-ins or unknown ids resolved to a business")
 	}
 	data := bs[1].discoverData("srv")
-	caps := data["capabilities"].(map[string]capability)
-	if caps["QUERY /orders/{order_id}"].Operation != OpQuery || caps["CREATE /orders"].Operation != OpExecute {
-		t.Errorf("capabilities %+v: informational endpoints are queries, the rest executes", caps)
+	eps := data["endpoints"].(map[string]endpointView)
+	if eps["QUERY /orders/{order_id}"].Operation != OpQuery || eps["CREATE /orders"].Operation != OpExecute {
+		t.Errorf("endpoints %+v: informational endpoints are queries, the rest executes", eps)
 	}
 }
 
@@ -146,18 +146,29 @@ func TestParseTargetAndHash(t *testing.T) {
 	if def, e := parse(t, `{"businessId":"reports","request":{"path":"/reports/r1","amount":12}}`); e != nil || def.Method != "EXECUTE" || *def.Amount != 12 {
 		t.Errorf("default method / top-level amount: %+v %v", def, e)
 	}
+	// An adapter's request (no method, path or parameters) is hashed as
+	// sent, like AGP's reference implementation does.
+	sdk, e := parse(t, `{"businessId":"orders","request":{"items":[{"productId":"w","quantity":2}],"amount_cents":2995,"idempotencyKey":"x"}}`)
+	if e != nil || sdk.Adapter == nil || sdk.Amount == nil || *sdk.Amount != 2995 || sdk.Canonical["idempotencyKey"] != nil {
+		t.Fatalf("adapter request: %+v %v", sdk, e)
+	}
+	sdk2, _ := parse(t, `{"request":{"amount_cents":2995,"items":[{"quantity":2,"productId":"w"}]},"businessId":"orders"}`)
+	if h1, _ := sdk.hash(); h1 == "" || func() string { h, _ := sdk2.hash(); return h }() != h1 {
+		t.Error("an adapter request's hash depends on key order")
+	}
 	for name, body := range map[string]string{
-		"not json":          `{`,
-		"array":             `[]`,
-		"extra member":      `{"businessId":"orders","request":{"path":"/orders"},"x":1}`,
-		"no business":       `{"request":{"path":"/orders"}}`,
-		"no request":        `{"businessId":"orders"}`,
-		"no path":           `{"businessId":"orders","request":{}}`,
-		"query in path":     `{"businessId":"orders","request":{"path":"/orders?limit=1"}}`,
-		"relative path":     `{"businessId":"orders","request":{"path":"orders"}}`,
-		"unknown member":    `{"businessId":"orders","request":{"path":"/orders","body":{}}}`,
-		"bad parameters":    `{"businessId":"orders","request":{"path":"/orders","parameters":[1]}}`,
-		"amount not number": `{"businessId":"orders","request":{"path":"/orders","amount_cents":"10"}}`,
+		"not json":                  `{`,
+		"array":                     `[]`,
+		"extra member":              `{"businessId":"orders","request":{"path":"/orders"},"x":1}`,
+		"no business":               `{"request":{"path":"/orders"}}`,
+		"no request":                `{"businessId":"orders"}`,
+		"method without path":       `{"businessId":"orders","request":{"method":"CREATE"}}`,
+		"adapter amount not number": `{"businessId":"orders","request":{"items":[],"amount_cents":"10"}}`,
+		"query in path":             `{"businessId":"orders","request":{"path":"/orders?limit=1"}}`,
+		"relative path":             `{"businessId":"orders","request":{"path":"orders"}}`,
+		"unknown member":            `{"businessId":"orders","request":{"path":"/orders","body":{}}}`,
+		"bad parameters":            `{"businessId":"orders","request":{"path":"/orders","parameters":[1]}}`,
+		"amount not number":         `{"businessId":"orders","request":{"path":"/orders","amount_cents":"10"}}`,
 	} {
 		if _, e := parse(t, body); e == nil || e.Status != 400 || e.Code != CodeValidation {
 			t.Errorf("%s: %+v, want 400 %s", name, e, CodeValidation)

@@ -133,40 +133,86 @@ func (b *business) entry() directoryEntry {
 	}
 }
 
-// capability is one endpoint as AGP's InteractionCapability (AGP §6.1),
-// with the AGTP contract an HTTP agent needs to call it.
+// capability is AGP's InteractionCapability (agp-gateway-protocol
+// §6.1): one per operation the business supports, so a stock client finds
+// data.capabilities.query and data.capabilities.execute where AGP puts
+// them. An operation served by several endpoints lists them the way AGP's
+// own profiles list several calls: "QUERY + SUMMARIZE" and
+// "/orders + /documents".
 type capability struct {
-	Operation      string          `json:"operation"`
-	Method         string          `json:"method"`
-	Endpoint       string          `json:"endpoint"`
-	AuthRequired   bool            `json:"authRequired"`
-	Description    string          `json:"description"`
-	Impact         string          `json:"impact"`
-	Idempotent     bool            `json:"idempotent"`
-	RequiredScopes []string        `json:"requiredScopes,omitempty"`
-	Deprecated     string          `json:"deprecated,omitempty"`
-	InputSchema    json.RawMessage `json:"inputSchema,omitempty"`
-	OutputSchema   json.RawMessage `json:"outputSchema,omitempty"`
-	Errors         []string        `json:"errors,omitempty"`
+	Operation    string `json:"operation"`
+	Method       string `json:"method"`
+	Endpoint     string `json:"endpoint"`
+	AuthRequired bool   `json:"authRequired"`
+	Description  string `json:"description"`
 }
 
-// discoverData is the data of a discover transaction (AGP §6.1).
+// endpointView is one endpoint with the AGTP contract an HTTP agent needs
+// to call it, and the request members a stock client sends for it.
+type endpointView struct {
+	Operation      string               `json:"operation"`
+	Method         string               `json:"method"`
+	Endpoint       string               `json:"endpoint"`
+	AuthRequired   bool                 `json:"authRequired"`
+	Description    string               `json:"description"`
+	Impact         string               `json:"impact"`
+	Idempotent     bool                 `json:"idempotent"`
+	RequiredScopes []string             `json:"requiredScopes,omitempty"`
+	Deprecated     string               `json:"deprecated,omitempty"`
+	InputSchema    json.RawMessage      `json:"inputSchema,omitempty"`
+	OutputSchema   json.RawMessage      `json:"outputSchema,omitempty"`
+	Errors         []string             `json:"errors,omitempty"`
+	Request        *endpoint.AGPMapping `json:"request,omitempty"`
+}
+
+// discoverCapability is what discover itself runs as.
+var discoverCapability = capability{
+	Operation: OpDiscover, Method: "DISCOVER", Endpoint: "/methods", AuthRequired: true,
+	Description: "The business's identity, the operations it supports and each endpoint's contract.",
+}
+
+// discoverData is the data of a discover transaction (AGP §6.1):
+// business, capabilities keyed by operation, and, merged in as AGP lets
+// an adapter do, endpoints keyed "METHOD /path".
 func (b *business) discoverData(serverID string) map[string]any {
-	caps := map[string]capability{}
+	caps := map[string]capability{OpDiscover: discoverCapability}
+	eps := map[string]endpointView{}
+	for _, op := range []string{OpQuery, OpExecute} {
+		var methods, paths, descs []string
+		auth := false
+		for _, ep := range b.Endpoints {
+			if operationOf(ep) != op {
+				continue
+			}
+			d := ep.Def
+			if !slices.Contains(methods, d.Method) {
+				methods = append(methods, d.Method)
+			}
+			if !slices.Contains(paths, d.Path) {
+				paths = append(paths, d.Path)
+			}
+			descs = append(descs, d.Description)
+			auth = auth || !d.Anonymous
+		}
+		if len(methods) > 0 {
+			caps[op] = capability{Operation: op, Method: strings.Join(methods, " + "), Endpoint: strings.Join(paths, " + "),
+				AuthRequired: auth, Description: strings.Join(descs, " ")}
+		}
+	}
 	for _, ep := range b.Endpoints {
 		d := ep.Def
-		c := capability{
+		v := endpointView{
 			Operation: operationOf(ep), Method: d.Method, Endpoint: d.Path, AuthRequired: !d.Anonymous,
 			Description: d.Description, Impact: d.Semantic.Impact, RequiredScopes: d.RequiredScopes,
-			InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Errors: d.Errors,
+			InputSchema: d.InputSchema, OutputSchema: d.OutputSchema, Errors: d.Errors, Request: d.AGP,
 		}
 		if d.Semantic.IsIdempotent != nil {
-			c.Idempotent = *d.Semantic.IsIdempotent
+			v.Idempotent = *d.Semantic.IsIdempotent
 		}
 		if d.Deprecated != nil {
-			c.Deprecated = ep.Warning()
+			v.Deprecated = ep.Warning()
 		}
-		caps[d.Key()] = c
+		eps[d.Key()] = v
 	}
 	status := "active"
 	if !b.active() {
@@ -178,5 +224,6 @@ func (b *business) discoverData(serverID string) map[string]any {
 			"server": serverID, "methods": b.methods(),
 		},
 		"capabilities": caps,
+		"endpoints":    eps,
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -78,6 +79,31 @@ func supportedMethods(snap *catalogv1.Snapshot) string {
 	}
 	sort.Strings(methods)
 	return strings.Join(methods, ", ")
+}
+
+// MethodsFor lists the methods beyond the 18-method floor that an agent
+// holding scopes can invoke here: the methods of the endpoints that are
+// anonymous or whose required scopes the agent's scopes cover, sorted. It
+// is Supported-Methods narrowed to the agent, what its identity document
+// lists with the floor (identitysvc GetIdentityDocumentRequest.methods;
+// docs/decisions.md#D-supported-methods).
+func (st *State) MethodsFor(scopes agtp.ScopeSet) []string {
+	var out []string
+	for _, ep := range st.Endpoints {
+		d := ep.Def
+		if agtp.IsFloorMethod(d.Method) || slices.Contains(out, d.Method) {
+			continue
+		}
+		required, err := agtp.ParseScopeList(d.RequiredScopes)
+		if err != nil {
+			continue
+		}
+		if _, ok := scopes.CoversAll(required); d.Anonymous || ok {
+			out = append(out, d.Method)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Watch follows catalogsvc's WatchSnapshot until ctx is done; ready is

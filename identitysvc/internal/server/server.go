@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,13 @@ import (
 
 // ReasonFormatInvalid is a ?format= value other than those of core §6.1.7.
 const ReasonFormatInvalid = "format-invalid"
+
+// Reasons of a GetIdentityDocument that names methods: from a caller
+// other than the front door, or a token that is not a method.
+const (
+	ReasonMethodsFrontDoorOnly = "methods-front-door-only"
+	ReasonMethodInvalid        = "method-invalid"
+)
 
 // Server is the identity service.
 type Server struct {
@@ -215,6 +223,10 @@ func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIde
 	default:
 		return nil, grpcerr.InvalidArgument(ReasonFormatInvalid, "format must be manifest, json, certificate or status", "format", format)
 	}
+	params, err := s.documentParams(ctx, req.GetMethods())
+	if err != nil {
+		return nil, err
+	}
 	a, err := s.reg.Get(ctx, req.GetAgentId())
 	if err != nil {
 		return nil, err
@@ -240,14 +252,14 @@ func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIde
 		LastMethod: a.LastMethod, LastMethodAt: a.LastMethodAt,
 	}
 	if format == agtp.FormatStatus {
-		b, err := s.signer.SignInline(identitydoc.Status(view, s.params, s.opts.Now()))
+		b, err := s.signer.SignInline(identitydoc.Status(view, params, s.opts.Now()))
 		if err != nil {
 			s.log.ErrorContext(ctx, "status document not served: signing failed", "agent_id", a.Record.GetAgentId(), "err", err)
 			return nil, grpcerr.Internal(err)
 		}
 		return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
 	}
-	doc, err := identitydoc.Identity(view, s.params)
+	doc, err := identitydoc.Identity(view, params)
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
@@ -332,6 +344,36 @@ func (s *Server) WatchAgents(_ *identityv1.WatchAgentsRequest, stream grpc.Serve
 
 // fromFrontDoor reports whether the call comes from the front door, the
 // one service that proves agents and may state facts about them.
+// maxRequestMethods bounds the methods a front door names for a document.
+const maxRequestMethods = 256
+
+// documentParams are the document parameters for one request: the
+// configured methods plus those the front door says it accepts for the
+// agent, so the document's methods agree with the Supported-Methods that
+// front door sends (docs/decisions.md#D-supported-methods).
+func (s *Server) documentParams(ctx context.Context, methods []string) (identitydoc.Params, error) {
+	p := s.params
+	if len(methods) == 0 {
+		return p, nil
+	}
+	if !fromFrontDoor(ctx) {
+		return p, grpcerr.InvalidArgument(ReasonMethodsFrontDoorOnly, "only the front door names the methods it accepts for an agent")
+	}
+	if len(methods) > maxRequestMethods {
+		return p, grpcerr.InvalidArgument(ReasonMethodInvalid, fmt.Sprintf("at most %d methods", maxRequestMethods))
+	}
+	p.Methods = slices.Clone(p.Methods)
+	for _, m := range methods {
+		if !agtp.ValidMethodToken(m) {
+			return p, grpcerr.InvalidArgument(ReasonMethodInvalid, "method is not an AGTP method token", "method", m)
+		}
+		if !slices.Contains(p.Methods, m) {
+			p.Methods = append(p.Methods, m)
+		}
+	}
+	return p, nil
+}
+
 func fromFrontDoor(ctx context.Context) bool {
 	id, _ := access.Caller(ctx)
 	return id == access.FrontDoor

@@ -805,3 +805,59 @@ func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
 		AgentId: g.AgentID, SessionId: "sess-5mXbR2q9VvLw0kJp3sT7aQ", ClientKeyFingerprint: g.IssuerFingerprint()})
 	wantReason(t, err, codes.PermissionDenied, access.ReasonNotPermitted)
 }
+
+// TestIdentityDocumentListsTheFrontDoorsMethods: the methods the front
+// door accepts for the agent (its Supported-Methods narrowed to the
+// agent: QUOTE, the Tier 2 built-ins, the endpoints' methods) are in the
+// identity document with the floor and the configured ones, once each;
+// only the front door may name them, and only method tokens.
+func TestIdentityDocumentListsTheFrontDoorsMethods(t *testing.T) {
+	e := newEnv(t, Options{Methods: []string{"BOOK"}})
+	g := newGenesis(t, 2)
+	register(t, e.a.client, g, "methods-bot")
+	get := func(c identityv1.IdentityServiceClient, format string, methods ...string) (map[string]any, error) {
+		res, err := c.GetIdentityDocument(context.Background(), &identityv1.GetIdentityDocumentRequest{AgentId: g.AgentID, Format: format, Methods: methods})
+		if err != nil {
+			return nil, err
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(res.GetDocumentJson(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc, nil
+	}
+	doc, err := get(e.a.client, "json", "QUOTE", "MONITOR", "RETRY", "CREATE", "QUERY", "BOOK")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	for _, m := range doc["methods"].([]any) {
+		methods = append(methods, m.(string))
+	}
+	want := append(agtp.FloorMethods(), "BOOK", "QUOTE", "MONITOR", "RETRY", "CREATE")
+	if !slices.Equal(methods, want) {
+		t.Fatalf("methods %v, want %v", methods, want)
+	}
+	// A document without methods named lists the floor and the configured
+	// ones: what one request names does not stick.
+	doc, err = get(e.a.client, "json")
+	if err != nil || len(doc["methods"].([]any)) != len(agtp.FloorMethods())+1 {
+		t.Fatalf("methods %v (%v), want the floor and BOOK", doc["methods"], err)
+	}
+	operator := identityv1.NewIdentityServiceClient(testkit.ServeGRPCAs(t, testkit.Operator, e.a.srv.Register))
+	for _, tc := range []struct {
+		name    string
+		c       identityv1.IdentityServiceClient
+		methods []string
+		reason  string
+	}{
+		{"an operator names methods", operator, []string{"QUOTE"}, ReasonMethodsFrontDoorOnly},
+		{"a lowercase token", e.a.client, []string{"quote"}, ReasonMethodInvalid},
+		{"too many", e.a.client, slices.Repeat([]string{"QUOTE"}, maxRequestMethods+1), ReasonMethodInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := get(tc.c, "json", tc.methods...)
+			wantReason(t, err, codes.InvalidArgument, tc.reason)
+		})
+	}
+}

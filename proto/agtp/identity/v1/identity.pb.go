@@ -581,7 +581,13 @@ type GetIdentityDocumentRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// manifest (default), json, certificate or status.
-	Format        string `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
+	Format string `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
+	// methods are the methods the calling front door accepts for this agent:
+	// its Supported-Methods narrowed to the endpoints the agent's scopes
+	// reach (QUOTE and the Tier 2 built-ins included). The identity
+	// document lists them with the 18 floor methods and the configured ones.
+	// Honoured only from the front door; at most 256 method tokens.
+	Methods       []string `protobuf:"bytes,3,rep,name=methods,proto3" json:"methods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,6 +634,13 @@ func (x *GetIdentityDocumentRequest) GetFormat() string {
 		return x.Format
 	}
 	return ""
+}
+
+func (x *GetIdentityDocumentRequest) GetMethods() []string {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
 }
 
 // GetIdentityDocumentResponse carries the signed document.
@@ -1759,10 +1772,11 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x124\n" +
 	"\x16client_key_fingerprint\x18\x05 \x01(\tR\x14clientKeyFingerprint\"K\n" +
 	"\x14ResolveAgentResponse\x123\n" +
-	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"O\n" +
+	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"i\n" +
 	"\x1aGetIdentityDocumentRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06format\x18\x02 \x01(\tR\x06format\"e\n" +
+	"\x06format\x18\x02 \x01(\tR\x06format\x12\x18\n" +
+	"\amethods\x18\x03 \x03(\tR\amethods\"e\n" +
 	"\x1bGetIdentityDocumentResponse\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
 	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson\".\n" +
