@@ -217,6 +217,9 @@ func (sv *streamVerify) begin(s *auditv1.ExportChainStart) error {
 	sv.target, sv.head = s.GetLength(), s.GetHeadAuditId()
 	opts := attribution.ChainOptions{VerifyOptions: sv.vopts, AgentID: sv.agent}
 	from := max(sv.from, 1)
+	if from-1 > sv.target {
+		return fmt.Errorf("--from %d: the chain has %d records", sv.from, sv.target)
+	}
 	switch {
 	case cp != nil && cp.GetLastSequence() >= from-1:
 		if cp.GetLastSequence() > from-1 && sv.from > 1 {
@@ -309,6 +312,11 @@ func (sv *streamVerify) result() attribution.ChainResult {
 	switch {
 	case sv.brk != nil:
 		res.Valid, res.Break = false, sv.brk
+	case sv.v == nil:
+		// The stream ended before the record to anchor on came.
+		res.Valid = false
+		res.Break = &attribution.Break{Index: sv.next, Expected: strconv.FormatUint(sv.next, 10), Problem: attribution.ProblemFetch,
+			Err: fmt.Errorf("record %d, to anchor on, was not sent", sv.next)}
 	case res.Valid && sv.started && sv.next > sv.target && sv.target >= sv.first && res.Head != sv.head:
 		res.Valid = false
 		res.Break = &attribution.Break{Index: sv.target, AuditID: res.Head, Expected: sv.head, Problem: attribution.ProblemHeadMismatch,

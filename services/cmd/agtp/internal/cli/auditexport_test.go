@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agtpsuite/agtp/auditsvc"
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -41,25 +40,15 @@ func startAudit(t *testing.T) *auditStack {
 	pki := testkit.PKI(t)
 	rds := testkit.StartRedis(t)
 	cfg := auditsvc.DefaultConfig()
-	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert(cfg.Name), pki.Key(cfg.Name)
-	cfg.SigningKeyFile = pki.SigningKey()
-	cfg.RedisURL = rds.URL()
-	cfg.LogLevel = "error"
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
+	testCommon(&cfg.Common, pki, rds)
+	cfg.HTTPAddr = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := auditsvc.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("auditsvc: %v", err)
-		}
-	})
+	runService(t, "auditsvc", svc.Run, ctx, cancel)
 	ks, err := attribution.LoadKeySet(pki.SigningKey())
 	if err != nil {
 		t.Fatal(err)
@@ -75,13 +64,7 @@ func startAudit(t *testing.T) *auditStack {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	health := grpc_health_v1.NewHealthClient(conn)
-	testkit.WaitFor(t, 20*time.Second, "auditsvc SERVING", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		resp, err := health.Check(ctx, &grpc_health_v1.HealthCheckRequest{})
-		return err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING
-	})
+	waitServing(t, "auditsvc", conn)
 	return s
 }
 
@@ -188,6 +171,7 @@ func TestAuditVerifyStreamReportsTheTamperedRecord(t *testing.T) {
 		{"from after the record", []string{"--from", "600"}, ExitOK, []string{"401 records verified", "anchored at record 599"}},
 		{"from 1 is the whole chain", []string{"--from", "1"}, ExitVerify, []string{"BROKEN at record 500"}},
 		{"anchored on the record", []string{"--from", "501"}, ExitVerify, []string{"BROKEN at record 500", "does not verify"}},
+		{"from the record after the head", []string{"--from", "1001"}, ExitOK, []string{"0 records verified", "anchored at record 1000"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,6 +188,9 @@ func TestAuditVerifyStreamReportsTheTamperedRecord(t *testing.T) {
 				}
 			}
 		})
+	}
+	if r := runLong(t, s.verifyArgs(s.grpcAddr, agent, "--from", "1002")...); r.code != ExitError || !strings.Contains(r.stderr, "the chain has 1000 records") {
+		t.Fatalf("--from past the head: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
