@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,9 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/agtpsuite/agtp/auditsvc"
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -30,6 +35,7 @@ var auditRecords = flag.Int("audit-records", 100_000, "records in the chain Test
 // auditStack is a running auditsvc on a real redis-server.
 type auditStack struct {
 	grpcAddr string
+	httpAddr string
 	pki      devpki.Layout
 	rdb      *redis.Client
 	signer   *attribution.Signer
@@ -41,7 +47,6 @@ func startAudit(t *testing.T) *auditStack {
 	rds := testkit.StartRedis(t)
 	cfg := auditsvc.DefaultConfig()
 	testCommon(&cfg.Common, pki, rds)
-	cfg.HTTPAddr = ""
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := auditsvc.New(ctx, cfg)
 	if err != nil {
@@ -53,7 +58,7 @@ func startAudit(t *testing.T) *auditStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &auditStack{grpcAddr: svc.GRPCAddr(), pki: pki, rdb: rds.Client(t), signer: ks.Signer()}
+	s := &auditStack{grpcAddr: svc.GRPCAddr(), httpAddr: svc.HTTPAddr(), pki: pki, rdb: rds.Client(t), signer: ks.Signer()}
 	tlsCfg, err := adminTLS(pki.CA(), pki.Cert(devpki.Admin), pki.Key(devpki.Admin), "")
 	if err != nil {
 		t.Fatal(err)
@@ -271,5 +276,59 @@ func TestAuditVerifyStreamRefusesBadUse(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want 1 and %q", r.code, r.stderr, tc.want)
 			}
 		})
+	}
+}
+
+// TestExportChainOverTheRESTGateway: the gateway route streams the export
+// as newline-delimited JSON, one {"result": ...} per message.
+func TestExportChainOverTheRESTGateway(t *testing.T) {
+	s := startAudit(t)
+	agent := strings.Repeat("a5", 32)
+	s.seedChain(t, agent, 600, nil)
+	cfg, err := adminTLS(s.pki.CA(), s.pki.Cert(devpki.Admin), s.pki.Key(devpki.Admin), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}, Timeout: time.Minute}
+	resp, err := hc.Get("https://" + s.httpAddr + "/v1/audit/chains/" + agent + ":export?from_sequence=2&batch_size=100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var start *auditv1.ExportChainStart
+	next := uint64(2)
+	for sc.Scan() {
+		var line struct {
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil || line.Result == nil {
+			t.Fatalf("line %q: %v", sc.Bytes(), err)
+		}
+		var m auditv1.ExportChainResponse
+		if err := protojson.Unmarshal(line.Result, &m); err != nil {
+			t.Fatal(err)
+		}
+		if start == nil {
+			start = m.GetStart()
+			continue
+		}
+		for _, r := range m.GetRecords() {
+			if r.GetSequence() != next || attribution.AuditID(r.GetJws()) != r.GetAuditId() {
+				t.Fatalf("record %d: %v", next, r)
+			}
+			next++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if start.GetLength() != 600 || next != 601 {
+		t.Fatalf("start %v, records up to %d", start, next-1)
 	}
 }
