@@ -30,8 +30,8 @@ var services = []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "iden
 // and to docs/architecture.md, deliberately.
 var published = map[string][]string{
 	"frontdoor":   {"frontdoor/handler", "frontdoor/demo"},
-	"catalogsvc":  {"catalogsvc/endpoint", "catalogsvc/route", "catalogsvc/watch", "catalogsvc/demo"},
-	"policysvc":   {"policysvc/agpkey"},
+	"catalogsvc":  {"catalogsvc/endpoint", "catalogsvc/route", "catalogsvc/watch", "catalogsvc/demo", "catalogsvc/intent"},
+	"policysvc":   {"policysvc/agpkey", "policysvc/policyclient"},
 	"rcnssvc":     {"rcnssvc/recipe", "rcnssvc/demo"},
 	"identitysvc": {"identitysvc/agentcert", "identitysvc/callerpolicy", "identitysvc/demo", "identitysvc/genesis", "identitysvc/identitydoc", "identitysvc/reasons", "identitysvc/sessionbind"},
 	"auditsvc":    {"auditsvc/attribution", "auditsvc/attribution/attributionpb", "auditsvc/auditclient", "auditsvc/inspect"},

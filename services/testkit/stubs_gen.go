@@ -265,6 +265,7 @@ type AuditStub struct {
 	GetSigningKeysF       func(context.Context, *auditv1.GetSigningKeysRequest) (*auditv1.GetSigningKeysResponse, error)
 	AppendSignedRecordF   func(context.Context, *auditv1.AppendSignedRecordRequest) (*auditv1.AppendSignedRecordResponse, error)
 	SignAndAppendBatchF   func(context.Context, *auditv1.SignAndAppendBatchRequest) (*auditv1.SignAndAppendBatchResponse, error)
+	ExportChainF          func(*auditv1.ExportChainRequest, grpc.ServerStreamingServer[auditv1.ExportChainResponse]) error
 }
 
 // SignAndAppend calls SignAndAppendF.
@@ -337,6 +338,14 @@ func (s *AuditStub) SignAndAppendBatch(ctx context.Context, in *auditv1.SignAndA
 		return s.UnimplementedAuditServiceServer.SignAndAppendBatch(ctx, in)
 	}
 	return s.SignAndAppendBatchF(ctx, in)
+}
+
+// ExportChain calls ExportChainF.
+func (s *AuditStub) ExportChain(in *auditv1.ExportChainRequest, stream grpc.ServerStreamingServer[auditv1.ExportChainResponse]) error {
+	if s.ExportChainF == nil {
+		return s.UnimplementedAuditServiceServer.ExportChain(in, stream)
+	}
+	return s.ExportChainF(in, stream)
 }
 
 // Serve serves the stub over gRPC on a loopback port (ServeGRPC) and

@@ -16,31 +16,20 @@ import (
 )
 
 // A chain whose oldest records were moved out of Redis (Store.Trim) starts
-// at a checkpoint: a small record, signed with the store's signing key,
-// that names the last moved record's sequence and Audit-ID. Verification
-// checks the checkpoint's signature and continues the chain from it, so a
-// trimmed chain verifies like a whole one; the moved records are in the
-// archive and verify there from ZeroAuditID.
+// at a checkpoint (attribution.Checkpoint) signed with the store's signing
+// key. Verification checks the checkpoint's signature and continues the
+// chain from it, so a trimmed chain verifies like a whole one.
 
 // CheckpointVersion is the checkpoint_version of a checkpoint record.
-const CheckpointVersion = "1"
+const CheckpointVersion = attribution.CheckpointVersion
 
 // Checkpoint is the signed statement that the records of (Stream, Chain)
 // up to Sequence, the last of them AuditID, were moved to the archive.
-type Checkpoint struct {
-	Version   string `json:"checkpoint_version"`
-	Stream    string `json:"stream"`
-	Chain     string `json:"chain"`
-	Sequence  uint64 `json:"last_sequence"`
-	AuditID   string `json:"last_audit_id"`
-	TrimmedAt string `json:"trimmed_at"`
-	// JWS is the signed record the fields were read from.
-	JWS string `json:"-"`
-}
+type Checkpoint = attribution.Checkpoint
 
 // ErrCheckpoint: a chain's checkpoint is malformed, does not verify or
 // does not name its chain.
-var ErrCheckpoint = errors.New("chain checkpoint invalid")
+var ErrCheckpoint = attribution.ErrCheckpoint
 
 // checkpointKey is the checkpoint key of (stream, chain).
 func checkpointKey(stream, chain string) string {
@@ -67,28 +56,7 @@ func (s *Store) Checkpoint(ctx context.Context, stream, chain string, opts attri
 	if err != nil {
 		return nil, fmt.Errorf("%w: read checkpoint: %v", ErrUnavailable, err)
 	}
-	return parseCheckpoint(jws, stream, chain, opts)
-}
-
-func parseCheckpoint(jws, stream, chain string, opts attribution.VerifyOptions) (*Checkpoint, error) {
-	rec, err := attribution.Verify(jws, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
-	}
-	var cp Checkpoint
-	if err := json.Unmarshal(rec.RawPayload, &cp); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
-	}
-	switch {
-	case cp.Version != CheckpointVersion:
-		return nil, fmt.Errorf("%w: checkpoint_version %q", ErrCheckpoint, cp.Version)
-	case cp.Stream != stream || cp.Chain != chain:
-		return nil, fmt.Errorf("%w: names %s/%s, not %s/%s", ErrCheckpoint, cp.Stream, cp.Chain, stream, chain)
-	case cp.Sequence == 0 || !attribution.IsAuditID(cp.AuditID):
-		return nil, fmt.Errorf("%w: no last sequence or Audit-ID", ErrCheckpoint)
-	}
-	cp.JWS = jws
-	return &cp, nil
+	return attribution.VerifyCheckpoint(jws, stream, chain, opts)
 }
 
 // TrimResult says what one Trim call did.

@@ -14,16 +14,16 @@ func TestCheckpointNamesItsChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	none := attribution.VerifyOptions{Algorithms: []string{attribution.AlgNone}}
-	if got, err := parseCheckpoint(cp.JWS, attribution.StreamAttribution, "a", none); err != nil || got.Sequence != 3 {
-		t.Fatalf("parseCheckpoint: %+v %v", got, err)
+	if got, err := attribution.VerifyCheckpoint(cp.JWS, attribution.StreamAttribution, "a", none); err != nil || got.Sequence != 3 {
+		t.Fatalf("VerifyCheckpoint: %+v %v", got, err)
 	}
-	if _, err := parseCheckpoint(cp.JWS, attribution.StreamAttribution, "b", none); err == nil {
+	if _, err := attribution.VerifyCheckpoint(cp.JWS, attribution.StreamAttribution, "b", none); err == nil {
 		t.Fatal("a checkpoint of another chain was accepted")
 	}
-	if _, err := parseCheckpoint(cp.JWS, attribution.StreamLifecycle, "a", none); err == nil {
+	if _, err := attribution.VerifyCheckpoint(cp.JWS, attribution.StreamLifecycle, "a", none); err == nil {
 		t.Fatal("a checkpoint of another stream was accepted")
 	}
-	if _, err := parseCheckpoint(cp.JWS, attribution.StreamAttribution, "a", attribution.VerifyOptions{}); err == nil {
+	if _, err := attribution.VerifyCheckpoint(cp.JWS, attribution.StreamAttribution, "a", attribution.VerifyOptions{}); err == nil {
 		t.Fatal("an alg none checkpoint was accepted without allowing none")
 	}
 }

@@ -1935,6 +1935,396 @@ func (*SignAndAppendBatchResult_Response) isSignAndAppendBatchResult_Result() {}
 
 func (*SignAndAppendBatchResult_Error) isSignAndAppendBatchResult_Result() {}
 
+// ExportChainRequest names a chain and, optionally, part of it.
+type ExportChainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent whose chain to export; empty for the server's own chain.
+	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// "attribution" (default), "lifecycle" or a signed-record stream name.
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The first sequence to send (0 or 1: the oldest retained record). A
+	// verifier whose stream broke resumes with the sequence after the last
+	// record it verified. A sequence the retention moved to the archive is
+	// refused with FAILED_PRECONDITION, reason audit-export-archived.
+	FromSequence uint64 `protobuf:"varint,3,opt,name=from_sequence,json=fromSequence,proto3" json:"from_sequence,omitempty"`
+	// The last sequence to send (0: the head when the export began).
+	ToSequence uint64 `protobuf:"varint,4,opt,name=to_sequence,json=toSequence,proto3" json:"to_sequence,omitempty"`
+	// Only records stored at or after since and before until (either may be
+	// unset). Records are stored in time order, so the result is a
+	// contiguous part of the chain.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=until,proto3" json:"until,omitempty"`
+	// Records per message (0: the service's default, 256; larger values are
+	// capped at 1000).
+	BatchSize     int32 `protobuf:"varint,7,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChainRequest) Reset() {
+	*x = ExportChainRequest{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChainRequest) ProtoMessage() {}
+
+func (x *ExportChainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChainRequest.ProtoReflect.Descriptor instead.
+func (*ExportChainRequest) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ExportChainRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ExportChainRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ExportChainRequest) GetFromSequence() uint64 {
+	if x != nil {
+		return x.FromSequence
+	}
+	return 0
+}
+
+func (x *ExportChainRequest) GetToSequence() uint64 {
+	if x != nil {
+		return x.ToSequence
+	}
+	return 0
+}
+
+func (x *ExportChainRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ExportChainRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ExportChainRequest) GetBatchSize() int32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+// ExportedRecord is one record of an exported chain.
+type ExportedRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The 1-based position of the record in its chain.
+	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Lowercase hex SHA-256 of jws.
+	AuditId string `protobuf:"bytes,2,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	// The compact JWS as stored.
+	Jws string `protobuf:"bytes,3,opt,name=jws,proto3" json:"jws,omitempty"`
+	// The Redis stream entry ID ("<sequence>-0") and the store's clock when
+	// the record was appended.
+	StreamId      string                 `protobuf:"bytes,4,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	StoredAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportedRecord) Reset() {
+	*x = ExportedRecord{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportedRecord) ProtoMessage() {}
+
+func (x *ExportedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportedRecord.ProtoReflect.Descriptor instead.
+func (*ExportedRecord) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ExportedRecord) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ExportedRecord) GetAuditId() string {
+	if x != nil {
+		return x.AuditId
+	}
+	return ""
+}
+
+func (x *ExportedRecord) GetJws() string {
+	if x != nil {
+		return x.Jws
+	}
+	return ""
+}
+
+func (x *ExportedRecord) GetStreamId() string {
+	if x != nil {
+		return x.StreamId
+	}
+	return ""
+}
+
+func (x *ExportedRecord) GetStoredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StoredAt
+	}
+	return nil
+}
+
+// ExportCheckpoint is the signed statement that a chain's records up to
+// last_sequence were moved to the archive; the retained chain continues
+// from last_audit_id.
+type ExportCheckpoint struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	LastSequence uint64                 `protobuf:"varint,1,opt,name=last_sequence,json=lastSequence,proto3" json:"last_sequence,omitempty"`
+	LastAuditId  string                 `protobuf:"bytes,2,opt,name=last_audit_id,json=lastAuditId,proto3" json:"last_audit_id,omitempty"`
+	// The checkpoint record itself (a compact JWS signed with the audit
+	// signing key), so that a verifier can check it against the JWKS.
+	Jws           string `protobuf:"bytes,3,opt,name=jws,proto3" json:"jws,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportCheckpoint) Reset() {
+	*x = ExportCheckpoint{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportCheckpoint) ProtoMessage() {}
+
+func (x *ExportCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportCheckpoint.ProtoReflect.Descriptor instead.
+func (*ExportCheckpoint) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExportCheckpoint) GetLastSequence() uint64 {
+	if x != nil {
+		return x.LastSequence
+	}
+	return 0
+}
+
+func (x *ExportCheckpoint) GetLastAuditId() string {
+	if x != nil {
+		return x.LastAuditId
+	}
+	return ""
+}
+
+func (x *ExportCheckpoint) GetJws() string {
+	if x != nil {
+		return x.Jws
+	}
+	return ""
+}
+
+// ExportChainStart describes the chain when the export began.
+type ExportChainStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The chain's head and length when the export began: the export sends
+	// no record past length.
+	HeadAuditId string `protobuf:"bytes,1,opt,name=head_audit_id,json=headAuditId,proto3" json:"head_audit_id,omitempty"`
+	Length      uint64 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	// The oldest sequence still in the store (1 unless retention moved
+	// older records to the archive).
+	FirstRetainedSequence uint64 `protobuf:"varint,3,opt,name=first_retained_sequence,json=firstRetainedSequence,proto3" json:"first_retained_sequence,omitempty"`
+	// Set when older records were moved to the archive.
+	Checkpoint *ExportCheckpoint `protobuf:"bytes,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// The stream exported.
+	Stream        string `protobuf:"bytes,5,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChainStart) Reset() {
+	*x = ExportChainStart{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChainStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChainStart) ProtoMessage() {}
+
+func (x *ExportChainStart) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChainStart.ProtoReflect.Descriptor instead.
+func (*ExportChainStart) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExportChainStart) GetHeadAuditId() string {
+	if x != nil {
+		return x.HeadAuditId
+	}
+	return ""
+}
+
+func (x *ExportChainStart) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ExportChainStart) GetFirstRetainedSequence() uint64 {
+	if x != nil {
+		return x.FirstRetainedSequence
+	}
+	return 0
+}
+
+func (x *ExportChainStart) GetCheckpoint() *ExportCheckpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *ExportChainStart) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+// ExportChainResponse is one message of an export: the first carries
+// start (and no records), every later one a batch of records in chain
+// order.
+type ExportChainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *ExportChainStart      `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	Records       []*ExportedRecord      `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChainResponse) Reset() {
+	*x = ExportChainResponse{}
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChainResponse) ProtoMessage() {}
+
+func (x *ExportChainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agtp_audit_v1_audit_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChainResponse.ProtoReflect.Descriptor instead.
+func (*ExportChainResponse) Descriptor() ([]byte, []int) {
+	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ExportChainResponse) GetStart() *ExportChainStart {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ExportChainResponse) GetRecords() []*ExportedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_agtp_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_agtp_audit_v1_audit_proto_rawDesc = "" +
@@ -2100,7 +2490,38 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x18SignAndAppendBatchResult\x12B\n" +
 	"\bresponse\x18\x01 \x01(\v2$.agtp.audit.v1.SignAndAppendResponseH\x00R\bresponse\x12\x16\n" +
 	"\x05error\x18\x02 \x01(\fH\x00R\x05errorB\b\n" +
-	"\x06result2\xfd\x06\n" +
+	"\x06result\"\x90\x02\n" +
+	"\x12ExportChainRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12#\n" +
+	"\rfrom_sequence\x18\x03 \x01(\x04R\ffromSequence\x12\x1f\n" +
+	"\vto_sequence\x18\x04 \x01(\x04R\n" +
+	"toSequence\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\a \x01(\x05R\tbatchSize\"\xaf\x01\n" +
+	"\x0eExportedRecord\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x19\n" +
+	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12\x10\n" +
+	"\x03jws\x18\x03 \x01(\tR\x03jws\x12\x1b\n" +
+	"\tstream_id\x18\x04 \x01(\tR\bstreamId\x127\n" +
+	"\tstored_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"m\n" +
+	"\x10ExportCheckpoint\x12#\n" +
+	"\rlast_sequence\x18\x01 \x01(\x04R\flastSequence\x12\"\n" +
+	"\rlast_audit_id\x18\x02 \x01(\tR\vlastAuditId\x12\x10\n" +
+	"\x03jws\x18\x03 \x01(\tR\x03jws\"\xdf\x01\n" +
+	"\x10ExportChainStart\x12\"\n" +
+	"\rhead_audit_id\x18\x01 \x01(\tR\vheadAuditId\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\x126\n" +
+	"\x17first_retained_sequence\x18\x03 \x01(\x04R\x15firstRetainedSequence\x12?\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\v2\x1f.agtp.audit.v1.ExportCheckpointR\n" +
+	"checkpoint\x12\x16\n" +
+	"\x06stream\x18\x05 \x01(\tR\x06stream\"\x85\x01\n" +
+	"\x13ExportChainResponse\x125\n" +
+	"\x05start\x18\x01 \x01(\v2\x1f.agtp.audit.v1.ExportChainStartR\x05start\x127\n" +
+	"\arecords\x18\x02 \x03(\v2\x1d.agtp.audit.v1.ExportedRecordR\arecords2\xd5\a\n" +
 	"\fAuditService\x12Z\n" +
 	"\rSignAndAppend\x12#.agtp.audit.v1.SignAndAppendRequest\x1a$.agtp.audit.v1.SignAndAppendResponse\x12o\n" +
 	"\x14AppendLifecycleEvent\x12*.agtp.audit.v1.AppendLifecycleEventRequest\x1a+.agtp.audit.v1.AppendLifecycleEventResponse\x12N\n" +
@@ -2110,7 +2531,8 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\vVerifyChain\x12!.agtp.audit.v1.VerifyChainRequest\x1a\".agtp.audit.v1.VerifyChainResponse\x12]\n" +
 	"\x0eGetSigningKeys\x12$.agtp.audit.v1.GetSigningKeysRequest\x1a%.agtp.audit.v1.GetSigningKeysResponse\x12i\n" +
 	"\x12AppendSignedRecord\x12(.agtp.audit.v1.AppendSignedRecordRequest\x1a).agtp.audit.v1.AppendSignedRecordResponse\x12i\n" +
-	"\x12SignAndAppendBatch\x12(.agtp.audit.v1.SignAndAppendBatchRequest\x1a).agtp.audit.v1.SignAndAppendBatchResponseB7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
+	"\x12SignAndAppendBatch\x12(.agtp.audit.v1.SignAndAppendBatchRequest\x1a).agtp.audit.v1.SignAndAppendBatchResponse\x12V\n" +
+	"\vExportChain\x12!.agtp.audit.v1.ExportChainRequest\x1a\".agtp.audit.v1.ExportChainResponse0\x01B7Z5github.com/agtpsuite/agtp/proto/agtp/audit/v1;auditv1b\x06proto3"
 
 var (
 	file_agtp_audit_v1_audit_proto_rawDescOnce sync.Once
@@ -2124,7 +2546,7 @@ func file_agtp_audit_v1_audit_proto_rawDescGZIP() []byte {
 	return file_agtp_audit_v1_audit_proto_rawDescData
 }
 
-var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_agtp_audit_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*IdempotentOutcome)(nil),            // 0: agtp.audit.v1.IdempotentOutcome
 	(*SignAndAppendRequest)(nil),         // 1: agtp.audit.v1.SignAndAppendRequest
@@ -2150,44 +2572,57 @@ var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*SignAndAppendBatchRequest)(nil),    // 21: agtp.audit.v1.SignAndAppendBatchRequest
 	(*SignAndAppendBatchResponse)(nil),   // 22: agtp.audit.v1.SignAndAppendBatchResponse
 	(*SignAndAppendBatchResult)(nil),     // 23: agtp.audit.v1.SignAndAppendBatchResult
-	nil,                                  // 24: agtp.audit.v1.AttributionClaims.ExtraEntry
-	(*timestamppb.Timestamp)(nil),        // 25: google.protobuf.Timestamp
+	(*ExportChainRequest)(nil),           // 24: agtp.audit.v1.ExportChainRequest
+	(*ExportedRecord)(nil),               // 25: agtp.audit.v1.ExportedRecord
+	(*ExportCheckpoint)(nil),             // 26: agtp.audit.v1.ExportCheckpoint
+	(*ExportChainStart)(nil),             // 27: agtp.audit.v1.ExportChainStart
+	(*ExportChainResponse)(nil),          // 28: agtp.audit.v1.ExportChainResponse
+	nil,                                  // 29: agtp.audit.v1.AttributionClaims.ExtraEntry
+	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
 }
 var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	0,  // 0: agtp.audit.v1.SignAndAppendRequest.idempotent_outcome:type_name -> agtp.audit.v1.IdempotentOutcome
 	2,  // 1: agtp.audit.v1.SignAndAppendRequest.claims:type_name -> agtp.audit.v1.AttributionClaims
 	3,  // 2: agtp.audit.v1.AttributionClaims.prior_actions:type_name -> agtp.audit.v1.PriorAction
-	24, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
-	25, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
+	29, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
+	30, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
 	7,  // 5: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
-	25, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
+	30, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
 	12, // 7: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
 	1,  // 8: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
 	23, // 9: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
 	4,  // 10: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
-	1,  // 11: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	5,  // 12: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	8,  // 13: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	10, // 14: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	13, // 15: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	15, // 16: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	17, // 17: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	19, // 18: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
-	21, // 19: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
-	4,  // 20: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	6,  // 21: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	9,  // 22: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	11, // 23: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	14, // 24: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	16, // 25: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	18, // 26: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	20, // 27: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
-	22, // 28: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	30, // 11: agtp.audit.v1.ExportChainRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 12: agtp.audit.v1.ExportChainRequest.until:type_name -> google.protobuf.Timestamp
+	30, // 13: agtp.audit.v1.ExportedRecord.stored_at:type_name -> google.protobuf.Timestamp
+	26, // 14: agtp.audit.v1.ExportChainStart.checkpoint:type_name -> agtp.audit.v1.ExportCheckpoint
+	27, // 15: agtp.audit.v1.ExportChainResponse.start:type_name -> agtp.audit.v1.ExportChainStart
+	25, // 16: agtp.audit.v1.ExportChainResponse.records:type_name -> agtp.audit.v1.ExportedRecord
+	1,  // 17: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	5,  // 18: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	8,  // 19: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	10, // 20: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	13, // 21: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	15, // 22: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	17, // 23: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	19, // 24: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	21, // 25: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
+	24, // 26: agtp.audit.v1.AuditService.ExportChain:input_type -> agtp.audit.v1.ExportChainRequest
+	4,  // 27: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	6,  // 28: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	9,  // 29: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	11, // 30: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	14, // 31: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	16, // 32: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	18, // 33: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	20, // 34: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	22, // 35: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
+	28, // 36: agtp.audit.v1.AuditService.ExportChain:output_type -> agtp.audit.v1.ExportChainResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }
@@ -2205,7 +2640,7 @@ func file_agtp_audit_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_audit_v1_audit_proto_rawDesc), len(file_agtp_audit_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

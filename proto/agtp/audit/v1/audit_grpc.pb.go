@@ -28,6 +28,7 @@ const (
 	AuditService_GetSigningKeys_FullMethodName       = "/agtp.audit.v1.AuditService/GetSigningKeys"
 	AuditService_AppendSignedRecord_FullMethodName   = "/agtp.audit.v1.AuditService/AppendSignedRecord"
 	AuditService_SignAndAppendBatch_FullMethodName   = "/agtp.audit.v1.AuditService/SignAndAppendBatch"
+	AuditService_ExportChain_FullMethodName          = "/agtp.audit.v1.AuditService/ExportChain"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -61,6 +62,13 @@ type AuditServiceClient interface {
 	// it, and answered in its own result; records of one chain are appended
 	// in item order (docs/audit.md, "Batched appends").
 	SignAndAppendBatch(ctx context.Context, in *SignAndAppendBatchRequest, opts ...grpc.CallOption) (*SignAndAppendBatchResponse, error)
+	// ExportChain streams one chain oldest first, a batch of records per
+	// message, read from the store a page at a time so that a chain of any
+	// length costs the server bounded memory. The first message names where
+	// the retained chain starts: its checkpoint when older records were
+	// moved to the archive. The stream ends after the records that were in
+	// the chain when the export began (docs/audit.md, "Exporting a chain").
+	ExportChain(ctx context.Context, in *ExportChainRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChainResponse], error)
 }
 
 type auditServiceClient struct {
@@ -161,6 +169,25 @@ func (c *auditServiceClient) SignAndAppendBatch(ctx context.Context, in *SignAnd
 	return out, nil
 }
 
+func (c *auditServiceClient) ExportChain(ctx context.Context, in *ExportChainRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChainResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AuditService_ServiceDesc.Streams[0], AuditService_ExportChain_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportChainRequest, ExportChainResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AuditService_ExportChainClient = grpc.ServerStreamingClient[ExportChainResponse]
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -192,6 +219,13 @@ type AuditServiceServer interface {
 	// it, and answered in its own result; records of one chain are appended
 	// in item order (docs/audit.md, "Batched appends").
 	SignAndAppendBatch(context.Context, *SignAndAppendBatchRequest) (*SignAndAppendBatchResponse, error)
+	// ExportChain streams one chain oldest first, a batch of records per
+	// message, read from the store a page at a time so that a chain of any
+	// length costs the server bounded memory. The first message names where
+	// the retained chain starts: its checkpoint when older records were
+	// moved to the archive. The stream ends after the records that were in
+	// the chain when the export began (docs/audit.md, "Exporting a chain").
+	ExportChain(*ExportChainRequest, grpc.ServerStreamingServer[ExportChainResponse]) error
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -228,6 +262,9 @@ func (UnimplementedAuditServiceServer) AppendSignedRecord(context.Context, *Appe
 }
 func (UnimplementedAuditServiceServer) SignAndAppendBatch(context.Context, *SignAndAppendBatchRequest) (*SignAndAppendBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SignAndAppendBatch not implemented")
+}
+func (UnimplementedAuditServiceServer) ExportChain(*ExportChainRequest, grpc.ServerStreamingServer[ExportChainResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportChain not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -412,6 +449,17 @@ func _AuditService_SignAndAppendBatch_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_ExportChain_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportChainRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AuditServiceServer).ExportChain(m, &grpc.GenericServerStream[ExportChainRequest, ExportChainResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AuditService_ExportChainServer = grpc.ServerStreamingServer[ExportChainResponse]
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -456,6 +504,12 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AuditService_SignAndAppendBatch_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportChain",
+			Handler:       _AuditService_ExportChain_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "agtp/audit/v1/audit.proto",
 }

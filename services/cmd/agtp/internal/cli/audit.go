@@ -43,11 +43,15 @@ type auditOptions struct {
 	allowUnsigned bool
 	max           uint64
 	verbose       bool
-	help          bool
+	// The audit service's gRPC API (runAuditVerifyGRPC).
+	grpcAddr, serverName string
+	from                 uint64
+	reconnects           int
+	help                 bool
 }
 
 func auditFlags(out io.Writer) (*flagSet, *auditOptions) {
-	o := &auditOptions{max: DefaultMaxRecords}
+	o := &auditOptions{max: DefaultMaxRecords, reconnects: DefaultReconnects}
 	f := newFlagSet("agtp audit verify", out)
 	f.list(&o.exports, []string{"export"}, "FILE", "check an export or archive file (JSON Lines) instead of asking a server (repeatable)")
 	f.str(&o.agent, []string{"agent"}, "ID", "the agent whose chain to walk, when the URI does not name it")
@@ -55,8 +59,12 @@ func auditFlags(out io.Writer) (*flagSet, *auditOptions) {
 	f.str(&o.jwks, []string{"jwks"}, "FILE", "signing keys: a JWKS, JWK or PEM public key file")
 	f.str(&o.jwksURL, []string{"jwks-url"}, "URL", fmt.Sprintf("where to fetch the JWKS (default https://HOST:%d/.well-known/jwks.json)", DefaultJWKSPort))
 	f.boolean(&o.allowUnsigned, []string{"allow-unsigned"}, "accept alg none records (a server without a signing key; never authoritative)")
-	f.uint(&o.max, []string{"max"}, "N", fmt.Sprintf("give up after N records (default %d)", DefaultMaxRecords))
-	f.boolean(&o.verbose, []string{"v", "verbose"}, "print every record checked")
+	f.uint(&o.max, []string{"max"}, "N", fmt.Sprintf("give up after N records, walking over INSPECT (default %d)", DefaultMaxRecords))
+	f.str(&o.grpcAddr, []string{"grpc"}, "HOST:PORT", "stream the chain from the audit service's gRPC API (ExportChain) instead of walking it over INSPECT; --cacert, --cert and --key name an operator certificate")
+	f.str(&o.serverName, []string{"server-name"}, "NAME", "name to check the audit service's certificate for, with --grpc (default: the host)")
+	f.uint(&o.from, []string{"from"}, "SEQ", "with --grpc, start at sequence SEQ, anchored on record SEQ-1 (resume an interrupted verification)")
+	f.integer(&o.reconnects, []string{"reconnects"}, "N", fmt.Sprintf("with --grpc, resume a broken stream up to N times in a row without progress (default %d)", DefaultReconnects))
+	f.boolean(&o.verbose, []string{"v", "verbose"}, "print every record checked (INSPECT), progress lines even when stderr is not a terminal (--grpc)")
 	f.boolean(&o.help, []string{"h", "help"}, "show this help")
 	return f, o
 }
@@ -65,14 +73,20 @@ func auditUsage() string {
 	f, _ := auditFlags(io.Discard)
 	return `usage: agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
        agtp audit verify [flags] --agent AGENT-ID agtp://HOST[:PORT]
+       agtp audit verify [flags] --grpc HOST:PORT --agent AGENT-ID
        agtp audit verify [flags] --export FILE [--export FILE ...]
 
 Checks a per-agent Attribution-Record chain: every record's Audit-ID is the
 SHA-256 of its JWS, every JWS verifies against the server's keys (EdDSA), and
 every previous_audit_id names the record before it, back to the first record
 (64 zeros). Online, it reads the chain head with INSPECT target=chain_head and
-walks back record by record with INSPECT target=audit. From an export or
-archive, it checks every chain in the files, including sequence numbers.
+walks back record by record with INSPECT target=audit. With --grpc, it
+streams the chain from the audit service oldest first (ExportChain) and
+checks each record as it arrives, sequence numbers too: a chain whose older
+records were moved to the archive is checked from its signed checkpoint.
+--timeout then bounds each stream, and a broken stream resumes after the
+last record verified. From an export or archive, it checks every chain in
+the files, including sequence numbers.
 The first broken record is reported, and the exit status is 2.
 
 Flags:
@@ -80,6 +94,8 @@ Flags:
 Examples:
   agtp audit verify --cacert .state/ca.pem --cert agent.pem --key agent-key.pem \
        --agent-id $AGENT_ID agtp://$AGENT_ID@127.0.0.1:4480
+  agtp audit verify --grpc 127.0.0.1:7105 --cacert .state/ca.pem \
+       --cert .state/admin.pem --key .state/admin-key.pem --agent $AGENT_ID
   agtp audit verify --jwks jwks.json --export audit-export.jsonl
 
 Exit status: 0 every chain verified, 2 a chain is broken, 1 anything else.
@@ -118,6 +134,22 @@ func runAuditVerify(ctx context.Context, args []string, env Env) int {
 			return fail(env, err)
 		}
 		return verifyExports(env, o, vopts)
+	}
+	if o.grpcAddr != "" {
+		switch {
+		case len(pos) != 0:
+			return auditUsageError(env, "--grpc reads the audit service; name the agent with --agent, not a URI")
+		case !agtp.IsCanonicalID(o.agent):
+			return auditUsageError(env, "--grpc needs --agent AGENT-ID (64 hex digits)")
+		case o.conn.cacert == "" || o.conn.cert == "":
+			return auditUsageError(env, "--grpc needs an operator certificate: --cacert, --cert and --key")
+		case o.reconnects < 0 || o.reconnects > 100:
+			return auditUsageError(env, "--reconnects must be between 0 and 100")
+		}
+		return runAuditVerifyGRPC(ctx, env, o, vopts)
+	}
+	if o.from != 0 {
+		return auditUsageError(env, "--from needs --grpc")
 	}
 	if len(pos) != 1 {
 		return auditUsageError(env, fmt.Sprintf("want one agtp:// URI, got %d arguments", len(pos)))

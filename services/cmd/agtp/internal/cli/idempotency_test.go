@@ -7,11 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agtpsuite/agtp/policysvc"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -36,26 +34,14 @@ func startPolicy(t *testing.T) *policyStack {
 	pki := testkit.PKI(t)
 	rds := testkit.StartRedis(t)
 	cfg := policysvc.DefaultConfig()
-	c := &cfg.Common
-	c.CAFile, c.CertFile, c.KeyFile = pki.CA(), pki.Cert(c.Name), pki.Key(c.Name)
-	c.SigningKeyFile = pki.SigningKey()
-	c.RedisURL = rds.URL()
-	c.LogLevel = "error"
-	c.GRPCAddr, c.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	testCommon(&cfg.Common, pki, rds)
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := policysvc.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("policysvc: %v", err)
-		}
-	})
+	runService(t, "policysvc", svc.Run, ctx, cancel)
 	// The stack plays the front door (Authorize, MarkIdempotencyUnknown);
 	// the command under test is the operator.
 	tlsCfg, err := adminTLS(pki.CA(), pki.Cert("frontdoor"), pki.Key("frontdoor"), "")
@@ -68,13 +54,7 @@ func startPolicy(t *testing.T) *policyStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	health := grpc_health_v1.NewHealthClient(conn)
-	testkit.WaitFor(t, 20*time.Second, "policysvc SERVING", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		resp, err := health.Check(ctx, &grpc_health_v1.HealthCheckRequest{})
-		return err == nil && resp.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING
-	})
+	waitServing(t, "policysvc", conn)
 	return &policyStack{grpcAddr: svc.GRPCAddr(), httpAddr: svc.HTTPAddr(), pki: pki, client: policyv1.NewPolicyServiceClient(conn)}
 }
 
