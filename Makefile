@@ -15,7 +15,7 @@ all: build
 ## build: compile every service binary, the suite and the agtp CLI into bin/
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
+	$(GO) build -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp ./services/cmd/agtpconsole
 
 ## run: start the whole suite in one process on embedded defaults
 run:
