@@ -317,7 +317,7 @@ func TestSecurityHeaders(t *testing.T) {
 			t.Errorf("CSP %q lacks %q", csp, want)
 		}
 	}
-	if resp.Header.Get("Referrer-Policy") != "no-referrer" || resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Cache-Control") != "no-store" {
+	if resp.Header.Get("Referrer-Policy") != "same-origin" || resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("headers = %v", resp.Header)
 	}
 }

@@ -55,8 +55,10 @@ func (c *Console) routes() http.Handler {
 
 // secured sets the headers every answer carries: a strict content
 // security policy (scripts and styles from the console only; the JWKS
-// the browser verifies with may be fetched), no framing, no referrer (a
-// one-time link must not leak), and no caching of pages.
+// the browser verifies with may be fetched), no framing, no referrer to
+// other sites (a one-time link must not leak; "no-referrer" would also
+// make browsers send "Origin: null" on the console's own forms), and no
+// caching of pages.
 func (c *Console) secured(next http.Handler) http.Handler {
 	connect := "'self'"
 	if u, err := url.Parse(c.cfg.JWKSURL); err == nil && u.Scheme == "https" && u.Host != "" {
@@ -69,7 +71,7 @@ func (c *Console) secured(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Strict-Transport-Security", "max-age=31536000")
 		if !strings.HasPrefix(r.URL.Path, "/static/") {
 			h.Set("Cache-Control", "no-store")
