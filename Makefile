@@ -8,7 +8,7 @@ BIN       := bin
 SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
 PKGS      := ./...
 
-.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server clean
+.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server chromium clean
 
 all: build
 
@@ -23,13 +23,14 @@ run:
 	$(GO) build -o $(BIN)/agtpsuite ./services/cmd/agtpsuite
 	exec $(BIN)/agtpsuite
 
-## test: unit, integration and e2e tests against a real redis-server
-test: redis-server
+## test: unit, integration and e2e tests against a real redis-server (and
+## headless Chromium for the console's browser test)
+test: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-short: the tests without the race detector (quicker while editing)
-test-short: redis-server
+test-short: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
 
@@ -40,6 +41,14 @@ redis-server:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+## chromium: install Debian's chromium when it is missing (the operator
+## console's browser test drives it headless)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium (Debian package)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## lint: gofmt, go vet, staticcheck and buf lint
 lint:
