@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +54,11 @@ type Config struct {
 	OwnerID string
 	// Domain is the organisation domain published in /.well-known/agtp.
 	Domain string
+	// PublicHost is where agents reach the AGTP listener, as published in
+	// /.well-known/agtp: a host name, with a port only when it is not
+	// 4480. Empty derives it from the listen address (the domain when
+	// that is a wildcard address).
+	PublicHost string
 	// Limits bound what a peer can send.
 	Limits agtp.Limits
 	// IdleTimeout closes idle connections; HeaderTimeout bounds the time
@@ -152,6 +159,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.CallerProof, "caller-proof", c.CallerProof, "what a bare Agent-ID header is worth: required, informational or off (loopback only) (env AGTP_CALLER_PROOF)")
 	fs.StringVar(&c.ServerID, "server-id", c.ServerID, "Server-ID stamped on every response (env AGTP_SERVER_ID)")
+	fs.StringVar(&c.Domain, "domain", c.Domain, "organisation domain: the Form 3 namespace root agtp://DOMAIN/agents published in /.well-known/agtp (env AGTP_DOMAIN)")
+	fs.StringVar(&c.PublicHost, "public-host", c.PublicHost, "host[:port] agents reach the AGTP listener at, published in /.well-known/agtp; empty derives it from -agtp-addr (env AGTP_PUBLIC_HOST)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
 	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only (env AGTP_INSPECT_ACL)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long (env AGTP_IDLE_TIMEOUT)")
@@ -183,7 +192,8 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		"AGTP_ADDR": &c.AGTPAddr, "HTTPS_ADDR": &c.HTTPSAddr, "AGTP_SERVER_CERT_FILE": &c.ServerCertFile,
 		"AGTP_SERVER_KEY_FILE": &c.ServerKeyFile, "AGTP_SERVER_ID": &c.ServerID, "AGTP_INSPECT_ACL": &c.InspectACL,
 		"AGTP_AGENT_CA_FILE": &c.AgentCAFile, "AGTP_OWNER_ID": &c.OwnerID, "AGTP_CALLER_PROOF": &c.CallerProof,
-		"AGTP_TRUSTED_PEER_CA_FILE": &c.TrustedPeerCAFile,
+		"AGTP_TRUSTED_PEER_CA_FILE": &c.TrustedPeerCAFile, "AGTP_PUBLIC_HOST": &c.PublicHost,
+		"AGTP_DOMAIN": &c.Domain,
 	} {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -250,6 +260,17 @@ func (c Config) Validate() error {
 	if c.ServerID == "" {
 		errs = append(errs, errors.New("server id is empty"))
 	}
+	if u, err := agtp.ParseURI("agtp://" + c.Domain + "/agents/a"); err != nil || u.Port != 0 || u.Host != strings.ToLower(c.Domain) {
+		errs = append(errs, fmt.Errorf("domain %q is not a domain name (Form 3 URIs agtp://DOMAIN/agents/NAME have no port)", c.Domain))
+	}
+	if u, err := agtp.ParseURI("agtp://" + c.Domain + "/agents/a"); err != nil || u.Port != 0 || u.Host != strings.ToLower(c.Domain) {
+		errs = append(errs, fmt.Errorf("domain %q is not a domain name (Form 3 URIs agtp://DOMAIN/agents/NAME have no port)", c.Domain))
+	}
+	if c.PublicHost != "" {
+		if u, err := url.Parse("agtp://" + c.PublicHost); err != nil || u.Host != c.PublicHost || u.User != nil {
+			errs = append(errs, fmt.Errorf("public host %q is not a host[:port]", c.PublicHost))
+		}
+	}
 	if _, err := inspect.ParseMode(c.InspectACL); err != nil {
 		errs = append(errs, err)
 	}
@@ -285,6 +306,29 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("the per-address connection limit must not be negative (0 means no limit)"))
 	}
 	return errors.Join(errs...)
+}
+
+// PublicAGTPHost is the authority agents are told to use: PublicHost, or
+// the listener's address (listen, the bound one) with the default port
+// left out, or the domain when the listener is bound to every address.
+func (c Config) PublicAGTPHost(listen string) string {
+	if c.PublicHost != "" {
+		return c.PublicHost
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = c.Domain
+	}
+	if port == strconv.Itoa(agtp.DefaultPort) {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]"
+		}
+		return host
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // publicOnLoopback reports whether every listener a stranger could reach

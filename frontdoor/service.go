@@ -215,7 +215,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}
 	if cfg.HTTPSAddr != "" {
 		hopts := httpsapi.Options{
-			Domain: cfg.Domain, AGTPHost: s.AGTPAddr(), Ready: s.Ready, Audit: auditConn, Log: base.Log,
+			Domain: cfg.Domain, PublicHost: cfg.PublicAGTPHost(s.AGTPAddr()), Ready: s.Ready,
+			Audit: auditConn, Identity: identityConn, Log: base.Log,
 		}
 		if cfg.AGP {
 			ttl := cfg.AGPKeyCacheTTL

@@ -8,6 +8,17 @@ import (
 // Version is the protocol version on every request and status line.
 const Version = "AGTP/1.0"
 
+// SpecVersion names the revision of the core specification this package
+// implements, which /.well-known/agtp publishes and `agtp --version`
+// prints; the wire version (Version) does not change between drafts.
+const SpecVersion = "draft-hood-independent-agtp-08"
+
+// DocumentVersion is the agtp_version the suite publishes in
+// /.well-known/agtp and identity documents by default
+// (docs/decisions.md#D-agtp-version): the specification's version as
+// SemVer, never compared with the wire version.
+const DocumentVersion = "0.8.0"
+
 // inlineFields is how many fields a parsed message holds without a
 // second allocation; typical AGTP requests carry 6 to 12.
 const inlineFields = 12

@@ -23,19 +23,24 @@ import (
 	"google.golang.org/grpc"
 
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Options configure the public listener.
 type Options struct {
-	// Domain is the organisation's domain; AGTPHost the front door's
-	// AGTP authority (host:port).
-	Domain   string
-	AGTPHost string
+	// Domain is the organisation's domain: the Form 3 namespace root
+	// agtp://DOMAIN/agents. PublicHost is where agents reach the front
+	// door's AGTP listener (a host, with a port when it is not 4480).
+	Domain     string
+	PublicHost string
 	// Ready reports whether the front door can serve AGTP.
 	Ready func() bool
-	// Audit is auditsvc's connection, for the JWKS.
-	Audit *grpc.ClientConn
-	Log   *slog.Logger
+	// Audit is auditsvc's connection, for the JWKS; Identity is
+	// identitysvc's, for the Agent Namespace Document.
+	Audit    *grpc.ClientConn
+	Identity *grpc.ClientConn
+	Log      *slog.Logger
 	// AGP, when set, adds the Agent Gateway Protocol's routes (/agp/...,
 	// /health, /keys; docs/agp.md).
 	AGP interface{ Register(*http.ServeMux) }
@@ -59,18 +64,36 @@ func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tl
 func Handler(o Options) http.Handler {
 	mux := http.NewServeMux()
 	started := time.Now().UTC()
+	// The bootstrap document of core §6.1.14. The namespace document it
+	// links to is served here too, at the name the request used, so the
+	// link works for whichever name the organisation publishes.
 	mux.HandleFunc("GET /.well-known/agtp", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=300")
 		writeJSON(w, http.StatusOK, map[string]any{
-			"agtp_version":   "1.0",
-			"endpoint":       "agtp://" + o.AGTPHost,
-			"namespace_root": "agtp://" + o.AGTPHost + "/agents",
+			"agtp_version":   agtp.DocumentVersion,
+			"endpoint":       "agtp://" + o.PublicHost + "/agents",
+			"namespace_root": "agtp://" + o.Domain + "/agents",
 			"verification":   map[string]any{"dns_anchor": "_agtp." + o.Domain, "log_anchor": nil},
 			"issuer":         "https://" + o.Domain,
 			"discovery": map[string]any{
-				"jwks":                  "/.well-known/jwks.json",
+				"namespace_document":    "https://" + r.Host + "/agents.json",
+				"jwks":                  "https://" + r.Host + "/.well-known/jwks.json",
 				"well_known_updated_at": started.Format(time.RFC3339),
 			},
 		})
+	})
+	mux.HandleFunc("GET /agents.json", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		doc, err := identityv1.NewIdentityServiceClient(o.Identity).GetNamespaceDocument(ctx, &identityv1.GetNamespaceDocumentRequest{})
+		if err != nil {
+			o.Log.Warn("namespace document unavailable", "error", err)
+			http.Error(w, "the namespace document is unavailable; retry shortly", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", doc.GetContentType())
+		w.Header().Set("Cache-Control", "max-age=300")
+		_, _ = w.Write(doc.GetDocumentJson())
 	})
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)

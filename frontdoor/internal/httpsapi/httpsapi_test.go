@@ -96,7 +96,7 @@ func client(roots *x509.CertPool, cert *tls.Certificate, asked *bool) *http.Clie
 // it, without the connections its routes need (none of the cases here
 // reaches an internal service).
 func publicHandler() http.Handler {
-	return Handler(Options{Domain: "example.test", AGTPHost: "127.0.0.1:4480", Log: slog.New(slog.DiscardHandler)})
+	return Handler(Options{Domain: "example.test", PublicHost: "agtp.example.test", Log: slog.New(slog.DiscardHandler)})
 }
 
 // TestListenerPresentsThePublicCertificate serves the public listener with

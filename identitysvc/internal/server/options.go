@@ -87,7 +87,7 @@ func (o Options) WithDefaults() Options {
 		o.IssuerURL = "https://registrar.invalid"
 	}
 	if o.AGTPVersion == "" {
-		o.AGTPVersion = "0.8.0"
+		o.AGTPVersion = agtp.DocumentVersion
 	}
 	if o.TrustScore == 0 {
 		o.TrustScore = 0.5

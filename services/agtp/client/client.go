@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
 )
@@ -101,8 +102,13 @@ func (c *Client) Close() error {
 // reads the whole series and returns the last one, the way an HTTP
 // client passes over 1xx interim responses; use Stream to see every
 // part. A non-2xx status is not an error: check resp.Status.
+//
+// With Options.Retry set, a 429 or 503 answer to a request that is safe
+// to repeat (Idempotent) is waited out and sent again, honouring the
+// server's Retry-After; the last answer is returned when the retries run
+// out. Stream does the same for a refusal that comes as a single answer.
 func (c *Client) Do(ctx context.Context, req *agtp.Request, addr string) (*agtp.Response, error) {
-	x, resp, err := c.start(ctx, req, addr)
+	x, resp, err := c.startRetrying(ctx, req, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -120,13 +126,33 @@ func (c *Client) Do(ctx context.Context, req *agtp.Request, addr string) (*agtp.
 	return resp, nil
 }
 
+// startRetrying is start, waiting out refusals as Options.Retry says.
+func (c *Client) startRetrying(ctx context.Context, req *agtp.Request, addr string) (exchange, *agtp.Response, error) {
+	policy := c.opts.Retry
+	for n := 0; ; n++ {
+		x, resp, err := c.start(ctx, req, addr)
+		if err != nil || n >= policy.MaxRetries || resp.More() || !retryable(resp) || !Idempotent(req) {
+			return x, resp, err
+		}
+		wait, ok := policy.delay(resp, n, time.Now())
+		if !ok {
+			return x, resp, nil
+		}
+		x.finish(resp)
+		traceFrom(ctx).retryAfter(resp.Status, wait)
+		if err := waitRetry(ctx, wait); err != nil {
+			return nil, nil, fmt.Errorf("agtp client: waiting %v to retry a %d: %w", wait, resp.Status, err)
+		}
+	}
+}
+
 // Stream sends req to addr and returns the series of responses it is
 // answered with (see agtp.Stream for the convention). A method that
 // answers once gives a series of one. The connection belongs to the
 // stream until its last response has been read or Close is called, and
 // ctx bounds the whole series.
 func (c *Client) Stream(ctx context.Context, req *agtp.Request, addr string) (*Stream, error) {
-	x, resp, err := c.start(ctx, req, addr)
+	x, resp, err := c.startRetrying(ctx, req, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +289,7 @@ func CheckAddressedAgent(u agtp.URI, resp *agtp.Response) error {
 // requests that met ErrNoResponse on a reused connection.
 func (c *Client) start(ctx context.Context, req *agtp.Request, addr string) (exchange, *agtp.Response, error) {
 	tr := traceFrom(ctx)
-	req = c.withDefaults(req)
+	req = withTraceContext(ctx, c.withDefaults(req))
 	if c.opts.QUIC {
 		q, err := c.quicPool()
 		if err != nil {

@@ -112,6 +112,10 @@ type Options struct {
 	// MaxSeries bounds the responses Do reads for one request.
 	// Default 1024.
 	MaxSeries int
+
+	// Retry waits out 429 and 503 answers to requests that are safe to
+	// repeat, honouring Retry-After. The zero value never retries.
+	Retry RetryPolicy
 }
 
 // withDefaults returns o with zero fields set to their defaults.
@@ -134,6 +138,7 @@ func (o Options) withDefaults() Options {
 	if o.Limits.MaxBody <= 0 {
 		o.Limits.MaxBody = DefaultMaxResponseBody
 	}
+	o.Retry = o.Retry.withDefaults()
 	if o.MaxSeries <= 0 {
 		o.MaxSeries = DefaultMaxSeries
 	}
@@ -154,6 +159,9 @@ func (o Options) Validate() error {
 	}
 	if o.QUIC && o.DialContext != nil {
 		errs = append(errs, errors.New("DialContext applies to TCP; it cannot be used with QUIC"))
+	}
+	if o.Retry.MaxRetries < 0 || o.Retry.MaxRetries > 100 {
+		errs = append(errs, fmt.Errorf("Retry.MaxRetries %d is outside 0..100", o.Retry.MaxRetries))
 	}
 	if o.MaxPipeline > 1<<10 {
 		errs = append(errs, fmt.Errorf("MaxPipeline %d is above 1024", o.MaxPipeline))

@@ -4,6 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // Transport names used in ConnInfo.
@@ -48,6 +54,9 @@ type Trace struct {
 	// Retry is called before a request is sent again on another
 	// connection, with the error that ended the previous attempt.
 	Retry func(err error)
+	// RetryAfter is called before a request answered with status (429 or
+	// 503) is sent again after wait (Options.Retry).
+	RetryAfter func(status int, wait time.Duration)
 }
 
 type traceKey struct{}
@@ -75,6 +84,12 @@ func (tr *Trace) retry(err error) {
 	}
 }
 
+func (tr *Trace) retryAfter(status int, wait time.Duration) {
+	if tr != nil && tr.RetryAfter != nil {
+		tr.RetryAfter(status, wait)
+	}
+}
+
 func (tr *Trace) sent() func([]byte) {
 	if tr == nil {
 		return nil
@@ -87,4 +102,26 @@ func (tr *Trace) received() func([]byte) {
 		return nil
 	}
 	return tr.Received
+}
+
+// withTraceContext returns req carrying the W3C trace context of the
+// span in ctx (traceparent, tracestate), so a caller that is itself
+// traced continues its trace into the server, which takes it up the way
+// it does on HTTP. A request that already names a traceparent, or a
+// context without a sampled-or-not valid span, is left alone.
+func withTraceContext(ctx context.Context, req *agtp.Request) *agtp.Request {
+	if !trace.SpanContextFromContext(ctx).IsValid() || req.Header.Has(agtp.HeaderTraceparent) {
+		return req
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	cp := *req
+	cp.Header = append(make(agtp.Header, 0, len(req.Header)+2), req.Header...)
+	if v := carrier.Get("traceparent"); v != "" {
+		cp.Header.Set(agtp.HeaderTraceparent, v)
+	}
+	if v := carrier.Get("tracestate"); v != "" {
+		cp.Header.Set(agtp.HeaderTracestate, v)
+	}
+	return &cp
 }

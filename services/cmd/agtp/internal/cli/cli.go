@@ -45,6 +45,8 @@ type Env struct {
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string, env Env) int
+	// words are the command's second words, offered by shell completion.
+	words []string
 }
 
 // commands lists the subcommands. Others (`genesis`) are added here by
@@ -53,12 +55,17 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"audit":       {"verify Attribution-Record chains (audit verify)", runAudit},
-		"genesis":     {"make, sign, verify and register Agent Genesis documents; issue Agent Certificates", runGenesis},
-		"idempotency": {"resolve a request whose outcome is unknown (idempotency resolve)", runIdempotency},
-		"help":        {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }},
+		"audit":       {"verify Attribution-Record chains (audit verify)", runAudit, []string{"verify"}},
+		"genesis":     {"make, sign, verify and register Agent Genesis documents; issue Agent Certificates", runGenesis, []string{"new", "sign", "verify", "id", "register", "cert", "request-cert"}},
+		"idempotency": {"resolve a request whose outcome is unknown (idempotency resolve)", runIdempotency, []string{"resolve"}},
+		"completion":  {"print a shell completion script (bash, zsh or fish)", runCompletion, shells},
+		"version":     {"print the version of agtp and of the protocol it speaks", runVersion, nil},
+		"help":        {"show this help", func(_ context.Context, _ []string, env Env) int { fmt.Fprint(env.Stdout, usage()); return ExitOK }, nil},
 	}
 }
+
+// commandOrder is the order commands are listed in help and completion.
+var commandOrder = []string{"audit", "genesis", "idempotency", "completion", "version", "help"}
 
 var subcommandWord = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
 
@@ -74,6 +81,9 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, shortUsage)
 		return ExitError
+	}
+	if args[0] == "--version" {
+		return runVersion(ctx, args[1:], env)
 	}
 	if word := args[0]; subcommandWord.MatchString(word) {
 		if cmd, ok := commands[word]; ok {
@@ -94,6 +104,8 @@ const shortUsage = `usage: agtp [flags] METHOD URI
        agtp audit verify [flags] agtp://AGENT-ID@HOST[:PORT]
        agtp genesis new|sign|verify|id|register|cert [flags] ...
        agtp idempotency resolve [flags]
+       agtp completion bash|zsh|fish
+       agtp --version
 Run 'agtp --help' for flags and examples.
 `
 
@@ -116,7 +128,7 @@ Flags (each given separately; they may come before or after METHOD URI):
 	b.WriteString(`
 Commands:
 `)
-	for _, name := range []string{"audit", "genesis", "idempotency", "help"} {
+	for _, name := range commandOrder {
 		if len(name) > 8 {
 			// A long name goes on a line of its own, so the summaries
 			// stay in one column.

@@ -16,7 +16,15 @@ import (
 // between or after positional arguments, as curl allows.
 type flagSet struct {
 	*flag.FlagSet
-	help []string
+	help  []string
+	specs []flagSpec
+}
+
+// flagSpec describes one flag and its aliases, for help texts and shell
+// completion scripts.
+type flagSpec struct {
+	names      []string
+	arg, usage string
 }
 
 func newFlagSet(name string, out io.Writer) *flagSet {
@@ -27,6 +35,7 @@ func newFlagSet(name string, out io.Writer) *flagSet {
 }
 
 func (f *flagSet) describe(names []string, arg, usage string) {
+	f.specs = append(f.specs, flagSpec{names: names, arg: arg, usage: usage})
 	var spell []string
 	for _, n := range names {
 		if len(n) == 1 {
@@ -61,6 +70,13 @@ func (f *flagSet) duration(p *time.Duration, names []string, usage string) {
 		f.DurationVar(p, n, *p, usage)
 	}
 	f.describe(names, "DURATION", usage)
+}
+
+func (f *flagSet) integer(p *int, names []string, arg, usage string) {
+	for _, n := range names {
+		f.IntVar(p, n, *p, usage)
+	}
+	f.describe(names, arg, usage)
 }
 
 func (f *flagSet) uint(p *uint64, names []string, arg, usage string) {
@@ -156,6 +172,7 @@ type connFlags struct {
 	cert, key string
 	agentID   string
 	timeout   time.Duration
+	retries   int
 
 	flags *flagSet
 	// fromEnv names the variables that supplied values, for messages.
@@ -172,6 +189,7 @@ func (c *connFlags) register(f *flagSet) {
 	f.str(&c.cert, []string{"cert"}, "FILE", "client certificate (PEM) for mutual TLS, e.g. an Agent Certificate ($"+EnvCert+")")
 	f.str(&c.key, []string{"key"}, "FILE", "private key (PEM) of --cert ($"+EnvKey+")")
 	f.duration(&c.timeout, []string{"timeout"}, "give up after this long (default 30s)")
+	f.integer(&c.retries, []string{"retry"}, "N", "wait out a 429 or 503 (honouring Retry-After, with jitter) and resend up to N times; only requests safe to repeat")
 }
 
 // applyEnv fills in the flags that were not given from the environment.
@@ -208,6 +226,7 @@ func (c *connFlags) options() client.Options {
 		CertFile: c.cert, KeyFile: c.key, AgentID: c.agentID,
 		MaxConnsPerHost: 1, DialTimeout: min(c.timeout, client.DefaultDialTimeout),
 		HandshakeTimeout: min(c.timeout, client.DefaultHandshakeTimeout),
+		Retry:            client.RetryPolicy{MaxRetries: c.retries, MaxDelay: c.timeout},
 	}
 }
 
@@ -223,6 +242,9 @@ func (c *connFlags) check(getenv func(string) string) error {
 	}
 	if c.timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive")
+	}
+	if c.retries < 0 || c.retries > 100 {
+		return fmt.Errorf("--retry must be between 0 and 100")
 	}
 	return nil
 }

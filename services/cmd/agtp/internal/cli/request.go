@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -34,6 +35,7 @@ type requestOptions struct {
 	scope, taskID, sessionID, idempotency string
 	allowRCNS                             bool
 	verbose, include, verify, pretty, raw bool
+	jsonOut                               bool
 	jwks, jwksURL                         string
 	help                                  bool
 }
@@ -56,6 +58,7 @@ func requestFlags(out io.Writer) (*flagSet, *requestOptions) {
 	f.str(&o.jwksURL, []string{"jwks-url"}, "URL", fmt.Sprintf("where to fetch the JWKS (default https://HOST:%d/.well-known/jwks.json)", DefaultJWKSPort))
 	f.boolean(&o.pretty, []string{"pretty"}, "indent JSON bodies even when stdout is not a terminal")
 	f.boolean(&o.raw, []string{"raw"}, "print bodies exactly as received, even on a terminal")
+	f.boolean(&o.jsonOut, []string{"json"}, "print each response as one JSON object per line: status, header fields in order, body")
 	f.boolean(&o.help, []string{"h", "help"}, "show this help")
 	return f, o
 }
@@ -82,6 +85,9 @@ func runRequest(ctx context.Context, args []string, env Env) int {
 	}
 	if o.pretty && o.raw {
 		return usageError(env, "--pretty and --raw contradict each other")
+	}
+	if o.jsonOut && (o.pretty || o.raw || o.include) {
+		return usageError(env, "--json prints status, fields and body itself; drop --pretty, --raw and -i")
 	}
 	method, uri := pos[0], pos[1]
 	if strings.HasPrefix(strings.ToLower(method), "agtp://") && !strings.HasPrefix(strings.ToLower(uri), "agtp://") {
@@ -151,7 +157,13 @@ func runRequest(ctx context.Context, args []string, env Env) int {
 			return fail(env, explain(err, u.Address(), &o.conn))
 		}
 		last = resp
-		out.print(resp, env.Stderr)
+		if o.jsonOut {
+			if err := printJSON(env.Stdout, resp); err != nil {
+				return fail(env, err)
+			}
+		} else {
+			out.print(resp, env.Stderr)
+		}
 		if err := client.CheckAddressedAgent(u, resp); err != nil {
 			fmt.Fprintf(env.Stderr, "agtp: %v\n  hint: core §6.1.2 requires rejecting this answer; the server at %s does not speak for agent %s\n", err, u.Address(), u.AgentID)
 			verifyFailed = true
@@ -314,6 +326,55 @@ func (p *bodyPrinter) print(resp *agtp.Response, stderr io.Writer) {
 	if p.tty && body[len(body)-1] != '\n' {
 		p.w.Write([]byte{'\n'})
 	}
+}
+
+// jsonResponse is a response as --json prints it. Fields stay a list, in
+// wire order, because AGTP allows a name to repeat. The body is a JSON
+// value when the content type says JSON and it parses, text when it is
+// UTF-8 without controls, and base64 otherwise, so every answer prints
+// as valid JSON a script can take apart without guessing.
+type jsonResponse struct {
+	Status     int             `json:"status"`
+	StatusText string          `json:"status_text,omitempty"`
+	Header     []jsonField     `json:"header"`
+	Body       json.RawMessage `json:"body,omitempty"`
+	BodyText   *string         `json:"body_text,omitempty"`
+	BodyBase64 []byte          `json:"body_base64,omitempty"`
+}
+
+type jsonField struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+func printJSON(w io.Writer, resp *agtp.Response) error {
+	out := jsonResponse{Status: resp.Status, StatusText: resp.StatusText, Header: make([]jsonField, 0, len(resp.Header))}
+	if out.StatusText == "" {
+		out.StatusText = agtp.StatusText(resp.Status)
+	}
+	for _, f := range resp.Header {
+		out.Header = append(out.Header, jsonField{f.Name, f.Value})
+	}
+	switch body := resp.Body; {
+	case len(body) == 0:
+	case isJSONType(resp.Header.Get(agtp.HeaderContentType)) && json.Valid(body):
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			return err
+		}
+		out.Body = compact.Bytes()
+	case utf8.Valid(body) && !binary(body):
+		text := string(body)
+		out.BodyText = &text
+	default:
+		out.BodyBase64 = body
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 func isJSONType(ct string) bool {
