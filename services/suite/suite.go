@@ -25,6 +25,11 @@
 //   - what Config sets: RedisURL, LogLevel, LogFormat (REDIS_URL,
 //     LOG_LEVEL, LOG_FORMAT when set there).
 //
+// The operator console (services/console) runs with the services, on
+// 127.0.0.1:8100 with the console's certificate from the state directory;
+// it reads its AGTP_CONSOLE_* settings from the environment, and the
+// banner prints a one-time sign-in link.
+//
 // PPROF_ADDR is served once, by the front door's listener (the profiles
 // cover the whole process). REDIS_URL, when set, replaces the embedded
 // Redis; AGTP_POLICY_FILE replaces the demo merchant's policy options and
