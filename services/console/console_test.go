@@ -321,3 +321,65 @@ func TestSecurityHeaders(t *testing.T) {
 		t.Errorf("headers = %v", resp.Header)
 	}
 }
+
+func TestRefusalOfAnHTMXChangeGoesToTheFlash(t *testing.T) {
+	tc := startConsole(t, nil)
+	b := tc.browser(t)
+	tc.signIn(t, b, "alice@example.test")
+	req, err := http.NewRequest(http.MethodPost, tc.URL()+"/logout", strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("HX-Request", "true")
+	req.Header.Set("Origin", tc.URL())
+	req.Header.Set(csrfHeader, randomToken())
+	resp, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("HX-Retarget") != "#flash" || !strings.Contains(string(body), `class="error"`) {
+		t.Fatalf("htmx change with a forged token = %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+}
+
+func TestListPage(t *testing.T) {
+	all := []int{1, 2, 3, 4, 5}
+	tests := []struct {
+		token    string
+		want     []int
+		wantNext string
+		wantErr  bool
+	}{
+		{token: "", want: []int{1, 2}, wantNext: "2"},
+		{token: "2", want: []int{3, 4}, wantNext: "4"},
+		{token: "4", want: []int{5}},
+		{token: "5", want: []int{}},
+		{token: "6", wantErr: true},
+		{token: "-1", wantErr: true},
+		{token: "x", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run("token "+tt.token, func(t *testing.T) {
+			p, err := listPage(all, tt.token, 2)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if code, _ := httpError(err); code != http.StatusBadRequest {
+					t.Fatalf("a bad token answers %d, want 400", code)
+				}
+				return
+			}
+			if len(p.Items) != len(tt.want) || p.Next != tt.wantNext {
+				t.Fatalf("page %v next %q, want %v next %q", p.Items, p.Next, tt.want, tt.wantNext)
+			}
+			for i := range tt.want {
+				if p.Items[i] != tt.want[i] {
+					t.Fatalf("page %v, want %v", p.Items, tt.want)
+				}
+			}
+		})
+	}
+}

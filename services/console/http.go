@@ -157,7 +157,8 @@ func (c *Console) serve(w http.ResponseWriter, r *http.Request, se session, h ha
 // otherwise.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	if r.Header.Get("HX-Request") != "" {
-		// htmx swaps only 2xx answers; the retarget shows the message.
+		// The layout lets htmx swap error answers too; the retarget puts
+		// the message in the page's flash area instead of the row.
 		w.Header().Set("HX-Retarget", "#flash")
 		w.Header().Set("HX-Reswap", "innerHTML")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
