@@ -210,24 +210,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("suspend the agent with a typed confirmation; the signed lifecycle event names the person", func(t *testing.T) {
-		do(t, "wrong confirmation", chromedp.Navigate(con.URL()+"/agents/"+worker),
-			visible("#agent-status"),
-			chromedp.SetValue(chromedp.CSS("select[name=transition]"), "suspend"),
-			chromedp.SendKeys(chromedp.CSS("input[name=reason]"), "investigating the refund"),
-			chromedp.SendKeys(chromedp.CSS("input[name=confirm]"), "some-other-agent"),
-			chromedp.Submit(chromedp.CSS("form.lifecycle")),
+		suspend := func(confirm string) chromedp.Action[chromedp.Void] {
+			return chromedp.Steps(chromedp.Navigate(con.URL()+"/agents/"+worker),
+				visible("#agent-status"),
+				chromedp.SetValue(chromedp.CSS("select[name=transition]"), "suspend"),
+				chromedp.SendKeys(chromedp.CSS("input[name=reason]"), "investigating the refund"),
+				chromedp.SendKeys(chromedp.CSS("input[name=confirm]"), confirm),
+				chromedp.Submit(chromedp.CSS("form.lifecycle")),
+			)
+		}
+		do(t, "wrong confirmation", suspend("some-other-agent"),
 			visible("#error-message"),
 		)
 		refused := text(t, "#error-message")
 		if !strings.Contains(refused, `type "console-worker" to confirm`) {
 			t.Fatalf("a wrong confirmation got %q", refused)
 		}
-		do(t, "suspend", chromedp.Navigate(con.URL()+"/agents/"+worker),
-			visible("#agent-status"),
-			chromedp.SetValue(chromedp.CSS("select[name=transition]"), "suspend"),
-			chromedp.SendKeys(chromedp.CSS("input[name=reason]"), "investigating the refund"),
-			chromedp.SendKeys(chromedp.CSS("input[name=confirm]"), "console-worker"),
-			chromedp.Submit(chromedp.CSS("form.lifecycle")),
+		do(t, "suspend", suspend("console-worker"),
 			// The page after the change says so; the page before did not.
 			visible(`#agent-status[data-status="suspended"]`),
 			screenshot("agent"),

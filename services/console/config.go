@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // Config is the console's configuration.
@@ -87,11 +89,16 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CertFile, "cert", c.CertFile, "the console's certificate, PEM (env AGTP_CERT_FILE)")
 	fs.StringVar(&c.KeyFile, "key", c.KeyFile, "the console's private key, PEM (env AGTP_KEY_FILE)")
 	fs.StringVar(&c.JWKSURL, "jwks-url", c.JWKSURL, "the published JWKS browsers verify chains with (env AGTP_CONSOLE_JWKS_URL)")
-	fs.Func("peer", "service address as name=host:port, repeatable (env AGTP_PEERS)", func(v string) error { return c.addPeers(v) })
 }
 
-// ApplyEnv reads the environment.
+// ApplyEnv reads the environment. The suite's TLS files and peers are
+// read as every service reads them (kit.Common).
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	common := kit.Common{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, Peers: c.Peers}
+	if err := common.ApplyEnv(lookup); err != nil {
+		return err
+	}
+	c.CAFile, c.CertFile, c.KeyFile, c.Peers = common.CAFile, common.CertFile, common.KeyFile, common.Peers
 	set := func(dst *string, key string) {
 		if v, ok := lookup(key); ok && v != "" {
 			*dst = v
@@ -99,9 +106,6 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	set(&c.Addr, "CONSOLE_ADDR")
 	set(&c.URL, "AGTP_CONSOLE_URL")
-	set(&c.CAFile, "AGTP_CA_FILE")
-	set(&c.CertFile, "AGTP_CERT_FILE")
-	set(&c.KeyFile, "AGTP_KEY_FILE")
 	set(&c.JWKSURL, "AGTP_CONSOLE_JWKS_URL")
 	set(&c.OIDC.Issuer, "AGTP_CONSOLE_OIDC_ISSUER")
 	set(&c.OIDC.ClientID, "AGTP_CONSOLE_OIDC_CLIENT_ID")
@@ -125,24 +129,5 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			*dst = d
 		}
 	}
-	if v, ok := lookup("AGTP_PEERS"); ok && v != "" {
-		for _, p := range strings.Split(v, ",") {
-			if err := c.addPeers(strings.TrimSpace(p)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (c *Config) addPeers(v string) error {
-	name, addr, ok := strings.Cut(v, "=")
-	if !ok || name == "" || addr == "" {
-		return fmt.Errorf("peer %q is not name=host:port", v)
-	}
-	if c.Peers == nil {
-		c.Peers = map[string]string{}
-	}
-	c.Peers[name] = addr
 	return nil
 }
