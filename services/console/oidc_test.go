@@ -142,8 +142,7 @@ func oidcSignIn(t *testing.T, tc *testConsole, b *http.Client) (*http.Response, 
 func TestOIDCSignIn(t *testing.T) {
 	const clientID = "agtp-console"
 	iss := newIssuer(t, clientID)
-	var tc *testConsole
-	tc = startConsole(t, func(c *Config) {
+	tc := startConsole(t, func(c *Config) {
 		c.OIDC = OIDCConfig{Issuer: iss.srv.URL, ClientID: clientID, ClientSecret: "s3cret",
 			RedirectURL: "https://" + c.Addr + "/login/callback", AllowedGroups: []string{"agtp-operators"}, HTTPClient: iss.srv.Client()}
 	})
