@@ -67,6 +67,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	shots := os.Getenv(ScreenshotsEnv)
 	if shots == "" {
 		shots = t.TempDir()
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.NoSandbox,
