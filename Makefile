@@ -50,13 +50,19 @@ chromium:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-## lint: gofmt, go vet, staticcheck and buf lint
+## lint: gofmt, go vet, staticcheck, buf lint, go mod tidy -diff, and buf
+## breaking against the newest release tag (v*), so that a change to the
+## protos that would break a client built against the release is caught
+RELEASE ?= $(shell git describe --tags --abbrev=0 --match 'v*' 2>/dev/null)
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.\(gw\.\)\?go$$')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(TOOL) staticcheck $(PKGS)
 	$(TOOL) buf lint
+	$(GO) mod tidy -diff
+	@test -n "$(RELEASE)" || { echo "no release tag (v*) to check the protos against: fetch the tags"; exit 1; }
+	$(TOOL) buf breaking --against '.git#tag=$(RELEASE)'
 
 ## generate: regenerate the protobuf, gRPC and gateway code (offline, with buf)
 generate:

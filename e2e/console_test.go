@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,8 @@ func startConsole(t *testing.T, c *Cluster) *console.Console {
 		cfg.Peers[name] = p.GRPCAddr
 	}
 	cfg.JWKSURL = "https://" + c.Procs["frontdoor"].HTTPSAddr + "/.well-known/jwks.json"
+	// Small pages, so that the test follows a page token.
+	cfg.PageSize = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	con, err := console.New(ctx, cfg, nil)
 	if err != nil {
@@ -209,6 +212,21 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Fatalf("record %d checked %q in the browser", i, ch)
 			}
 		}
+		// The chain is longer than a page of two: the next page continues
+		// with the record the page's last one links to.
+		head, err := strconv.Atoi(text(t, "tr.record td"))
+		if err != nil || head < 3 {
+			t.Fatalf("the head is record %d (%v), want at least 3", head, err)
+		}
+		want := strconv.Itoa(head - 2)
+		next, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("tr.record")[1].dataset.previous`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		do(t, "next page", chromedp.Click(chromedp.CSS("a.next")), visible(`tr.record[data-audit-id="`+next+`"]`))
+		if first := text(t, "tr.record td"); first != want {
+			t.Fatalf("the next page starts at record %q, want %s", first, want)
+		}
 	})
 
 	t.Run("suspend the agent with a typed confirmation; the signed lifecycle event names the person", func(t *testing.T) {
@@ -241,7 +259,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		// auditsvc: read it there, not from the page.
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer rcancel()
-		ev, err := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, Limit: 1})
+		ev, err := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, PageSize: 1})
 		if err != nil || len(ev.GetEvents()) != 1 || !strings.Contains(string(ev.GetEvents()[0].GetPayloadJson()), `"actor":"operator/console for `+person+`"`) {
 			t.Fatalf("newest lifecycle event = %v, %v", ev.GetEvents(), err)
 		}

@@ -144,6 +144,9 @@ func Rules(objs []*Object) []error {
 		if public && svc.Name != "frontdoor" {
 			fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
 		}
+		if slices.Contains(Services, svc.Name) && svc.Name != "frontdoor" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			fail("%s: an internal service must be headless (clusterIP: None), so that the gRPC clients balance over every replica's address", o)
+		}
 		matched := matchPods(pods, svc.Spec.Selector)
 		if len(matched) == 0 {
 			fail("%s: selector %v matches no workload", o, svc.Spec.Selector)

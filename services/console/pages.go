@@ -28,16 +28,17 @@ import (
 const maxReason = 1024
 
 // Page is one page of a list and the token of the next. The console pages
-// every list, so a page never holds a whole registry; a list RPC that
-// returns everything at once is paged here with offset tokens until it
-// pages itself (AIP-158 page_token), and only listPage changes then.
+// every list, so a page never holds a whole registry: the List RPCs page
+// themselves (AIP-158 page_size, page_token, next_page_token) and the
+// console passes their tokens through; listPage pages what a service
+// answers whole (the catalog snapshot).
 type Page[T any] struct {
 	Items []T
 	// Next is the token of the next page; empty on the last.
 	Next string
 }
 
-// listPage pages a list a service returned whole.
+// listPage pages a list a service returned whole, with offset tokens.
 func listPage[T any](all []T, token string, size int) (Page[T], error) {
 	off := 0
 	if token != "" {
@@ -67,24 +68,22 @@ type escalationRow struct {
 func (c *Console) escalationsPage(w http.ResponseWriter, r *http.Request, se session) error {
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	res, err := c.tasks.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: se.person, Limit: 500})
+	res, err := c.tasks.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: se.person,
+		PageSize: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("page")})
 	if err != nil {
 		return err
 	}
-	all := res.GetEscalations()
-	// Pending ones first, each group oldest first as listed.
-	slices.SortStableFunc(all, func(a, b *taskv1.Escalation) int {
+	list := res.GetEscalations()
+	// Pending ones first on the page (deferred ones wait for a second
+	// look), each group oldest first as listed.
+	slices.SortStableFunc(list, func(a, b *taskv1.Escalation) int {
 		return boolRank(a.GetStatus() != "pending_review") - boolRank(b.GetStatus() != "pending_review")
 	})
-	pg, err := listPage(all, r.URL.Query().Get("page"), c.cfg.PageSize)
-	if err != nil {
-		return err
-	}
-	rows := make([]escalationRow, 0, len(pg.Items))
-	for _, e := range pg.Items {
+	rows := make([]escalationRow, 0, len(list))
+	for _, e := range list {
 		rows = append(rows, escalationRow{E: e, Age: age(c.now(), e.GetCreatedAt()), CSRF: se.csrf})
 	}
-	return c.page(w, "escalations", "escalations", "Escalations", se, map[string]any{"Rows": rows, "Next": pg.Next})
+	return c.page(w, "escalations", "escalations", "Escalations", se, map[string]any{"Rows": rows, "Next": res.GetNextPageToken()})
 }
 
 func boolRank(b bool) int {
@@ -134,10 +133,13 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session)
 	}
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: want == "active"})
+	res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: want == "active",
+		PageSize: int32(c.cfg.PageSize), PageToken: q.Get("page")})
 	if err != nil {
 		return err
 	}
+	// identitysvc filters by active only; the other filters apply to the
+	// page it returned, so a filtered page may hold fewer rows.
 	var list []*identityv1.AgentRecord
 	for _, a := range res.GetAgents() {
 		if want != "" && a.GetStatus() != statusNames[want] {
@@ -148,11 +150,7 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session)
 		}
 		list = append(list, a)
 	}
-	pg, err := listPage(list, q.Get("page"), c.cfg.PageSize)
-	if err != nil {
-		return err
-	}
-	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": pg.Items, "Next": pg.Next, "Status": want, "Owner": owner})
+	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": list, "Next": res.GetNextPageToken(), "Status": want, "Owner": owner})
 }
 
 // transitions are the lifecycle changes the console offers, by form
@@ -182,7 +180,7 @@ func (c *Console) agentPage(w http.ResponseWriter, r *http.Request, se session) 
 	if cert, err := c.agents.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: id, Format: "certificate"}); err == nil {
 		d["Certificate"] = indentJSON(cert.GetDocumentJson())
 	}
-	ev, err := c.audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, Limit: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("events")})
+	ev, err := c.audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, PageSize: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("events")})
 	if err != nil && status.Code(err) != codes.NotFound {
 		return err
 	}
@@ -260,23 +258,18 @@ func (c *Console) accessPage(w http.ResponseWriter, r *http.Request, se session)
 	q := r.URL.Query()
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	keys, err := c.agpKeys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: q.Get("agent")})
+	keys, err := c.agpKeys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: q.Get("agent"), PageSize: int32(c.cfg.PageSize), PageToken: q.Get("keys")})
 	if err != nil {
 		return err
 	}
-	kp, err := listPage(keys.GetKeys(), q.Get("keys"), c.cfg.PageSize)
+	cons, err := c.rcns.ListContracts(ctx, &rcnsv1.ListContractsRequest{PageSize: int32(c.cfg.PageSize), PageToken: q.Get("contracts")})
 	if err != nil {
 		return err
 	}
-	cons, err := c.rcns.ListContracts(ctx, &rcnsv1.ListContractsRequest{})
-	if err != nil {
-		return err
-	}
-	cp, err := listPage(cons.GetContracts(), q.Get("contracts"), c.cfg.PageSize)
-	if err != nil {
-		return err
-	}
-	return c.page(w, "access", "access", "Access", se, map[string]any{"Keys": kp, "Contracts": cp, "Agent": q.Get("agent")})
+	return c.page(w, "access", "access", "Access", se, map[string]any{
+		"Keys":      Page[*agpv1.ApiKey]{Items: keys.GetKeys(), Next: keys.GetNextPageToken()},
+		"Contracts": Page[*rcnsv1.Contract]{Items: cons.GetContracts(), Next: cons.GetNextPageToken()},
+		"Agent":     q.Get("agent")})
 }
 
 func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, se session) error {

@@ -175,6 +175,7 @@ func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.Client
 		copts = append(copts, grpc.WithChainUnaryInterceptor(injectUnary), grpc.WithChainStreamInterceptor(injectStream))
 	}
 	conn, err := grpc.NewClient(addr, append(copts,
+		grpc.WithDefaultServiceConfig(defaultServiceConfig()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		// A peer that restarts is back within seconds; the default 120 s
 		// reconnect ceiling would keep answering 503 long after.

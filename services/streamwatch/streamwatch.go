@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 )
 
@@ -42,7 +43,10 @@ const (
 // Follow follows s until ctx is done. A broken stream is reopened after a
 // wait that doubles from 100 ms to 5 s and starts over with every message
 // received, so a server that restarts is followed again within 100 ms
-// while one that stays down is not hammered.
+// while one that stays down is not hammered. Each wait is stretched by a
+// random part of up to half of it: every replica of every service loses
+// its watch in the same instant when a server restarts, and without
+// jitter they would all come back in the same instant too.
 func Follow[M any](ctx context.Context, log *slog.Logger, s Stream[M]) {
 	backoff := minBackoff
 	for {
@@ -64,13 +68,14 @@ func Follow[M any](ctx context.Context, log *slog.Logger, s Stream[M]) {
 		if ctx.Err() != nil {
 			return
 		}
+		wait := backoff + rand.N(backoff/2)
 		if !errors.Is(err, context.Canceled) {
-			log.Warn(s.Warning, "error", err, "backoff", backoff)
+			log.Warn(s.Warning, "error", err, "backoff", wait)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -593,23 +594,22 @@ func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifec
 	if err != nil {
 		return nil, err
 	}
-	limit := int(req.GetLimit())
-	switch {
-	case limit < 0:
-		return nil, grpcerr.InvalidArgument("limit-invalid", "limit must not be negative")
-	case limit == 0:
-		limit = s.opts.LifecycleDefaultLimit
-	case limit > s.opts.LifecycleMaxLimit:
-		limit = s.opts.LifecycleMaxLimit
+	spec := paging.Spec{RPC: auditv1.AuditService_ListLifecycleEvents_FullMethodName, Default: s.opts.LifecycleDefaultLimit, Max: s.opts.LifecycleMaxLimit}
+	page, err := spec.Parse(req.GetPageSize(), req.GetPageToken(), c)
+	if err != nil {
+		return nil, err
 	}
+	// The position is the sequence of the last event returned: the next
+	// page is the events before it in the stream.
 	var before uint64
-	if t := req.GetPageToken(); t != "" {
-		n, err := strconv.ParseUint(t, 10, 64)
+	if page.After != "" {
+		n, err := strconv.ParseUint(page.After, 10, 64)
 		if err != nil || n == 0 {
-			return nil, grpcerr.InvalidArgument("page-token-invalid", "page_token is not one this service issued")
+			return nil, grpcerr.InvalidArgument(paging.ReasonPageTokenInvalid, "page_token does not hold a lifecycle position")
 		}
 		before = n
 	}
+	limit := page.Size
 	es, err := s.store.RangeNewest(ctx, attribution.StreamLifecycle, c, before, int64(limit))
 	if err != nil {
 		return nil, storeErr(ctx, err, "lifecycle-not-found", "no lifecycle stream for this agent")
@@ -626,7 +626,7 @@ func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifec
 		})
 	}
 	if len(es) == limit && es[len(es)-1].Sequence > 1 {
-		out.NextPageToken = strconv.FormatUint(es[len(es)-1].Sequence, 10)
+		out.NextPageToken = page.Next(strconv.FormatUint(es[len(es)-1].Sequence, 10))
 	}
 	return out, nil
 }

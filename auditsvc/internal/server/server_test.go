@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,7 +333,7 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 	token := ""
 	pages := 0
 	for {
-		r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: 3, PageToken: token})
+		r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 3, PageToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,12 +358,28 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 			t.Fatalf("lifecycle stream does not verify: %v", err)
 		}
 	}
-	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: 100})
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	list := func(agent string) testkit.ListPage {
+		return func(size int32, tok string) ([]string, string, error) {
+			r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: size, PageToken: tok})
+			var got []string
+			for _, e := range r.GetEvents() {
+				got = append(got, e.GetAuditId())
+			}
+			return got, r.GetNextPageToken(), err
+		}
+	}
+	for _, size := range []int32{1, 2, 3, 5} {
+		tok := testkit.CheckPaging(t, size, newest, list(agent))
+		testkit.CheckTokenMismatch(t, tok, list("agent-other"))
+	}
+	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 100})
 	if err != nil || len(r.GetEvents()) != 5 {
 		t.Fatalf("limit above the cap: %v %d events", err, len(r.GetEvents()))
 	}
-	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, Limit: -1})
-	wantReason(t, err, codes.InvalidArgument, "limit-invalid")
+	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: -1})
+	wantReason(t, err, codes.InvalidArgument, "page-size-invalid")
 	_, err = f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageToken: "x"})
 	wantReason(t, err, codes.InvalidArgument, "page-token-invalid")
 	_, err = f.client.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: "Bad Type"})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -16,6 +17,7 @@ import (
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // Request bounds (the admin API is operator-facing, but still bounded).
@@ -132,22 +134,35 @@ func (s *Server) GetManifest(context.Context, *catalogv1.GetManifestRequest) (*c
 	}, nil
 }
 
-// ListMethods lists the admitted verbs (catalog, floor and custom).
+// methodPaging is ListMethods' page sizes.
+var methodPaging = paging.Spec{RPC: catalogv1.CatalogService_ListMethods_FullMethodName, Default: 100, Max: 1000}
+
+// ListMethods lists the admitted verbs (catalog, floor and custom) by
+// name, a page at a time. The verbs live in the in-memory snapshot; the
+// position is the last name returned, so a page of a newer snapshot goes
+// on after it without repeats.
 func (s *Server) ListMethods(_ context.Context, req *catalogv1.ListMethodsRequest) (*catalogv1.ListMethodsResponse, error) {
+	cat := req.GetCategory()
+	page, err := methodPaging.Parse(req.GetPageSize(), req.GetPageToken(), cat)
+	if err != nil {
+		return nil, err
+	}
 	st, err := s.current()
 	if err != nil {
 		return nil, err
 	}
-	cat := req.GetCategory()
 	if cat != "" && !slices.Contains(endpoint.Capabilities, cat) {
 		return nil, grpcerr.InvalidArgument(ReasonCategoryUnknown, fmt.Sprintf("category %q is not in the taxonomy", cat))
 	}
-	resp := &catalogv1.ListMethodsResponse{CatalogVersion: st.Snapshot.GetCatalogVersion()}
+	var ms []*catalogv1.Method
 	for _, m := range st.Snapshot.GetMethods() {
 		if cat == "" || slices.Contains(m.GetCategories(), cat) {
-			resp.Methods = append(resp.Methods, m)
+			ms = append(ms, m)
 		}
 	}
+	slices.SortFunc(ms, func(a, b *catalogv1.Method) int { return strings.Compare(a.GetName(), b.GetName()) })
+	resp := &catalogv1.ListMethodsResponse{CatalogVersion: st.Snapshot.GetCatalogVersion()}
+	resp.Methods, resp.NextPageToken = paging.Slice(page, ms, (*catalogv1.Method).GetName)
 	return resp, nil
 }
 

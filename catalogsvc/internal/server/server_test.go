@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,24 @@ func TestResolveRouteOverGRPC(t *testing.T) {
 		if !contains(mm.GetCategories(), "notification") {
 			t.Fatalf("%s is not notification", mm.GetName())
 		}
+	}
+	listMethods := func(cat string) testkit.ListPage {
+		return func(size int32, tok string) ([]string, string, error) {
+			r, err := c.ListMethods(ctx, &catalogv1.ListMethodsRequest{Category: cat, PageSize: size, PageToken: tok})
+			var names []string
+			for _, m := range r.GetMethods() {
+				names = append(names, m.GetName())
+			}
+			return names, r.GetNextPageToken(), err
+		}
+	}
+	all, _, err := listMethods("")(1000, "")
+	if err != nil || !slices.IsSorted(all) || len(all) < 4 {
+		t.Fatalf("one page of every verb: %v %v", all, err)
+	}
+	for _, size := range []int32{1, 3} {
+		tok := testkit.CheckPaging(t, size, all, listMethods(""))
+		testkit.CheckTokenMismatch(t, tok, listMethods("notification"))
 	}
 	_, err = c.ListMethods(ctx, &catalogv1.ListMethodsRequest{Category: "compute"})
 	wantReason(t, err, codes.InvalidArgument, ReasonCategoryUnknown)

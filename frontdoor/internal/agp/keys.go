@@ -13,6 +13,7 @@ import (
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // maxKeyLen bounds a presented API key.
@@ -329,13 +330,16 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	out, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: agentID})
+	keys, err := paging.All(ctx, func(ctx context.Context, tok string) ([]*agpv1.ApiKey, string, error) {
+		r, err := h.o.Keys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: agentID, PageSize: 1000, PageToken: tok})
+		return r.GetKeys(), r.GetNextPageToken(), err
+	})
 	if err != nil {
 		c.rpcError(err)
 		return
 	}
 	list := []map[string]any{}
-	for _, k := range out.GetKeys() {
+	for _, k := range keys {
 		list = append(list, keyView(k))
 	}
 	c.writeDirect(http.StatusOK, map[string]any{"keys": list})

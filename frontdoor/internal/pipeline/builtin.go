@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -19,6 +21,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // builtin runs a protocol-native (Tier A) endpoint. They are dispatched on
@@ -124,11 +127,14 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 		}
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
 	case "/agents":
-		resp, err := p.Identity.ListAgents(x.ctx, &identityv1.ListAgentsRequest{ActiveOnly: true})
+		agents, err := paging.All(x.ctx, func(ctx context.Context, tok string) ([]*identityv1.AgentRecord, string, error) {
+			r, err := p.Identity.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: true, PageSize: listPageSize, PageToken: tok})
+			return r.GetAgents(), r.GetNextPageToken(), err
+		})
 		if err != nil {
 			return p.dependencyFailure(x, "identitysvc", err)
 		}
-		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, agentListing(resp.GetAgents(), str(params, "criteria"), str(params, "max_results")))
+		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, agentListing(agents, str(params, "criteria"), str(params, "max_results")))
 	case "/genesis":
 		id := str(params, "agent_id")
 		if id == "" {
@@ -148,21 +154,41 @@ func (p *Pipeline) discover(x *exchange, path string, params map[string]any) *ag
 		if p.RCNS == nil {
 			return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": false, "patterns": []any{}})
 		}
-		r, err := p.RCNS.ListPatterns(x.ctx, &rcnsv1.ListPatternsRequest{})
+		// Each page's body_json lists its patterns; the body is their
+		// concatenation.
+		var enabled bool
+		pats, err := paging.All(x.ctx, func(ctx context.Context, tok string) ([]json.RawMessage, string, error) {
+			r, err := p.RCNS.ListPatterns(ctx, &rcnsv1.ListPatternsRequest{PageSize: listPageSize, PageToken: tok})
+			if err != nil {
+				return nil, "", err
+			}
+			var body struct {
+				Patterns []json.RawMessage `json:"patterns"`
+			}
+			if err := json.Unmarshal(r.GetBodyJson(), &body); err != nil {
+				return nil, "", fmt.Errorf("patterns body: %w", err)
+			}
+			enabled = r.GetRcnsEnabled()
+			return body.Patterns, r.GetNextPageToken(), nil
+		})
 		if err != nil {
 			return p.dependencyFailure(x, "rcnssvc", err)
 		}
-		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, r.GetBodyJson())
+		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": enabled, "patterns": append([]json.RawMessage{}, pats...)})
 	case "/contracts":
 		if p.RCNS == nil {
 			return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, []any{})
 		}
-		resp, err := p.RCNS.ListContracts(x.ctx, &rcnsv1.ListContractsRequest{Caller: p.rcnsCaller(x)})
+		caller := p.rcnsCaller(x)
+		cts, err := paging.All(x.ctx, func(ctx context.Context, tok string) ([]*rcnsv1.Contract, string, error) {
+			r, err := p.RCNS.ListContracts(ctx, &rcnsv1.ListContractsRequest{Caller: caller, PageSize: listPageSize, PageToken: tok})
+			return r.GetContracts(), r.GetNextPageToken(), err
+		})
 		if err != nil {
 			return p.dependencyFailure(x, "rcnssvc", err)
 		}
 		out := []map[string]any{}
-		for _, c := range resp.GetContracts() {
+		for _, c := range cts {
 			out = append(out, contractJSON(c))
 		}
 		return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)
@@ -205,6 +231,10 @@ func agentListing(agents []*identityv1.AgentRecord, criteria, maxResults string)
 
 // maxCriteriaTerms bounds the work one DISCOVER's criteria can ask for.
 const maxCriteriaTerms = 32
+
+// listPageSize is the page a DISCOVER built-in asks a List RPC for when
+// it needs the whole list: the largest these RPCs serve.
+const listPageSize = 1000
 
 // criteriaTerms splits DISCOVER criteria into distinct lowercase words.
 func criteriaTerms(criteria string) []string {
@@ -396,7 +426,7 @@ func (p *Pipeline) inspect(x *exchange, params map[string]any) *agtp.Response {
 			return p.dependencyFailure(x, "inspect", err)
 		}
 		limit, _ := strconv.Atoi(str(params, "limit"))
-		r, err := p.Audit.ListLifecycleEvents(x.ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, Limit: int32(limit)})
+		r, err := p.Audit.ListLifecycleEvents(x.ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, PageSize: int32(limit)})
 		if err != nil {
 			return p.dependencyFailure(x, "auditsvc", err)
 		}
@@ -559,7 +589,7 @@ func (p *Pipeline) queryInbox(x *exchange, params map[string]any) *agtp.Response
 		return r
 	}
 	limit, _ := params["limit"].(float64) // the input schema bounds it to 1..100
-	r, err := p.Tasks.ListInbox(x.ctx, &taskv1.ListInboxRequest{AgentId: x.agentID, Cursor: str(params, "cursor"), Limit: int32(limit)})
+	r, err := p.Tasks.ListInbox(x.ctx, &taskv1.ListInboxRequest{AgentId: x.agentID, PageToken: str(params, "cursor"), PageSize: int32(limit)})
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
@@ -584,7 +614,7 @@ func (p *Pipeline) queryInbox(x *exchange, params map[string]any) *agtp.Response
 		entries = append(entries, entry)
 	}
 	out := map[string]any{"entries": entries}
-	if c := r.GetNextCursor(); c != "" {
+	if c := r.GetNextPageToken(); c != "" {
 		out["next_cursor"] = c
 	}
 	return jsonResponse(x, agtp.StatusOK, agtp.MediaTypeJSON, out)

@@ -550,15 +550,11 @@ func (r *Registry) LoadGenesis(ctx context.Context, id string) (*genesis.Genesis
 	return g, nil
 }
 
-// List returns every registered agent, ordered by name; activeOnly keeps
-// active agents only.
-func (r *Registry) List(ctx context.Context, activeOnly bool) ([]*Agent, error) {
-	ids, err := r.rdb.SMembers(ctx, rediskeys.AgentIndex).Result()
-	if err != nil {
-		return nil, redisErr(ctx, "list agents", err)
-	}
+// readAgents reads the records of ids with one pipeline; agents removed
+// meanwhile are left out.
+func (r *Registry) readAgents(ctx context.Context, ids []string) ([]*Agent, error) {
 	cmds := make([]*redis.SliceCmd, len(ids))
-	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			cmds[i] = p.HMGet(ctx, rediskeys.Agent(id), recordFields...)
 		}
@@ -569,10 +565,58 @@ func (r *Registry) List(ctx context.Context, activeOnly bool) ([]*Agent, error) 
 	}
 	out := make([]*Agent, 0, len(ids))
 	for i, id := range ids {
-		a := agentFromValues(id, cmds[i].Val())
-		if a == nil {
-			continue
+		if a := agentFromValues(id, cmds[i].Val()); a != nil {
+			out = append(out, a)
 		}
+	}
+	return out, nil
+}
+
+// ListPage returns up to n agents that keep accepts, ordered by Agent-ID
+// and after the Agent-ID after (empty: from the first), and whether more
+// follow. The index is a set, so a page reads every Agent-ID (small
+// strings) but only the records it passes.
+func (r *Registry) ListPage(ctx context.Context, after string, n int, keep func(*Agent) bool) ([]*Agent, bool, error) {
+	ids, err := r.rdb.SMembers(ctx, rediskeys.AgentIndex).Result()
+	if err != nil {
+		return nil, false, redisErr(ctx, "list agents", err)
+	}
+	ids = slices.DeleteFunc(ids, func(id string) bool { return id <= after })
+	slices.Sort(ids)
+	var out []*Agent
+	// One agent beyond the page tells whether a next page exists.
+	for len(ids) > 0 && len(out) <= n {
+		batch := ids[:min(len(ids), n+1-len(out))]
+		ids = ids[len(batch):]
+		as, err := r.readAgents(ctx, batch)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, a := range as {
+			if keep(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	if len(out) > n {
+		return out[:n], true, nil
+	}
+	return out, false, nil
+}
+
+// List returns every registered agent, ordered by name; activeOnly keeps
+// active agents only.
+func (r *Registry) List(ctx context.Context, activeOnly bool) ([]*Agent, error) {
+	ids, err := r.rdb.SMembers(ctx, rediskeys.AgentIndex).Result()
+	if err != nil {
+		return nil, redisErr(ctx, "list agents", err)
+	}
+	all, err := r.readAgents(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Agent, 0, len(all))
+	for _, a := range all {
 		if activeOnly && a.Record.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_ACTIVE {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // ReasonFormatInvalid is a ?format= value other than those of core §6.1.7.
@@ -136,20 +138,32 @@ func (s *Server) GetGenesis(ctx context.Context, req *identityv1.GetGenesisReque
 // ListAgents lists agents. active_only applies the namespace rule: active
 // agents, and never Tier 3 (experimental agents are not discoverable,
 // core §6.1.9).
+//
+// Pages are ordered by Agent-ID; the position is the last one returned.
 func (s *Server) ListAgents(ctx context.Context, req *identityv1.ListAgentsRequest) (*identityv1.ListAgentsResponse, error) {
-	agents, err := s.reg.List(ctx, req.GetActiveOnly())
+	activeOnly := req.GetActiveOnly()
+	page, err := agentPaging.Parse(req.GetPageSize(), req.GetPageToken(), strconv.FormatBool(activeOnly))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*identityv1.AgentRecord, 0, len(agents))
-	for _, a := range agents {
-		if req.GetActiveOnly() && a.Record.GetTrustTier() == 3 {
-			continue
-		}
-		out = append(out, a.Record)
+	agents, more, err := s.reg.ListPage(ctx, page.After, page.Size, func(a *registry.Agent) bool {
+		return !activeOnly || (a.Record.GetStatus() == identityv1.AgentStatus_AGENT_STATUS_ACTIVE && a.Record.GetTrustTier() != 3)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &identityv1.ListAgentsResponse{Agents: out}, nil
+	out := &identityv1.ListAgentsResponse{Agents: make([]*identityv1.AgentRecord, 0, len(agents))}
+	for _, a := range agents {
+		out.Agents = append(out.Agents, a.Record)
+	}
+	if more {
+		out.NextPageToken = page.Next(agents[len(agents)-1].Record.GetAgentId())
+	}
+	return out, nil
 }
+
+// agentPaging is ListAgents' page sizes.
+var agentPaging = paging.Spec{RPC: identityv1.IdentityService_ListAgents_FullMethodName, Default: 100, Max: 1000}
 
 // TransitionLifecycle runs one lifecycle method.
 func (s *Server) TransitionLifecycle(ctx context.Context, req *identityv1.TransitionLifecycleRequest) (*identityv1.TransitionLifecycleResponse, error) {

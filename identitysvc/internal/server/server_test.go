@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -425,6 +426,27 @@ func TestListAgents(t *testing.T) {
 	active, err := e.a.client.ListAgents(context.Background(), &identityv1.ListAgentsRequest{ActiveOnly: true})
 	if err != nil || len(active.GetAgents()) != 1 || active.GetAgents()[0].GetAgentId() != a.AgentID {
 		t.Fatalf("active only: %v %v", active, err)
+	}
+	ids := []string{a.AgentID, b.AgentID, x.AgentID}
+	for i := range 3 {
+		g := newGenesis(t, 2)
+		register(t, e.a.client, g, fmt.Sprintf("p%d", i))
+		ids = append(ids, g.AgentID)
+	}
+	slices.Sort(ids)
+	list := func(activeOnly bool) testkit.ListPage {
+		return func(size int32, tok string) ([]string, string, error) {
+			r, err := e.a.client.ListAgents(context.Background(), &identityv1.ListAgentsRequest{ActiveOnly: activeOnly, PageSize: size, PageToken: tok})
+			var got []string
+			for _, a := range r.GetAgents() {
+				got = append(got, a.GetAgentId())
+			}
+			return got, r.GetNextPageToken(), err
+		}
+	}
+	for _, size := range []int32{1, 2, 4} {
+		tok := testkit.CheckPaging(t, size, ids, list(false))
+		testkit.CheckTokenMismatch(t, tok, list(true))
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -391,40 +392,60 @@ func (s *Server) store(ctx context.Context, id, label, agentID string, scopes []
 	return nil, grpcerr.Conflict("api-key-busy", "the key is being changed concurrently; retry")
 }
 
-// ListApiKeys lists keys, oldest first.
+// apiKeyPaging is ListApiKeys' page sizes.
+var apiKeyPaging = paging.Spec{RPC: agpv1.AgpService_ListApiKeys_FullMethodName, Default: 100, Max: 1000}
+
+// ListApiKeys lists keys ordered by id, a page at a time. The position is
+// the last id returned. The id index is one hash, so each page reads its
+// ids (small strings, O(keys)) but only the records of the page (and,
+// with agent_id, of the other agents' keys it passes).
 func (s *Server) ListApiKeys(ctx context.Context, in *agpv1.ListApiKeysRequest) (*agpv1.ListApiKeysResponse, error) {
+	page, err := apiKeyPaging.Parse(in.GetPageSize(), in.GetPageToken(), in.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
 	idx, err := s.rdb.HGetAll(ctx, rediskeys.AGPKeyIndex).Result()
 	if err != nil {
 		return nil, storeErr("list keys", err)
 	}
-	cmds := make([]*redis.MapStringStringCmd, 0, len(idx))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, h := range idx {
-			cmds = append(cmds, p.HGetAll(ctx, rediskeys.AGPKey(h)))
+	ids := make([]string, 0, len(idx))
+	for id := range idx {
+		if id > page.After {
+			ids = append(ids, id)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, storeErr("list keys", err)
 	}
+	slices.Sort(ids)
 	out := &agpv1.ListApiKeysResponse{}
-	for _, c := range cmds {
-		m := c.Val()
-		if len(m) == 0 {
-			continue
+	// One key beyond the page tells whether a next page exists.
+	for len(ids) > 0 && len(out.Keys) <= page.Size {
+		batch := ids[:min(len(ids), page.Size+1-len(out.Keys))]
+		ids = ids[len(batch):]
+		cmds := make([]*redis.MapStringStringCmd, len(batch))
+		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range batch {
+				cmds[i] = p.HGetAll(ctx, rediskeys.AGPKey(idx[id]))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, storeErr("list keys", err)
 		}
-		k := keyFromHash(m)
-		if in.GetAgentId() != "" && k.GetAgentId() != in.GetAgentId() {
-			continue
+		for _, c := range cmds {
+			m := c.Val()
+			if len(m) == 0 {
+				continue // revoked meanwhile
+			}
+			k := keyFromHash(m)
+			if in.GetAgentId() != "" && k.GetAgentId() != in.GetAgentId() {
+				continue
+			}
+			out.Keys = append(out.Keys, k)
 		}
-		out.Keys = append(out.Keys, k)
 	}
-	slices.SortFunc(out.Keys, func(a, b *agpv1.ApiKey) int {
-		if c := a.GetCreatedAt().AsTime().Compare(b.GetCreatedAt().AsTime()); c != 0 {
-			return c
-		}
-		return strings.Compare(a.GetId(), b.GetId())
-	})
+	if len(out.Keys) > page.Size {
+		out.Keys = out.Keys[:page.Size]
+		out.NextPageToken = page.Next(out.Keys[page.Size-1].GetId())
+	}
 	return out, nil
 }
 

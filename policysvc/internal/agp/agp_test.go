@@ -3,6 +3,7 @@ package agp
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,6 +112,31 @@ func TestAPIKeys(t *testing.T) {
 	}
 	if only := must(c.ListApiKeys(ctx(), &agpv1.ListApiKeysRequest{AgentId: bob}))(t); len(only.GetKeys()) != 1 || only.GetKeys()[0].GetId() != "demo" {
 		t.Errorf("list for bob = %v", only.GetKeys())
+	}
+	ids := []string{"demo", created.GetKey().GetId()}
+	var extra []string
+	for range 4 {
+		k := must(c.CreateApiKey(ctx(), &agpv1.CreateApiKeyRequest{Label: "paged", AgentId: bob, Scopes: []string{"query"}}))(t)
+		extra = append(extra, k.GetKey().GetId())
+	}
+	ids = append(ids, extra...)
+	slices.Sort(ids)
+	listKeys := func(agent string) testkit.ListPage {
+		return func(size int32, tok string) ([]string, string, error) {
+			r, err := c.ListApiKeys(ctx(), &agpv1.ListApiKeysRequest{AgentId: agent, PageSize: size, PageToken: tok})
+			var got []string
+			for _, k := range r.GetKeys() {
+				got = append(got, k.GetId())
+			}
+			return got, r.GetNextPageToken(), err
+		}
+	}
+	for _, size := range []int32{1, 2, 4} {
+		tok := testkit.CheckPaging(t, size, ids, listKeys(""))
+		testkit.CheckTokenMismatch(t, tok, listKeys(bob))
+	}
+	for _, id := range extra {
+		must(c.RevokeApiKey(ctx(), &agpv1.RevokeApiKeyRequest{Id: id}))(t)
 	}
 
 	must(c.RevokeApiKey(ctx(), &agpv1.RevokeApiKeyRequest{Id: created.GetKey().GetId()}))(t)

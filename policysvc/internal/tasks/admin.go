@@ -10,29 +10,46 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
 // ListEscalations lists pending escalations oldest first, for a human
 // principal working the review queue. Access to the admin API is the
 // service's mTLS: only suite peers and operators reach it.
+//
+// Pages follow the pending set's order (raised time, then id); a token
+// holds the last position returned, so escalations resolved or raised
+// meanwhile neither repeat nor hide others. With routed_to, a page reads
+// past the escalations routed elsewhere, at most escalationScanLimit
+// of them per page, and returns a shorter page (with a token) when it
+// reaches that bound.
 func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalationsRequest) (*taskv1.ListEscalationsResponse, error) {
-	limit := int64(in.GetLimit())
-	if limit <= 0 || limit > 500 {
-		limit = 100
+	page, err := escalationPaging.Parse(in.GetPageSize(), in.GetPageToken(), in.GetRoutedTo())
+	if err != nil {
+		return nil, err
+	}
+	var pos *paging.ZPos
+	if page.After != "" {
+		p, err := paging.ParseZPos(page.After)
+		if err != nil {
+			return nil, grpcerr.InvalidArgument(paging.ReasonPageTokenInvalid, err.Error())
+		}
+		pos = &p
 	}
 	out := &taskv1.ListEscalationsResponse{}
-	var start int64
-	for int64(len(out.Escalations)) < limit {
-		ids, err := s.rdb.ZRange(ctx, rediskeys.EscalationsPending, start, start+limit-1).Result()
+	for scanned := 0; len(out.Escalations) < page.Size && scanned < escalationScanLimit; {
+		zs, err := paging.ZAfter(ctx, s.rdb, rediskeys.EscalationsPending, "-inf", "+inf", pos, page.Size-len(out.Escalations))
 		if err != nil {
 			return nil, storeErr("list escalations", err)
 		}
-		if len(ids) == 0 {
-			break
+		if len(zs) == 0 {
+			return out, nil
 		}
-		start += int64(len(ids))
-		for _, id := range ids {
+		scanned += len(zs)
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			pos = &paging.ZPos{Score: z.Score, Member: id}
 			e, err := s.loadEscalation(ctx, id)
 			if err != nil {
 				if errors.Is(err, errNoTarget) {
@@ -47,13 +64,26 @@ func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalations
 				continue
 			}
 			out.Escalations = append(out.Escalations, e.proto())
-			if int64(len(out.Escalations)) == limit {
-				break
-			}
 		}
+	}
+	// A full page (or a bounded scan) has a next page when anything
+	// follows its last position.
+	more, err := paging.ZAfter(ctx, s.rdb, rediskeys.EscalationsPending, "-inf", "+inf", pos, 1)
+	if err != nil {
+		return nil, storeErr("list escalations", err)
+	}
+	if len(more) > 0 {
+		out.NextPageToken = page.Next(pos.String())
 	}
 	return out, nil
 }
+
+// escalationPaging is ListEscalations' page sizes.
+var escalationPaging = paging.Spec{RPC: taskv1.TaskService_ListEscalations_FullMethodName, Default: 100, Max: 500}
+
+// escalationScanLimit bounds the pending escalations one ListEscalations
+// page reads when routed_to skips some.
+const escalationScanLimit = 5000
 
 func (s *Server) loadEscalation(ctx context.Context, id string) (*escalation, error) {
 	v, err := s.rdb.Get(ctx, rediskeys.EscalationIndex(id)).Result()

@@ -22,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/outbound"
+	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -47,11 +48,13 @@ const (
 	maxGroups       = 256
 	maxGroupMembers = 256
 	maxInbox        = 10_000
-	maxInboxPage    = 500
 	// maxSeenWindow bounds how long a relayed notification_id is
 	// remembered beyond the task TTL, whatever expiry the sender chose.
 	maxSeenWindow = 30 * 24 * time.Hour
 )
+
+// inboxPaging is ListInbox's page sizes.
+var inboxPaging = paging.Spec{RPC: taskv1.TaskService_ListInbox_FullMethodName, Default: 100, Max: 500}
 
 // dest is a classified recipient.
 type dest struct {
@@ -242,22 +245,28 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 	if !agtp.IsCanonicalID(in.GetAgentId()) {
 		return nil, grpcerr.InvalidArgument("agent-id-invalid", "agent_id must be a canonical Agent-ID")
 	}
-	limit := int64(in.GetLimit())
-	if limit <= 0 || limit > maxInboxPage {
-		limit = 100
+	page, err := inboxPaging.Parse(in.GetPageSize(), in.GetPageToken(), in.GetAgentId())
+	if err != nil {
+		return nil, err
 	}
+	// The position is the stream ID of the last entry returned; XRANGE
+	// from just after it costs O(page).
 	start := "-"
-	if c := in.GetCursor(); c != "" {
+	if c := page.After; c != "" {
 		if len(c) > 64 || strings.Trim(c, "0123456789-") != "" {
-			return nil, grpcerr.InvalidArgument("cursor-invalid", "cursor is the next_cursor of an earlier page")
+			return nil, grpcerr.InvalidArgument(paging.ReasonPageTokenInvalid, "page_token does not hold an inbox position")
 		}
 		start = "(" + c
 	}
-	msgs, err := s.rdb.XRangeN(ctx, rediskeys.Inbox(in.GetAgentId()), start, "+", limit).Result()
+	msgs, err := s.rdb.XRangeN(ctx, rediskeys.Inbox(in.GetAgentId()), start, "+", int64(page.Size)+1).Result()
 	if err != nil {
 		return nil, storeErr("list inbox", err)
 	}
 	out := &taskv1.ListInboxResponse{}
+	if len(msgs) > page.Size {
+		msgs = msgs[:page.Size]
+		out.NextPageToken = page.Next(msgs[len(msgs)-1].ID)
+	}
 	for _, m := range msgs {
 		field := func(k string) string { v, _ := m.Values[k].(string); return v }
 		e := &taskv1.InboxEntry{NotificationId: field("notification_id"), SenderAgentId: field("sender"),
@@ -269,7 +278,6 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 			e.ReceivedAt = timestamppb.New(time.UnixMilli(ms))
 		}
 		out.Entries = append(out.Entries, e)
-		out.NextCursor = m.ID
 	}
 	return out, nil
 }

@@ -99,11 +99,11 @@ func TestNotifyToAnAgentHostedHereLandsInItsInbox(t *testing.T) {
 	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, ContentJson: []byte(`{"n":2}`)}); err != nil {
 		t.Fatal(err)
 	}
-	p1, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, Limit: 1})
+	p1, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, PageSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, Cursor: p1.GetNextCursor()})
+	p2, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, PageToken: p1.GetNextPageToken()})
 	if err != nil || len(p2.GetEntries()) != 1 || string(p2.GetEntries()[0].GetContentJson()) != `{"n":2}` {
 		t.Fatalf("second page = %v, %v", p2, err)
 	}

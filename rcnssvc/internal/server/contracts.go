@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -173,46 +175,110 @@ func (s *Server) seesAll(c *rcnsv1.Caller) bool {
 // ListContracts is DISCOVER /contracts (AGTP-API §5.8.7): the caller's
 // live contracts (pending previews included), or every live contract for
 // a caller holding inspect:all.
+//
+// Pages are ordered by expiry, then synthesis ID: the order of the
+// contract index, which an inspect:all page reads from its position on
+// (O(page)); a caller's own contracts come from the agent's index (one
+// hash, capped per agent). The position is the last (expiry, synthesis
+// ID) returned; a contract renewed meanwhile moves to its new expiry.
 func (s *Server) ListContracts(ctx context.Context, req *rcnsv1.ListContractsRequest) (*rcnsv1.ListContractsResponse, error) {
 	c := req.GetCaller()
 	if direct(ctx) {
 		c = directCaller()
 	}
-	now := s.now().UnixMilli()
-	var ids []string
-	if s.seesAll(c) {
-		var err error
-		ids, err = s.rdb.ZRangeByScore(ctx, rediskeys.ContractIndex, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now, 10), Max: "+inf", Count: int64(s.opts.Contracts.ListLimit)}).Result()
+	all := s.seesAll(c)
+	spec := paging.Spec{RPC: rcnsv1.RcnsService_ListContracts_FullMethodName, Default: min(100, s.opts.Contracts.ListLimit), Max: s.opts.Contracts.ListLimit}
+	page, err := spec.Parse(req.GetPageSize(), req.GetPageToken(), strconv.FormatBool(all), c.GetAgentId())
+	if err != nil {
+		return nil, err
+	}
+	var pos *paging.ZPos
+	if page.After != "" {
+		p, err := paging.ParseZPos(page.After)
 		if err != nil {
-			return nil, grpcerr.Internal(fmt.Errorf("contract index: %w", err))
+			return nil, grpcerr.InvalidArgument(paging.ReasonPageTokenInvalid, err.Error())
 		}
-	} else if validAgentID(c.GetAgentId()) {
+		pos = &p
+	}
+	now := s.now().UnixMilli()
+	var candidates func(after *paging.ZPos, n int) ([]paging.ZPos, error)
+	switch {
+	case all:
+		candidates = func(after *paging.ZPos, n int) ([]paging.ZPos, error) {
+			zs, err := paging.ZAfter(ctx, s.rdb, rediskeys.ContractIndex, "("+strconv.FormatInt(now, 10), "+inf", after, n)
+			if err != nil {
+				return nil, fmt.Errorf("contract index: %w", err)
+			}
+			out := make([]paging.ZPos, len(zs))
+			for i, z := range zs {
+				m, _ := z.Member.(string)
+				out[i] = paging.ZPos{Score: z.Score, Member: m}
+			}
+			return out, nil
+		}
+	case validAgentID(c.GetAgentId()):
 		idx, err := s.agentIndex(ctx, c.GetAgentId())
 		if err != nil {
 			return nil, grpcerr.Internal(err)
 		}
-		for id := range idx {
-			ids = append(ids, id)
+		mine := make([]paging.ZPos, 0, len(idx))
+		for id, sm := range idx {
+			mine = append(mine, paging.ZPos{Score: float64(sm.ExpiresMs), Member: id})
 		}
-	}
-	cts, err := s.loadMany(ctx, ids)
-	if err != nil {
-		return nil, grpcerr.Internal(err)
+		slices.SortFunc(mine, paging.ZPos.Compare)
+		candidates = func(after *paging.ZPos, n int) ([]paging.ZPos, error) {
+			if after != nil {
+				i, _ := slices.BinarySearchFunc(mine, *after, paging.ZPos.Compare)
+				for i < len(mine) && mine[i].Compare(*after) <= 0 {
+					i++
+				}
+				mine = mine[i:]
+			}
+			return mine[:min(n, len(mine))], nil
+		}
+	default:
+		return &rcnsv1.ListContractsResponse{}, nil
 	}
 	out := &rcnsv1.ListContractsResponse{}
-	for _, ct := range cts {
-		switch ct.effective(now) {
-		case statePending, stateActive:
-			out.Contracts = append(out.Contracts, ct.proto(now))
+	var last []paging.ZPos // the position of each contract listed
+	// One contract beyond the page tells whether a next page exists.
+	for len(out.Contracts) <= page.Size {
+		cands, err := candidates(pos, page.Size+1-len(out.Contracts))
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		if len(cands) == 0 {
+			break
+		}
+		ids := make([]string, len(cands))
+		for i, p := range cands {
+			ids[i] = p.Member
+		}
+		cts, err := s.loadMany(ctx, ids)
+		if err != nil {
+			return nil, grpcerr.Internal(err)
+		}
+		byID := make(map[string]*contract, len(cts))
+		for _, ct := range cts {
+			byID[ct.rec.SynthesisID] = ct
+		}
+		for _, p := range cands {
+			pos = &p
+			ct := byID[p.Member]
+			if ct == nil {
+				continue
+			}
+			switch ct.effective(now) {
+			case statePending, stateActive:
+				out.Contracts = append(out.Contracts, ct.proto(now))
+				last = append(last, p)
+			}
 		}
 	}
-	sort.Slice(out.Contracts, func(i, j int) bool {
-		a, b := out.Contracts[i], out.Contracts[j]
-		if !a.GetIssuedAt().AsTime().Equal(b.GetIssuedAt().AsTime()) {
-			return a.GetIssuedAt().AsTime().Before(b.GetIssuedAt().AsTime())
-		}
-		return a.GetSynthesisId() < b.GetSynthesisId()
-	})
+	if len(out.Contracts) > page.Size {
+		out.Contracts = out.Contracts[:page.Size]
+		out.NextPageToken = page.Next(last[page.Size-1].String())
+	}
 	return out, nil
 }
 
@@ -405,11 +471,19 @@ func (s *Server) GetAttempt(ctx context.Context, req *rcnsv1.GetAttemptRequest) 
 	return &rcnsv1.GetAttemptResponse{AttemptJson: b}, nil
 }
 
+// patternPaging is ListPatterns' page sizes.
+var patternPaging = paging.Spec{RPC: rcnsv1.RcnsService_ListPatterns_FullMethodName, Default: 100, Max: 1000}
+
 // ListPatterns is DISCOVER /patterns (AGTP-API §5.8.6), served whether
-// RCNS is enabled or not.
-func (s *Server) ListPatterns(context.Context, *rcnsv1.ListPatternsRequest) (*rcnsv1.ListPatternsResponse, error) {
-	pats := s.pats.Load().list
-	out := &rcnsv1.ListPatternsResponse{RcnsEnabled: s.opts.RCNS.Enabled}
+// RCNS is enabled or not, a page at a time in recipe name order (the
+// position is the last name returned).
+func (s *Server) ListPatterns(_ context.Context, req *rcnsv1.ListPatternsRequest) (*rcnsv1.ListPatternsResponse, error) {
+	page, err := patternPaging.Parse(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	pats, next := paging.Slice(page, s.pats.Load().byRecipe, func(p *recipe.Pattern) string { return p.RecipeName })
+	out := &rcnsv1.ListPatternsResponse{RcnsEnabled: s.opts.RCNS.Enabled, NextPageToken: next}
 	listing := make([]map[string]any, 0, len(pats))
 	for _, p := range pats {
 		out.Patterns = append(out.Patterns, &rcnsv1.Pattern{

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,8 @@ func (s *Server) SetPatterns(ps []*recipe.Pattern) {
 		set.list = append(set.list, p)
 		set.byName[p.RecipeName] = p
 	}
+	set.byRecipe = slices.Clone(set.list)
+	slices.SortStableFunc(set.byRecipe, func(a, b *recipe.Pattern) int { return strings.Compare(a.RecipeName, b.RecipeName) })
 	s.pats.Store(set)
 }
 
@@ -105,8 +108,12 @@ func (s *Server) SetPatterns(ps []*recipe.Pattern) {
 func (s *Server) Patterns() []*recipe.Pattern { return s.pats.Load().list }
 
 type patternSet struct {
+	// list is in configuration order, the order the gate tries them.
 	list   []*recipe.Pattern
 	byName map[string]*recipe.Pattern
+	// byRecipe is list ordered by recipe name, the order ListPatterns
+	// pages in.
+	byRecipe []*recipe.Pattern
 }
 
 // Run follows the catalog snapshot, expires contracts and reloads the

@@ -424,8 +424,12 @@ func (x *ImportApiKeyResponse) GetKey() *ApiKey {
 
 // ListApiKeysRequest optionally filters by Agent-ID.
 type ListApiKeysRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// AIP-158 page size: default 100, at most 1000 (larger is coerced).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same agent_id); empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -467,10 +471,26 @@ func (x *ListApiKeysRequest) GetAgentId() string {
 	return ""
 }
 
-// ListApiKeysResponse lists keys, oldest first.
+func (x *ListApiKeysRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListApiKeysRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListApiKeysResponse lists keys ordered by id.
 type ListApiKeysResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []*ApiKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []*ApiKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +530,13 @@ func (x *ListApiKeysResponse) GetKeys() []*ApiKey {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *ListApiKeysResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // RevokeApiKeyRequest names the key.
@@ -1458,11 +1485,15 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"key_sha256\x18\x05 \x01(\tR\tkeySha256\x12\x16\n" +
 	"\x06global\x18\x06 \x01(\bR\x06global\"=\n" +
 	"\x14ImportApiKeyResponse\x12%\n" +
-	"\x03key\x18\x01 \x01(\v2\x13.agtp.agp.v1.ApiKeyR\x03key\"/\n" +
+	"\x03key\x18\x01 \x01(\v2\x13.agtp.agp.v1.ApiKeyR\x03key\"k\n" +
 	"\x12ListApiKeysRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\">\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"f\n" +
 	"\x13ListApiKeysResponse\x12'\n" +
-	"\x04keys\x18\x01 \x03(\v2\x13.agtp.agp.v1.ApiKeyR\x04keys\"@\n" +
+	"\x04keys\x18\x01 \x03(\v2\x13.agtp.agp.v1.ApiKeyR\x04keys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"@\n" +
 	"\x13RevokeApiKeyRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\"\x16\n" +

@@ -1272,8 +1272,11 @@ func (x *LifecycleEvent) GetStoredAt() *timestamppb.Timestamp {
 type ListLifecycleEventsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	Limit   int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	// next_page_token of the previous page; empty for the newest events.
+	// AIP-158 page size: default and maximum are the service's
+	// lifecycle_default_limit and lifecycle_max_limit (larger is coerced).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same agent_id); empty for the
+	// newest events.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1316,9 +1319,9 @@ func (x *ListLifecycleEventsRequest) GetAgentId() string {
 	return ""
 }
 
-func (x *ListLifecycleEventsRequest) GetLimit() int32 {
+func (x *ListLifecycleEventsRequest) GetPageSize() int32 {
 	if x != nil {
-		return x.Limit
+		return x.PageSize
 	}
 	return 0
 }
@@ -1334,7 +1337,7 @@ func (x *ListLifecycleEventsRequest) GetPageToken() string {
 type ListLifecycleEventsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*LifecycleEvent      `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// Set when older events remain.
+	// Set when older events remain; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1867,10 +1870,10 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"event_type\x18\x04 \x01(\tR\teventType\x12!\n" +
 	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x04R\bsequence\x127\n" +
-	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"l\n" +
+	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"s\n" +
 	"\x1aListLifecycleEventsRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"|\n" +
 	"\x1bListLifecycleEventsResponse\x125\n" +

@@ -1234,7 +1234,11 @@ func (x *GetManifestResponse) GetDocumentVersion() string {
 type ListMethodsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Restricts the list to one category when set.
-	Category      string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
+	Category string `protobuf:"bytes,1,opt,name=category,proto3" json:"category,omitempty"`
+	// AIP-158 page size: default 100, at most 1000 (larger is coerced).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same category); empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,13 +1280,29 @@ func (x *ListMethodsRequest) GetCategory() string {
 	return ""
 }
 
-// ListMethodsResponse lists verbs.
+func (x *ListMethodsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMethodsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListMethodsResponse lists verbs ordered by name.
 type ListMethodsResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	CatalogVersion string                 `protobuf:"bytes,1,opt,name=catalog_version,json=catalogVersion,proto3" json:"catalog_version,omitempty"`
 	Methods        []*Method              `protobuf:"bytes,2,rep,name=methods,proto3" json:"methods,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMethodsResponse) Reset() {
@@ -1327,6 +1347,13 @@ func (x *ListMethodsResponse) GetMethods() []*Method {
 		return x.Methods
 	}
 	return nil
+}
+
+func (x *ListMethodsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // PutEndpointRequest carries a full endpoint definition.
@@ -1658,12 +1685,16 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\vapi_version\x18\x03 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04etag\x18\x04 \x01(\tR\x04etag\x12)\n" +
-	"\x10document_version\x18\x05 \x01(\tR\x0fdocumentVersion\"0\n" +
+	"\x10document_version\x18\x05 \x01(\tR\x0fdocumentVersion\"l\n" +
 	"\x12ListMethodsRequest\x12\x1a\n" +
-	"\bcategory\x18\x01 \x01(\tR\bcategory\"q\n" +
+	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x99\x01\n" +
 	"\x13ListMethodsResponse\x12'\n" +
 	"\x0fcatalog_version\x18\x01 \x01(\tR\x0ecatalogVersion\x121\n" +
-	"\amethods\x18\x02 \x03(\v2\x17.agtp.catalog.v1.MethodR\amethods\"p\n" +
+	"\amethods\x18\x02 \x03(\v2\x17.agtp.catalog.v1.MethodR\amethods\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"p\n" +
 	"\x12PutEndpointRequest\x12'\n" +
 	"\x0fdefinition_json\x18\x01 \x01(\fR\x0edefinitionJson\x121\n" +
 	"\x04tier\x18\x02 \x01(\x0e2\x1d.agtp.catalog.v1.EndpointTierR\x04tier\"\x89\x01\n" +

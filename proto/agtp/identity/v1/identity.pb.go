@@ -777,7 +777,11 @@ func (x *GetGenesisResponse) GetGenesisJson() []byte {
 type ListAgentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only active agents when set (the namespace document rule).
-	ActiveOnly    bool `protobuf:"varint,1,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
+	ActiveOnly bool `protobuf:"varint,1,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
+	// AIP-158 page size: default 100, at most 1000 (larger is coerced).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same active_only); empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,10 +823,26 @@ func (x *ListAgentsRequest) GetActiveOnly() bool {
 	return false
 }
 
-// ListAgentsResponse lists agents.
+func (x *ListAgentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAgentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAgentsResponse lists agents ordered by agent_id.
 type ListAgentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Agents        []*AgentRecord         `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Agents []*AgentRecord         `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -862,6 +882,13 @@ func (x *ListAgentsResponse) GetAgents() []*AgentRecord {
 		return x.Agents
 	}
 	return nil
+}
+
+func (x *ListAgentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // TransitionLifecycleRequest asks for one lifecycle transition.
@@ -1742,12 +1769,16 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x11GetGenesisRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\"7\n" +
 	"\x12GetGenesisResponse\x12!\n" +
-	"\fgenesis_json\x18\x01 \x01(\fR\vgenesisJson\"4\n" +
+	"\fgenesis_json\x18\x01 \x01(\fR\vgenesisJson\"p\n" +
 	"\x11ListAgentsRequest\x12\x1f\n" +
 	"\vactive_only\x18\x01 \x01(\bR\n" +
-	"activeOnly\"K\n" +
+	"activeOnly\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"s\n" +
 	"\x12ListAgentsResponse\x125\n" +
-	"\x06agents\x18\x01 \x03(\v2\x1d.agtp.identity.v1.AgentRecordR\x06agents\"\x83\x03\n" +
+	"\x06agents\x18\x01 \x03(\v2\x1d.agtp.identity.v1.AgentRecordR\x06agents\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x03\n" +
 	"\x1aTransitionLifecycleRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12E\n" +
 	"\n" +

@@ -975,8 +975,12 @@ func (x *GetContractResponse) GetExplanation() string {
 
 // ListContractsRequest filters contracts.
 type ListContractsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Caller        *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// AIP-158 page size: default 100, at most 1000 (larger is coerced).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same caller); empty for the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,10 +1022,27 @@ func (x *ListContractsRequest) GetCaller() *Caller {
 	return nil
 }
 
-// ListContractsResponse lists contracts.
+func (x *ListContractsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListContractsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListContractsResponse lists contracts ordered by expiry, then
+// synthesis_id.
 type ListContractsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Contracts     []*Contract            `protobuf:"bytes,1,rep,name=contracts,proto3" json:"contracts,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Contracts []*Contract            `protobuf:"bytes,1,rep,name=contracts,proto3" json:"contracts,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1082,13 @@ func (x *ListContractsResponse) GetContracts() []*Contract {
 		return x.Contracts
 	}
 	return nil
+}
+
+func (x *ListContractsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // RevokeContractRequest evicts or releases a contract.
@@ -1493,7 +1521,11 @@ func (x *GetAttemptResponse) GetAttemptJson() []byte {
 
 // ListPatternsRequest asks for the synthesis patterns.
 type ListPatternsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// AIP-158 page size: default 100, at most 1000 (larger is coerced).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1528,13 +1560,30 @@ func (*ListPatternsRequest) Descriptor() ([]byte, []int) {
 	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{19}
 }
 
+func (x *ListPatternsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPatternsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListPatternsResponse is DISCOVER /patterns (AGTP-API §5.8.6).
 type ListPatternsResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RcnsEnabled bool                   `protobuf:"varint,1,opt,name=rcns_enabled,json=rcnsEnabled,proto3" json:"rcns_enabled,omitempty"`
 	Patterns    []*Pattern             `protobuf:"bytes,2,rep,name=patterns,proto3" json:"patterns,omitempty"`
-	// The DISCOVER /patterns body as JSON: {"rcns_enabled", "patterns"}.
-	BodyJson      []byte `protobuf:"bytes,3,opt,name=body_json,json=bodyJson,proto3" json:"body_json,omitempty"`
+	// The DISCOVER /patterns body of this page as JSON:
+	// {"rcns_enabled", "patterns"}.
+	BodyJson []byte `protobuf:"bytes,3,opt,name=body_json,json=bodyJson,proto3" json:"body_json,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1588,6 +1637,13 @@ func (x *ListPatternsResponse) GetBodyJson() []byte {
 		return x.BodyJson
 	}
 	return nil
+}
+
+func (x *ListPatternsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Pattern is one synthesis pattern: a recipe offered for a (method, path).
@@ -1897,11 +1953,15 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x04 \x01(\tR\tattemptId\x12 \n" +
-	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"D\n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\"\x80\x01\n" +
 	"\x14ListContractsRequest\x12,\n" +
-	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\"M\n" +
+	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"u\n" +
 	"\x15ListContractsResponse\x124\n" +
-	"\tcontracts\x18\x01 \x03(\v2\x16.agtp.rcns.v1.ContractR\tcontracts\"\xb0\x01\n" +
+	"\tcontracts\x18\x01 \x03(\v2\x16.agtp.rcns.v1.ContractR\tcontracts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
 	"\x15RevokeContractRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12!\n" +
 	"\fsynthesis_id\x18\x02 \x01(\tR\vsynthesisId\x12\x16\n" +
@@ -1931,12 +1991,16 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\"7\n" +
 	"\x12GetAttemptResponse\x12!\n" +
-	"\fattempt_json\x18\x01 \x01(\fR\vattemptJson\"\x15\n" +
-	"\x13ListPatternsRequest\"\x89\x01\n" +
+	"\fattempt_json\x18\x01 \x01(\fR\vattemptJson\"Q\n" +
+	"\x13ListPatternsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xb1\x01\n" +
 	"\x14ListPatternsResponse\x12!\n" +
 	"\frcns_enabled\x18\x01 \x01(\bR\vrcnsEnabled\x121\n" +
 	"\bpatterns\x18\x02 \x03(\v2\x15.agtp.rcns.v1.PatternR\bpatterns\x12\x1b\n" +
-	"\tbody_json\x18\x03 \x01(\fR\bbodyJson\"\xd1\x02\n" +
+	"\tbody_json\x18\x03 \x01(\fR\bbodyJson\x12&\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\xd1\x02\n" +
 	"\aPattern\x12\x1f\n" +
 	"\vrecipe_name\x18\x01 \x01(\tR\n" +
 	"recipeName\x12%\n" +

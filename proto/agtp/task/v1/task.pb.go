@@ -978,8 +978,11 @@ type ListEscalationsRequest struct {
 	// The admin principal asking (logged).
 	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
 	// Only those routed to this recipient; empty for all.
-	RoutedTo      string `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	RoutedTo string `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
+	// AIP-158 page size: default 100, at most 500 (larger is coerced).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page (same routed_to); empty for the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1028,17 +1031,26 @@ func (x *ListEscalationsRequest) GetRoutedTo() string {
 	return ""
 }
 
-func (x *ListEscalationsRequest) GetLimit() int32 {
+func (x *ListEscalationsRequest) GetPageSize() int32 {
 	if x != nil {
-		return x.Limit
+		return x.PageSize
 	}
 	return 0
 }
 
+func (x *ListEscalationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListEscalationsResponse lists them, oldest first.
 type ListEscalationsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Escalations   []*Escalation          `protobuf:"bytes,1,rep,name=escalations,proto3" json:"escalations,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Escalations []*Escalation          `protobuf:"bytes,1,rep,name=escalations,proto3" json:"escalations,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1090,13 @@ func (x *ListEscalationsResponse) GetEscalations() []*Escalation {
 		return x.Escalations
 	}
 	return nil
+}
+
+func (x *ListEscalationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ResolveEscalationRequest resolves one escalation as a human principal.
@@ -1967,9 +1986,11 @@ func (x *InboxEntry) GetReceivedAt() *timestamppb.Timestamp {
 type ListInboxRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// Entries after this cursor (next_cursor of the previous page).
-	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// next_page_token of the previous page (same agent_id); empty for the
+	// oldest entries.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// AIP-158 page size: default 100, at most 500 (larger is coerced).
+	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2011,25 +2032,26 @@ func (x *ListInboxRequest) GetAgentId() string {
 	return ""
 }
 
-func (x *ListInboxRequest) GetCursor() string {
+func (x *ListInboxRequest) GetPageToken() string {
 	if x != nil {
-		return x.Cursor
+		return x.PageToken
 	}
 	return ""
 }
 
-func (x *ListInboxRequest) GetLimit() int32 {
+func (x *ListInboxRequest) GetPageSize() int32 {
 	if x != nil {
-		return x.Limit
+		return x.PageSize
 	}
 	return 0
 }
 
 // ListInboxResponse lists entries oldest first.
 type ListInboxResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	NextCursor    string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2071,9 +2093,9 @@ func (x *ListInboxResponse) GetEntries() []*InboxEntry {
 	return nil
 }
 
-func (x *ListInboxResponse) GetNextCursor() string {
+func (x *ListInboxResponse) GetNextPageToken() string {
 	if x != nil {
-		return x.NextCursor
+		return x.NextPageToken
 	}
 	return ""
 }
@@ -2502,13 +2524,16 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"i\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\x8f\x01\n" +
 	"\x16ListEscalationsRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1b\n" +
-	"\trouted_to\x18\x02 \x01(\tR\broutedTo\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"U\n" +
+	"\trouted_to\x18\x02 \x01(\tR\broutedTo\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"}\n" +
 	"\x17ListEscalationsResponse\x12:\n" +
-	"\vescalations\x18\x01 \x03(\v2\x18.agtp.task.v1.EscalationR\vescalations\"\x8d\x01\n" +
+	"\vescalations\x18\x01 \x03(\v2\x18.agtp.task.v1.EscalationR\vescalations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n" +
 	"\x18ResolveEscalationRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12#\n" +
 	"\rescalation_id\x18\x02 \x01(\tR\fescalationId\x12\x16\n" +
@@ -2584,15 +2609,15 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12;\n" +
 	"\vreceived_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\"[\n" +
+	"receivedAt\"i\n" +
 	"\x10ListInboxRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"h\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
 	"\x11ListInboxResponse\x122\n" +
-	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12\x1f\n" +
-	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"\x83\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x02\n" +
 	"\x0eMonitorRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12&\n" +
 	"\x0ftarget_agent_id\x18\x02 \x01(\tR\rtargetAgentId\x12\x16\n" +
