@@ -595,7 +595,12 @@ func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifec
 		return nil, err
 	}
 	spec := paging.Spec{RPC: auditv1.AuditService_ListLifecycleEvents_FullMethodName, Default: s.opts.LifecycleDefaultLimit, Max: s.opts.LifecycleMaxLimit}
-	page, err := spec.Parse(req.GetPageSize(), req.GetPageToken(), c)
+	size := req.GetPageSize()
+	if size == 0 {
+		//lint:ignore SA1019 the first release's name for page_size, still honoured
+		size = req.GetLimit()
+	}
+	page, err := spec.Parse(size, req.GetPageToken(), c)
 	if err != nil {
 		return nil, err
 	}

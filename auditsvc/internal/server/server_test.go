@@ -374,6 +374,14 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 		tok := testkit.CheckPaging(t, size, newest, list(agent))
 		testkit.CheckTokenMismatch(t, tok, list("agent-other"))
 	}
+	// A client built against the first release sends limit, which is
+	// still honoured as the page size.
+	legacy := &auditv1.ListLifecycleEventsRequest{AgentId: agent}
+	//lint:ignore SA1019 the first release's field is what this checks
+	legacy.Limit = 2
+	if r, err := f.client.ListLifecycleEvents(ctx, legacy); err != nil || len(r.GetEvents()) != 2 || r.GetNextPageToken() == "" {
+		t.Fatalf("limit of the first release: %v %d events", err, len(r.GetEvents()))
+	}
 	r, err := f.client.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: agent, PageSize: 100})
 	if err != nil || len(r.GetEvents()) != 5 {
 		t.Fatalf("limit above the cap: %v %d events", err, len(r.GetEvents()))

@@ -25,7 +25,12 @@ import (
 // of them per page, and returns a shorter page (with a token) when it
 // reaches that bound.
 func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalationsRequest) (*taskv1.ListEscalationsResponse, error) {
-	page, err := escalationPaging.Parse(in.GetPageSize(), in.GetPageToken(), in.GetRoutedTo())
+	size := in.GetPageSize()
+	if size == 0 {
+		//lint:ignore SA1019 the first release's name for page_size, still honoured
+		size = in.GetLimit()
+	}
+	page, err := escalationPaging.Parse(size, in.GetPageToken(), in.GetRoutedTo())
 	if err != nil {
 		return nil, err
 	}

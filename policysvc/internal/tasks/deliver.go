@@ -245,7 +245,16 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 	if !agtp.IsCanonicalID(in.GetAgentId()) {
 		return nil, grpcerr.InvalidArgument("agent-id-invalid", "agent_id must be a canonical Agent-ID")
 	}
-	page, err := inboxPaging.Parse(in.GetPageSize(), in.GetPageToken(), in.GetAgentId())
+	size, token := in.GetPageSize(), in.GetPageToken()
+	if size == 0 {
+		//lint:ignore SA1019 the first release's name for page_size, still honoured
+		size = in.GetLimit()
+	}
+	if token == "" {
+		//lint:ignore SA1019 the first release's name for page_token, still honoured
+		token = in.GetCursor()
+	}
+	page, err := inboxPaging.Parse(size, token, in.GetAgentId())
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +275,8 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 	if len(msgs) > page.Size {
 		msgs = msgs[:page.Size]
 		out.NextPageToken = page.Next(msgs[len(msgs)-1].ID)
+		//lint:ignore SA1019 kept for clients of the first release
+		out.NextCursor = out.NextPageToken
 	}
 	for _, m := range msgs {
 		field := func(k string) string { v, _ := m.Values[k].(string); return v }

@@ -1272,12 +1272,17 @@ func (x *LifecycleEvent) GetStoredAt() *timestamppb.Timestamp {
 type ListLifecycleEventsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// AIP-158 page size: default and maximum are the service's
-	// lifecycle_default_limit and lifecycle_max_limit (larger is coerced).
-	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Replaced by page_size; read when page_size is 0, for clients built
+	// against the first release.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// next_page_token of the previous page (same agent_id); empty for the
 	// newest events.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// AIP-158 page size: default and maximum are the service's
+	// lifecycle_default_limit and lifecycle_max_limit (larger is coerced).
+	PageSize      int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1319,9 +1324,10 @@ func (x *ListLifecycleEventsRequest) GetAgentId() string {
 	return ""
 }
 
-func (x *ListLifecycleEventsRequest) GetPageSize() int32 {
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
+func (x *ListLifecycleEventsRequest) GetLimit() int32 {
 	if x != nil {
-		return x.PageSize
+		return x.Limit
 	}
 	return 0
 }
@@ -1331,6 +1337,13 @@ func (x *ListLifecycleEventsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListLifecycleEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
 }
 
 // ListLifecycleEventsResponse lists events, newest first.
@@ -1870,12 +1883,13 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"event_type\x18\x04 \x01(\tR\teventType\x12!\n" +
 	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x04R\bsequence\x127\n" +
-	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"s\n" +
+	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"\x8d\x01\n" +
 	"\x1aListLifecycleEventsRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x18\n" +
+	"\x05limit\x18\x02 \x01(\x05B\x02\x18\x01R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"|\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\"|\n" +
 	"\x1bListLifecycleEventsResponse\x125\n" +
 	"\x06events\x18\x01 \x03(\v2\x1d.agtp.audit.v1.LifecycleEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +

@@ -979,10 +979,15 @@ type ListEscalationsRequest struct {
 	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
 	// Only those routed to this recipient; empty for all.
 	RoutedTo string `protobuf:"bytes,2,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
-	// AIP-158 page size: default 100, at most 500 (larger is coerced).
-	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Replaced by page_size; read when page_size is 0, for clients built
+	// against the first release.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// next_page_token of the previous page (same routed_to); empty for the first.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// AIP-158 page size: default 100, at most 500 (larger is coerced).
+	PageSize      int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,9 +1036,10 @@ func (x *ListEscalationsRequest) GetRoutedTo() string {
 	return ""
 }
 
-func (x *ListEscalationsRequest) GetPageSize() int32 {
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+func (x *ListEscalationsRequest) GetLimit() int32 {
 	if x != nil {
-		return x.PageSize
+		return x.Limit
 	}
 	return 0
 }
@@ -1043,6 +1049,13 @@ func (x *ListEscalationsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListEscalationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
 }
 
 // ListEscalationsResponse lists them, oldest first.
@@ -1986,11 +1999,18 @@ func (x *InboxEntry) GetReceivedAt() *timestamppb.Timestamp {
 type ListInboxRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Replaced by page_token and page_size; read when those are unset, for
+	// clients built against the first release.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// next_page_token of the previous page (same agent_id); empty for the
 	// oldest entries.
-	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// AIP-158 page size: default 100, at most 500 (larger is coerced).
-	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize      int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2032,6 +2052,22 @@ func (x *ListInboxRequest) GetAgentId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+func (x *ListInboxRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+func (x *ListInboxRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 func (x *ListInboxRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
@@ -2050,8 +2086,13 @@ func (x *ListInboxRequest) GetPageSize() int32 {
 type ListInboxResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Entries []*InboxEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The same token as next_page_token, for clients built against the
+	// first release.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	// Empty on the last page.
-	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2091,6 +2132,14 @@ func (x *ListInboxResponse) GetEntries() []*InboxEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+func (x *ListInboxResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
 }
 
 func (x *ListInboxResponse) GetNextPageToken() string {
@@ -2524,13 +2573,14 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"9\n" +
 	"\x0fGetTaskResponse\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\x8f\x01\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xa9\x01\n" +
 	"\x16ListEscalationsRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1b\n" +
-	"\trouted_to\x18\x02 \x01(\tR\broutedTo\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\trouted_to\x18\x02 \x01(\tR\broutedTo\x12\x18\n" +
+	"\x05limit\x18\x03 \x01(\x05B\x02\x18\x01R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"}\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"}\n" +
 	"\x17ListEscalationsResponse\x12:\n" +
 	"\vescalations\x18\x01 \x03(\v2\x18.agtp.task.v1.EscalationR\vescalations\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n" +
@@ -2609,15 +2659,19 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12;\n" +
 	"\vreceived_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\"i\n" +
+	"receivedAt\"\x9f\x01\n" +
 	"\x10ListInboxRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
+	"\x06cursor\x18\x02 \x01(\tB\x02\x18\x01R\x06cursor\x12\x18\n" +
+	"\x05limit\x18\x03 \x01(\x05B\x02\x18\x01R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"o\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"\x94\x01\n" +
 	"\x11ListInboxResponse\x122\n" +
-	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12#\n" +
+	"\vnext_cursor\x18\x02 \x01(\tB\x02\x18\x01R\n" +
+	"nextCursor\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x83\x02\n" +
 	"\x0eMonitorRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12&\n" +
 	"\x0ftarget_agent_id\x18\x02 \x01(\tR\rtargetAgentId\x12\x16\n" +
