@@ -11,14 +11,14 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/agtpsuite/agtp/services/kit.version=$(VERSION)
 
-.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server clean
+.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server chromium clean
 
 all: build
 
 ## build: compile every service binary, the suite and the agtp CLI into bin/
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./services/cmd/agtpsuite $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./services/cmd/agtp ./services/cmd/agtpconsole
 
 ## run: start the whole suite in one process on embedded defaults
 run:
@@ -26,13 +26,14 @@ run:
 	$(GO) build -o $(BIN)/agtpsuite ./services/cmd/agtpsuite
 	exec $(BIN)/agtpsuite
 
-## test: unit, integration and e2e tests against a real redis-server
-test: redis-server
+## test: unit, integration and e2e tests against a real redis-server (and
+## headless Chromium for the console's browser test)
+test: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-short: the tests without the race detector (quicker while editing)
-test-short: redis-server
+test-short: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
 
@@ -43,6 +44,14 @@ redis-server:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+## chromium: install Debian's chromium when it is missing (the operator
+## console's browser test drives it headless)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium (Debian package)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## lint: gofmt, go vet, staticcheck, buf lint, go mod tidy -diff, and buf
 ## breaking against the newest release tag (v*), so that a change to the

@@ -232,6 +232,9 @@ func startInProcess(tb testing.TB, opts Options) *Cluster {
 			return v, ok
 		},
 		Listen: func(service, listener string) string {
+			if service == "console" {
+				return addr(tb)
+			}
 			p := c.Procs[service]
 			switch listener {
 			case "grpc":

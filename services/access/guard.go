@@ -236,7 +236,10 @@ func (s *admittedStream) Context() context.Context { return s.ctx }
 func (g *Guard) GatewayOptions() []runtime.ServeMuxOption {
 	return []runtime.ServeMuxOption{
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
-			if strings.HasPrefix(strings.ToLower(key), strings.ToLower(runtime.MetadataHeaderPrefix)+"agtp-gateway-") {
+			// The gateway's own forwarding and the console's person are
+			// never taken from an HTTP client's headers.
+			if k := strings.ToLower(key); strings.HasPrefix(k, strings.ToLower(runtime.MetadataHeaderPrefix)+"agtp-gateway-") ||
+				k == strings.ToLower(runtime.MetadataHeaderPrefix)+personKey {
 				return "", false
 			}
 			return runtime.DefaultHeaderMatcher(key)

@@ -69,6 +69,10 @@ const AGTPServer = "agtp-server"
 // Admin is the name of the operator's client certificate.
 const Admin = "admin"
 
+// Console is the name of the operator console's certificate: it calls
+// the services as access.Console and serves the console's HTTPS listener.
+const Console = "console"
+
 // InternalSystem is the name of the certificate of an internal system of
 // the organisation (a reporting job), for trying the read APIs as one.
 const InternalSystem = "system-reporting"
@@ -81,6 +85,8 @@ func IdentityOf(name string) access.Identity {
 	switch name {
 	case Admin:
 		return access.Identity{Kind: access.Operator, Name: "admin"}
+	case Console:
+		return access.Console
 	case InternalSystem:
 		return access.Identity{Kind: access.System, Name: "reporting"}
 	case AGTPServer:
@@ -91,8 +97,9 @@ func IdentityOf(name string) access.Identity {
 
 // Ensure creates whatever is missing in dir: the CA, a certificate per
 // name, the AGTP server certificate, an operator client certificate
-// (Admin), an internal system's (InternalSystem), the signing key and the
-// agent CA. Each client certificate names its identity as a SPIFFE ID.
+// (Admin), the console's (Console), an internal system's (InternalSystem),
+// the signing key and the agent CA. Each client certificate names its
+// identity as a SPIFFE ID.
 func Ensure(dir string, names ...string) (Layout, error) {
 	l := Layout{Dir: dir}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -107,7 +114,7 @@ func Ensure(dir string, names ...string) (Layout, error) {
 	if _, _, err := ensureCA(l.AgentCA(), l.AgentCAKey(), "AGTP suite development agent CA", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}); err != nil {
 		return l, err
 	}
-	all := append(append([]string{}, names...), AGTPServer, Admin, InternalSystem)
+	all := append(append([]string{}, names...), AGTPServer, Admin, Console, InternalSystem)
 	for _, n := range all {
 		if exists(l.Cert(n)) && exists(l.Key(n)) && namesIdentity(l.Cert(n), n) {
 			continue

@@ -269,9 +269,10 @@ func callers(t *testing.T, l devpki.Layout) []*caller {
 	var cs []*caller
 	ids := map[string]access.Identity{
 		devpki.Admin:          {Kind: access.Operator, Name: "admin"},
+		devpki.Console:        access.Console,
 		devpki.InternalSystem: {Kind: access.System, Name: "reporting"},
 	}
-	for _, n := range append(append([]string{}, devpki.ServiceNames...), devpki.Admin, devpki.InternalSystem, "intruder") {
+	for _, n := range append(append([]string{}, devpki.ServiceNames...), devpki.Admin, devpki.Console, devpki.InternalSystem, "intruder") {
 		id, ok := ids[n]
 		if !ok {
 			id = access.Identity{Kind: access.Service, Name: n}

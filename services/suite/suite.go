@@ -25,6 +25,11 @@
 //   - what Config sets: RedisURL, LogLevel, LogFormat (REDIS_URL,
 //     LOG_LEVEL, LOG_FORMAT when set there).
 //
+// The operator console (services/console) runs with the services, on
+// 127.0.0.1:8100 with the console's certificate from the state directory;
+// it reads its AGTP_CONSOLE_* settings from the environment, and the
+// banner prints a one-time sign-in link.
+//
 // PPROF_ADDR is served once, by the front door's listener (the profiles
 // cover the whole process). REDIS_URL, when set, replaces the embedded
 // Redis; AGTP_POLICY_FILE replaces the demo merchant's policy options and
@@ -55,6 +60,7 @@ import (
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/rcnssvc"
+	"github.com/agtpsuite/agtp/services/console"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/kit"
 )
@@ -117,6 +123,8 @@ type Suite struct {
 	redisURL string
 	// env lists the environment's settings for the banner.
 	env []envSetting
+	// console is the operator console, on the admin plane.
+	console *console.Console
 }
 
 // New creates the PKI if needed, starts the embedded Redis when no URL is
@@ -233,8 +241,51 @@ func New(ctx context.Context, cfg Config) (_ *Suite, err error) {
 	add("frontdoor", f)
 	s.agtpAddr = f.AGTPAddr()
 	s.httpsAddr = f.HTTPSAddr()
+	if s.console, err = s.newConsole(ctx, lookup); err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = s.console.Close() })
 	return s, nil
 }
+
+// LocalOperator is the person make run's one-time console link signs in.
+const LocalOperator = "local-operator"
+
+// ConsoleAddr is the operator console's default address, on the admin
+// plane beside the services' gateways.
+const ConsoleAddr = "127.0.0.1:8100"
+
+// newConsole configures the operator console from the environment, as
+// agtpconsole does, with the suite's own addresses and the console's
+// certificate from the state directory.
+func (s *Suite) newConsole(ctx context.Context, lookup func(string) (string, bool)) (*console.Console, error) {
+	cfg := console.Default()
+	if err := cfg.ApplyEnv(lookup); err != nil {
+		return nil, err
+	}
+	cfg.Addr = ConsoleAddr
+	if s.cfg.Listen != nil {
+		cfg.Addr = s.cfg.Listen("console", "https")
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = s.layout.CA(), s.layout.Cert(devpki.Console), s.layout.Key(devpki.Console)
+	cfg.Peers = map[string]string{}
+	for name, addr := range s.Addrs {
+		cfg.Peers[name] = addr
+	}
+	cfg.JWKSURL = "https://" + s.httpsAddr + "/.well-known/jwks.json"
+	logCfg := kit.DefaultCommon("console", "", "")
+	logCfg.LogLevel, logCfg.LogFormat = s.cfg.LogLevel, s.cfg.LogFormat
+	if logCfg.LogLevel == "" {
+		logCfg.LogLevel = "info"
+	}
+	if logCfg.LogFormat == "" {
+		logCfg.LogFormat = "text"
+	}
+	return console.New(ctx, cfg, logCfg.Logger(os.Stderr))
+}
+
+// Console is the operator console.
+func (s *Suite) Console() *console.Console { return s.console }
 
 // AGTPAddr is the front door's AGTP address and HTTPSAddr its public
 // HTTPS listener.
@@ -263,7 +314,7 @@ func (s *Suite) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	tasks = append(tasks, s.registerDemoAgent)
+	tasks = append(tasks, s.console.Run, s.registerDemoAgent)
 	return kit.RunTasks(ctx, tasks...)
 }
 
@@ -369,6 +420,13 @@ Then try:
   curl --cacert %[3]s https://%[2]s/.well-known/agtp
   curl --cacert %[3]s -H "X-Api-Key: $(cat %[6]s)" --json '{"businessId":"orders"}' https://%[2]s/agp/discover
 `, s.agtpAddr, s.httpsAddr, s.layout.CA(), s.demoAgent.AgentID, s.demoAgent.KeyPath, s.agpKeyPath, s.demoCert, s.demoCertKey)
+	if link, err := s.console.SignInLink(LocalOperator); err == nil {
+		fmt.Fprintf(s.cfg.Out, `
+The operator console (escalations, agents, audit chains, keys) is at
+%[1]s. Sign in as %[2]s with this link; it works once, for 15 minutes:
+  %[3]s
+`, s.console.URL(), LocalOperator, link)
+	}
 	if gw := s.Gateways["catalogsvc"]; gw != "" {
 		fmt.Fprintf(s.cfg.Out, `
 Each service serves its REST routes on its own gateway, to the client

@@ -105,6 +105,9 @@ func Handler(o Options) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
+		// Public keys: any page may fetch them, so that a reader can
+		// verify records in the browser (docs/console.md).
+		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Cache-Control", "max-age=300")
 		_, _ = w.Write(keys.GetJwksJson())
 	})

@@ -398,7 +398,8 @@ func callerFacts(ctx context.Context, tr *registry.TransitionRequest, req *ident
 				"client_key_fingerprint and caller_agent_id are stated by the front door only; an operator is known by its certificate")
 		}
 		tr.Operator = id.String()
-		tr.Actor = id.String()
+		// The console names the person it acts for; no other operator can.
+		tr.Actor = access.Actor(ctx)
 		return nil
 	}
 	return grpcerr.PermissionDenied(access.ReasonNotPermitted, id.String()+" may not transition an agent's lifecycle")

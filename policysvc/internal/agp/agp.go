@@ -488,7 +488,7 @@ func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest
 			return nil, storeErr("revoke key", err)
 		}
 		if done == 1 {
-			s.log.InfoContext(ctx, "agp api key revoked", "key_id", id, "agent_id", agentID)
+			s.log.InfoContext(ctx, "agp api key revoked", "key_id", id, "agent_id", agentID, "actor", access.Actor(ctx))
 			return &agpv1.RevokeApiKeyResponse{}, nil
 		}
 	}

@@ -116,7 +116,13 @@ func (s *Server) loadEscalation(ctx context.Context, id string) (*escalation, er
 // "admin:<principal> via <operator identity>" (no signed attestation:
 // policysvc holds no signing key).
 func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscalationRequest) (*taskv1.ResolveEscalationResponse, error) {
-	if in.GetPrincipal() == "" || len(in.GetPrincipal()) > maxID {
+	principal := in.GetPrincipal()
+	if p, ok := access.Person(ctx); ok {
+		// The console resolves as the person signed in to it, whatever
+		// the request names.
+		principal = p
+	}
+	if principal == "" || len(principal) > maxID {
 		return nil, grpcerr.InvalidArgument("principal-required", "name the resolving principal (at most 128 characters)")
 	}
 	if err := validConfirmStatus(in.GetStatus(), in.GetReason()); err != nil {
@@ -129,7 +135,7 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 	if err != nil {
 		return nil, err
 	}
-	actor := "admin:" + in.GetPrincipal()
+	actor := "admin:" + principal
 	if id, ok := access.Caller(ctx); ok {
 		// The principal is who the operator answers for; the operator
 		// is who its certificate says.
@@ -171,7 +177,7 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			s.log.WarnContext(ctx, "escalation listing not updated", "escalation_id", e.ID, "error", err)
 		}
 	}
-	s.log.InfoContext(ctx, "escalation resolved by admin", "escalation_id", e.ID, "principal", in.GetPrincipal(), "status", e.Status, "task_status", t.Status)
+	s.log.InfoContext(ctx, "escalation resolved by admin", "escalation_id", e.ID, "principal", principal, "status", e.Status, "task_status", t.Status)
 	return &taskv1.ResolveEscalationResponse{Escalation: e.proto(), Task: t.proto()}, nil
 }
 

@@ -544,6 +544,5 @@ func directCaller() *rcnsv1.Caller { return &rcnsv1.Caller{Operator: true} }
 
 // directActor names a direct caller in the events it causes.
 func directActor(ctx context.Context) string {
-	id, _ := access.Caller(ctx)
-	return id.String()
+	return access.Actor(ctx)
 }

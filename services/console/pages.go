@@ -1,0 +1,358 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+)
+
+// maxReason bounds a reason a person types.
+const maxReason = 1024
+
+// Page is one page of a list and the token of the next. The console pages
+// every list, so a page never holds a whole registry: the List RPCs page
+// themselves (AIP-158 page_size, page_token, next_page_token) and the
+// console passes their tokens through; listPage pages what a service
+// answers whole (the catalog snapshot).
+type Page[T any] struct {
+	Items []T
+	// Next is the token of the next page; empty on the last.
+	Next string
+}
+
+// listPage pages a list a service returned whole, with offset tokens.
+func listPage[T any](all []T, token string, size int) (Page[T], error) {
+	off := 0
+	if token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 || n > len(all) {
+			return Page[T]{}, badRequest("the page token is not valid; start from the first page")
+		}
+		off = n
+	}
+	end := min(off+size, len(all))
+	p := Page[T]{Items: all[off:end]}
+	if end < len(all) {
+		p.Next = strconv.Itoa(end)
+	}
+	return p, nil
+}
+
+// escalationRow is one escalation as the queue shows it.
+type escalationRow struct {
+	E   *taskv1.Escalation
+	Age string
+	// Resolved is set once the signed-in person resolved it.
+	Resolved string
+	CSRF     string
+}
+
+func (c *Console) escalationsPage(w http.ResponseWriter, r *http.Request, se session) error {
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	res, err := c.tasks.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: se.person,
+		PageSize: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("page")})
+	if err != nil {
+		return err
+	}
+	list := res.GetEscalations()
+	// Pending ones first on the page (deferred ones wait for a second
+	// look), each group oldest first as listed.
+	slices.SortStableFunc(list, func(a, b *taskv1.Escalation) int {
+		return boolRank(a.GetStatus() != "pending_review") - boolRank(b.GetStatus() != "pending_review")
+	})
+	rows := make([]escalationRow, 0, len(list))
+	for _, e := range list {
+		rows = append(rows, escalationRow{E: e, Age: age(c.now(), e.GetCreatedAt()), CSRF: se.csrf})
+	}
+	return c.page(w, "escalations", "escalations", "Escalations", se, map[string]any{"Rows": rows, "Next": res.GetNextPageToken()})
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// resolutions are the answers a person may give an escalation
+// (core §7.2.11 CONFIRM statuses).
+var resolutions = map[string]bool{"accepted": true, "rejected": true, "deferred": true}
+
+func (c *Console) resolveEscalation(w http.ResponseWriter, r *http.Request, se session) error {
+	st, reason := r.PostForm.Get("status"), strings.TrimSpace(r.PostForm.Get("reason"))
+	if !resolutions[st] {
+		return badRequest("choose approve, deny or defer")
+	}
+	if len(reason) > maxReason {
+		return badRequest("the reason is too long (at most 1024 characters)")
+	}
+	if st == "rejected" && reason == "" {
+		return badRequest("say why the escalation is denied")
+	}
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	res, err := c.tasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: se.person, EscalationId: r.PathValue("id"), Status: st, Reason: reason})
+	if err != nil {
+		return err
+	}
+	c.log.InfoContext(r.Context(), "escalation resolved", "escalation_id", r.PathValue("id"), "status", st, "person", se.person)
+	return c.done(w, r, "/", "escalation-row", escalationRow{E: res.GetEscalation(), Age: age(c.now(), res.GetEscalation().GetCreatedAt()),
+		Resolved: st + " by " + se.person, CSRF: se.csrf})
+}
+
+// statusNames are the agent statuses the filter offers.
+var statusNames = map[string]identityv1.AgentStatus{
+	"active": identityv1.AgentStatus_AGENT_STATUS_ACTIVE, "suspended": identityv1.AgentStatus_AGENT_STATUS_SUSPENDED,
+	"retired": identityv1.AgentStatus_AGENT_STATUS_RETIRED, "deprecated": identityv1.AgentStatus_AGENT_STATUS_DEPRECATED,
+}
+
+func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session) error {
+	q := r.URL.Query()
+	want, owner := q.Get("status"), strings.TrimSpace(q.Get("owner"))
+	if _, ok := statusNames[want]; want != "" && !ok {
+		return badRequest("status is active, suspended, retired or deprecated")
+	}
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: want == "active",
+		PageSize: int32(c.cfg.PageSize), PageToken: q.Get("page")})
+	if err != nil {
+		return err
+	}
+	// identitysvc filters by active only; the other filters apply to the
+	// page it returned, so a filtered page may hold fewer rows.
+	var list []*identityv1.AgentRecord
+	for _, a := range res.GetAgents() {
+		if want != "" && a.GetStatus() != statusNames[want] {
+			continue
+		}
+		if owner != "" && !strings.Contains(a.GetOwner(), owner) && !strings.Contains(a.GetOwnerId(), owner) {
+			continue
+		}
+		list = append(list, a)
+	}
+	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": list, "Next": res.GetNextPageToken(), "Status": want, "Owner": owner})
+}
+
+// transitions are the lifecycle changes the console offers, by form
+// value.
+var transitions = map[string]identityv1.LifecycleTransition{
+	"suspend":   identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_DEACTIVATE,
+	"reinstate": identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REINSTATE,
+	"deprecate": identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_DEPRECATE,
+	"revoke":    identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REVOKE,
+}
+
+func (c *Console) agentPage(w http.ResponseWriter, r *http.Request, se session) error {
+	id := r.PathValue("id")
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	ag, err := c.agents.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: id})
+	if err != nil {
+		return err
+	}
+	d := map[string]any{"Agent": ag.GetAgent()}
+	if g, err := c.agents.GetGenesis(ctx, &identityv1.GetGenesisRequest{AgentId: id}); err == nil {
+		d["Genesis"] = indentJSON(g.GetGenesisJson())
+	}
+	if doc, err := c.agents.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: id, Format: "json"}); err == nil {
+		d["Document"] = indentJSON(doc.GetDocumentJson())
+	}
+	if cert, err := c.agents.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: id, Format: "certificate"}); err == nil {
+		d["Certificate"] = indentJSON(cert.GetDocumentJson())
+	}
+	ev, err := c.audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, PageSize: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("events")})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return err
+	}
+	var events []map[string]any
+	for _, e := range ev.GetEvents() {
+		var p map[string]any
+		_ = json.Unmarshal(e.GetPayloadJson(), &p)
+		events = append(events, map[string]any{"E": e, "Payload": p})
+	}
+	d["Events"], d["NextEvents"] = events, ev.GetNextPageToken()
+	d["Confirm"] = confirmWord(ag.GetAgent())
+	return c.page(w, "agent", "agents", "Agent "+ag.GetAgent().GetName(), se, d)
+}
+
+// confirmWord is what a person types to confirm a lifecycle change: the
+// agent's name, or its Agent-ID when it has none.
+func confirmWord(a *identityv1.AgentRecord) string {
+	if a.GetName() != "" {
+		return a.GetName()
+	}
+	return a.GetAgentId()
+}
+
+func (c *Console) transition(w http.ResponseWriter, r *http.Request, se session) error {
+	id := r.PathValue("id")
+	tr, ok := transitions[r.PostForm.Get("transition")]
+	if !ok {
+		return badRequest("choose suspend, reinstate, deprecate or revoke")
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if reason == "" || len(reason) > maxReason {
+		return badRequest("give a reason (at most 1024 characters)")
+	}
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	ag, err := c.agents.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: id})
+	if err != nil {
+		return err
+	}
+	if r.PostForm.Get("confirm") != confirmWord(ag.GetAgent()) {
+		return badRequest(fmt.Sprintf("type %q to confirm", confirmWord(ag.GetAgent())))
+	}
+	if _, err := c.agents.TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{AgentId: id, Transition: tr, Reason: reason}); err != nil {
+		return err
+	}
+	c.log.InfoContext(r.Context(), "agent lifecycle changed", "agent_id", id, "transition", r.PostForm.Get("transition"), "person", se.person)
+	http.Redirect(w, r, "/agents/"+id, http.StatusSeeOther)
+	return nil
+}
+
+func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request, se session) error {
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	snap, err := c.catalog.GetSnapshot(ctx, &catalogv1.GetSnapshotRequest{})
+	if err != nil {
+		return err
+	}
+	pg, err := listPage(snap.GetSnapshot().GetEndpoints(), r.URL.Query().Get("page"), c.cfg.PageSize)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		E          *catalogv1.Endpoint
+		Definition string
+	}
+	rows := make([]row, 0, len(pg.Items))
+	for _, e := range pg.Items {
+		rows = append(rows, row{E: e, Definition: indentJSON(e.GetDefinitionJson())})
+	}
+	return c.page(w, "endpoints", "endpoints", "Endpoints", se, map[string]any{
+		"Rows": rows, "Next": pg.Next, "Version": snap.GetSnapshot().GetCatalogVersion(), "Revision": snap.GetSnapshot().GetRevision()})
+}
+
+func (c *Console) accessPage(w http.ResponseWriter, r *http.Request, se session) error {
+	q := r.URL.Query()
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	keys, err := c.agpKeys.ListApiKeys(ctx, &agpv1.ListApiKeysRequest{AgentId: q.Get("agent"), PageSize: int32(c.cfg.PageSize), PageToken: q.Get("keys")})
+	if err != nil {
+		return err
+	}
+	cons, err := c.rcns.ListContracts(ctx, &rcnsv1.ListContractsRequest{PageSize: int32(c.cfg.PageSize), PageToken: q.Get("contracts")})
+	if err != nil {
+		return err
+	}
+	return c.page(w, "access", "access", "Access", se, map[string]any{
+		"Keys":      Page[*agpv1.ApiKey]{Items: keys.GetKeys(), Next: keys.GetNextPageToken()},
+		"Contracts": Page[*rcnsv1.Contract]{Items: cons.GetContracts(), Next: cons.GetNextPageToken()},
+		"Agent":     q.Get("agent")})
+}
+
+func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, se session) error {
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	if _, err := c.agpKeys.RevokeApiKey(ctx, &agpv1.RevokeApiKeyRequest{Id: r.PathValue("id")}); err != nil {
+		return err
+	}
+	c.log.InfoContext(r.Context(), "agp key revoked", "key_id", r.PathValue("id"), "person", se.person)
+	return c.done(w, r, "/access", "revoked", map[string]any{"What": "key " + r.PathValue("id"), "Person": se.person})
+}
+
+func (c *Console) revokeContract(w http.ResponseWriter, r *http.Request, se session) error {
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if reason == "" || len(reason) > maxReason {
+		return badRequest("give a reason (at most 1024 characters)")
+	}
+	ctx, cancel := c.rpc(r, se)
+	defer cancel()
+	if _, err := c.rcns.RevokeContract(ctx, &rcnsv1.RevokeContractRequest{SynthesisId: r.PathValue("id"), Reason: reason}); err != nil {
+		return err
+	}
+	c.log.InfoContext(r.Context(), "contract revoked", "synthesis_id", r.PathValue("id"), "person", se.person)
+	return c.done(w, r, "/access", "revoked", map[string]any{"What": "contract " + r.PathValue("id"), "Person": se.person})
+}
+
+func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, se session) error {
+	type row struct{ Name, Status, Detail string }
+	rows := make([]row, 0, len(peerNames))
+	for _, p := range peerNames {
+		ctx, cancel := c.rpc(r, se)
+		res, err := healthpb.NewHealthClient(c.conns[p]).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err != nil {
+			rows = append(rows, row{Name: p, Status: "UNREACHABLE", Detail: status.Convert(err).Message()})
+			continue
+		}
+		rows = append(rows, row{Name: p, Status: res.GetStatus().String()})
+	}
+	return c.page(w, "health", "health", "Health", se, rows)
+}
+
+// age is how long ago t was, coarsely.
+func age(now time.Time, t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	d := now.Sub(t.AsTime())
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + " min"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + " h"
+	}
+	return strconv.Itoa(int(d.Hours()/24)) + " d"
+}
+
+func indentJSON(b []byte) string {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+var funcs = template.FuncMap{
+	"json": func(b []byte) string { return indentJSON(b) },
+	"time": func(t *timestamppb.Timestamp) string {
+		if t == nil {
+			return ""
+		}
+		return t.AsTime().UTC().Format(time.RFC3339)
+	},
+	"status": func(s identityv1.AgentStatus) string {
+		return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
+	},
+	"list": func(s ...string) []string { return s },
+	"short": func(s string) string {
+		if len(s) > 16 {
+			return s[:16] + "…"
+		}
+		return s
+	},
+}
