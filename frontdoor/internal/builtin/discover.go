@@ -282,7 +282,12 @@ func (bi *Registry) describeAgent(ctx context.Context, call *Call) *agtp.Respons
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
 	call.Target = rec.GetAgent()
-	doc, err := bi.Identity.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: rec.GetAgent().GetAgentId(), Format: format})
+	// The document lists the methods this server accepts from the agent
+	// it describes: Supported-Methods narrowed to its scopes
+	// (docs/decisions.md#D-supported-methods).
+	scopes, _ := agtp.ParseScopes(strings.Join(rec.GetAgent().GetScopes(), ", "))
+	doc, err := bi.Identity.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{
+		AgentId: rec.GetAgent().GetAgentId(), Format: format, Methods: call.State.MethodsFor(scopes)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}

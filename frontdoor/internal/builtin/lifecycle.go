@@ -2,8 +2,8 @@ package builtin
 
 import (
 	"context"
-	"strings"
 
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -50,8 +50,8 @@ func (bi *Registry) lifecycle(ctx context.Context, call *Call) *agtp.Response {
 	}
 	body := map[string]any{
 		"agent_id":        target,
-		"status":          stateName(r.GetStatus()),
-		"previous_status": stateName(r.GetPreviousStatus()),
+		"status":          callerpolicy.StateName(r.GetStatus()),
+		"previous_status": callerpolicy.StateName(r.GetPreviousStatus()),
 		"event_type":      r.GetEventType(),
 	}
 	if r.GetNoop() {
@@ -60,10 +60,6 @@ func (bi *Registry) lifecycle(ctx context.Context, call *Call) *agtp.Response {
 		body["audit_id"] = r.GetAuditId()
 	}
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, body)
-}
-
-func stateName(s identityv1.AgentStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
 }
 
 // revokeContract runs REVOKE target=contract (core §7.2.16.1): the
