@@ -70,7 +70,11 @@ func TestRESTGatewayServesEveryAPIWithClientCertificates(t *testing.T) {
 	cases := []struct {
 		service, path, want string
 	}{
-		{"catalogsvc", "/v1/catalog/methods", `"QUERY"`},
+		// The catalog's methods page (AIP-158): the floor's QUERY is on
+		// the page of 1000 (the maximum), and the first page of 2 names the
+		// next one.
+		{"catalogsvc", "/v1/catalog/methods?page_size=1000", `"QUERY"`},
+		{"catalogsvc", "/v1/catalog/methods?page_size=2", `"nextPageToken":"ey`},
 		{"catalogsvc", "/v1/catalog/manifest", `"manifestJson"`},
 		{"auditsvc", "/v1/audit/jwks", `"jwksJson"`},
 		{"identitysvc", "/v1/identity/agents", `{`},
