@@ -335,6 +335,23 @@ func TestConformanceExtra(t *testing.T) {
 		}
 	})
 
+	t.Run("core 6.1.8.1: a suspended target answers 503, a retired one 410; its status sub-resource still answers", func(t *testing.T) {
+		agent := c.registerAgent(t, "extra-target", "orders:read")
+		lifecycle(t, c, "DEACTIVATE", agent, "maintenance")
+		r := waitStatus(t, c, 503, request(t, "DESCRIBE", "/agents/extra-target"))
+		if !strings.Contains(string(r.Body), `"agent-suspended"`) || !strings.Contains(string(r.Body), `"suspended"`) {
+			t.Fatalf("503 body %s does not give the reason and the state", r.Body)
+		}
+		if st := c.roundTrip(t, request(t, "DESCRIBE", "/agents/extra-target/status")); st.Status != 200 || !strings.Contains(string(st.Body), "suspended") {
+			t.Fatalf("status sub-resource of a suspended agent: %d %s", st.Status, st.Body)
+		}
+		lifecycle(t, c, "REVOKE", agent, "retired")
+		r = waitStatus(t, c, 410, request(t, "DESCRIBE", "/agents/"+agent))
+		if !strings.Contains(string(r.Body), `"revoked_at"`) {
+			t.Fatalf("410 body %s does not say when the agent was retired", r.Body)
+		}
+	})
+
 	t.Run("core 65-73: identity documents over DESCRIBE", func(t *testing.T) {
 		r := c.roundTrip(t, request(t, "DESCRIBE", "/agents/extra-buyer"))
 		if ct := r.Header.Get(agtp.HeaderContentType); ct != "application/vnd.agtp.identity+json" && ct != agtp.MediaTypeJSON {

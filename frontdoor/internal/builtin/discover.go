@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -282,6 +283,13 @@ func (bi *Registry) describeAgent(ctx context.Context, call *Call) *agtp.Respons
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
 	call.Target = rec.GetAgent()
+	// A suspended target answers 503 and a retired one 410, as core
+	// §6.1.8.1 says for resolution; the status sub-resource still tells
+	// anyone which state the agent is in.
+	if d := callerpolicy.Target(rec.GetAgent()); !d.Allowed && format != "status" &&
+		(d.Status == agtp.StatusUnavailable || d.Status == agtp.StatusGone) {
+		return call.Fail(d.Status, d.Reason, d.Explanation, d.Fields())
+	}
 	// The document lists the methods this server accepts from the agent
 	// it describes: Supported-Methods narrowed to its scopes
 	// (docs/decisions.md#D-supported-methods).
