@@ -136,7 +136,7 @@ func (c *Console) change(h handler) http.Handler {
 		}
 		if !csrfMatches(se, token) {
 			c.log.WarnContext(r.Context(), "change refused: CSRF token", "person", se.person, "path", r.URL.Path)
-			c.refuse(w, r, http.StatusForbidden, "the form's security token does not belong to this session; reload the page")
+			c.refuse(w, r, http.StatusForbidden, "the form's security token does not belong to your sign-in; reload the page")
 			return
 		}
 		c.serve(w, r, se, h)

@@ -26,8 +26,8 @@ const (
 type session struct {
 	id     string
 	person string
-	// csrf is the token every change must carry (bound to this session:
-	// a token of another or an ended session is refused).
+	// csrf is the token every change must carry (bound to the sign-in:
+	// a token of another or an ended sign-in is refused).
 	csrf    string
 	created time.Time
 	seen    time.Time
