@@ -54,9 +54,11 @@ chromium:
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## lint: gofmt, go vet, staticcheck, buf lint, go mod tidy -diff, and buf
-## breaking against the newest release tag (v*), so that a change to the
-## protos that would break a client built against the release is caught
-RELEASE ?= $(shell git describe --tags --abbrev=0 --match 'v*' 2>/dev/null)
+## breaking against the newest released proto image in proto/releases, so
+## that a change to the protos that would break a client built against the
+## release is caught (the image is committed, so a clone without tags checks
+## the same thing; make proto-release RELEASE=vX.Y.Z records a new one)
+RELEASE_IMAGE ?= $(lastword $(sort $(wildcard proto/releases/v*.binpb)))
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.\(gw\.\)\?go$$')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -64,8 +66,15 @@ lint:
 	$(TOOL) staticcheck $(PKGS)
 	$(TOOL) buf lint
 	$(GO) mod tidy -diff
-	@test -n "$(RELEASE)" || { echo "no release tag (v*) to check the protos against: fetch the tags"; exit 1; }
-	$(TOOL) buf breaking --against '.git#tag=$(RELEASE)'
+	@test -n "$(RELEASE_IMAGE)" || { echo "no released proto image in proto/releases"; exit 1; }
+	$(TOOL) buf breaking --against '$(RELEASE_IMAGE)'
+
+## proto-release: record the protos of release tag RELEASE (e.g. v0.2.0) as
+## the image later changes are checked against
+.PHONY: proto-release
+proto-release:
+	@test -n "$(RELEASE)" || { echo "usage: make proto-release RELEASE=vX.Y.Z"; exit 1; }
+	$(TOOL) buf build '.git#tag=$(RELEASE)' -o proto/releases/$(RELEASE).binpb
 
 ## generate: regenerate the protobuf, gRPC and gateway code (offline, with buf)
 generate:
