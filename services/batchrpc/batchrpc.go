@@ -54,13 +54,7 @@ func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, 
 	errs := make([]error, len(items))
 	run := func(i int) {
 		resps[i], errs[i] = one(ctx, items[i])
-		if errs[i] == nil {
-			return
-		}
-		switch status.Code(errs[i]) {
-		case codes.Internal, codes.Unknown, codes.DataLoss:
-			log.ErrorContext(ctx, "batch item failed", "method", method, "item", i, "error", errs[i].Error())
-		}
+		LogFailed(ctx, log, method, i, errs[i])
 	}
 	var wg sync.WaitGroup
 	if key == nil {
@@ -89,6 +83,19 @@ func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, 
 	}
 	wg.Wait()
 	return resps, errs
+}
+
+// LogFailed logs item i's error if the caller will see it masked
+// (Internal, Unknown, DataLoss), as the logging interceptor logs a failed
+// unary call; a server that decides items without Serve calls it for each.
+func LogFailed(ctx context.Context, log *slog.Logger, method string, i int, err error) {
+	if err == nil {
+		return
+	}
+	switch status.Code(err) {
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		log.ErrorContext(ctx, "batch item failed", "method", method, "item", i, "error", err.Error())
+	}
 }
 
 // EncodeError is err as a serialized google.rpc.Status: code, message and

@@ -10,19 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// appendOp is one compare-and-append (plus its index write) waiting to be
-// sent. Ops of different chains travel together in one pipeline; ops of
-// one chain never do, because the chain's head lock is held while its op
-// is in flight.
+// appendOp is one chain's compare-and-append of one or more records (one
+// appendLua call) with its records' index writes. Ops of different chains
+// travel together in one pipeline; ops of one chain never do, because the
+// chain's records are sent by one leader at a time (Store.lead).
 type appendOp struct {
-	ctx      context.Context
-	garbage  string // index key to delete (a lost attempt's)
-	indexKey string
-	indexVal string
-	keys     []string
-	args     []any
+	// garbage are index entries to delete (lost attempts'); index the
+	// entries of the records this op appends, written ahead of the script.
+	garbage []keyWrite
+	index   []keyWrite
+	keys    []string
+	args    []any
 
-	sent     bool
 	evalVal  any
 	evalErr  error
 	indexErr error
@@ -30,138 +29,76 @@ type appendOp struct {
 	// followed the op's script on its connection failed or counted fewer
 	// replicas: what the script wrote may be on the primary only.
 	replErr error
-	done    chan struct{}
 
-	// Routing of the current send (execCluster): whether the index SET
-	// and the garbage DEL go in the script's pipeline, and where a
-	// redirect (MOVED, or ASK when asking) sent the script.
-	indexHere, garbageHere bool
-	redirect               string
-	asking                 bool
+	// Routing of the current send (execCluster): where a redirect (MOVED,
+	// or ASK when asking) sent the script.
+	redirect string
+	asking   bool
 }
 
-// batcher sends queued ops in pipelines (group commit). There is no
-// background goroutine: the first caller that finds fewer than maxFlushers
-// pipelines in flight sends everything queued, and hands the job to a new
-// goroutine once its own op is answered, so that no caller waits on
-// strangers' traffic. At low load a batch is one op and adds no latency;
-// under load one round trip and one pair of syscalls on each side carry
-// many records, which is what makes thousands of signed appends per second
-// cheap for Redis.
+// keyWrite is one index key to write (val) or delete, and whether the
+// current send carries it in the script's pipeline (here) or elsewhere.
+type keyWrite struct {
+	key, val string
+	here     bool
+}
+
+// batcher sends ops in pipelines: group commit through
+// services/batchrpc.Group, so at low load a pipeline is one op and adds no
+// latency, and under load one round trip and one pair of syscalls on each
+// side carry many chains' records.
 type batcher struct {
-	rdb         redis.UniversalClient
-	maxBatch    int
-	maxFlushers int
+	rdb redis.UniversalClient
+	// multiKey: rdb is one node, so a pipeline's index writes and deletes
+	// go out as one MSET and one DEL instead of a command per record.
+	multiKey bool
 	// acks > 0: every pipeline ends with WAIT acks replTimeout on the
 	// connection that ran its scripts (Options.ReplicaAcks).
 	acks        int
 	replTimeout time.Duration
 	// observe, if set, is told each pipeline's size and round trip.
 	observe func(records int, took time.Duration)
-
-	mu       sync.Mutex
-	pending  []*appendOp
-	flushers int
 }
 
-// do sends op (in some batch) and returns when it has been answered.
-func (b *batcher) do(op *appendOp) {
-	op.done = make(chan struct{})
-	b.mu.Lock()
-	b.pending = append(b.pending, op)
-	if b.flushers < b.maxFlushers {
-		b.flushers++
-		b.mu.Unlock()
-		b.flush(op)
-	} else {
-		b.mu.Unlock()
-	}
-	<-op.done
-}
-
-// flush sends batches until own is answered (own == nil: until the queue
-// is empty), then hands any remaining queue to a new goroutine.
-func (b *batcher) flush(own *appendOp) {
-	for {
-		b.mu.Lock()
-		if len(b.pending) == 0 {
-			b.flushers--
-			b.mu.Unlock()
-			return
-		}
-		var batch []*appendOp
-		if len(b.pending) <= b.maxBatch {
-			batch, b.pending = b.pending, nil
-		} else {
-			batch = append([]*appendOp(nil), b.pending[:b.maxBatch]...)
-			b.pending = append(b.pending[:0], b.pending[b.maxBatch:]...)
-		}
-		b.mu.Unlock()
-		b.exec(batch)
-		if own != nil && isClosed(own.done) {
-			go b.flush(nil) // keeps this flusher's slot
-			return
-		}
-	}
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// exec sends one batch and answers its ops.
-func (b *batcher) exec(batch []*appendOp) {
-	live := batch[:0:0]
-	for _, op := range batch {
-		if err := op.ctx.Err(); err != nil {
-			// Never sent: the outcome is known (not appended).
-			op.evalErr = err
-			close(op.done)
-			continue
-		}
-		live = append(live, op)
-	}
-	if len(live) == 0 {
-		return
-	}
-	for _, op := range live {
-		op.sent = true
-	}
+// exec sends one batch of ops and answers each (batchrpc.Group's exec).
+func (b *batcher) exec(ops []*appendOp) {
 	if b.observe != nil {
 		start := time.Now()
-		defer func() { b.observe(len(live), time.Since(start)) }()
+		defer func() {
+			n := 0
+			for _, op := range ops {
+				n += len(op.index)
+			}
+			b.observe(n, time.Since(start))
+		}()
 	}
-	// The pipeline outlives any one caller's cancellation: once sent, an op
-	// must be answered, or its caller could not tell whether it ran.
+	// The pipeline outlives any one caller's cancellation: once a record
+	// is signed and queued, it must be answered, or its caller could not
+	// tell whether it ran (callers that gave up earlier were dropped
+	// before signing, Store.appendJobs).
 	ctx := context.Background()
 	if cc, ok := b.rdb.(*redis.ClusterClient); ok && b.acks > 0 {
-		b.execCluster(ctx, cc, live)
+		b.execCluster(ctx, cc, ops)
 		return
 	}
 	// One pipeline: on a single node (or a Sentinel-managed primary) it is
 	// one connection, so its WAIT covers its scripts; without WAIT, a
 	// cluster pipeline routes every command by its own key.
-	todo := live
+	todo := ops
 	for reload := 0; len(todo) > 0; reload++ {
 		for _, op := range todo {
-			op.indexHere, op.garbageHere = true, true
+			here(op.index, op.garbage)
 		}
-		cmds, replErr := b.send(ctx, b.rdb, todo, false)
+		cmds, replErr := b.send(ctx, b.rdb, todo, false, b.multiKey)
 		var again []*appendOp
 		for i, op := range todo {
-			op.indexErr = cmds[i].set.Err()
+			op.indexErr = cmds[i].indexErr()
 			op.evalVal, op.evalErr = cmds[i].eval.Val(), cmds[i].eval.Err()
 			if isNoScript(op.evalErr) && reload < 2 {
 				again = append(again, op)
 				continue
 			}
 			op.replErr = replErr
-			close(op.done)
 		}
 		if len(again) > 0 {
 			// NOSCRIPT: the script cache was flushed (restart, failover);
@@ -169,12 +106,20 @@ func (b *batcher) exec(batch []*appendOp) {
 			if err := appendScript.Load(ctx, b.rdb).Err(); err != nil {
 				for _, op := range again {
 					op.evalErr = fmt.Errorf("load script: %w", err)
-					close(op.done)
 				}
 				return
 			}
 		}
 		todo = again
+	}
+}
+
+// here marks every write as carried by the script's pipeline.
+func here(lists ...[]keyWrite) {
+	for _, l := range lists {
+		for i := range l {
+			l[i].here = true
+		}
 	}
 }
 
@@ -185,25 +130,63 @@ type pipeliner interface {
 
 // sentOp is one op's commands in a pipeline.
 type sentOp struct {
-	set  *redis.StatusCmd // nil when the index entry went elsewhere
+	sets []*redis.StatusCmd // its index writes sent here, or the pipeline's MSET
 	eval *redis.Cmd
 }
 
-// send pipelines ops on c: for each op, the lost attempt's index DEL and
-// the index SET when they belong on c (garbageHere, indexHere), then the
-// script (after ASKING when asking), and with acks > 0 a final WAIT. It
-// returns each op's commands and the WAIT's verdict: nil when the replicas
-// have everything the connection wrote, including what the scripts wrote.
-func (b *batcher) send(ctx context.Context, c pipeliner, ops []*appendOp, asking bool) ([]sentOp, error) {
+// indexErr is the first failed index write of the op.
+func (c sentOp) indexErr() error {
+	for _, s := range c.sets {
+		if err := s.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send pipelines ops on c: the lost attempts' index DELs and the index
+// SETs that belong on c (here), then each op's script (after ASKING when
+// asking), and with acks > 0 a final WAIT. With multiKey (c is one node)
+// the DELs are one DEL and the SETs one MSET. It returns each op's
+// commands and the WAIT's verdict: nil when the replicas have everything
+// the connection wrote, including what the scripts wrote.
+func (b *batcher) send(ctx context.Context, c pipeliner, ops []*appendOp, asking, multiKey bool) ([]sentOp, error) {
 	cmds := make([]sentOp, len(ops))
 	var wait *redis.Cmd
 	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, op := range ops {
-			if op.garbage != "" && op.garbageHere {
-				pl.Del(ctx, op.garbage)
+		if multiKey {
+			var del []string
+			var set []any
+			for _, op := range ops {
+				for _, g := range op.garbage {
+					del = append(del, g.key)
+				}
+				for _, w := range op.index {
+					set = append(set, w.key, w.val)
+				}
 			}
-			if op.indexHere {
-				cmds[i].set = pl.Set(ctx, op.indexKey, op.indexVal, 0)
+			if len(del) > 0 {
+				pl.Del(ctx, del...)
+			}
+			if len(set) > 0 {
+				mset := pl.MSet(ctx, set...)
+				for i := range cmds {
+					cmds[i].sets = []*redis.StatusCmd{mset}
+				}
+			}
+		}
+		for i, op := range ops {
+			if !multiKey {
+				for _, g := range op.garbage {
+					if g.here {
+						pl.Del(ctx, g.key)
+					}
+				}
+				for _, w := range op.index {
+					if w.here {
+						cmds[i].sets = append(cmds[i].sets, pl.Set(ctx, w.key, w.val, 0))
+					}
+				}
 			}
 			if asking {
 				pl.Do(ctx, "asking")
@@ -267,7 +250,6 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 				node, err := cc.MasterForKey(ctx, op.keys[0])
 				if err != nil {
 					op.evalErr = fmt.Errorf("route %s: %w", op.keys[0], err)
-					close(op.done)
 					continue
 				}
 				k.node = node
@@ -280,32 +262,40 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 		var foreign []*appendOp
 		for _, k := range keys {
 			for _, op := range groups[k] {
-				op.indexHere = !k.asking && servedBy(ctx, cc, op.indexKey, k.node)
-				op.garbageHere = op.garbage == "" || !k.asking && servedBy(ctx, cc, op.garbage, k.node)
-				if !op.indexHere || !op.garbageHere {
+				away := false
+				for _, l := range [][]keyWrite{op.index, op.garbage} {
+					for i := range l {
+						l[i].here = !k.asking && servedBy(ctx, cc, l[i].key, k.node)
+						away = away || !l[i].here
+					}
+				}
+				if away {
 					foreign = append(foreign, op)
 				}
 			}
 		}
 		var wg sync.WaitGroup
+		foreignErrs := make([]error, len(foreign))
 		if len(foreign) > 0 {
 			wg.Go(func() {
-				sets := make([]*redis.StatusCmd, len(foreign))
+				sets := make([][]*redis.StatusCmd, len(foreign))
 				_, _ = cc.Pipelined(ctx, func(pl redis.Pipeliner) error {
 					for i, op := range foreign {
-						if !op.garbageHere {
-							pl.Del(ctx, op.garbage)
+						for _, g := range op.garbage {
+							if !g.here {
+								pl.Del(ctx, g.key)
+							}
 						}
-						if !op.indexHere {
-							sets[i] = pl.Set(ctx, op.indexKey, op.indexVal, 0)
+						for _, w := range op.index {
+							if !w.here {
+								sets[i] = append(sets[i], pl.Set(ctx, w.key, w.val, 0))
+							}
 						}
 					}
 					return nil
 				})
-				for i, op := range foreign {
-					if sets[i] != nil {
-						op.indexErr = sets[i].Err()
-					}
+				for i := range foreign {
+					foreignErrs[i] = sentOp{sets: sets[i]}.indexErr()
 				}
 			})
 		}
@@ -314,9 +304,12 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 			replErr error
 		}, len(keys))
 		for i, k := range keys {
-			wg.Go(func() { results[i].cmds, results[i].replErr = b.send(ctx, k.node, groups[k], k.asking) })
+			wg.Go(func() { results[i].cmds, results[i].replErr = b.send(ctx, k.node, groups[k], k.asking, false) })
 		}
 		wg.Wait()
+		for i, op := range foreign {
+			op.indexErr = foreignErrs[i]
+		}
 
 		var again []*appendOp
 		noScript := map[*redis.Client][]*appendOp{}
@@ -324,8 +317,8 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 		for i, k := range keys {
 			for j, op := range groups[k] {
 				c := results[i].cmds[j]
-				if c.set != nil {
-					op.indexErr = c.set.Err()
+				if err := c.indexErr(); err != nil {
+					op.indexErr = err
 				}
 				op.evalVal, op.evalErr = c.eval.Val(), c.eval.Err()
 				if round < clusterRounds {
@@ -359,7 +352,6 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 					cc.ReloadState(ctx)
 				}
 				op.replErr = results[i].replErr
-				close(op.done)
 			}
 		}
 		for node, ops := range noScript {
@@ -368,7 +360,6 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 			if err := appendScript.Load(ctx, node).Err(); err != nil {
 				for _, op := range ops {
 					op.evalErr = fmt.Errorf("load script: %w", err)
-					close(op.done)
 				}
 				continue
 			}

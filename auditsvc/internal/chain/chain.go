@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -141,6 +142,7 @@ type Store struct {
 	signer atomic.Pointer[attribution.Signer]
 	heads  headCache
 	batch  batcher
+	group  *batchrpc.Group[*appendOp]
 	// writerID names this store in chain leases (see appendLua).
 	writerID string
 
@@ -179,8 +181,10 @@ func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger
 	}
 	s.signer.Store(signer)
 	s.heads.init(s.opts.CacheChains)
-	s.batch = batcher{rdb: rdb, maxBatch: s.opts.MaxBatch, maxFlushers: s.opts.Pipelines,
-		acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout, observe: s.opts.ObserveBatch}
+	_, single := rdb.(*redis.Client)
+	s.batch = batcher{rdb: rdb, multiKey: single, acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout,
+		observe: s.opts.ObserveBatch}
+	s.group = batchrpc.NewGroup(s.batch.exec, s.opts.Pipelines, s.opts.MaxBatch)
 	return s, nil
 }
 
@@ -368,39 +372,176 @@ func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.
 // fingerprint differs. So a caller that got ErrUnavailable (outcome
 // unknown) can retry without attesting the response twice. A zero req is
 // Append.
-func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (_ Appended, err error) {
-	if s.opts.ObserveAppend != nil {
-		start := time.Now()
-		defer func() { s.opts.ObserveAppend(time.Since(start), err) }()
+func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
+	return s.start(ctx, stream, chain, p, outcome, req, true).Wait()
+}
+
+// Pending is an append on its way (Start).
+type Pending struct{ j *job }
+
+// Start queues an append as AppendOnce does and returns without waiting
+// for it. Appends started one after another on one (stream, chain) are
+// appended in that order, and those that wait together go to Redis in one
+// script call (appendLua): a caller with several records of one chain
+// (SignAndAppendBatch) starts them all, then waits for each.
+func (s *Store) Start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) Pending {
+	return s.start(ctx, stream, chain, p, outcome, req, false)
+}
+
+// Wait returns the append's result, as AppendOnce would have.
+func (p Pending) Wait() (Appended, error) {
+	<-p.j.done
+	return p.j.res, p.j.err
+}
+
+// job is one record in its chain's queue.
+type job struct {
+	ctx     context.Context
+	start   time.Time
+	p       attribution.Payload
+	outcome *IdempotentOutcome
+	req     Request
+	reqKey  string
+	// garbage is the index entry of this record's attempt that lost the
+	// race, deleted with its next attempt.
+	garbage string
+	// The current attempt.
+	jws, id string
+	seq     uint64
+	at      time.Time
+
+	res  Appended
+	err  error
+	done chan struct{}
+}
+
+func (s *Store) start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request, inline bool) Pending {
+	j := &job{ctx: ctx, start: time.Now(), p: p, outcome: outcome, req: req, done: make(chan struct{})}
+	if err := s.check(stream, chain, &j.p, outcome, req); err != nil {
+		s.answer(nil, j, Appended{}, err)
+		return Pending{j}
 	}
+	if req.ID != "" {
+		j.reqKey = requestKey(stream, chain, req.ID)
+	}
+	st := s.heads.get(stream, chain)
+	st.mu.Lock()
+	st.queue = append(st.queue, j)
+	if st.busy {
+		st.mu.Unlock()
+		return Pending{j}
+	}
+	st.busy = true
+	st.mu.Unlock()
+	if inline {
+		s.lead(st, j)
+	} else {
+		go s.lead(st, nil)
+	}
+	return Pending{j}
+}
+
+// check refuses an append that cannot be made.
+func (s *Store) check(stream, chain string, p *attribution.Payload, outcome *IdempotentOutcome, req Request) error {
 	if !ValidStreamName(stream) || !ValidChainID(chain) {
-		return Appended{}, fmt.Errorf("%w: stream %q chain %q", ErrInvalid, stream, chain)
+		return fmt.Errorf("%w: stream %q chain %q", ErrInvalid, stream, chain)
 	}
 	if p.PreviousAuditID != "" {
-		return Appended{}, fmt.Errorf("%w: previous_audit_id is set by the store", ErrInvalid)
+		return fmt.Errorf("%w: previous_audit_id is set by the store", ErrInvalid)
 	}
 	if outcome != nil {
 		if outcome.TTL <= 0 || outcome.Token == "" {
-			return Appended{}, fmt.Errorf("%w: idempotent outcome without token or TTL", ErrInvalid)
+			return fmt.Errorf("%w: idempotent outcome without token or TTL", ErrInvalid)
 		}
 		if !strings.HasPrefix(outcome.Slot, slotPrefix(chain)) {
-			return Appended{}, fmt.Errorf("%w: idempotency slot is not one of this chain's agent", ErrInvalid)
+			return fmt.Errorf("%w: idempotency slot is not one of this chain's agent", ErrInvalid)
 		}
 	}
 	if req != (Request{}) && (!ValidRequestID(req.ID) || req.Fingerprint == "") {
-		return Appended{}, fmt.Errorf("%w: request ID %q or its fingerprint", ErrInvalid, req.ID)
+		return fmt.Errorf("%w: request ID %q or its fingerprint", ErrInvalid, req.ID)
 	}
 	p.AuditRecordVersion = attribution.RecordVersion
-	headKey, streamKey := keys(stream, chain)
-	st := s.heads.get(stream + "\x00" + chain)
-	st.mu.Lock()
-	res, err := s.appendLocked(ctx, st, stream, chain, headKey, streamKey, p, outcome, req)
-	st.mu.Unlock()
-	if err == nil && !res.Replayed && s.opts.OnAppend != nil {
-		s.opts.OnAppend(attribution.Entry{Format: "jws", Stream: stream, Chain: chain, Sequence: res.Sequence,
-			AuditID: res.AuditID, JWS: res.JWS, StoredAt: res.StoredAt})
+	return nil
+}
+
+// lead appends st's queue, up to MaxBatch records per script call, until
+// the queue is empty or, when own is set, until own is answered; then it
+// hands what is still queued to a new goroutine, so that a caller never
+// waits on later callers' records. Only one leader per chain runs at a
+// time (st.busy), which is what keeps this process's records of one chain
+// in order and its head cache consistent.
+func (s *Store) lead(st *headState, own *job) {
+	for {
+		st.mu.Lock()
+		if len(st.queue) == 0 {
+			st.busy = false
+			st.mu.Unlock()
+			return
+		}
+		if own != nil && isDone(own.done) {
+			st.mu.Unlock()
+			go s.lead(st, nil) // keeps st.busy
+			return
+		}
+		n := min(len(st.queue), s.opts.MaxBatch)
+		batch := make([]*job, n)
+		copy(batch, st.queue)
+		rest := copy(st.queue, st.queue[n:])
+		clear(st.queue[rest:])
+		st.queue = st.queue[:rest]
+		st.mu.Unlock()
+		s.appendJobs(st, batch)
 	}
-	return res, err
+}
+
+func isDone(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// answer gives j its result.
+func (s *Store) answer(st *headState, j *job, a Appended, err error) {
+	if err == nil && !a.Replayed && s.opts.OnAppend != nil {
+		s.opts.OnAppend(attribution.Entry{Format: "jws", Stream: st.stream, Chain: st.chain, Sequence: a.Sequence,
+			AuditID: a.AuditID, JWS: a.JWS, StoredAt: a.StoredAt})
+	}
+	if s.opts.ObserveAppend != nil {
+		s.opts.ObserveAppend(time.Since(j.start), err)
+	}
+	j.res, j.err = a, err
+	close(j.done)
+}
+
+// dropGarbage deletes the index entries of jobs' lost attempts, for jobs
+// answered without another attempt.
+func (s *Store) dropGarbage(ctx context.Context, jobs ...*job) {
+	var keys []string
+	for _, j := range jobs {
+		if j.garbage != "" {
+			keys = append(keys, j.garbage)
+			j.garbage = ""
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	_, _ = s.rdb.Pipelined(context.WithoutCancel(ctx), func(pl redis.Pipeliner) error {
+		for _, k := range keys {
+			pl.Del(ctx, k) // one key a command: index keys are in different slots
+		}
+		return nil
+	})
+}
+
+// failAll answers every job with err.
+func (s *Store) failAll(st *headState, jobs []*job, err error) {
+	for _, j := range jobs {
+		s.answer(st, j, Appended{}, err)
+	}
 }
 
 // slotPrefix is the key prefix of every idempotency slot of chain's agent.
@@ -409,164 +550,238 @@ func slotPrefix(chain string) string {
 	return k[:len(k)-64]
 }
 
-func (s *Store) appendLocked(ctx context.Context, st *headState, stream, chain, headKey, streamKey string,
-	p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
-	if !st.valid {
-		if err := s.loadHead(ctx, st, headKey); err != nil {
-			return Appended{}, err
-		}
-	}
-	keysArg := []string{headKey, streamKey}
-	var tok, ttl string
-	var resp []byte
-	if outcome != nil {
-		keysArg = append(keysArg, outcome.Slot)
-		tok, ttl, resp = outcome.Token, strconv.FormatInt(outcome.TTL.Milliseconds(), 10), outcome.Response
-	}
-	var window int64
-	if req.ID != "" {
-		keysArg = append(keysArg, requestKey(stream, chain, req.ID))
-		window = s.opts.RequestWindow.Milliseconds()
-	}
+// appendJobs signs jobs as consecutive records of st's chain, against the
+// cached head, and appends them with one script call; records the script
+// did not get to (after a replay, or all of them after a conflict) are
+// signed again against the head it answered and sent again. Every job is
+// answered before it returns.
+func (s *Store) appendJobs(st *headState, jobs []*job) {
 	proof := ""
 	if s.opts.ReplicaAcks > 0 {
 		proof = "1"
 	}
+	window := s.opts.RequestWindow.Milliseconds()
 	signer := s.signer.Load()
-	var garbage string // index key of a record that lost the race
-	for attempt := 1; ; attempt++ {
-		p.PreviousAuditID = st.head
-		jws, id, err := signer.SignPayload(&p)
-		if err != nil {
-			return Appended{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	conflicts := 0
+	for len(jobs) > 0 {
+		// Callers that gave up before their record was signed: the
+		// outcome is known (not appended).
+		live := jobs[:0]
+		for _, j := range jobs {
+			if err := j.ctx.Err(); err != nil {
+				s.dropGarbage(j.ctx, j)
+				s.answer(st, j, Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, err))
+				continue
+			}
+			live = append(live, j)
 		}
-		now := s.opts.Now()
-		seq := st.length + 1
+		if jobs = live; len(jobs) == 0 {
+			return
+		}
+		ctx := context.WithoutCancel(jobs[0].ctx)
+		if !st.valid {
+			if err := s.loadHead(ctx, st); err != nil {
+				s.dropGarbage(ctx, jobs...)
+				s.failAll(st, jobs, err)
+				return
+			}
+		}
 		claim := "0"
-		if attempt > 1 {
+		if conflicts > 0 {
 			claim = "1"
 		}
-		// The index entry is written in the same round trip, ahead of the
-		// script, so an acknowledged record always has one (single node;
-		// see docs/audit.md for Cluster). An entry for a record that then
-		// loses the race points at a sequence holding another record, and
-		// Get refuses it because the hash does not match.
-		op := &appendOp{
-			ctx: ctx, garbage: garbage,
-			indexKey: rediskeys.AuditIndex(id), indexVal: indexValue(stream, seq, chain),
-			keys: keysArg,
-			args: []any{st.head, strconv.FormatUint(st.length, 10), id, jws, now.UnixMilli(), tok, ttl, resp,
-				s.writerID, claim, leaseMillis, req.Fingerprint, window, proof},
-		}
-		s.batch.do(op)
-		if !op.sent {
-			if garbage != "" {
-				s.rdb.Del(context.WithoutCancel(ctx), garbage)
+		op := &appendOp{keys: make([]string, 2, 2+2*len(jobs)), args: make([]any, 8, 8+7*len(jobs))}
+		op.keys[0], op.keys[1] = st.headKey, st.streamKey
+		now := s.opts.Now()
+		prev, seq := st.head, st.length
+		signed := jobs[:0]
+		for _, j := range jobs {
+			j.p.PreviousAuditID = prev
+			jws, id, err := signer.SignPayload(&j.p)
+			if err != nil {
+				s.dropGarbage(ctx, j)
+				s.answer(st, j, Appended{}, fmt.Errorf("%w: %v", ErrInvalid, err))
+				continue
 			}
-			return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, op.evalErr)
+			seq++
+			j.jws, j.id, j.seq, j.at, prev = jws, id, seq, now, id
+			if j.garbage != "" {
+				op.garbage = append(op.garbage, keyWrite{key: j.garbage})
+				j.garbage = ""
+			}
+			// The index entry is written in the same round trip, ahead of
+			// the script, so an acknowledged record always has one (single
+			// node; see docs/audit.md for Cluster). An entry for a record
+			// that then loses the race points at a sequence holding
+			// another record, and Get refuses it because the hash does not
+			// match.
+			op.index = append(op.index, keyWrite{key: rediskeys.AuditIndex(id), val: indexValue(st.stream, seq, st.chain)})
+			var tok, ttl, fp string
+			var resp []byte
+			if o := j.outcome; o != nil {
+				op.keys = append(op.keys, o.Slot)
+				tok, ttl, resp = o.Token, strconv.FormatInt(o.TTL.Milliseconds(), 10), o.Response
+			}
+			if j.reqKey != "" {
+				op.keys = append(op.keys, j.reqKey)
+				fp = j.req.Fingerprint
+			}
+			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp)
+			signed = append(signed, j)
 		}
+		if jobs = signed; len(jobs) == 0 {
+			return
+		}
+		op.args[0], op.args[1], op.args[2], op.args[3] = st.head, strconv.FormatUint(st.length, 10), s.writerID, claim
+		op.args[4], op.args[5], op.args[6], op.args[7] = leaseMillis, window, proof, len(jobs)
+		s.group.Do(op)
+
 		if op.evalErr != nil {
 			// The script may have run before the connection failed:
-			// forget the head and let the caller answer 503.
+			// forget the head and let the callers answer 503.
 			st.valid = false
-			s.unknownOutcm.Add(1)
-			return Appended{}, fmt.Errorf("%w: append: %v", ErrUnavailable, op.evalErr)
+			s.unknownOutcm.Add(uint64(len(jobs)))
+			s.failAll(st, jobs, fmt.Errorf("%w: append: %v", ErrUnavailable, op.evalErr))
+			return
 		}
-		garbage = ""
-		if op.indexErr != nil {
-			s.indexErrors.Add(1)
-			s.log.ErrorContext(ctx, "audit index write failed; record is in its chain, rebuild the index", "audit_id", id, "chain", chain, "stream", stream, "err", op.indexErr)
-		}
-		r, perr := parseScriptReply(op.evalVal)
+		replies, perr := parseScriptReplies(op.evalVal, len(jobs))
 		if perr != nil {
 			st.valid = false
-			return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, perr)
+			s.failAll(st, jobs, fmt.Errorf("%w: %v", ErrUnavailable, perr))
+			return
 		}
-		switch r.kind {
-		case replyReplayed:
-			s.forgetIndex(ctx, id, r.auditID)
-			if op.replErr != nil {
+		if replies[0].kind == replyConflict {
+			r := replies[0]
+			n, perr := strconv.ParseUint(r.b, 10, 64)
+			if perr != nil || !attribution.IsAuditID(r.a) {
 				st.valid = false
-				return Appended{}, s.notReplicated(ctx, stream, chain, r.auditID, r.seq, op.replErr)
+				s.failAll(st, jobs, fmt.Errorf("%w: bad head in conflict reply %q %q", ErrUnavailable, r.a, r.b))
+				return
 			}
-			return s.replayed(ctx, st, stream, chain, req, r)
-		case replyReused:
-			s.forgetIndex(ctx, id, r.auditID)
-			s.log.WarnContext(ctx, "request ID reused with other content; refused", "chain", chain, "stream", stream,
-				"request_id", req.ID, "audit_id", r.auditID)
-			return Appended{}, fmt.Errorf("%w: request %s was appended to %s/%s as record %s (sequence %s)",
-				ErrRequestReused, req.ID, stream, chain, r.auditID, r.seq)
-		}
-		ok, a, b := r.kind == replyAppended, r.a, r.b
-		if ok {
-			if a != strconv.FormatUint(seq, 10) {
-				st.valid = false
-				return Appended{}, fmt.Errorf("%w: script appended sequence %s, expected %d", ErrUnavailable, a, seq)
-			}
-			if op.replErr != nil {
-				// Appended, but maybe on the primary only: a failover now
-				// could lose it, so it is not acknowledged. The head is
-				// forgotten, as after any 503.
-				st.valid = false
-				return Appended{}, s.notReplicated(ctx, stream, chain, id, a, op.replErr)
-			}
-			prev := st.head
-			st.head, st.length = id, seq
-			stored := b == "1"
-			if outcome != nil && !stored {
-				s.outcomeMiss.Add(1)
-				s.log.WarnContext(ctx, "idempotency token no longer holds the slot; outcome not stored", "chain", chain, "audit_id", id)
-			}
-			return Appended{JWS: jws, AuditID: id, PreviousAuditID: prev, Sequence: seq, StoredAt: now, OutcomeStored: stored}, nil
-		}
-		n, perr := strconv.ParseUint(b, 10, 64)
-		if perr != nil || !attribution.IsAuditID(a) {
-			st.valid = false
-			return Appended{}, fmt.Errorf("%w: bad head in conflict reply %q %q", ErrUnavailable, a, b)
-		}
-		if n >= seq {
-			// A client library that re-sent the script after a network
-			// error makes our own record look like a conflict. Re-signing
-			// would attest the response twice, so look first.
-			if done, err := s.appliedEarlier(ctx, stream, chain, seq, id, a); err != nil {
-				st.valid = false
-				return Appended{}, err
-			} else if done {
-				if s.opts.ReplicaAcks > 0 {
-					// An earlier send of this script appended it, maybe
-					// on another connection: this one's WAIT proves
-					// nothing about it. Unknown outcome; a retry with the
-					// request ID gets the record with a proof.
+			if n >= jobs[0].seq {
+				// A client library that re-sent the script after a network
+				// error makes our own records look like a conflict.
+				// Re-signing would attest the responses twice, so look
+				// first.
+				done, err := s.appliedEarlier(ctx, st, jobs, r.a)
+				if err != nil {
 					st.valid = false
-					return Appended{}, s.notReplicated(ctx, stream, chain, id, strconv.FormatUint(seq, 10),
-						errors.New("appended by an earlier send of the script, whose replication this send cannot prove"))
+					s.failAll(st, jobs, err)
+					return
 				}
-				prev := st.head
-				st.head, st.length = a, n
-				stored := s.outcomeStored(ctx, outcome)
-				return Appended{JWS: jws, AuditID: id, PreviousAuditID: prev, Sequence: seq, StoredAt: now, OutcomeStored: stored}, nil
+				for _, j := range jobs[:done] {
+					s.answerAppliedEarlier(ctx, st, j)
+				}
+				jobs = jobs[done:]
+				if done > 0 {
+					st.head, st.length, st.valid = r.a, n, true
+					if s.opts.ReplicaAcks > 0 {
+						st.valid = false
+					}
+					continue
+				}
 			}
-		}
-		// The head moved (another replica appended): adopt it and re-sign.
-		s.conflicts.Add(1)
-		st.head, st.length, st.valid = a, n, true
-		garbage = rediskeys.AuditIndex(id)
-		if attempt >= s.opts.MaxAttempts {
-			s.rdb.Del(context.WithoutCancel(ctx), garbage)
-			return Appended{}, fmt.Errorf("%w: %d attempts on %s/%s", ErrContended, attempt, stream, chain)
-		}
-		if attempt > 2 {
-			// Two replicas hammering one chain: let one of them through.
-			t := time.NewTimer(time.Duration(mrand.Int64N(int64(attempt) * int64(100*time.Microsecond))))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				s.rdb.Del(context.WithoutCancel(ctx), garbage)
-				return Appended{}, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
-			case <-t.C:
+			// The head moved (another replica appended): adopt it and re-sign.
+			s.conflicts.Add(1)
+			conflicts++
+			st.head, st.length, st.valid = r.a, n, true
+			for _, j := range jobs {
+				j.garbage = rediskeys.AuditIndex(j.id)
 			}
+			if conflicts >= s.opts.MaxAttempts {
+				s.dropGarbage(ctx, jobs...)
+				s.failAll(st, jobs, fmt.Errorf("%w: %d attempts on %s/%s", ErrContended, conflicts, st.stream, st.chain))
+				return
+			}
+			if conflicts > 1 {
+				// Two replicas hammering one chain: let one of them through.
+				time.Sleep(time.Duration(mrand.Int64N(int64(conflicts+1) * int64(100*time.Microsecond))))
+			}
+			continue
+		}
+		conflicts = 0
+		if op.indexErr != nil {
+			s.indexErrors.Add(uint64(len(replies)))
+			s.log.ErrorContext(ctx, "audit index write failed; records are in their chain, rebuild the index",
+				"chain", st.chain, "stream", st.stream, "first_audit_id", jobs[0].id, "records", len(replies), "err", op.indexErr)
+		}
+		for i, r := range replies {
+			s.settle(ctx, st, jobs[i], r, op.replErr)
+		}
+		// Records after a replay or a reuse were signed against a record
+		// that was not appended: sign them again.
+		jobs = jobs[len(replies):]
+		for _, j := range jobs {
+			j.garbage = rediskeys.AuditIndex(j.id)
 		}
 	}
+}
+
+// settle answers j from its script reply r.
+func (s *Store) settle(ctx context.Context, st *headState, j *job, r scriptReply, replErr error) {
+	switch r.kind {
+	case replyReplayed:
+		s.forgetIndex(ctx, j.id, r.auditID)
+		if replErr != nil {
+			st.valid = false
+			s.answer(st, j, Appended{}, s.notReplicated(ctx, st.stream, st.chain, r.auditID, r.seq, replErr))
+			return
+		}
+		a, err := s.replayed(ctx, st, j.req, r)
+		s.answer(st, j, a, err)
+		return
+	case replyReused:
+		s.forgetIndex(ctx, j.id, r.auditID)
+		s.log.WarnContext(ctx, "request ID reused with other content; refused", "chain", st.chain, "stream", st.stream,
+			"request_id", j.req.ID, "audit_id", r.auditID)
+		s.answer(st, j, Appended{}, fmt.Errorf("%w: request %s was appended to %s/%s as record %s (sequence %s)",
+			ErrRequestReused, j.req.ID, st.stream, st.chain, r.auditID, r.seq))
+		return
+	case replyAppended:
+	default:
+		st.valid = false
+		s.answer(st, j, Appended{}, fmt.Errorf("%w: script answered %d for record %d of a batch", ErrUnavailable, r.kind, j.seq))
+		return
+	}
+	if r.a != strconv.FormatUint(j.seq, 10) {
+		st.valid = false
+		s.answer(st, j, Appended{}, fmt.Errorf("%w: script appended sequence %s, expected %d", ErrUnavailable, r.a, j.seq))
+		return
+	}
+	if replErr != nil {
+		// Appended, but maybe on the primary only: a failover now could
+		// lose it, so it is not acknowledged. The head is forgotten, as
+		// after any 503.
+		st.valid = false
+		s.answer(st, j, Appended{}, s.notReplicated(ctx, st.stream, st.chain, j.id, r.a, replErr))
+		return
+	}
+	prev := j.p.PreviousAuditID
+	if st.valid {
+		st.head, st.length = j.id, j.seq
+	}
+	stored := r.b == "1"
+	if j.outcome != nil && !stored {
+		s.outcomeMiss.Add(1)
+		s.log.WarnContext(ctx, "idempotency token no longer holds the slot; outcome not stored", "chain", st.chain, "audit_id", j.id)
+	}
+	s.answer(st, j, Appended{JWS: j.jws, AuditID: j.id, PreviousAuditID: prev, Sequence: j.seq, StoredAt: j.at, OutcomeStored: stored}, nil)
+}
+
+// answerAppliedEarlier answers j, whose record an earlier send of the same
+// script appended.
+func (s *Store) answerAppliedEarlier(ctx context.Context, st *headState, j *job) {
+	if s.opts.ReplicaAcks > 0 {
+		// An earlier send of this script appended it, maybe on another
+		// connection: this one's WAIT proves nothing about it. Unknown
+		// outcome; a retry with the request ID gets the record with a
+		// proof.
+		s.answer(st, j, Appended{}, s.notReplicated(ctx, st.stream, st.chain, j.id, strconv.FormatUint(j.seq, 10),
+			errors.New("appended by an earlier send of the script, whose replication this send cannot prove")))
+		return
+	}
+	s.answer(st, j, Appended{JWS: j.jws, AuditID: j.id, PreviousAuditID: j.p.PreviousAuditID, Sequence: j.seq,
+		StoredAt: j.at, OutcomeStored: s.outcomeStored(ctx, j.outcome)}, nil)
 }
 
 // notReplicated counts, logs and returns the error for a record that the
@@ -593,7 +808,8 @@ func (s *Store) forgetIndex(ctx context.Context, attempt, appended string) {
 
 // replayed answers a retried request with the record it appended before,
 // as the first answer described it.
-func (s *Store) replayed(ctx context.Context, st *headState, stream, chain string, req Request, r scriptReply) (Appended, error) {
+func (s *Store) replayed(ctx context.Context, st *headState, req Request, r scriptReply) (Appended, error) {
+	stream, chain := st.stream, st.chain
 	if n, err := strconv.ParseUint(r.curLen, 10, 64); err == nil && attribution.IsAuditID(r.curHead) {
 		st.head, st.length, st.valid = r.curHead, n, true
 	} else {
@@ -621,16 +837,21 @@ func (s *Store) replayed(ctx context.Context, st *headState, stream, chain strin
 		StoredAt: at, OutcomeStored: r.outcomeStored, Replayed: true}, nil
 }
 
-// appliedEarlier reports whether record id already sits at seq.
-func (s *Store) appliedEarlier(ctx context.Context, stream, chain string, seq uint64, id, head string) (bool, error) {
-	if head == id {
-		return true, nil
+// appliedEarlier reports how many of jobs' records, from the first,
+// already sit at their sequences; head is the chain's head now.
+func (s *Store) appliedEarlier(ctx context.Context, st *headState, jobs []*job, head string) (int, error) {
+	if len(jobs) == 1 && head == jobs[0].id {
+		return 1, nil
 	}
-	es, err := s.Range(ctx, stream, chain, seq, 1)
+	es, err := s.Range(ctx, st.stream, st.chain, jobs[0].seq, int64(len(jobs)))
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	return len(es) == 1 && es[0].Sequence == seq && es[0].AuditID == id, nil
+	n := 0
+	for n < len(es) && n < len(jobs) && es[n].Sequence == jobs[n].seq && es[n].AuditID == jobs[n].id {
+		n++
+	}
+	return n, nil
 }
 
 // outcomeStored reads back whether an outcome is in its slot.
@@ -670,7 +891,28 @@ type scriptReply struct {
 	jws, storedAt, curHead, curLen string
 }
 
-// parseScriptReply reads an appendLua reply.
+// parseScriptReplies reads an appendLua reply to a call with n records:
+// 1 to n entries, a conflict only as the only one.
+func parseScriptReplies(v any, n int) ([]scriptReply, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 || len(arr) > n {
+		return nil, fmt.Errorf("unexpected script reply %v", v)
+	}
+	out := make([]scriptReply, len(arr))
+	for i, e := range arr {
+		r, err := parseScriptReply(e)
+		if err != nil {
+			return nil, err
+		}
+		if r.kind == replyConflict && len(arr) > 1 {
+			return nil, fmt.Errorf("unexpected script reply %v", v)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// parseScriptReply reads one record's entry of an appendLua reply.
 func parseScriptReply(v any) (scriptReply, error) {
 	arr, isArr := v.([]any)
 	if !isArr || len(arr) == 0 {
@@ -704,8 +946,8 @@ func parseScriptReply(v any) (scriptReply, error) {
 // loadHead reads a chain's head into st. A chain without a head hash gets
 // its head from the stream (the script does the same), so the first append
 // after a lost head hash does not need a retry.
-func (s *Store) loadHead(ctx context.Context, st *headState, headKey string) error {
-	vals, err := s.rdb.HMGet(ctx, headKey, rediskeys.HeadAuditID, rediskeys.HeadLength).Result()
+func (s *Store) loadHead(ctx context.Context, st *headState) error {
+	vals, err := s.rdb.HMGet(ctx, st.headKey, rediskeys.HeadAuditID, rediskeys.HeadLength).Result()
 	if err != nil {
 		return fmt.Errorf("%w: read head: %v", ErrUnavailable, err)
 	}
@@ -741,11 +983,18 @@ func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool
 	return parts[0], n, parts[2], true
 }
 
-// headState is one chain's cached head. Its mutex serializes this
-// process's appends to the chain; other replicas are held off by the
-// script's compare step.
+// headState is one chain's queue and cached head. Its one leader at a
+// time (busy) serializes this process's appends to the chain; other
+// replicas are held off by the script's compare step.
 type headState struct {
-	mu     sync.Mutex
+	stream, chain      string
+	headKey, streamKey string
+
+	mu    sync.Mutex // guards busy and queue
+	busy  bool
+	queue []*job
+
+	// Owned by the leader.
 	valid  bool
 	head   string
 	length uint64
@@ -770,7 +1019,8 @@ func (c *headCache) init(total int) {
 	}
 }
 
-func (c *headCache) get(key string) *headState {
+func (c *headCache) get(stream, chain string) *headState {
+	key := stream + "\x00" + chain
 	sh := &c.shards[maphash.String(c.seed, key)%cacheShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -783,13 +1033,17 @@ func (c *headCache) get(key string) *headState {
 		// keeps them from forking it.
 		for k, st := range sh.m {
 			if st.mu.TryLock() {
+				idle := !st.busy && len(st.queue) == 0
 				st.mu.Unlock()
-				delete(sh.m, k)
-				break
+				if idle {
+					delete(sh.m, k)
+					break
+				}
 			}
 		}
 	}
-	st := &headState{}
+	st := &headState{stream: stream, chain: chain}
+	st.headKey, st.streamKey = keys(stream, chain)
 	sh.m[key] = st
 	return st
 }

@@ -529,7 +529,7 @@ func TestHeadCacheIsBounded(t *testing.T) {
 	var c headCache
 	c.init(cacheShards * 2)
 	for i := range 10000 {
-		c.get(fmt.Sprint("chain-", i))
+		c.get(attribution.StreamAttribution, fmt.Sprint("chain-", i))
 	}
 	n := 0
 	for i := range c.shards {

@@ -9,22 +9,43 @@ import (
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
-// appendLua is the compare-and-append step. Everything a record changes
-// happens here, in one script, on keys of one hash slot:
+// appendLua is the compare-and-append step of one or more consecutive
+// records of one chain. Everything a record changes happens here, in one
+// script, on keys of one hash slot:
 //
 //	KEYS[1] head hash   KEYS[2] record stream
-//	KEYS[3] idempotency slot, when ARGV[6] is set
-//	KEYS[3] or KEYS[4] request entry, when ARGV[12] is set (after the slot)
-//	ARGV[1] head the record was signed against  ARGV[2] chain length it assumed
-//	ARGV[3] new Audit-ID  ARGV[4] JWS  ARGV[5] stored-at (Unix ms)
-//	ARGV[6] slot token  ARGV[7] slot TTL (ms)  ARGV[8] stored response
+//	then per record, in order: its idempotency slot when it has a slot
+//	token, then its request entry when it has a request fingerprint
+//	ARGV[1] head the first record was signed against
+//	ARGV[2] chain length it assumed
+//	ARGV[3] writer ID  ARGV[4] "1" to claim the lease on conflict
+//	ARGV[5] lease length (ms)  ARGV[6] request window (ms)
+//	ARGV[7] "1" when the append is followed by WAIT (Options.ReplicaAcks)
+//	ARGV[8] number of records N
+//	per record i (from b = 8 + 7 * (i - 1)): ARGV[b+1] Audit-ID
+//	ARGV[b+2] JWS  ARGV[b+3] stored-at (Unix ms)  ARGV[b+4] slot token
+//	ARGV[b+5] slot TTL (ms)  ARGV[b+6] stored response
+//	ARGV[b+7] request fingerprint
 //
-// It returns {1, sequence, outcome_stored} after an append, or
-// {0, current_head, current_length} when the head moved, so the caller can
-// re-sign without another round trip.
+// Record i > 1 was signed against record i-1's Audit-ID, so once the
+// first record passes the compare step the rest link to it by
+// construction; a batch costs one script call and one head write instead
+// of one each per record. The reply is a list with one entry per record
+// the script got to, in order:
 //
-//	ARGV[9] writer ID  ARGV[10] "1" to claim the lease on conflict
-//	ARGV[11] lease length (ms)
+//	{1, sequence, outcome_stored}  appended
+//	{0, current_head, current_length}  (first record only) the head
+//	moved: nothing was appended; the caller re-signs against it without
+//	another round trip
+//	{2, sequence, outcome_stored, audit_id, jws, stored_at, current_head,
+//	current_length}  the record's request was appended before (replay)
+//	{3, audit_id, sequence}  its request ID was used by other content
+//
+// A replay or reuse ends the list: the records after it were signed
+// against a record that was not appended, so the caller re-signs them
+// against the head the reply names and sends them again. The records
+// before it are appended, with the head written, before the script
+// returns.
 //
 // The lease keeps a replica from starving: a writer whose cached head is
 // fresh (it just appended) wins every race against a writer that must
@@ -32,22 +53,16 @@ import (
 // short lease in the head hash; while it holds it, only it may append, and
 // its next append (after one re-sign) releases it. The lease is a fairness
 // device only: the compare step alone keeps the chain from forking, and an
-// abandoned lease expires after ARGV[11] ms (Redis clock).
-//
-//	ARGV[12] request fingerprint  ARGV[13] request window (ms)
+// abandoned lease expires after ARGV[5] ms (Redis clock).
 //
 // A request entry makes a retried request append once. It is read before
 // the compare step, so a retry gets its earlier record whatever the head
-// is now: {2, sequence, outcome_stored, audit_id, jws, stored_at,
-// current_head, current_length}, or {3, audit_id, sequence} when the entry
-// was written for a request with another fingerprint. It is written with
-// the record, in the same script, so a record and its request entry exist
-// together or not at all; it expires after the window.
-//
-//	ARGV[14] "1" when the append is followed by WAIT (Options.ReplicaAcks)
+// is now. It is written with the record, in the same script, so a record
+// and its request entry exist together or not at all; it expires after
+// the window.
 //
 // WAIT counts the replicas that have the calling connection's latest
-// write. A replay writes nothing by itself, so with ARGV[14] it counts
+// write. A replay writes nothing by itself, so with ARGV[7] it counts
 // itself in the request entry ('replays'): that write comes after the
 // record it answers with, and the WAIT that follows then proves the
 // replicas have that record too.
@@ -71,36 +86,7 @@ if not head or not len then
     end
   end
 end
-local slot, req
-local k = 3
-if ARGV[6] ~= '' then
-  slot = KEYS[k]
-  k = k + 1
-end
-if ARGV[12] ~= '' then
-  req = KEYS[k]
-  local d = redis.call('HMGET', req, '@RFP@', '@RSEQ@', '@RID@', '@RSTORED@')
-  if d[1] then
-    if d[1] ~= ARGV[12] then
-      return {3, d[3] or '', d[2] or ''}
-    end
-    if cur[3] == ARGV[9] then
-      redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
-    end
-    if ARGV[14] == '1' then
-      redis.call('HINCRBY', req, 'replays', 1)
-    end
-    local jws, at = '', ''
-    local e = redis.call('XRANGE', KEYS[2], d[2] .. '-0', d[2] .. '-0')
-    if #e > 0 then
-      local f = e[1][2]
-      for i = 1, #f, 2 do
-        if f[i] == 'jws' then jws = f[i + 1] elseif f[i] == 'stored_at' then at = f[i + 1] end
-      end
-    end
-    return {2, d[2], d[4], d[3], jws, at, head, len}
-  end
-end
+local lease = cur[3]
 local now
 local function millis()
   if not now then
@@ -109,33 +95,82 @@ local function millis()
   end
   return now
 end
-local leased = cur[3] and cur[3] ~= ARGV[9] and tonumber(cur[4] or '0') > millis()
-if leased or head ~= ARGV[1] or len ~= ARGV[2] then
-  if ARGV[10] == '1' and not leased then
-    redis.call('HSET', KEYS[1], 'lease', ARGV[9], 'lease_until', millis() + tonumber(ARGV[11]))
+local out = {}
+local moved = false
+local function finish()
+  if moved then
+    redis.call('HSET', KEYS[1], '@HEAD@', head, '@LEN@', len)
   end
-  return {0, head, len}
+  return out
 end
-local seq = string.format('%d', tonumber(len) + 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'audit_id', ARGV[3], 'jws', ARGV[4], 'stored_at', ARGV[5])
-redis.call('HSET', KEYS[1], '@HEAD@', ARGV[3], '@LEN@', seq)
-if cur[3] then
-  redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
-end
-local stored = 0
-if slot then
-  local tok = redis.call('HGET', slot, '@TOKEN@')
-  if tok and tok == ARGV[6] then
-    redis.call('HSET', slot, '@STATE@', '@DONE@', '@RESPONSE@', ARGV[8])
-    redis.call('PEXPIRE', slot, ARGV[7])
-    stored = 1
+local k = 3
+for i = 1, tonumber(ARGV[8]) do
+  local b = 8 + 7 * (i - 1)
+  local slot, req
+  if ARGV[b + 4] ~= '' then
+    slot = KEYS[k]
+    k = k + 1
   end
+  if ARGV[b + 7] ~= '' then
+    req = KEYS[k]
+    k = k + 1
+    local d = redis.call('HMGET', req, '@RFP@', '@RSEQ@', '@RID@', '@RSTORED@')
+    if d[1] then
+      if d[1] ~= ARGV[b + 7] then
+        out[i] = {3, d[3] or '', d[2] or ''}
+        return finish()
+      end
+      if lease and lease == ARGV[3] then
+        redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+        lease = nil
+      end
+      if ARGV[7] == '1' then
+        redis.call('HINCRBY', req, 'replays', 1)
+      end
+      local jws, at = '', ''
+      local e = redis.call('XRANGE', KEYS[2], d[2] .. '-0', d[2] .. '-0')
+      if #e > 0 then
+        local f = e[1][2]
+        for j = 1, #f, 2 do
+          if f[j] == 'jws' then jws = f[j + 1] elseif f[j] == 'stored_at' then at = f[j + 1] end
+        end
+      end
+      out[i] = {2, d[2], d[4], d[3], jws, at, head, len}
+      return finish()
+    end
+  end
+  if i == 1 then
+    local leased = lease and lease ~= ARGV[3] and tonumber(cur[4] or '0') > millis()
+    if leased or head ~= ARGV[1] or len ~= ARGV[2] then
+      if ARGV[4] == '1' and not leased then
+        redis.call('HSET', KEYS[1], 'lease', ARGV[3], 'lease_until', millis() + tonumber(ARGV[5]))
+      end
+      return {{0, head, len}}
+    end
+  end
+  local seq = string.format('%d', tonumber(len) + 1)
+  redis.call('XADD', KEYS[2], seq .. '-0', 'audit_id', ARGV[b + 1], 'jws', ARGV[b + 2], 'stored_at', ARGV[b + 3])
+  head, len, moved = ARGV[b + 1], seq, true
+  if lease then
+    redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
+    lease = nil
+  end
+  local stored = 0
+  if slot then
+    local tok = redis.call('HGET', slot, '@TOKEN@')
+    if tok and tok == ARGV[b + 4] then
+      redis.call('HSET', slot, '@STATE@', '@DONE@', '@RESPONSE@', ARGV[b + 6])
+      redis.call('PEXPIRE', slot, ARGV[b + 5])
+      stored = 1
+    end
+  end
+  if req then
+    redis.call('HSET', req, '@RFP@', ARGV[b + 7], '@RSEQ@', seq, '@RID@', ARGV[b + 1], '@RSTORED@', stored)
+    redis.call('PEXPIRE', req, ARGV[6])
+  end
+  out[i] = {1, seq, stored}
 end
-if req then
-  redis.call('HSET', req, '@RFP@', ARGV[12], '@RSEQ@', seq, '@RID@', ARGV[3], '@RSTORED@', stored)
-  redis.call('PEXPIRE', req, ARGV[13])
-end
-return {1, seq, stored}
+return finish()
 `
 
 var appendScript = redis.NewScript(strings.NewReplacer(

@@ -9,36 +9,35 @@ import (
 
 // SignAndAppendBatch decides every item as SignAndAppend would, in one
 // call (docs/audit.md, "Batched appends"). Items of one chain are appended
-// in item order, one after the other (each is signed against the head the
-// one before it made); items of different chains run concurrently, so
-// their Redis scripts share pipelines and each signature is computed while
-// other items' round trips are in flight. Every item keeps SignAndAppend's
-// guarantees: its request ID's idempotency, its outcome stored in the same
-// step, and the replica acknowledgement wait (chain.Options.ReplicaAcks).
+// in item order, each signed against the head the one before it made, and
+// go to Redis together in one script call (chain.Store.Start); items of
+// different chains share the store's pipelines, and each signature is
+// computed while other chains' round trips are in flight. Every item keeps
+// SignAndAppend's guarantees: its request ID's idempotency, its outcome
+// stored in the same step, and the replica acknowledgement wait
+// (chain.Options.ReplicaAcks).
 func (s *Server) SignAndAppendBatch(ctx context.Context, req *auditv1.SignAndAppendBatchRequest) (*auditv1.SignAndAppendBatchResponse, error) {
 	items := req.GetItems()
 	if err := batchrpc.CheckSize(len(items)); err != nil {
 		return nil, err
 	}
-	resps, errs := batchrpc.Serve(ctx, s.log, auditv1.AuditService_SignAndAppendBatch_FullMethodName, items, batchChain, s.SignAndAppend)
+	pend := make([]*pendingAppend, len(items))
+	errs := make([]error, len(items))
+	for i, it := range items {
+		pend[i], errs[i] = s.startAppend(ctx, it, false)
+	}
 	out := &auditv1.SignAndAppendBatchResponse{Results: make([]*auditv1.SignAndAppendBatchResult, len(items))}
 	for i := range items {
+		var resp *auditv1.SignAndAppendResponse
+		if errs[i] == nil {
+			resp, errs[i] = pend[i].wait(ctx)
+		}
 		if errs[i] != nil {
+			batchrpc.LogFailed(ctx, s.log, auditv1.AuditService_SignAndAppendBatch_FullMethodName, i, errs[i])
 			out.Results[i] = &auditv1.SignAndAppendBatchResult{Result: &auditv1.SignAndAppendBatchResult_Error{Error: batchrpc.EncodeError(errs[i])}}
 			continue
 		}
-		out.Results[i] = &auditv1.SignAndAppendBatchResult{Result: &auditv1.SignAndAppendBatchResult_Response{Response: resps[i]}}
+		out.Results[i] = &auditv1.SignAndAppendBatchResult{Result: &auditv1.SignAndAppendBatchResult_Response{Response: resp}}
 	}
 	return out, nil
-}
-
-// batchChain is the ordering key of a batch item: its agent's chain.
-// Anonymous and unchained records share no agent chain, and their order
-// means nothing (the server chains are spread by request), so each is a
-// key of its own.
-func batchChain(r *auditv1.SignAndAppendRequest) string {
-	if r.GetChainAgentId() == "" || r.GetUnchained() {
-		return "\x00" + r.GetRequestId()
-	}
-	return r.GetChainAgentId()
 }

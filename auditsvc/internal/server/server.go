@@ -394,6 +394,27 @@ func requestOf(id string, req proto.Message) (chain.Request, error) {
 // SignAndAppend signs an Attribution-Record and appends it to its chain,
 // storing the idempotent outcome in the same atomic step.
 func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
+	a, err := s.startAppend(ctx, req, true)
+	if err != nil {
+		return nil, err
+	}
+	return a.wait(ctx)
+}
+
+// pendingAppend is a SignAndAppend on its way: the record in its chain's
+// queue (chain.Store.Start), or an answer already known (resp, err).
+type pendingAppend struct {
+	s     *Server
+	chain string
+	p     chain.Pending
+	resp  *auditv1.SignAndAppendResponse
+}
+
+// startAppend checks req and queues its record, or answers it (unchained
+// records are signed, not stored). inline appends in the caller's
+// goroutine when the chain is idle (a lone call); a batch queues its
+// items and waits for them together.
+func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequest, inline bool) (*pendingAppend, error) {
 	c, err := chainOf(req.GetChainAgentId())
 	if err != nil {
 		return nil, err
@@ -406,7 +427,11 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 		return nil, grpcerr.InvalidArgument("audit-claims-invalid", "status must be a three-digit AGTP status code")
 	}
 	if req.GetUnchained() {
-		return s.signUnchained(c, req, p)
+		resp, err := s.signUnchained(c, req, p)
+		if err != nil {
+			return nil, err
+		}
+		return &pendingAppend{resp: resp}, nil
 	}
 	if c == rediskeys.ServerChain {
 		c = s.anonymousChain(req.GetRequestId(), p.ResponseID)
@@ -437,9 +462,34 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.store.AppendOnce(ctx, attribution.StreamAttribution, c, p, outcome, r)
+	pa := &pendingAppend{s: s, chain: c}
+	if inline {
+		a, err := s.store.AppendOnce(ctx, attribution.StreamAttribution, c, p, outcome, r)
+		pa.resp, err = appendedResponse(a, err)
+		if err != nil {
+			return nil, s.appendErr(ctx, err, c)
+		}
+		return pa, nil
+	}
+	pa.p = s.store.Start(ctx, attribution.StreamAttribution, c, p, outcome, r)
+	return pa, nil
+}
+
+// wait returns the append's answer.
+func (a *pendingAppend) wait(ctx context.Context) (*auditv1.SignAndAppendResponse, error) {
+	if a.resp != nil {
+		return a.resp, nil
+	}
+	resp, err := appendedResponse(a.p.Wait())
 	if err != nil {
-		return nil, s.appendErr(ctx, err, c)
+		return nil, a.s.appendErr(ctx, err, a.chain)
+	}
+	return resp, nil
+}
+
+func appendedResponse(a chain.Appended, err error) (*auditv1.SignAndAppendResponse, error) {
+	if err != nil {
+		return nil, err
 	}
 	return &auditv1.SignAndAppendResponse{AttributionRecord: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
 		Sequence: a.Sequence, OutcomeStored: a.OutcomeStored, Replayed: a.Replayed}, nil

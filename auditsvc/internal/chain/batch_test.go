@@ -1,0 +1,151 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/auditsvc/attribution"
+)
+
+// holdHook holds the first pipeline sent after hold until release, so that
+// a test can queue records behind an append in flight.
+type holdHook struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func newHoldHook() *holdHook {
+	return &holdHook{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+}
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.CompareAndSwap(true, false) {
+			h.entered <- struct{}{}
+			<-h.gate
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// batchCase is one record of a queued batch and what it must get.
+type batchCase struct {
+	req     Request
+	wantErr error
+	replay  bool // answered with the record of the first append
+}
+
+// Records of one chain that queue behind an append in flight go to Redis
+// in one script call, in the order they were started, each linked to the
+// one before it. A replayed or refused request among them appends nothing
+// and the records after it are signed again, so the chain has no gap, no
+// fork and no record twice.
+func TestQueuedRecordsOfOneChainShareOneScript(t *testing.T) {
+	const chainID = "batched"
+	fresh := func(id string) Request { return Request{ID: id, Fingerprint: "fp-" + id} }
+	cases := []struct {
+		name  string
+		items []batchCase
+		// wantAppended is how many of items add a record.
+		wantAppended int
+	}{
+		{name: "plain records", items: []batchCase{{}, {}, {}, {}, {}, {}, {}, {}}, wantAppended: 8},
+		{name: "with request IDs", items: []batchCase{{req: fresh("a")}, {req: fresh("b")}, {req: fresh("c")}}, wantAppended: 3},
+		{name: "replay in the middle", items: []batchCase{{}, {req: fresh("first"), replay: true}, {req: fresh("d")}, {}}, wantAppended: 3},
+		{name: "replay first", items: []batchCase{{req: fresh("first"), replay: true}, {}, {}}, wantAppended: 2},
+		{
+			name:         "reused ID in the middle",
+			items:        []batchCase{{}, {req: Request{ID: "first", Fingerprint: "other"}, wantErr: ErrRequestReused}, {}},
+			wantAppended: 2,
+		},
+		{name: "replay last", items: []batchCase{{}, {}, {req: fresh("first"), replay: true}}, wantAppended: 2},
+	}
+	for _, be := range backends {
+		for _, tc := range cases {
+			t.Run(be.name+"/"+tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				rdb := be.start(t)
+				hold := newHoldHook()
+				rdb.AddHook(hold)
+				ks := testKeys(t)
+				var mu sync.Mutex
+				var pipelines []int
+				s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+				first, err := s.AppendOnce(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, fresh("first"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// An append in flight, held; the cases' records queue
+				// behind it.
+				hold.armed.Store(true)
+				lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1), nil, Request{})
+				<-hold.entered
+				pend := make([]Pending, len(tc.items))
+				for i, it := range tc.items {
+					pend[i] = s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 10+i), nil, it.req)
+				}
+				close(hold.gate)
+				if _, err := lead.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				seq := uint64(2)
+				appended := 0
+				for i, it := range tc.items {
+					a, err := pend[i].Wait()
+					switch {
+					case it.wantErr != nil:
+						if !errors.Is(err, it.wantErr) {
+							t.Fatalf("item %d: %v, want %v", i, err, it.wantErr)
+						}
+					case err != nil:
+						t.Fatalf("item %d: %v", i, err)
+					case it.replay:
+						if !a.Replayed || a.AuditID != first.AuditID || a.Sequence != 1 {
+							t.Fatalf("item %d: %+v, want the replay of %s", i, a, first.AuditID)
+						}
+					default:
+						seq++
+						appended++
+						if a.Replayed || a.Sequence != seq {
+							t.Fatalf("item %d: sequence %d replayed %v, want sequence %d", i, a.Sequence, a.Replayed, seq)
+						}
+						if e, err := s.Get(ctx, a.AuditID); err != nil || e.Sequence != seq || e.JWS != a.JWS {
+							t.Fatalf("item %d: Get %v %+v", i, err, e)
+						}
+					}
+				}
+				if appended != tc.wantAppended {
+					t.Fatalf("%d records appended, want %d", appended, tc.wantAppended)
+				}
+				r, err := s.Verify(ctx, attribution.StreamAttribution, chainID, verifyOpts(ks, chainID), 0)
+				if err != nil || !r.Valid || r.Checked != seq || r.Length != seq {
+					t.Fatalf("verify: %v valid=%v checked=%d length=%d, want %d; break %+v", err, r.Valid, r.Checked, r.Length, seq, r.Break)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				// first, the held lead, then the queued records: all of
+				// them in the first script call after the lead's.
+				if len(pipelines) < 3 || pipelines[2] != len(tc.items) {
+					t.Fatalf("pipelines carried %v records, want 1, 1, then all %d queued records in one", pipelines, len(tc.items))
+				}
+			})
+		}
+	}
+}
+
+func observeInto(mu *sync.Mutex, sizes *[]int) func(int, time.Duration) {
+	return func(records int, _ time.Duration) {
+		mu.Lock()
+		*sizes = append(*sizes, records)
+		mu.Unlock()
+	}
+}
