@@ -46,6 +46,32 @@ func (g *Group[T]) Do(v T) {
 	<-it.done
 }
 
+// Start queues v and returns at once, with a channel that is closed once
+// the batch that carried v was executed. If fewer than maxFlushers batches
+// are in flight, a new goroutine sends the queue. Items started one after
+// another by one caller go to exec in that order (with maxFlushers 1, they
+// are also executed in that order).
+func (g *Group[T]) Start(v T) <-chan struct{} {
+	it := &groupItem[T]{v: v, done: make(chan struct{})}
+	g.mu.Lock()
+	g.pending = append(g.pending, it)
+	if g.flushers < g.maxFlushers {
+		g.flushers++
+		g.mu.Unlock()
+		go g.flush(nil)
+	} else {
+		g.mu.Unlock()
+	}
+	return it.done
+}
+
+// Idle reports whether nothing is queued or being executed.
+func (g *Group[T]) Idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.flushers == 0 && len(g.pending) == 0
+}
+
 // flush sends batches until own is done (own == nil: until the queue is
 // empty), then hands what is still queued to a new goroutine.
 func (g *Group[T]) flush(own *groupItem[T]) {

@@ -72,3 +72,34 @@ func TestGroupBoundsItsBatches(t *testing.T) {
 		t.Fatalf("a batch of %d items, want at most 3", largest)
 	}
 }
+
+// Items started without waiting by one caller, with one flusher, are
+// executed in the order they were started, each once, and the group is
+// idle afterwards.
+func TestGroupStartKeepsOrderWithOneFlusher(t *testing.T) {
+	var mu sync.Mutex
+	var got []int
+	g := NewGroup(func(vs []int) {
+		mu.Lock()
+		got = append(got, vs...)
+		mu.Unlock()
+	}, 1, 4)
+	var done []<-chan struct{}
+	for i := range 50 {
+		done = append(done, g.Start(i))
+	}
+	for _, d := range done {
+		<-d
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("executed %v, want 0..49 in order", got)
+		}
+	}
+	if len(got) != 50 {
+		t.Fatalf("executed %d items, want 50", len(got))
+	}
+	for !g.Idle() {
+		runtime.Gosched() // the last flusher is returning
+	}
+}

@@ -57,7 +57,8 @@ type Options struct {
 	// CacheChains bounds how many chain heads are cached in process
 	// (default 100000). An evicted head is read again on next use.
 	CacheChains int
-	// MaxBatch bounds the appends sent in one pipeline (default 128).
+	// MaxBatch bounds the records of one chain sent in one script call,
+	// and the chains' script calls sent in one pipeline (default 128).
 	MaxBatch int
 	// Pipelines bounds the pipelines in flight at once (default 4); more
 	// concurrent appends queue and go out together in the next pipeline.
@@ -180,7 +181,7 @@ func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger
 		return nil, fmt.Errorf("chain: ReplicaTimeout %v must be below the Redis client's read timeout %v, or the read of WAIT's answer times out first", s.opts.ReplicaTimeout, rt)
 	}
 	s.signer.Store(signer)
-	s.heads.init(s.opts.CacheChains)
+	s.heads.init(s.opts.CacheChains, s.opts.MaxBatch, s.appendJobs)
 	_, single := rdb.(*redis.Client)
 	s.batch = batcher{rdb: rdb, multiKey: single, acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout,
 		observe: s.opts.ObserveBatch}
@@ -377,7 +378,10 @@ func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribut
 }
 
 // Pending is an append on its way (Start).
-type Pending struct{ j *job }
+type Pending struct {
+	j    *job
+	done <-chan struct{}
+}
 
 // Start queues an append as AppendOnce does and returns without waiting
 // for it. Appends started one after another on one (stream, chain) are
@@ -390,7 +394,7 @@ func (s *Store) Start(ctx context.Context, stream, chain string, p attribution.P
 
 // Wait returns the append's result, as AppendOnce would have.
 func (p Pending) Wait() (Appended, error) {
-	<-p.j.done
+	<-p.done
 	return p.j.res, p.j.err
 }
 
@@ -410,36 +414,33 @@ type job struct {
 	seq     uint64
 	at      time.Time
 
-	res  Appended
-	err  error
-	done chan struct{}
+	res Appended
+	err error
 }
 
 func (s *Store) start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request, inline bool) Pending {
-	j := &job{ctx: ctx, start: time.Now(), p: p, outcome: outcome, req: req, done: make(chan struct{})}
+	j := &job{ctx: ctx, start: time.Now(), p: p, outcome: outcome, req: req}
 	if err := s.check(stream, chain, &j.p, outcome, req); err != nil {
 		s.answer(nil, j, Appended{}, err)
-		return Pending{j}
+		return Pending{j, closed}
 	}
 	if req.ID != "" {
 		j.reqKey = requestKey(stream, chain, req.ID)
 	}
 	st := s.heads.get(stream, chain)
-	st.mu.Lock()
-	st.queue = append(st.queue, j)
-	if st.busy {
-		st.mu.Unlock()
-		return Pending{j}
-	}
-	st.busy = true
-	st.mu.Unlock()
 	if inline {
-		s.lead(st, j)
-	} else {
-		go s.lead(st, nil)
+		st.queue.Do(j)
+		return Pending{j, closed}
 	}
-	return Pending{j}
+	return Pending{j, st.queue.Start(j)}
 }
+
+// closed is the done channel of an append answered already.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // check refuses an append that cannot be made.
 func (s *Store) check(stream, chain string, p *attribution.Payload, outcome *IdempotentOutcome, req Request) error {
@@ -464,45 +465,6 @@ func (s *Store) check(stream, chain string, p *attribution.Payload, outcome *Ide
 	return nil
 }
 
-// lead appends st's queue, up to MaxBatch records per script call, until
-// the queue is empty or, when own is set, until own is answered; then it
-// hands what is still queued to a new goroutine, so that a caller never
-// waits on later callers' records. Only one leader per chain runs at a
-// time (st.busy), which is what keeps this process's records of one chain
-// in order and its head cache consistent.
-func (s *Store) lead(st *headState, own *job) {
-	for {
-		st.mu.Lock()
-		if len(st.queue) == 0 {
-			st.busy = false
-			st.mu.Unlock()
-			return
-		}
-		if own != nil && isDone(own.done) {
-			st.mu.Unlock()
-			go s.lead(st, nil) // keeps st.busy
-			return
-		}
-		n := min(len(st.queue), s.opts.MaxBatch)
-		batch := make([]*job, n)
-		copy(batch, st.queue)
-		rest := copy(st.queue, st.queue[n:])
-		clear(st.queue[rest:])
-		st.queue = st.queue[:rest]
-		st.mu.Unlock()
-		s.appendJobs(st, batch)
-	}
-}
-
-func isDone(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // answer gives j its result.
 func (s *Store) answer(st *headState, j *job, a Appended, err error) {
 	if err == nil && !a.Replayed && s.opts.OnAppend != nil {
@@ -513,7 +475,6 @@ func (s *Store) answer(st *headState, j *job, a Appended, err error) {
 		s.opts.ObserveAppend(time.Since(j.start), err)
 	}
 	j.res, j.err = a, err
-	close(j.done)
 }
 
 // dropGarbage deletes the index entries of jobs' lost attempts, for jobs
@@ -554,7 +515,10 @@ func slotPrefix(chain string) string {
 // cached head, and appends them with one script call; records the script
 // did not get to (after a replay, or all of them after a conflict) are
 // signed again against the head it answered and sent again. Every job is
-// answered before it returns.
+// answered before it returns. It is st.queue's exec: one batch of a chain
+// at a time, in the order the appends were started, which is what keeps
+// this process's records of one chain in order and its head cache
+// consistent.
 func (s *Store) appendJobs(st *headState, jobs []*job) {
 	proof := ""
 	if s.opts.ReplicaAcks > 0 {
@@ -983,18 +947,16 @@ func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool
 	return parts[0], n, parts[2], true
 }
 
-// headState is one chain's queue and cached head. Its one leader at a
-// time (busy) serializes this process's appends to the chain; other
-// replicas are held off by the script's compare step.
+// headState is one chain's queue and cached head. The queue sends one
+// batch at a time (group commit with one flusher), which serializes this
+// process's appends to the chain; other replicas are held off by the
+// script's compare step.
 type headState struct {
 	stream, chain      string
 	headKey, streamKey string
+	queue              *batchrpc.Group[*job]
 
-	mu    sync.Mutex // guards busy and queue
-	busy  bool
-	queue []*job
-
-	// Owned by the leader.
+	// Owned by the queue's flusher.
 	valid  bool
 	head   string
 	length uint64
@@ -1003,15 +965,19 @@ type headState struct {
 const cacheShards = 64
 
 type headCache struct {
-	seed   maphash.Seed
-	limit  int
+	seed  maphash.Seed
+	limit int
+	// exec appends a batch of a chain's queue (Store.appendJobs).
+	exec   func(*headState, []*job)
+	batch  int
 	shards [cacheShards]struct {
 		mu sync.Mutex
 		m  map[string]*headState
 	}
 }
 
-func (c *headCache) init(total int) {
+func (c *headCache) init(total, batch int, exec func(*headState, []*job)) {
+	c.exec, c.batch = exec, batch
 	c.seed = maphash.MakeSeed()
 	c.limit = max(1, total/cacheShards)
 	for i := range c.shards {
@@ -1032,18 +998,15 @@ func (c *headCache) get(stream, chain string) *headState {
 		// headStates for one chain are just two writers, and the script
 		// keeps them from forking it.
 		for k, st := range sh.m {
-			if st.mu.TryLock() {
-				idle := !st.busy && len(st.queue) == 0
-				st.mu.Unlock()
-				if idle {
-					delete(sh.m, k)
-					break
-				}
+			if st.queue.Idle() {
+				delete(sh.m, k)
+				break
 			}
 		}
 	}
 	st := &headState{stream: stream, chain: chain}
 	st.headKey, st.streamKey = keys(stream, chain)
+	st.queue = batchrpc.NewGroup(func(jobs []*job) { c.exec(st, jobs) }, 1, c.batch)
 	sh.m[key] = st
 	return st
 }

@@ -527,7 +527,7 @@ func TestRedisRestartLosesNoAcknowledgedRecord(t *testing.T) {
 
 func TestHeadCacheIsBounded(t *testing.T) {
 	var c headCache
-	c.init(cacheShards * 2)
+	c.init(cacheShards*2, 1, func(*headState, []*job) {})
 	for i := range 10000 {
 		c.get(attribution.StreamAttribution, fmt.Sprint("chain-", i))
 	}
