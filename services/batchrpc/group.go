@@ -33,17 +33,25 @@ func NewGroup[T any](exec func([]T), maxFlushers, maxBatch int) *Group[T] {
 
 // Do queues v and returns once the batch that carried it was executed.
 func (g *Group[T]) Do(v T) {
+	it, send := g.enqueue(v)
+	if send {
+		g.flush(it)
+	}
+	<-it.done
+}
+
+// enqueue queues v and reports whether the caller must send (it took a
+// free flusher slot).
+func (g *Group[T]) enqueue(v T) (*groupItem[T], bool) {
 	it := &groupItem[T]{v: v, done: make(chan struct{})}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.pending = append(g.pending, it)
 	if g.flushers < g.maxFlushers {
 		g.flushers++
-		g.mu.Unlock()
-		g.flush(it)
-	} else {
-		g.mu.Unlock()
+		return it, true
 	}
-	<-it.done
+	return it, false
 }
 
 // Start queues v and returns at once, with a channel that is closed once
@@ -52,15 +60,9 @@ func (g *Group[T]) Do(v T) {
 // another by one caller go to exec in that order (with maxFlushers 1, they
 // are also executed in that order).
 func (g *Group[T]) Start(v T) <-chan struct{} {
-	it := &groupItem[T]{v: v, done: make(chan struct{})}
-	g.mu.Lock()
-	g.pending = append(g.pending, it)
-	if g.flushers < g.maxFlushers {
-		g.flushers++
-		g.mu.Unlock()
+	it, send := g.enqueue(v)
+	if send {
 		go g.flush(nil)
-	} else {
-		g.mu.Unlock()
 	}
 	return it.done
 }
