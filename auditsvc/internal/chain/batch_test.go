@@ -3,6 +3,8 @@ package chain
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // holdHook holds the first pipeline sent after hold until release, so that
@@ -147,5 +150,85 @@ func observeInto(mu *sync.Mutex, sizes *[]int) func(int, time.Duration) {
 		mu.Lock()
 		*sizes = append(*sizes, records)
 		mu.Unlock()
+	}
+}
+
+// resendBatchHook runs the first pipeline whose script call carries more
+// than one record twice, as a client library that re-sends after a
+// network error would, and reports the second result.
+type resendBatchHook struct{ done atomic.Bool }
+
+func (*resendBatchHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*resendBatchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *resendBatchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.done.Load() && carriesBatch(cmds) && h.done.CompareAndSwap(false, true) {
+			_ = next(ctx, cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// carriesBatch reports whether cmds hold an appendLua call of more than
+// one record (its ARGV[8]).
+func carriesBatch(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		a := c.Args()
+		if len(a) < 3 || fmt.Sprint(a[0]) != "evalsha" {
+			continue
+		}
+		nkeys, _ := strconv.Atoi(fmt.Sprint(a[2]))
+		if i := 3 + nkeys + 7; i < len(a) && fmt.Sprint(a[i]) != "1" {
+			return true
+		}
+	}
+	return false
+}
+
+// A re-sent script call of several records makes them all look like a
+// conflict with our own head. The store must recognise its own records
+// and answer them, not re-sign and append them a second time.
+func TestResentBatchScriptIsRecognisedAsOwnAppends(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartRedis(t)
+	ks := testKeys(t)
+	rdb := srv.Client(t)
+	if err := appendScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hold, resend := newHoldHook(), &resendBatchHook{}
+	rdb.AddHook(hold)
+	rdb.AddHook(resend)
+	s := newStore(t, rdb, ks, Options{})
+	const chainID = "resent-batch"
+	hold.armed.Store(true)
+	lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, Request{})
+	<-hold.entered
+	var pend []Pending
+	for i := range 3 {
+		pend = append(pend, s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1+i), nil, Request{}))
+	}
+	close(hold.gate)
+	if _, err := lead.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var last Appended
+	for i, p := range pend {
+		a, err := p.Wait()
+		if err != nil || a.Sequence != uint64(2+i) {
+			t.Fatalf("record %d: sequence %d, %v; want %d", i, a.Sequence, err, 2+i)
+		}
+		last = a
+	}
+	if !resend.done.Load() {
+		t.Fatal("no script call of several records was sent")
+	}
+	head, n, err := s.Head(ctx, attribution.StreamAttribution, chainID)
+	if err != nil || n != 4 || head != last.AuditID {
+		t.Fatalf("chain has %d records (head %s), want exactly the 4 acknowledged: %v", n, head, err)
+	}
+	r, err := s.Verify(ctx, attribution.StreamAttribution, chainID, verifyOpts(ks, chainID), 0)
+	if err != nil || !r.Valid || r.Checked != 4 {
+		t.Fatalf("verify: %v %+v", err, r)
 	}
 }

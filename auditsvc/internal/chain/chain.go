@@ -638,9 +638,9 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 				}
 				jobs = jobs[done:]
 				if done > 0 {
-					st.head, st.length, st.valid = r.a, n, true
-					if s.opts.ReplicaAcks > 0 {
-						st.valid = false
+					st.head, st.length, st.valid = r.a, n, s.opts.ReplicaAcks == 0
+					for _, j := range jobs {
+						j.garbage = rediskeys.AuditIndex(j.id)
 					}
 					continue
 				}
