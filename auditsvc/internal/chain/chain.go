@@ -490,7 +490,8 @@ func (s *Store) dropGarbage(ctx context.Context, jobs ...*job) {
 	if len(keys) == 0 {
 		return
 	}
-	_, _ = s.rdb.Pipelined(context.WithoutCancel(ctx), func(pl redis.Pipeliner) error {
+	ctx = context.WithoutCancel(ctx)
+	_, _ = s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for _, k := range keys {
 			pl.Del(ctx, k) // one key a command: index keys are in different slots
 		}
