@@ -323,8 +323,17 @@ func (b *batcher) execCluster(ctx context.Context, cc *redis.ClusterClient, ops 
 				op.evalVal, op.evalErr = c.eval.Val(), c.eval.Err()
 				if round < clusterRounds {
 					if isNoScript(op.evalErr) {
-						if k.asking { // back to the importing master
-							op.redirect, op.asking = k.node.Options().Addr, true
+						// Back to the node that answered: it serves the
+						// slot (the importing master when asking), even
+						// while the client's slot map still names the
+						// master before a failover.
+						addr := k.node.Options().Addr
+						op.redirect, op.asking = addr, k.asking
+						if byAddr == nil {
+							byAddr = map[string]*redis.Client{}
+						}
+						if byAddr[addr] == nil {
+							byAddr[addr] = k.node
 						}
 						noScript[k.node] = append(noScript[k.node], op)
 						continue
