@@ -114,7 +114,13 @@ var _ propagation.TextMapCarrier = headerCarrier{}
 var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
 
 func (p *Pipeline) begin(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request) *exchange {
-	ctx = kit.Propagator.Extract(ctx, headerCarrier{&req.Header})
+	// Most requests carry no trace context: the propagator is asked only
+	// when one of its fields is there.
+	_, parent := req.Header.Lookup("traceparent")
+	_, baggage := req.Header.Lookup("baggage")
+	if parent || baggage {
+		ctx = kit.Propagator.Extract(ctx, headerCarrier{&req.Header})
+	}
 	ctx, span := p.Tracer.Start(ctx, "AGTP "+req.Method, serverSpan)
 	// Attributes only for a span that records them: an unsampled request
 	// (or a server that exports nothing) builds none.
