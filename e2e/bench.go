@@ -89,6 +89,11 @@ type BenchOptions struct {
 	// command, to which the loadgen.FlagAbuse* flags are added, must run
 	// loadgen.ServeAbuseChild (agtpbench does). In-process otherwise.
 	AbuseCommand []string
+	// OneProcessCommand, when set, runs the one-process scenario: the
+	// command, to which -one-process-child is added, must run
+	// ServeOneProcessChild (agtpbench does). Without it the scenario is
+	// skipped.
+	OneProcessCommand []string
 	// ProfileDir, when set, starts every service with a loopback pprof
 	// listener (PPROF_ADDR) and saves a CPU profile of each service over
 	// the measured part of every closed-loop run, as
@@ -115,11 +120,12 @@ const (
 	ScenarioIdle             = "idle"              // front-door memory with IdleConns idle TLS connections
 	ScenarioAbuse            = "abuse"             // well-behaved clients' latency with each kind of abuse alongside
 	ScenarioTuned            = "tuned"             // latency and throughput again, on a suite started with TunedEnv
+	ScenarioOneProcess       = "one-process"       // throughput against the suite as make run starts it, in one process
 )
 
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix,
-	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned}
+	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned, ScenarioOneProcess}
 
 // DefaultTunedEnv is what the "tuned" scenario changes, each found by
 // profiling (docs/performance.md): one P per service, because seven Go
@@ -215,6 +221,8 @@ type BenchReport struct {
 	// Floors are round trips that do no work, measured one at a time
 	// before the latency run: what any request pays per hop.
 	Floors []Floor
+	// OneProcess is the one-process scenario (make run's suite).
+	OneProcess *OneProcessReport
 }
 
 // Floor is the latency of a round trip that does (almost) no work.
@@ -244,6 +252,18 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	var err error
 	if rep.FileLimit, err = loadgen.RaiseFileLimit(uint64(max(o.IdleConns, 0)) + 4096); err != nil {
 		return nil, fmt.Errorf("raise the open-file limit: %w", err)
+	}
+
+	if len(o.Only) == 1 && o.Only[0] == ScenarioOneProcess {
+		// Nothing needs the deployed suite.
+		if len(o.OneProcessCommand) == 0 {
+			return rep, errors.New("one-process: no command to run the suite's child process with")
+		}
+		if rep.OneProcess, err = benchOneProcess(ctx, o, progress); err != nil {
+			return rep, fmt.Errorf("one-process: %w", err)
+		}
+		rep.Finished = time.Now()
+		return rep, nil
 	}
 
 	s, err := startSuite(ctx, o, nil, progress)
@@ -374,6 +394,14 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			rep.Order = append(rep.Order, name)
 		}
 	}
+	// Last, on a suite of its own once the others are stopped.
+	if o.runs(ScenarioOneProcess) && len(o.OneProcessCommand) > 0 {
+		s.stop()
+		s = nil
+		if rep.OneProcess, err = benchOneProcess(ctx, o, progress); err != nil {
+			return rep, fmt.Errorf("one-process: %w", err)
+		}
+	}
 	rep.Finished = time.Now()
 	return rep, nil
 }
@@ -458,7 +486,7 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	s.agents = make([]string, o.Agents)
 	s.certs = make([]tls.Certificate, o.Agents)
 	for i := range s.agents {
-		if s.agents[i], err = s.c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), "orders:read", "orders:write", "documents:read", "reports:run"); err != nil {
+		if s.agents[i], err = s.c.RegisterAgent(ctx, fmt.Sprintf("bench-agent-%d", i), benchScopes...); err != nil {
 			return nil, err
 		}
 		s.certs[i] = *AgentCertificate(s.agents[i])
@@ -567,6 +595,16 @@ func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
 // through identitysvc, and returns its canonical Agent-ID; its Agent
 // Certificate is then AgentCertificate(id).
 func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...string) (string, error) {
+	return registerAgent(ctx, c.Procs["identitysvc"].GRPCAddr, c.Admin, c.tel, name, scopes...)
+}
+
+// benchScopes are the scopes of the agents the load runs as.
+var benchScopes = []string{"orders:read", "orders:write", "documents:read", "reports:run"}
+
+// registerAgent registers and activates an agent through the identitysvc
+// at addr, as admin, and issues it an Agent Certificate
+// (AgentCertificate).
+func registerAgent(ctx context.Context, addr string, admin *kit.MTLS, tel *kit.Telemetry, name string, scopes ...string) (string, error) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return "", err
@@ -578,7 +616,7 @@ func (c *Cluster) RegisterAgent(ctx context.Context, name string, scopes ...stri
 	if err != nil {
 		return "", err
 	}
-	conn, err := kit.DialService(c.Procs["identitysvc"].GRPCAddr, "identitysvc", c.Admin, c.tel)
+	conn, err := kit.DialService(addr, "identitysvc", admin, tel)
 	if err != nil {
 		return "", err
 	}

@@ -24,8 +24,13 @@ type limitServer struct {
 // server certificate, so that the client's handshake and verification
 // are the same.
 func startLimit(ctx context.Context, o BenchOptions, s *benchSuite) (*limitServer, error) {
-	certFile, keyFile := s.c.PKI.Cert(devpki.AGTPServer), s.c.PKI.Key(devpki.AGTPServer)
-	l := &limitServer{target: loadgen.Target{ServerName: s.target.ServerName, Roots: s.target.Roots}}
+	return startLimitWith(ctx, o, s.target, s.c.PKI.Cert(devpki.AGTPServer), s.c.PKI.Key(devpki.AGTPServer))
+}
+
+// startLimitWith starts the limit responder with the AGTP server
+// certificate in certFile and keyFile, for clients of suite.
+func startLimitWith(ctx context.Context, o BenchOptions, suite loadgen.Target, certFile, keyFile string) (*limitServer, error) {
+	l := &limitServer{target: loadgen.Target{ServerName: suite.ServerName, Roots: suite.Roots}}
 	if len(o.LimitCommand) > 0 {
 		p, err := loadgen.StartLimitProcess(ctx, o.LimitCommand, certFile, keyFile)
 		if err != nil {

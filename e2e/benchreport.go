@@ -170,6 +170,10 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		a.write(w)
 	}
 
+	if r.OneProcess != nil {
+		r.OneProcess.write(w)
+	}
+
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(w, "## Idle connections\n\n")
 		fmt.Fprintf(w, "| requested | opened | established on the server | time to open | front-door RSS before | held (max) | after closing | per connection | front-door open-file limit | DISCOVER p50 / p99 while held |\n")

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -89,9 +90,28 @@ type Guard struct {
 	rec   *Recognizer
 	log   *slog.Logger
 	token string
+	// last is the identity of the most recent peer certificate: the
+	// certificate of a connection is one value for all its calls, and a
+	// service has few peers, so most calls skip reading its names again.
+	last atomic.Pointer[certIdentity]
 
 	mu    sync.RWMutex
 	table Table
+}
+
+type certIdentity struct {
+	cert *x509.Certificate
+	id   Identity
+}
+
+// identify is rec.Identify, remembered for the last certificate.
+func (g *Guard) identify(cert *x509.Certificate) Identity {
+	if l := g.last.Load(); l != nil && l.cert == cert {
+		return l.id
+	}
+	id := g.rec.Identify(cert)
+	g.last.Store(&certIdentity{cert: cert, id: id})
+	return id
 }
 
 // NewGuard starts with the Infrastructure rules; services add their
@@ -170,10 +190,11 @@ func (g *Guard) caller(ctx context.Context) (Identity, string) {
 	if cert == nil {
 		return Identity{}, "grpc"
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		tokens := md.Get(gatewayTokenKey)
+	// Two key lookups rather than FromIncomingContext, which copies the
+	// whole metadata on every call.
+	if tokens := metadata.ValueFromIncomingContext(ctx, gatewayTokenKey); tokens != nil {
 		if len(tokens) == 1 && subtle.ConstantTimeCompare([]byte(tokens[0]), []byte(g.token)) == 1 {
-			callers := md.Get(gatewayCallerKey)
+			callers := metadata.ValueFromIncomingContext(ctx, gatewayCallerKey)
 			if len(callers) != 1 {
 				return Identity{}, "gateway"
 			}
@@ -184,7 +205,7 @@ func (g *Guard) caller(ctx context.Context) (Identity, string) {
 			return id, "gateway"
 		}
 	}
-	return g.rec.Identify(cert), "grpc"
+	return g.identify(cert), "grpc"
 }
 
 // verifiedPeer is the leaf of the chain the TLS handshake verified.

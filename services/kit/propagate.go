@@ -3,7 +3,9 @@ package kit
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -33,7 +35,18 @@ func (c metadataCarrier) Keys() []string {
 
 var _ propagation.TextMapCarrier = metadataCarrier{}
 
+// The metadata keys Propagator reads and writes.
+const (
+	traceparentKey = "traceparent"
+	baggageKey     = "baggage"
+)
+
 func extract(ctx context.Context) context.Context {
+	// Most calls carry no trace context; looking up the two keys spares
+	// them the copy of the whole metadata that FromIncomingContext makes.
+	if metadata.ValueFromIncomingContext(ctx, traceparentKey) == nil && metadata.ValueFromIncomingContext(ctx, baggageKey) == nil {
+		return ctx
+	}
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return ctx
@@ -42,6 +55,11 @@ func extract(ctx context.Context) context.Context {
 }
 
 func inject(ctx context.Context) context.Context {
+	// Nothing to propagate (no trace context, no baggage): no metadata
+	// map for the call.
+	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
+		return ctx
+	}
 	md := metadata.MD{}
 	Propagator.Inject(ctx, metadataCarrier(md))
 	if len(md) == 0 {

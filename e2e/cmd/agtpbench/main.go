@@ -57,10 +57,20 @@ func run() int {
 	limitChild := flag.Bool(loadgen.FlagLimitChild, false, "child mode (used by the throughput scenario): serve the limit responder until stdin ends")
 	limitCert := flag.String(loadgen.FlagLimitCert, "", "child mode: the limit responder's certificate, PEM")
 	limitKey := flag.String(loadgen.FlagLimitKey, "", "child mode: the limit responder's key, PEM")
+	oneProcessChild := flag.Bool(e2e.FlagOneProcessChild, false, "child mode (used by the one-process scenario): run the suite as make run does, on free ports, until stdin ends")
 	flag.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of every service during each closed-loop run (go tool pprof); empty disables")
 	flag.Parse()
 	if child.Kind != "" {
 		return abuseChild(child, *caFile)
+	}
+	if *oneProcessChild {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := e2e.ServeOneProcessChild(ctx, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "agtpbench:", err)
+			return 1
+		}
+		return 0
 	}
 	if *limitChild {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -103,6 +113,7 @@ func run() int {
 	if exe, err := os.Executable(); err == nil {
 		o.AbuseCommand = []string{exe}
 		o.LimitCommand = []string{exe}
+		o.OneProcessCommand = []string{exe}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/identitysvc/identitydoc"
+	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
@@ -23,10 +25,32 @@ import (
 // docs/decisions.md#D-discover-root): the manifest for an anonymous
 // caller, the directory of the other DISCOVER paths for an identified one.
 func (bi *Registry) discoverRoot(ctx context.Context, call *Call) *agtp.Response {
-	snap := call.State.Snapshot
 	if call.AgentID == "" {
-		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeManifestJSON, snap.GetManifestJson())
+		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeManifestJSON, call.State.Snapshot.GetManifestJson())
 	}
+	return catalogDocument(call, docDiscoverDirectory, discoverDirectory)
+}
+
+// The documents built from the catalog snapshot alone: encoded once per
+// catalog revision (catalogstate.State.Document) rather than per request.
+const (
+	docDiscoverDirectory catalogstate.DocumentKey = "discover-directory"
+	docDiscoverMethods   catalogstate.DocumentKey = "discover-methods"
+	docDescribeServer    catalogstate.DocumentKey = "describe-server"
+)
+
+// catalogDocument answers 200 with the snapshot's document key.
+func catalogDocument(call *Call, key catalogstate.DocumentKey, build func(*catalogv1.Snapshot) ([]byte, error)) *agtp.Response {
+	body, err := call.State.Document(key, build)
+	if err != nil {
+		return call.Fail(agtp.StatusServerError, "internal", "the response could not be encoded", nil)
+	}
+	return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, body)
+}
+
+// discoverDirectory is the DISCOVER / body for an identified caller: the
+// other DISCOVER paths.
+func discoverDirectory(snap *catalogv1.Snapshot) ([]byte, error) {
 	type entry struct {
 		Path string `json:"path"`
 		Tier string `json:"tier"`
@@ -37,12 +61,15 @@ func (bi *Registry) discoverRoot(ctx context.Context, call *Call) *agtp.Response
 			dir = append(dir, entry{Path: e.GetPath(), Tier: tierLetter(e.GetTier().String())})
 		}
 	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"directory": dir})
+	return json.Marshal(map[string]any{"directory": dir})
 }
 
 // discoverMethods serves DISCOVER /methods lists every endpoint of the catalog.
 func (bi *Registry) discoverMethods(ctx context.Context, call *Call) *agtp.Response {
-	snap := call.State.Snapshot
+	return catalogDocument(call, docDiscoverMethods, methodsDocument)
+}
+
+func methodsDocument(snap *catalogv1.Snapshot) ([]byte, error) {
 	type method struct {
 		Method      string `json:"method"`
 		Path        string `json:"path"`
@@ -53,7 +80,7 @@ func (bi *Registry) discoverMethods(ctx context.Context, call *Call) *agtp.Respo
 	for _, e := range snap.GetEndpoints() {
 		out = append(out, method{e.GetMethod(), e.GetPath(), e.GetDescription(), tierLetter(e.GetTier().String())})
 	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, out)
+	return json.Marshal(out)
 }
 
 // discoverAgents serves DISCOVER /agents lists the active agents, best match for criteria first.
@@ -221,7 +248,10 @@ func tierLetter(enum string) string {
 // describeServer serves DESCRIBE /: the server's capability document
 // (core §6.1.7).
 func (bi *Registry) describeServer(_ context.Context, call *Call) *agtp.Response {
-	snap := call.State.Snapshot
+	return catalogDocument(call, docDescribeServer, serverDocument)
+}
+
+func serverDocument(snap *catalogv1.Snapshot) ([]byte, error) {
 	methods := []string{}
 	seen := map[string]bool{}
 	for _, e := range snap.GetEndpoints() {
@@ -236,7 +266,7 @@ func (bi *Registry) describeServer(_ context.Context, call *Call) *agtp.Response
 			methods = append(methods, m)
 		}
 	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+	return json.Marshal(map[string]any{
 		"methods":               methods,
 		"modalities":            []string{"application/vnd.agtp+json"},
 		"tools":                 []any{},

@@ -34,7 +34,39 @@ type State struct {
 	// assertion 32; they are always admitted and always dispatched) and
 	// every other method with an endpoint on this server, sorted.
 	SupportedMethods string
+
+	// documents holds the encoded documents built from this snapshot
+	// (Document); methodsFor memoizes MethodsFor by scope set. Both go
+	// with the state when the next snapshot replaces it, so a new catalog
+	// revision is never answered from an older one's bytes.
+	documents  sync.Map // DocumentKey -> *document
+	methodsFor sync.Map // string -> []string
+	nMethods   atomic.Int64
 }
+
+// DocumentKey names a document built from a catalog snapshot alone.
+type DocumentKey string
+
+type document struct {
+	once sync.Once
+	body []byte
+	err  error
+}
+
+// Document returns the document key, built by build the first time it is
+// asked for in this state and then served as the same bytes until the
+// next snapshot. Callers must not modify the bytes. Keys are a fixed set of
+// constants, so the map stays small.
+func (st *State) Document(key DocumentKey, build func(*catalogv1.Snapshot) ([]byte, error)) ([]byte, error) {
+	v, _ := st.documents.LoadOrStore(key, &document{})
+	d := v.(*document)
+	d.once.Do(func() { d.body, d.err = build(st.Snapshot) })
+	return d.body, d.err
+}
+
+// maxMemoizedScopeSets bounds MethodsFor's memo: distinct scope sets
+// beyond it are computed per call.
+const maxMemoizedScopeSets = 1024
 
 // Store holds the current State. Readers never block.
 type Store struct {
@@ -88,6 +120,20 @@ func supportedMethods(snap *catalogv1.Snapshot) string {
 // lists with the floor (identitysvc GetIdentityDocumentRequest.methods;
 // docs/decisions.md#D-supported-methods).
 func (st *State) MethodsFor(scopes agtp.ScopeSet) []string {
+	key := scopes.String()
+	if v, ok := st.methodsFor.Load(key); ok {
+		return slices.Clone(v.([]string))
+	}
+	out := st.computeMethodsFor(scopes)
+	if st.nMethods.Load() < maxMemoizedScopeSets {
+		if _, loaded := st.methodsFor.LoadOrStore(key, out); !loaded {
+			st.nMethods.Add(1)
+		}
+	}
+	return slices.Clone(out)
+}
+
+func (st *State) computeMethodsFor(scopes agtp.ScopeSet) []string {
 	var out []string
 	for _, ep := range st.Endpoints {
 		d := ep.Def

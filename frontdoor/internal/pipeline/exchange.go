@@ -111,15 +111,24 @@ func (c headerCarrier) Keys() []string {
 
 var _ propagation.TextMapCarrier = headerCarrier{}
 
+var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
+
 func (p *Pipeline) begin(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request) *exchange {
-	ctx = kit.Propagator.Extract(ctx, headerCarrier{&req.Header})
-	ctx, span := p.Tracer.Start(ctx, "AGTP "+req.Method, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
-			attribute.String("agtp.method", req.Method),
-			attribute.String("agtp.transport", conn.Transport),
-		))
-	if sid := req.Header.Get(agtp.HeaderSessionID); sid != "" {
-		span.SetAttributes(attribute.String("agtp.session_id", sid))
+	// Most requests carry no trace context: the propagator is asked only
+	// when one of its fields is there.
+	_, parent := req.Header.Lookup("traceparent")
+	_, baggage := req.Header.Lookup("baggage")
+	if parent || baggage {
+		ctx = kit.Propagator.Extract(ctx, headerCarrier{&req.Header})
+	}
+	ctx, span := p.Tracer.Start(ctx, "AGTP "+req.Method, serverSpan)
+	// Attributes only for a span that records them: an unsampled request
+	// (or a server that exports nothing) builds none.
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("agtp.method", req.Method), attribute.String("agtp.transport", conn.Transport))
+		if sid := req.Header.Get(agtp.HeaderSessionID); sid != "" {
+			span.SetAttributes(attribute.String("agtp.session_id", sid))
+		}
 	}
 	x := &exchange{ctx: ctx, span: span, start: time.Now(), conn: conn, req: req}
 	x.hooks = x.hookBuf[:0]

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -20,6 +22,24 @@ type metrics struct {
 	requests   metric.Int64Counter
 	latency    metric.Float64Histogram
 	rejections metric.Int64Counter
+	// sets holds the attribute set of each series, built on its first
+	// request: a set sorts and copies its attributes, which would
+	// otherwise be paid on every response. The series are bounded
+	// (methods and templates of the catalog, statuses, reason tokens),
+	// and so is the cache, in case a handler mints reasons.
+	sets  sync.Map // seriesKey -> metric.MeasurementOption
+	nsets atomic.Int64
+}
+
+// maxSeriesSets bounds the cached attribute sets; series beyond it are
+// built per response.
+const maxSeriesSets = 4096
+
+// seriesKey names one series: a request series (reason empty) or a
+// rejection series (method and template empty).
+type seriesKey struct {
+	method, tmpl, reason string
+	status               int
 }
 
 // latencyBuckets span a cached answer (about a millisecond) to the
@@ -61,12 +81,32 @@ func (m *metrics) record(x *exchange, status int) {
 	} else if agtp.IsFloorMethod(x.req.Method) {
 		method = x.req.Method
 	}
-	code := strconv.Itoa(status)
-	attrs := metric.WithAttributes(attribute.String("agtp.method", method),
-		attribute.String("agtp.path_template", tmpl), attribute.String("agtp.status", code))
+	attrs := m.series(seriesKey{method: method, tmpl: tmpl, status: status})
 	m.requests.Add(ctx, 1, attrs)
 	m.latency.Record(ctx, time.Since(x.start).Seconds(), attrs)
 	if x.rejection != "" {
-		m.rejections.Add(ctx, 1, metric.WithAttributes(attribute.String("agtp.reason", x.rejection), attribute.String("agtp.status", code)))
+		m.rejections.Add(ctx, 1, m.series(seriesKey{reason: x.rejection, status: status}))
 	}
+}
+
+// series returns the attribute set of k, building it once.
+func (m *metrics) series(k seriesKey) metric.MeasurementOption {
+	if o, ok := m.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	code := attribute.String("agtp.status", strconv.Itoa(k.status))
+	var set attribute.Set
+	if k.reason != "" {
+		set = attribute.NewSet(attribute.String("agtp.reason", k.reason), code)
+	} else {
+		set = attribute.NewSet(attribute.String("agtp.method", k.method), attribute.String("agtp.path_template", k.tmpl), code)
+	}
+	o := metric.WithAttributeSet(set)
+	if m.nsets.Load() >= maxSeriesSets {
+		return o
+	}
+	if _, loaded := m.sets.LoadOrStore(k, o); !loaded {
+		m.nsets.Add(1)
+	}
+	return o
 }

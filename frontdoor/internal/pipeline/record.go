@@ -9,8 +9,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -150,8 +152,17 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	}
 
-	// What an SRE searches by: the identifiers the response carries and
-	// who the caller proved to be.
+	if x.span.IsRecording() {
+		p.describeSpan(x, resp)
+	}
+	p.metrics.record(x, resp.Status)
+	return resp
+}
+
+// describeSpan names a recorded span by its endpoint and adds what an SRE
+// searches by: the identifiers the response carries and who the caller
+// proved to be.
+func (p *Pipeline) describeSpan(x *exchange, resp *agtp.Response) {
 	x.span.SetAttributes(attribute.Int("agtp.status", resp.Status),
 		attribute.String("agtp.response_id", resp.Header.Get(agtp.HeaderResponseID)),
 		attribute.String("agtp.audit_id", resp.Header.Get(agtp.HeaderAuditID)),
@@ -172,8 +183,6 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 	if resp.Status >= 500 {
 		x.span.SetStatus(codes.Error, x.rejection)
 	}
-	p.metrics.record(x, resp.Status)
-	return resp
 }
 
 // stampStable sets the response fields that a replay reproduces.
@@ -470,12 +479,27 @@ func (p *Pipeline) releaseClaim(x *exchange) {
 // not keep the raw bytes, and a deterministic re-serialization lets anyone
 // holding the parsed request recompute the hash.
 func requestHash(req *agtp.Request) string {
-	h := sha256.New()
-	bw := bufio.NewWriterSize(h, 4096)
-	_ = req.Write(bw)
-	_ = bw.Flush()
-	return hex.EncodeToString(h.Sum(nil))
+	hw := hashWriters.Get().(*hashWriter)
+	defer hashWriters.Put(hw)
+	hw.h.Reset()
+	hw.bw.Reset(hw.h)
+	_ = req.Write(hw.bw)
+	_ = hw.bw.Flush()
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(hw.h.Sum(sum[:0]))
 }
+
+// hashWriter is a SHA-256 behind a buffer, pooled: the request hash
+// would otherwise cost a 4 KiB buffer per request.
+type hashWriter struct {
+	h  hash.Hash
+	bw *bufio.Writer
+}
+
+var hashWriters = sync.Pool{New: func() any {
+	h := sha256.New()
+	return &hashWriter{h: h, bw: bufio.NewWriterSize(h, 4096)}
+}}
 
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)

@@ -267,6 +267,17 @@ type gate struct {
 type plan struct {
 	batch ratelimit.Batch
 	gates []gate
+	// Backing arrays for what a typical decision plans (the caller's own
+	// gate with a bucket or two, and up to three shared limits), so that
+	// planning costs the plan alone; more grows on the heap as usual.
+	gateBuf     [4]gate
+	mineLabels  [2]string
+	mineRates   [2]ratelimit.Rate
+	mineBuckets [2]ratelimit.Bucket
+	shared      int // shared gates placed so far
+	sharedLabel [3]string
+	sharedRate  [3]ratelimit.Rate
+	sharedBkt   [3]ratelimit.Bucket
 }
 
 // plan groups the buckets of a request by hash slot: the caller's own
@@ -275,6 +286,7 @@ type plan struct {
 // in the same pipeline.
 func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim) *plan {
 	p := &plan{}
+	p.gates = p.gateBuf[:0]
 	rl := s.opts.RateLimits
 	agent, ip := req.GetAgentId(), req.GetClientIp()
 	if ip == "" {
@@ -287,8 +299,8 @@ func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *rate
 		return rediskeys.AgentRateLimit(agent, name)
 	}
 
-	var mine gate
-	var buckets []ratelimit.Bucket
+	mine := gate{labels: p.mineLabels[:0], rates: p.mineRates[:0]}
+	buckets := p.mineBuckets[:0]
 	add := func(g *gate, bs *[]ratelimit.Bucket, key, label string, r ratelimit.Rate) {
 		*bs = append(*bs, ratelimit.Bucket{Key: key, Rate: r, Cost: 1})
 		g.labels = append(g.labels, label)
@@ -308,8 +320,17 @@ func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *rate
 		p.gates = append(p.gates, mine)
 	}
 	shared := func(key, label string, r ratelimit.Rate) {
-		g := gate{labels: []string{label}, rates: []ratelimit.Rate{r}}
-		g.call = p.batch.Gate([]ratelimit.Bucket{{Key: key, Rate: r, Cost: 1}}, nil)
+		bucket := ratelimit.Bucket{Key: key, Rate: r, Cost: 1}
+		var g gate
+		var bs []ratelimit.Bucket
+		if i := p.shared; i < len(p.sharedBkt) {
+			p.sharedLabel[i], p.sharedRate[i], p.sharedBkt[i] = label, r, bucket
+			g.labels, g.rates, bs = p.sharedLabel[i:i+1:i+1], p.sharedRate[i:i+1:i+1], p.sharedBkt[i:i+1:i+1]
+			p.shared++
+		} else {
+			g.labels, g.rates, bs = []string{label}, []ratelimit.Rate{r}, []ratelimit.Bucket{bucket}
+		}
+		g.call = p.batch.Gate(bs, nil)
 		p.gates = append(p.gates, g)
 	}
 	for i, e := range rl.Endpoints {
