@@ -3,7 +3,6 @@ package tasks
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
@@ -35,14 +34,6 @@ func TestListEscalationsPages(t *testing.T) {
 			toReviewer = append(toReviewer, p)
 		}
 	}
-	ids := func(ps []paging.ZPos) []string {
-		slices.SortFunc(ps, paging.ZPos.Compare)
-		out := make([]string, len(ps))
-		for i, p := range ps {
-			out[i] = p.Member
-		}
-		return out
-	}
 	list := func(routedTo string) testkit.ListPage {
 		return func(size int32, tok string) ([]string, string, error) {
 			r, err := c.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: "ops", RoutedTo: routedTo, PageSize: size, PageToken: tok})
@@ -54,9 +45,9 @@ func TestListEscalationsPages(t *testing.T) {
 		}
 	}
 	for _, size := range []int32{1, 2, 3} {
-		tok := testkit.CheckPaging(t, size, ids(all), list(""))
+		tok := testkit.CheckPaging(t, size, testkit.ZMembers(all), list(""))
 		testkit.CheckTokenMismatch(t, tok, list(reviewer))
-		tok = testkit.CheckPaging(t, size, ids(toReviewer), list(reviewer))
+		tok = testkit.CheckPaging(t, size, testkit.ZMembers(toReviewer), list(reviewer))
 		testkit.CheckTokenMismatch(t, tok, list(stranger))
 	}
 }

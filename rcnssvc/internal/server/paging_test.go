@@ -36,14 +36,6 @@ func TestListContractsPages(t *testing.T) {
 			mine = append(mine, p)
 		}
 	}
-	ids := func(ps []paging.ZPos) []string {
-		slices.SortFunc(ps, paging.ZPos.Compare)
-		out := make([]string, len(ps))
-		for i, p := range ps {
-			out[i] = p.Member
-		}
-		return out
-	}
 	list := func(c *rcnsv1.Caller) testkit.ListPage {
 		return func(size int32, tok string) ([]string, string, error) {
 			r, err := e.client.ListContracts(context.Background(), &rcnsv1.ListContractsRequest{Caller: c, PageSize: size, PageToken: tok})
@@ -56,9 +48,9 @@ func TestListContractsPages(t *testing.T) {
 	}
 	inspector := caller(agentY, sessionA, 1, "inspect:all")
 	for _, size := range []int32{1, 2, 3} {
-		tok := testkit.CheckPaging(t, size, ids(mine), list(readerOf(agentX)))
+		tok := testkit.CheckPaging(t, size, testkit.ZMembers(mine), list(readerOf(agentX)))
 		testkit.CheckTokenMismatch(t, tok, list(readerOf(agentY)))
-		tok = testkit.CheckPaging(t, size, ids(all), list(inspector))
+		tok = testkit.CheckPaging(t, size, testkit.ZMembers(all), list(inspector))
 		testkit.CheckTokenMismatch(t, tok, list(readerOf(agentY)))
 	}
 }
