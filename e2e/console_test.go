@@ -260,7 +260,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer rcancel()
 		ev, err := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, PageSize: 1})
-		if err != nil || len(ev.GetEvents()) != 1 || !strings.Contains(string(ev.GetEvents()[0].GetPayloadJson()), `"actor":"operator/console for `+person+`"`) {
+		if err != nil || len(ev.GetEvents()) != 1 || ev.GetEvents()[0].GetPayload().GetFields()["actor"].GetStringValue() != "operator/console for "+person {
 			t.Fatalf("newest lifecycle event = %v, %v", ev.GetEvents(), err)
 		}
 		if resp, _ := c.call(t, worker, "QUERY", "/orders/ord-1001", ""); resp.Status == agtp.StatusOK {

@@ -78,6 +78,14 @@ func TestRESTGatewayServesEveryAPIWithClientCertificates(t *testing.T) {
 		{"catalogsvc", "/v1/catalog/manifest", `"manifestJson"`},
 		{"auditsvc", "/v1/audit/jwks", `"jwksJson"`},
 		{"identitysvc", "/v1/identity/agents", `{`},
+		// Read-only RPCs are GET with their request in the query
+		// (AIP-131, AIP-132, AIP-136), nested fields by dotted name.
+		{"catalogsvc", "/v1/catalog/routes:resolve?method=FROBNICATE&path=/orders", `"outcome":"ROUTE_OUTCOME_METHOD_VIOLATION"`},
+		{"rcnssvc", "/v1/rcns/patterns?page_size=1", `"nextPageToken":"ey`},
+		{"rcnssvc", "/v1/rcns/recipes/order-digest", `"recipeVersion"`},
+		{"rcnssvc", "/v1/rcns/contracts?page_size=5&caller.agent_id=" + strings.Repeat("a1", 32), `{`},
+		{"rcnssvc", "/v1/rcns/contracts/no-such-contract", `"status":404`},
+		{"rcnssvc", "/v1/rcns/contracts:lookup?method=SUMMARIZE&path=/order-digest", `{`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.service+tc.path, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -368,7 +369,29 @@ func TestVerifyChainReportsFirstBreak(t *testing.T) {
 			if r.Break.Index != tc.index || r.Break.Problem != tc.problem {
 				t.Fatalf("break at %d (%s: %v), want %d (%s)", r.Break.Index, r.Break.Problem, r.Break.Err, tc.index, tc.problem)
 			}
+			checkParallelAgrees(t, tc.chain, opts, r)
 		})
+	}
+	checkParallelAgrees(t, good, opts, VerifyChain(good, opts))
+}
+
+// checkParallelAgrees: signatures checked on a pool of workers, then
+// added in order, give the result of the one-at-a-time check, break
+// included.
+func checkParallelAgrees(t *testing.T, chain []string, opts ChainOptions, want ChainResult) {
+	t.Helper()
+	for _, workers := range []int{1, 2, 3, 16} {
+		v := NewChainVerifier(opts)
+		for _, c := range CheckParallel(chain, nil, opts.VerifyOptions, workers) {
+			if _, err := v.AddChecked(c); err != nil {
+				break
+			}
+		}
+		got := v.Result()
+		if got.Valid != want.Valid || got.Checked != want.Checked || got.Head != want.Head || (got.Break == nil) != (want.Break == nil) ||
+			got.Break != nil && (got.Break.Index != want.Break.Index || got.Break.Problem != want.Break.Problem || got.Break.AuditID != want.Break.AuditID) {
+			t.Fatalf("%d workers: %+v (break %+v), want %+v (break %+v)", workers, got, got.Break, want, want.Break)
+		}
 	}
 }
 
@@ -379,7 +402,11 @@ func TestChainVerifierChecksClaimedAuditID(t *testing.T) {
 	if _, err := v.Add(c[0], AuditID(c[0])); err != nil {
 		t.Fatal(err)
 	}
-	_, err := v.Add(c[1], AuditID(c[0]))
+	checks := CheckParallel(c, []string{AuditID(c[0]), AuditID(c[0])}, VerifyOptions{Keys: ks}, 2)
+	if checks[0].Claimed != AuditID(c[0]) || checks[0].Err != nil || checks[1].Claimed != AuditID(c[0]) {
+		t.Fatalf("CheckParallel = %+v", checks)
+	}
+	_, err := v.AddChecked(checks[1])
 	var b *Break
 	if !errors.As(err, &b) || b.Problem != ProblemAuditIDMismatch || b.Index != 1 {
 		t.Fatalf("err = %v", err)
@@ -469,6 +496,22 @@ func BenchmarkSignGoJose(b *testing.B) {
 		jws, _ := obj.CompactSerialize()
 		_ = AuditID(jws)
 	}
+}
+
+// BenchmarkCheckParallel checks the signatures of a batch of an export
+// stream's size on one worker per CPU; records/s is the rate the CPUs
+// give `agtp audit verify`.
+func BenchmarkCheckParallel(b *testing.B) {
+	ks, _ := NewKeySet(newKey(b))
+	chain := buildChain(b, ks.Signer(), "agent-1", 256)
+	for b.Loop() {
+		for _, c := range CheckParallel(chain, nil, VerifyOptions{Keys: ks}, runtime.GOMAXPROCS(0)) {
+			if c.Err != nil {
+				b.Fatal(c.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(len(chain))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
 
 func BenchmarkVerify(b *testing.B) {

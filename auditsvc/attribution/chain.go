@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Problem tokens a chain check reports for the first broken record.
@@ -98,15 +99,66 @@ func (v *ChainVerifier) Add(jws, claimedAuditID string) (*Record, error) {
 	if v.broken {
 		return nil, v.res.Break
 	}
-	rec, problem, err := checkRecord(jws, claimedAuditID, v.prev, v.opts)
+	return v.AddChecked(Check(jws, claimedAuditID, v.opts.VerifyOptions))
+}
+
+// Checked is one record whose signature was checked (Check,
+// CheckParallel), ready for ChainVerifier.AddChecked: the costly part
+// of a chain check, which needs no other record, done apart from the
+// links, which need the records in order.
+type Checked struct {
+	JWS, Claimed string
+	Rec          *Record
+	Err          error
+}
+
+// Check parses a record and verifies its signature.
+func Check(jws, claimedAuditID string, opts VerifyOptions) Checked {
+	rec, err := Verify(jws, opts)
+	return Checked{JWS: jws, Claimed: claimedAuditID, Rec: rec, Err: err}
+}
+
+// CheckParallel is Check for each record, on up to workers goroutines
+// (contiguous shares of the slice), in the order given.
+func CheckParallel(jws, claimed []string, opts VerifyOptions, workers int) []Checked {
+	out := make([]Checked, len(jws))
+	claimedOf := func(i int) string {
+		if i < len(claimed) {
+			return claimed[i]
+		}
+		return ""
+	}
+	workers = max(1, min(workers, len(jws)))
+	share := (len(jws) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(jws); lo += share {
+		hi := min(lo+share, len(jws))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				out[i] = Check(jws[i], claimedOf(i), opts)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// AddChecked is Add for a record whose signature Check or CheckParallel
+// already verified with this verifier's VerifyOptions; the Audit-ID,
+// version, link and agent checks are made here, in chain order.
+func (v *ChainVerifier) AddChecked(c Checked) (*Record, error) {
+	if v.broken {
+		return nil, v.res.Break
+	}
+	rec, problem, err := checkRecord(c, v.prev, v.opts)
 	if err != nil {
 		id := ""
-		if jws != "" {
-			id = AuditID(jws)
+		if c.JWS != "" {
+			id = AuditID(c.JWS)
 		}
 		want := v.prev
 		if problem == ProblemAuditIDMismatch {
-			want = claimedAuditID
+			want = c.Claimed
 		}
 		v.fail(&Break{Index: v.res.Checked, AuditID: id, Expected: want, Problem: problem, Err: err})
 		return nil, v.res.Break
@@ -129,14 +181,15 @@ func (v *ChainVerifier) fail(b *Break) {
 // Result returns the outcome so far.
 func (v *ChainVerifier) Result() ChainResult { return v.res }
 
-// checkRecord verifies one record and its link to prev.
-func checkRecord(jws, claimed, prev string, opts ChainOptions) (*Record, string, error) {
-	rec, err := Verify(jws, opts.VerifyOptions)
+// checkRecord checks a record whose signature was checked, and its link
+// to prev.
+func checkRecord(c Checked, prev string, opts ChainOptions) (*Record, string, error) {
+	rec, err := c.Rec, c.Err
 	if err != nil {
 		return nil, problemOf(err), err
 	}
-	if claimed != "" && claimed != rec.AuditID {
-		return nil, ProblemAuditIDMismatch, fmt.Errorf("stored Audit-ID %s, computed %s", claimed, rec.AuditID)
+	if c.Claimed != "" && c.Claimed != rec.AuditID {
+		return nil, ProblemAuditIDMismatch, fmt.Errorf("stored Audit-ID %s, computed %s", c.Claimed, rec.AuditID)
 	}
 	if rec.Payload.AuditRecordVersion != RecordVersion {
 		return nil, ProblemVersion, fmt.Errorf("audit_record_version %q", rec.Payload.AuditRecordVersion)

@@ -8,10 +8,13 @@ package auditclient
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/batchrpc"
@@ -102,3 +105,17 @@ func (b *Batching) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppend
 
 // Stats count the SignAndAppend calls sent unary and in batches.
 func (b *Batching) Stats() batchrpc.Stats { return b.appends.Stats() }
+
+// Payload is a record's payload as a JSON object: the Struct a current
+// auditsvc sends, else the JSON bytes of the first release's field (pass
+// both; a reader of either release gets the document).
+func Payload(s *structpb.Struct, payloadJSON []byte) (map[string]any, error) {
+	if s != nil {
+		return s.AsMap(), nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(payloadJSON, &m); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	return m, nil
+}

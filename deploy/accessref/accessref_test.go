@@ -57,7 +57,7 @@ func TestAccessDocMatchesTheTables(t *testing.T) {
 // outcome is known: a front-door-only RPC, an operator-only one, a read
 // RPC, and health's absence (it is not an API of the suite).
 func TestMarkdownShowsTheRules(t *testing.T) {
-	md := Markdown(map[string]Route{"agtp.audit.v1.AuditService.GetRecord": {"GET", "/v1/audit/records/{audit_id}"}})
+	md := Markdown(map[string]Route{"agtp.audit.v1.AuditService.GetRecord": {Verb: "GET", Path: "/v1/audit/records/{audit_id}"}})
 	for _, line := range []string{
 		"| `SignAndAppend` | — | frontdoor | — | — |",
 		"| `RegisterGenesis` | — | — | yes | — |",

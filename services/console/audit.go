@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 )
 
@@ -106,8 +107,9 @@ func (c *Console) record(ctx context.Context, id string) (chainRecord, error) {
 		return chainRecord{}, err
 	}
 	rec := chainRecord{R: res.GetRecord()}
-	if err := json.Unmarshal(rec.R.GetPayloadJson(), &rec.Payload); err != nil {
-		return chainRecord{}, fmt.Errorf("record %s: payload: %w", id, err)
+	//lint:ignore SA1019 the first release's auditsvc sends the payload only as JSON bytes
+	if rec.Payload, err = auditclient.Payload(rec.R.GetPayload(), rec.R.GetPayloadJson()); err != nil {
+		return chainRecord{}, fmt.Errorf("record %s: %w", id, err)
 	}
 	rec.Previous, _ = rec.Payload["previous_audit_id"].(string)
 	return rec, nil

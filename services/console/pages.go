@@ -16,12 +16,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 )
 
 // maxReason bounds a reason a person types.
@@ -58,8 +60,11 @@ func listPage[T any](all []T, token string, size int) (Page[T], error) {
 
 // escalationRow is one escalation as the queue shows it.
 type escalationRow struct {
-	E   *taskv1.Escalation
-	Age string
+	E *taskv1.Escalation
+	// Status and Priority are named from the enums, or from the first
+	// release's strings.
+	Status, Priority string
+	Age              string
 	// Resolved is set once the signed-in person resolved it.
 	Resolved string
 	CSRF     string
@@ -77,13 +82,26 @@ func (c *Console) escalationsPage(w http.ResponseWriter, r *http.Request, se ses
 	// Pending ones first on the page (deferred ones wait for a second
 	// look), each group oldest first as listed.
 	slices.SortStableFunc(list, func(a, b *taskv1.Escalation) int {
-		return boolRank(a.GetStatus() != "pending_review") - boolRank(b.GetStatus() != "pending_review")
+		return boolRank(escalationStatus(a) != "pending_review") - boolRank(escalationStatus(b) != "pending_review")
 	})
 	rows := make([]escalationRow, 0, len(list))
 	for _, e := range list {
-		rows = append(rows, escalationRow{E: e, Age: age(c.now(), e.GetCreatedAt()), CSRF: se.csrf})
+		rows = append(rows, c.escalationRow(e, se))
 	}
 	return c.page(w, "escalations", "escalations", "Escalations", se, map[string]any{"Rows": rows, "Next": res.GetNextPageToken()})
+}
+
+func (c *Console) escalationRow(e *taskv1.Escalation, se session) escalationRow {
+	//lint:ignore SA1019 the first release's policysvc sends the priority only as a string
+	priority := enumname.Prefer(e.GetPriorityLevel(), e.GetPriority())
+	return escalationRow{E: e, Status: escalationStatus(e), Priority: priority, Age: age(c.now(), e.GetCreatedAt()), CSRF: se.csrf}
+}
+
+// escalationStatus names an escalation's state from the enum, or from
+// the first release's string.
+func escalationStatus(e *taskv1.Escalation) string {
+	//lint:ignore SA1019 the first release's policysvc sends the state only as a string
+	return enumname.Prefer(e.GetState(), e.GetStatus())
 }
 
 func boolRank(b bool) int {
@@ -115,8 +133,9 @@ func (c *Console) resolveEscalation(w http.ResponseWriter, r *http.Request, se s
 		return err
 	}
 	c.log.InfoContext(r.Context(), "escalation resolved", "escalation_id", r.PathValue("id"), "status", st, "person", se.person)
-	return c.done(w, r, "/", "escalation-row", escalationRow{E: res.GetEscalation(), Age: age(c.now(), res.GetEscalation().GetCreatedAt()),
-		Resolved: st + " by " + se.person, CSRF: se.csrf})
+	row := c.escalationRow(res.GetEscalation(), se)
+	row.Resolved = st + " by " + se.person
+	return c.done(w, r, "/", "escalation-row", row)
 }
 
 // statusNames are the agent statuses the filter offers.
@@ -186,8 +205,8 @@ func (c *Console) agentPage(w http.ResponseWriter, r *http.Request, se session) 
 	}
 	var events []map[string]any
 	for _, e := range ev.GetEvents() {
-		var p map[string]any
-		_ = json.Unmarshal(e.GetPayloadJson(), &p)
+		//lint:ignore SA1019 the first release's auditsvc sends the payload only as JSON bytes
+		p, _ := auditclient.Payload(e.GetPayload(), e.GetPayloadJson())
 		events = append(events, map[string]any{"E": e, "Payload": p})
 	}
 	d["Events"], d["NextEvents"] = events, ev.GetNextPageToken()

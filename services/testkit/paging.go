@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/agtpsuite/agtp/services/paging"
 )
 
 // ListPage is one page of a List RPC under test: the keys of its items in
@@ -65,4 +67,16 @@ func CheckTokenMismatch(tb testing.TB, token string, list ListPage) {
 	if _, _, err := list(1, token); status.Code(err) != codes.InvalidArgument {
 		tb.Errorf("a token of another filter: err %v, want InvalidArgument", err)
 	}
+}
+
+// ZMembers are the members of ps in the order a List RPC over a sorted
+// set pages them (score, then member): the want of CheckPaging.
+func ZMembers(ps []paging.ZPos) []string {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, paging.ZPos.Compare)
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Member
+	}
+	return out
 }

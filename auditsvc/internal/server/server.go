@@ -20,7 +20,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -618,10 +620,25 @@ func (s *Server) GetRecord(ctx context.Context, req *auditv1.GetRecordRequest) (
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("stored record %s does not parse: %w", id, err))
 	}
+	payload, err := payloadStruct(rec.RawPayload)
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("stored record %s: %w", id, err))
+	}
 	return &auditv1.GetRecordResponse{Record: &auditv1.Record{
-		AuditId: e.AuditID, Jws: e.JWS, PayloadJson: rec.RawPayload, ChainAgentId: externalChain(e.Chain),
+		//lint:ignore SA1019 the first release's field, filled for its clients beside Payload
+		AuditId: e.AuditID, Jws: e.JWS, PayloadJson: rec.RawPayload, Payload: payload, ChainAgentId: externalChain(e.Chain),
 		Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt), Stream: e.Stream,
 	}}, nil
+}
+
+// payloadStruct is a record's JSON payload as a google.protobuf.Struct,
+// the form REST clients read as a JSON object.
+func payloadStruct(raw []byte) (*structpb.Struct, error) {
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(raw, s); err != nil {
+		return nil, fmt.Errorf("payload is not a JSON object: %w", err)
+	}
+	return s, nil
 }
 
 // GetChainHead returns an agent's newest Audit-ID (INSPECT target=chain_head).
@@ -675,9 +692,14 @@ func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifec
 		if err != nil {
 			return nil, grpcerr.Internal(fmt.Errorf("stored lifecycle event %s does not parse: %w", e.AuditID, err))
 		}
+		payload, err := payloadStruct(rec.RawPayload)
+		if err != nil {
+			return nil, grpcerr.Internal(fmt.Errorf("stored lifecycle event %s: %w", e.AuditID, err))
+		}
 		out.Events = append(out.Events, &auditv1.LifecycleEvent{
 			AuditId: e.AuditID, Format: "jws", Envelope: e.JWS, EventType: rec.Payload.EventType,
-			PayloadJson: rec.RawPayload, Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt),
+			//lint:ignore SA1019 the first release's field, filled for its clients beside Payload
+			PayloadJson: rec.RawPayload, Payload: payload, Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt),
 		})
 	}
 	if len(es) == limit && es[len(es)-1].Sequence > 1 {

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -119,8 +120,12 @@ func TestSignAndAppendChainsRecordsReadableByAuditID(t *testing.T) {
 			t.Fatalf("GetRecord %d: %+v", i, rec)
 		}
 		var p map[string]any
+		//lint:ignore SA1019 the first release's field must still carry the payload
 		if err := json.Unmarshal(rec.GetPayloadJson(), &p); err != nil {
 			t.Fatal(err)
+		}
+		if got := rec.GetPayload().AsMap(); !reflect.DeepEqual(got, p) {
+			t.Fatalf("payload %d: the Struct %v, the JSON bytes %v", i, got, p)
 		}
 		if p["previous_audit_id"] != prev || p["server_id"] != "audit.test" || p["audit_record_version"] != "1" || p["timestamp"] == nil {
 			t.Fatalf("payload %d: %v", i, p)

@@ -2,9 +2,9 @@ package builtin
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
+	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -36,8 +36,13 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 		if err := bi.ACL.Allow(caller, rec.GetChainAgentId()); err != nil {
 			return bi.dependencyFailure(ctx, call, "inspect", err)
 		}
+		//lint:ignore SA1019 the first release's auditsvc sends the payload only as JSON bytes
+		payload, err := auditclient.Payload(rec.GetPayload(), rec.GetPayloadJson())
+		if err != nil {
+			return bi.dependencyFailure(ctx, call, "auditsvc", err)
+		}
 		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
-			"audit_id": rec.GetAuditId(), "jws": rec.GetJws(), "payload": json.RawMessage(rec.GetPayloadJson()),
+			"audit_id": rec.GetAuditId(), "jws": rec.GetJws(), "payload": payload,
 			"chain_agent_id": rec.GetChainAgentId(), "sequence": rec.GetSequence(),
 		})
 	case "chain_head":
@@ -68,8 +73,13 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 		}
 		events := []map[string]any{}
 		for _, e := range r.GetEvents() {
+			//lint:ignore SA1019 the first release's auditsvc sends the payload only as JSON bytes
+			payload, err := auditclient.Payload(e.GetPayload(), e.GetPayloadJson())
+			if err != nil {
+				return bi.dependencyFailure(ctx, call, "auditsvc", err)
+			}
 			events = append(events, map[string]any{"audit_id": e.GetAuditId(), "format": e.GetFormat(), "envelope": e.GetEnvelope(),
-				"event_type": e.GetEventType(), "payload": json.RawMessage(e.GetPayloadJson())})
+				"event_type": e.GetEventType(), "payload": payload})
 		}
 		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"agent_id": id, "events": events})
 	case "contract":

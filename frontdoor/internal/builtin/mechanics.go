@@ -71,7 +71,7 @@ func (bi *Registry) escalate(ctx context.Context, call *Call) *agtp.Response {
 		// ESCALATE until it is delivered. The escalation stays listed
 		// for the admin API meanwhile, so a failed push drops nothing.
 		routing = bi.pushEscalation(ctx, call, e)
-	case routing == routingListed && e.GetStatus() == "pending_review":
+	case routing == routingListed && escalationStatus(e) == "pending_review":
 		routing = bi.escalationToInbox(ctx, call, e)
 	}
 	return jsonResponse(call, agtp.StatusAccepted, agtp.MediaTypeJSON, map[string]any{
@@ -79,9 +79,9 @@ func (bi *Registry) escalate(ctx context.Context, call *Call) *agtp.Response {
 		"task_id":             e.GetTaskId(),
 		"routed_to":           redactURL(e.GetRoutedTo()),
 		"routing":             routing,
-		"status":              e.GetStatus(),
+		"status":              escalationStatus(e),
 		"task_paused":         true,
-		"priority":            e.GetPriority(),
+		"priority":            escalationPriority(e),
 		"estimated_review_by": timeString(e.GetEstimatedReviewBy()),
 	})
 }

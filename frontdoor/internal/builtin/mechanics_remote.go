@@ -18,6 +18,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
 
@@ -163,11 +164,25 @@ func webhookHostPort(s string) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
+// escalationStatus names an escalation's state from the enum, or from
+// the first release's string.
+func escalationStatus(e *taskv1.Escalation) string {
+	//lint:ignore SA1019 the first release's policysvc sends the state only as a string
+	return enumname.Prefer(e.GetState(), e.GetStatus())
+}
+
+// escalationPriority names an escalation's priority from the enum, or
+// from the first release's string.
+func escalationPriority(e *taskv1.Escalation) string {
+	//lint:ignore SA1019 the first release's policysvc sends the priority only as a string
+	return enumname.Prefer(e.GetPriorityLevel(), e.GetPriority())
+}
+
 // escalationPayload is what a recipient is sent about an escalation.
 func (bi *Registry) escalationPayload(e *taskv1.Escalation) map[string]any {
 	payload := map[string]any{
 		"type": "escalation", "escalation_id": e.GetEscalationId(), "task_id": e.GetTaskId(), "owner_agent_id": e.GetOwnerAgentId(),
-		"reason": e.GetReason(), "priority": e.GetPriority(), "status": e.GetStatus(), "created_at": timeString(e.GetCreatedAt()),
+		"reason": e.GetReason(), "priority": escalationPriority(e), "status": escalationStatus(e), "created_at": timeString(e.GetCreatedAt()),
 		"estimated_review_by": timeString(e.GetEstimatedReviewBy()), "server_id": bi.ServerID,
 	}
 	if ctxJSON := e.GetContextJson(); json.Valid(ctxJSON) {
@@ -199,7 +214,7 @@ func (bi *Registry) escalationToInbox(ctx context.Context, call *Call, e *taskv1
 	if err != nil {
 		return routingListed
 	}
-	urgency := map[string]string{"urgent": "critical", "low": "background"}[e.GetPriority()]
+	urgency := map[string]string{"urgent": "critical", "low": "background"}[escalationPriority(e)]
 	if _, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, ContentJson: content,
 		Urgency: urgency, NotificationId: e.GetEscalationId()}); err != nil {
 		bi.Log.WarnContext(ctx, "escalation not put in the recipient's inbox; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)

@@ -6,7 +6,15 @@ import (
 
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 )
+
+// contractState names a contract's state from the enum, or from the
+// first release's string.
+func contractState(c *rcnsv1.Contract) string {
+	//lint:ignore SA1019 the first release's rcnssvc sends the state only as a string
+	return enumname.Prefer(c.GetContractState(), c.GetState())
+}
 
 // ContractJSON is a contract as DISCOVER /contracts, INSPECT and the RCNS
 // answers show it.
@@ -19,7 +27,7 @@ func ContractJSON(c *rcnsv1.Contract) map[string]any {
 		"recipe_lineage":       map[string]any{"recipe_name": c.GetRecipeName(), "recipe_version": c.GetRecipeVersion()},
 		"contract_hash":        c.GetContractHash(),
 		"negotiation_origin":   c.GetNegotiationOrigin(),
-		"state":                c.GetState(),
+		"state":                contractState(c),
 		"persistent":           c.GetPersistent(),
 	}
 	if c.GetIssuedAt() != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -52,9 +53,14 @@ const (
 )
 
 func (e *escalation) proto() *taskv1.Escalation {
+	// Status and Priority are the first release's strings, filled for its
+	// clients beside the enums.
 	out := &taskv1.Escalation{EscalationId: e.ID, TaskId: e.TaskID, OwnerAgentId: e.Owner, Reason: e.Reason,
+		//lint:ignore SA1019 the first release's fields, filled for its clients
 		ContextJson: e.Context, Priority: e.Priority, RoutedTo: e.RoutedTo, Status: e.Status,
-		CreatedAt: timestamppb.New(e.Created), EstimatedReviewBy: timestamppb.New(e.ReviewBy),
+		State:         taskv1.EscalationState(enumname.Number(taskv1.EscalationState(0).Descriptor(), e.Status)),
+		PriorityLevel: taskv1.EscalationPriority(enumname.Number(taskv1.EscalationPriority(0).Descriptor(), e.Priority)),
+		CreatedAt:     timestamppb.New(e.Created), EstimatedReviewBy: timestamppb.New(e.ReviewBy),
 		RoutingStatus: e.Routing, RoutingDetail: e.RoutingDetail}
 	if !e.Deadline.IsZero() {
 		out.Deadline = timestamppb.New(e.Deadline)

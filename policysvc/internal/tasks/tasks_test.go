@@ -83,7 +83,8 @@ func TestEscalationPausesUntilConfirmResolvesIt(t *testing.T) {
 		t.Run(tc.status, func(t *testing.T) {
 			c, _ := start(t, Options{})
 			r := escalate(t, c, "t-1")
-			if r.GetTask().GetStatus() != StatusEscalated || r.GetEscalation().GetStatus() != PendingReview || r.GetEscalation().GetRoutedTo() != reviewer {
+			if r.GetTask().GetStatus() != StatusEscalated || r.GetEscalation().GetState() != taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW ||
+				r.GetEscalation().GetPriorityLevel() != taskv1.EscalationPriority_ESCALATION_PRIORITY_NORMAL || r.GetEscalation().GetRoutedTo() != reviewer {
 				t.Fatalf("escalate = %v", r)
 			}
 			list, err := c.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{Principal: "ops"})

@@ -101,7 +101,7 @@ func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
 	}
 	if !validID(prefixSynthesis, c.GetSynthesisId()) || c.GetMethod() != "SUMMARIZE" || c.GetPath() != "/orders/{order_id}" ||
 		c.GetRecipeName() != "order-summary" || c.GetRecipeVersion() != "1" || !hex64.MatchString(c.GetContractHash()) ||
-		c.GetNegotiationOrigin() != "rcns-gate" || c.GetState() != statePending || len(c.GetEndpointJson()) == 0 || len(c.GetRecipeJson()) == 0 {
+		c.GetNegotiationOrigin() != "rcns-gate" || state(c) != statePending || len(c.GetEndpointJson()) == 0 || len(c.GetRecipeJson()) == 0 {
 		t.Fatalf("preview %v", c)
 	}
 	if time.Until(c.GetExpiresAt().AsTime()) < 50*time.Minute {
@@ -121,7 +121,7 @@ func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
 		t.Fatal("a preview was audited as accepted")
 	}
 	p := e.present(negotiator(agentX), c.GetSynthesisId())
-	if p.GetStatus() != 0 || p.GetContract().GetState() != stateActive {
+	if p.GetStatus() != 0 || state(p.GetContract()) != stateActive {
 		t.Fatalf("presentation: %v", p)
 	}
 	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 1 {
@@ -163,7 +163,7 @@ func TestPresentingAContract(t *testing.T) {
 			t.Fatalf("revoke by another agent: %v", err)
 		}
 		rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId(), Reason: "done"})
-		if err != nil || rv.GetContract().GetState() != stateRevoked {
+		if err != nil || state(rv.GetContract()) != stateRevoked {
 			t.Fatalf("revoke: %v %v", rv, err)
 		}
 		r := e.present(negotiator(agentX), c.GetSynthesisId())
@@ -181,7 +181,7 @@ func TestPresentingAContract(t *testing.T) {
 			t.Fatalf("rcns_revoke events after a repeat: %d", n)
 		}
 		if in, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: c.GetSynthesisId(), Inspect: true, Caller: negotiator(agentY)}); err != nil ||
-			in.GetContract().GetState() != stateRevoked || in.GetContract().GetStateReason() != "done" {
+			state(in.GetContract()) != stateRevoked || in.GetContract().GetStateReason() != "done" {
 			t.Fatalf("INSPECT target=contract: %v %v", in, err)
 		}
 	})
@@ -192,7 +192,7 @@ func TestRevokeByInspectAllOperator(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
 	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
 	rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: caller(agentY, "", 1, "inspect:all"), SynthesisId: c.GetSynthesisId(), Actor: "ops@example"})
-	if err != nil || rv.GetContract().GetState() != stateRevoked {
+	if err != nil || state(rv.GetContract()) != stateRevoked {
 		t.Fatalf("%v %v", rv, err)
 	}
 	ev := e.audit.of(agentX)
@@ -211,7 +211,7 @@ func TestReleaseContract(t *testing.T) {
 		t.Fatalf("release by another agent: %v", err)
 	}
 	rv, err := e.client.RevokeContract(context.Background(), &rcnsv1.RevokeContractRequest{Caller: negotiator(agentX), SynthesisId: c.GetSynthesisId(), Release: true})
-	if err != nil || rv.GetContract().GetState() != stateReleased {
+	if err != nil || state(rv.GetContract()) != stateReleased {
 		t.Fatalf("%v %v", rv, err)
 	}
 	if e.audit.count(agentX, eventRelease, c.GetSynthesisId()) != 1 {
@@ -231,7 +231,7 @@ func TestGateOptimisticIsActiveAtOnce(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
 	r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest")
 	c := r.GetContract()
-	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC || c.GetState() != stateActive || c.GetPath() != "/order-digest" {
+	if r.GetOutcome() != rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC || state(c) != stateActive || c.GetPath() != "/order-digest" {
 		t.Fatalf("got %v", r)
 	}
 	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 1 {
@@ -497,8 +497,8 @@ func TestAcceptWithAuditDownStaysPending(t *testing.T) {
 		t.Fatalf("accept with audit down: %v", err)
 	}
 	in, _ := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: c.GetSynthesisId(), Inspect: true})
-	if in.GetContract().GetState() != statePending {
-		t.Fatalf("state %s", in.GetContract().GetState())
+	if state(in.GetContract()) != statePending {
+		t.Fatalf("state %s", state(in.GetContract()))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	rcnsdemo "github.com/agtpsuite/agtp/rcnssvc/demo"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -439,3 +440,7 @@ func mustPattern(t testing.TB, js string) *recipe.Pattern {
 	}
 	return ps[0]
 }
+
+// state names a contract's state from the enum the server fills
+// (rcnsv1.Contract.contract_state).
+func state(c *rcnsv1.Contract) string { return enumname.Of(c.GetContractState()) }

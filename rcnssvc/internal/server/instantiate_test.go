@@ -78,7 +78,7 @@ func TestProposedEndpointIsCallableAtOnceInTheSameSessionOnly(t *testing.T) {
 	if r := e.resolve(reader(), "SUMMARIZE", "/orders/o-17"); r.GetStatus() != 0 || r.GetContract().GetSynthesisId() != id {
 		t.Fatalf("same session: %d %v", r.GetStatus(), r.GetContract())
 	}
-	if r := e.present(reader(), id); r.GetStatus() != 0 || r.GetContract().GetState() != stateActive {
+	if r := e.present(reader(), id); r.GetStatus() != 0 || state(r.GetContract()) != stateActive {
 		t.Fatalf("presented: %d %s", r.GetStatus(), r.GetReason())
 	}
 	other := caller(agentX, sessionB, 1, "orders:read")

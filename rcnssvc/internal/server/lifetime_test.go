@@ -61,7 +61,7 @@ func TestContractSurvivesRestartAndExpiresOnTime(t *testing.T) {
 		return e.audit.count(agentX, eventRelease, gateC.GetSynthesisId()) == 1 && e.audit.count(agentX, eventRelease, propC.GetSynthesisId()) == 1
 	})
 	in, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{SynthesisId: gateC.GetSynthesisId(), Inspect: true})
-	if err != nil || in.GetContract().GetState() != stateExpired {
+	if err != nil || state(in.GetContract()) != stateExpired {
 		t.Fatalf("INSPECT after expiry: %v %v", in, err)
 	}
 	if l, _ := e.client.ListContracts(context.Background(), &rcnsv1.ListContractsRequest{Caller: reader()}); len(l.GetContracts()) != 0 {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -81,6 +82,7 @@ func (c *contract) effective(nowMs int64) string {
 
 func (c *contract) proto(nowMs int64) *rcnsv1.Contract {
 	r := c.rec
+	state := c.effective(nowMs)
 	p := &rcnsv1.Contract{
 		SynthesisId:        r.SynthesisID,
 		Method:             r.Method,
@@ -94,12 +96,14 @@ func (c *contract) proto(nowMs int64) *rcnsv1.Contract {
 		IssuedAt:           timestamppb.New(time.UnixMilli(r.IssuedMs)),
 		ExpiresAt:          timestamppb.New(time.UnixMilli(r.ExpiresMs)),
 		Persistent:         r.Persistent,
-		State:              c.effective(nowMs),
+		ContractState:      rcnsv1.ContractState(enumname.Number(rcnsv1.ContractState(0).Descriptor(), state)),
 		EndpointJson:       r.Endpoint,
 		RecipeJson:         r.Recipe,
 		StateReason:        c.reason,
 	}
-	if p.State == stateExpired && p.StateReason == "" {
+	//lint:ignore SA1019 the first release's field, filled for its clients
+	p.State = state
+	if state == stateExpired && p.StateReason == "" {
 		p.StateReason = "expired"
 	}
 	return p

@@ -9,6 +9,7 @@ package auditv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -893,16 +894,21 @@ func (x *AppendLifecycleEventResponse) GetReplayed() bool {
 
 // Record is one stored Attribution-Record.
 type Record struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	AuditId      string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
-	Jws          string                 `protobuf:"bytes,2,opt,name=jws,proto3" json:"jws,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AuditId string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	Jws     string                 `protobuf:"bytes,2,opt,name=jws,proto3" json:"jws,omitempty"`
+	// The JWS payload as JSON bytes; payload is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 	PayloadJson  []byte                 `protobuf:"bytes,3,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
 	ChainAgentId string                 `protobuf:"bytes,4,opt,name=chain_agent_id,json=chainAgentId,proto3" json:"chain_agent_id,omitempty"`
 	Sequence     uint64                 `protobuf:"varint,5,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	StoredAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
 	// The stream the record belongs to: "attribution", "lifecycle" or a
 	// signed-record stream name.
-	Stream        string `protobuf:"bytes,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream string `protobuf:"bytes,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The JWS payload (what the signature covers is the JWS itself).
+	Payload       *structpb.Struct `protobuf:"bytes,8,opt,name=payload,proto3" json:"payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -951,6 +957,7 @@ func (x *Record) GetJws() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 func (x *Record) GetPayloadJson() []byte {
 	if x != nil {
 		return x.PayloadJson
@@ -984,6 +991,13 @@ func (x *Record) GetStream() string {
 		return x.Stream
 	}
 	return ""
+}
+
+func (x *Record) GetPayload() *structpb.Struct {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
 }
 
 // GetRecordRequest names a record.
@@ -1179,12 +1193,17 @@ type LifecycleEvent struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	AuditId string                 `protobuf:"bytes,1,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	// "jws" or "cose".
-	Format        string                 `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
-	Envelope      string                 `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
-	EventType     string                 `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	PayloadJson   []byte                 `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
-	Sequence      uint64                 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	StoredAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	Format    string `protobuf:"bytes,2,opt,name=format,proto3" json:"format,omitempty"`
+	Envelope  string `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	EventType string `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// The payload as JSON bytes; payload is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
+	PayloadJson []byte                 `protobuf:"bytes,5,opt,name=payload_json,json=payloadJson,proto3" json:"payload_json,omitempty"`
+	Sequence    uint64                 `protobuf:"varint,6,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	StoredAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=stored_at,json=storedAt,proto3" json:"stored_at,omitempty"`
+	// The signed payload (what the signature covers is the envelope).
+	Payload       *structpb.Struct `protobuf:"bytes,8,opt,name=payload,proto3" json:"payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1247,6 +1266,7 @@ func (x *LifecycleEvent) GetEventType() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 func (x *LifecycleEvent) GetPayloadJson() []byte {
 	if x != nil {
 		return x.PayloadJson
@@ -1264,6 +1284,13 @@ func (x *LifecycleEvent) GetSequence() uint64 {
 func (x *LifecycleEvent) GetStoredAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StoredAt
+	}
+	return nil
+}
+
+func (x *LifecycleEvent) GetPayload() *structpb.Struct {
+	if x != nil {
+		return x.Payload
 	}
 	return nil
 }
@@ -2329,7 +2356,7 @@ var File_agtp_audit_v1_audit_proto protoreflect.FileDescriptor
 
 const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x19agtp/audit/v1/audit.proto\x12\ragtp.audit.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"z\n" +
+	"\x19agtp/audit/v1/audit.proto\x12\ragtp.audit.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"z\n" +
 	"\x11IdempotentOutcome\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
@@ -2423,15 +2450,16 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12\x1a\n" +
-	"\breplayed\x18\x05 \x01(\bR\breplayed\"\xeb\x01\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\"\xa2\x02\n" +
 	"\x06Record\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x10\n" +
-	"\x03jws\x18\x02 \x01(\tR\x03jws\x12!\n" +
-	"\fpayload_json\x18\x03 \x01(\fR\vpayloadJson\x12$\n" +
+	"\x03jws\x18\x02 \x01(\tR\x03jws\x12%\n" +
+	"\fpayload_json\x18\x03 \x01(\fB\x02\x18\x01R\vpayloadJson\x12$\n" +
 	"\x0echain_agent_id\x18\x04 \x01(\tR\fchainAgentId\x12\x1a\n" +
 	"\bsequence\x18\x05 \x01(\x04R\bsequence\x127\n" +
 	"\tstored_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\x12\x16\n" +
-	"\x06stream\x18\a \x01(\tR\x06stream\"-\n" +
+	"\x06stream\x18\a \x01(\tR\x06stream\x121\n" +
+	"\apayload\x18\b \x01(\v2\x17.google.protobuf.StructR\apayload\"-\n" +
 	"\x10GetRecordRequest\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\"B\n" +
 	"\x11GetRecordResponse\x12-\n" +
@@ -2440,16 +2468,17 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\"I\n" +
 	"\x14GetChainHeadResponse\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\x04R\x06length\"\xf6\x01\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\"\xad\x02\n" +
 	"\x0eLifecycleEvent\x12\x19\n" +
 	"\baudit_id\x18\x01 \x01(\tR\aauditId\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1a\n" +
 	"\benvelope\x18\x03 \x01(\tR\benvelope\x12\x1d\n" +
 	"\n" +
-	"event_type\x18\x04 \x01(\tR\teventType\x12!\n" +
-	"\fpayload_json\x18\x05 \x01(\fR\vpayloadJson\x12\x1a\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12%\n" +
+	"\fpayload_json\x18\x05 \x01(\fB\x02\x18\x01R\vpayloadJson\x12\x1a\n" +
 	"\bsequence\x18\x06 \x01(\x04R\bsequence\x127\n" +
-	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\"\x8d\x01\n" +
+	"\tstored_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bstoredAt\x121\n" +
+	"\apayload\x18\b \x01(\v2\x17.google.protobuf.StructR\apayload\"\x8d\x01\n" +
 	"\x1aListLifecycleEventsRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x18\n" +
 	"\x05limit\x18\x02 \x01(\x05B\x02\x18\x01R\x05limit\x12\x1d\n" +
@@ -2579,6 +2608,7 @@ var file_agtp_audit_v1_audit_proto_goTypes = []any{
 	(*ExportChainResponse)(nil),          // 28: agtp.audit.v1.ExportChainResponse
 	nil,                                  // 29: agtp.audit.v1.AttributionClaims.ExtraEntry
 	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 31: google.protobuf.Struct
 }
 var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	0,  // 0: agtp.audit.v1.SignAndAppendRequest.idempotent_outcome:type_name -> agtp.audit.v1.IdempotentOutcome
@@ -2586,43 +2616,45 @@ var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	3,  // 2: agtp.audit.v1.AttributionClaims.prior_actions:type_name -> agtp.audit.v1.PriorAction
 	29, // 3: agtp.audit.v1.AttributionClaims.extra:type_name -> agtp.audit.v1.AttributionClaims.ExtraEntry
 	30, // 4: agtp.audit.v1.Record.stored_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
-	30, // 6: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
-	12, // 7: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
-	1,  // 8: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
-	23, // 9: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
-	4,  // 10: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
-	30, // 11: agtp.audit.v1.ExportChainRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 12: agtp.audit.v1.ExportChainRequest.until:type_name -> google.protobuf.Timestamp
-	30, // 13: agtp.audit.v1.ExportedRecord.stored_at:type_name -> google.protobuf.Timestamp
-	26, // 14: agtp.audit.v1.ExportChainStart.checkpoint:type_name -> agtp.audit.v1.ExportCheckpoint
-	27, // 15: agtp.audit.v1.ExportChainResponse.start:type_name -> agtp.audit.v1.ExportChainStart
-	25, // 16: agtp.audit.v1.ExportChainResponse.records:type_name -> agtp.audit.v1.ExportedRecord
-	1,  // 17: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	5,  // 18: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	8,  // 19: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	10, // 20: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	13, // 21: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	15, // 22: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	17, // 23: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	19, // 24: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
-	21, // 25: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
-	24, // 26: agtp.audit.v1.AuditService.ExportChain:input_type -> agtp.audit.v1.ExportChainRequest
-	4,  // 27: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	6,  // 28: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	9,  // 29: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	11, // 30: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	14, // 31: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	16, // 32: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	18, // 33: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	20, // 34: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
-	22, // 35: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
-	28, // 36: agtp.audit.v1.AuditService.ExportChain:output_type -> agtp.audit.v1.ExportChainResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	31, // 5: agtp.audit.v1.Record.payload:type_name -> google.protobuf.Struct
+	7,  // 6: agtp.audit.v1.GetRecordResponse.record:type_name -> agtp.audit.v1.Record
+	30, // 7: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
+	31, // 8: agtp.audit.v1.LifecycleEvent.payload:type_name -> google.protobuf.Struct
+	12, // 9: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
+	1,  // 10: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
+	23, // 11: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
+	4,  // 12: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
+	30, // 13: agtp.audit.v1.ExportChainRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 14: agtp.audit.v1.ExportChainRequest.until:type_name -> google.protobuf.Timestamp
+	30, // 15: agtp.audit.v1.ExportedRecord.stored_at:type_name -> google.protobuf.Timestamp
+	26, // 16: agtp.audit.v1.ExportChainStart.checkpoint:type_name -> agtp.audit.v1.ExportCheckpoint
+	27, // 17: agtp.audit.v1.ExportChainResponse.start:type_name -> agtp.audit.v1.ExportChainStart
+	25, // 18: agtp.audit.v1.ExportChainResponse.records:type_name -> agtp.audit.v1.ExportedRecord
+	1,  // 19: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	5,  // 20: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	8,  // 21: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	10, // 22: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	13, // 23: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	15, // 24: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	17, // 25: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	19, // 26: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	21, // 27: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
+	24, // 28: agtp.audit.v1.AuditService.ExportChain:input_type -> agtp.audit.v1.ExportChainRequest
+	4,  // 29: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	6,  // 30: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	9,  // 31: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	11, // 32: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	14, // 33: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	16, // 34: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	18, // 35: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	20, // 36: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	22, // 37: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
+	28, // 38: agtp.audit.v1.AuditService.ExportChain:output_type -> agtp.audit.v1.ExportChainResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }

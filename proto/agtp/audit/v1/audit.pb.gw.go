@@ -316,9 +316,18 @@ func request_AuditService_AppendSignedRecord_0(ctx context.Context, marshaler ru
 	var (
 		protoReq AppendSignedRecordRequest
 		metadata runtime.ServerMetadata
+		err      error
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["stream"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "stream")
+	}
+	protoReq.Stream, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "stream", err)
 	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
@@ -331,9 +340,18 @@ func local_request_AuditService_AppendSignedRecord_0(ctx context.Context, marsha
 	var (
 		protoReq AppendSignedRecordRequest
 		metadata runtime.ServerMetadata
+		err      error
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["stream"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "stream")
+	}
+	protoReq.Stream, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "stream", err)
 	}
 	msg, err := server.AppendSignedRecord(ctx, &protoReq)
 	return msg, metadata, err
@@ -555,7 +573,7 @@ func RegisterAuditServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.audit.v1.AuditService/AppendSignedRecord", runtime.WithHTTPPathPattern("/agtp.audit.v1.AuditService/AppendSignedRecord"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.audit.v1.AuditService/AppendSignedRecord", runtime.WithHTTPPathPattern("/v1/audit/streams/{stream}/records"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -575,7 +593,7 @@ func RegisterAuditServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.audit.v1.AuditService/SignAndAppendBatch", runtime.WithHTTPPathPattern("/agtp.audit.v1.AuditService/SignAndAppendBatch"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.audit.v1.AuditService/SignAndAppendBatch", runtime.WithHTTPPathPattern("/v1/audit/records:batchSignAndAppend"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -759,7 +777,7 @@ func RegisterAuditServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.audit.v1.AuditService/AppendSignedRecord", runtime.WithHTTPPathPattern("/agtp.audit.v1.AuditService/AppendSignedRecord"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.audit.v1.AuditService/AppendSignedRecord", runtime.WithHTTPPathPattern("/v1/audit/streams/{stream}/records"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -776,7 +794,7 @@ func RegisterAuditServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.audit.v1.AuditService/SignAndAppendBatch", runtime.WithHTTPPathPattern("/agtp.audit.v1.AuditService/SignAndAppendBatch"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.audit.v1.AuditService/SignAndAppendBatch", runtime.WithHTTPPathPattern("/v1/audit/records:batchSignAndAppend"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -817,8 +835,8 @@ var (
 	pattern_AuditService_ListLifecycleEvents_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "audit", "agents", "agent_id", "lifecycle"}, ""))
 	pattern_AuditService_VerifyChain_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "audit", "chains", "agent_id"}, "verify"))
 	pattern_AuditService_GetSigningKeys_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "audit", "jwks"}, ""))
-	pattern_AuditService_AppendSignedRecord_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"agtp.audit.v1.AuditService", "AppendSignedRecord"}, ""))
-	pattern_AuditService_SignAndAppendBatch_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"agtp.audit.v1.AuditService", "SignAndAppendBatch"}, ""))
+	pattern_AuditService_AppendSignedRecord_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "audit", "streams", "stream", "records"}, ""))
+	pattern_AuditService_SignAndAppendBatch_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "audit", "records"}, "batchSignAndAppend"))
 	pattern_AuditService_ExportChain_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "audit", "chains", "agent_id"}, "export"))
 )
 

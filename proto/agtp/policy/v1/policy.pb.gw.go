@@ -509,7 +509,7 @@ func RegisterPolicyServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.policy.v1.PolicyService/AuthorizeBatch", runtime.WithHTTPPathPattern("/agtp.policy.v1.PolicyService/AuthorizeBatch"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.policy.v1.PolicyService/AuthorizeBatch", runtime.WithHTTPPathPattern("/v1/policy:batchAuthorize"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -720,7 +720,7 @@ func RegisterPolicyServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.policy.v1.PolicyService/AuthorizeBatch", runtime.WithHTTPPathPattern("/agtp.policy.v1.PolicyService/AuthorizeBatch"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.policy.v1.PolicyService/AuthorizeBatch", runtime.WithHTTPPathPattern("/v1/policy:batchAuthorize"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -746,7 +746,7 @@ var (
 	pattern_PolicyService_GetMerchant_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "policy", "merchant"}, ""))
 	pattern_PolicyService_CompleteTaskRun_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "policy", "taskruns"}, "complete"))
 	pattern_PolicyService_RetryTask_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "policy", "taskruns"}, "retry"))
-	pattern_PolicyService_AuthorizeBatch_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"agtp.policy.v1.PolicyService", "AuthorizeBatch"}, ""))
+	pattern_PolicyService_AuthorizeBatch_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "policy"}, "batchAuthorize"))
 )
 
 var (

@@ -22,6 +22,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ContractState is where a contract stands.
+type ContractState int32
+
+const (
+	ContractState_CONTRACT_STATE_UNSPECIFIED ContractState = 0
+	// A confirm-first preview not yet presented.
+	ContractState_CONTRACT_STATE_PENDING  ContractState = 1
+	ContractState_CONTRACT_STATE_ACTIVE   ContractState = 2
+	ContractState_CONTRACT_STATE_REVOKED  ContractState = 3
+	ContractState_CONTRACT_STATE_RELEASED ContractState = 4
+	ContractState_CONTRACT_STATE_EXPIRED  ContractState = 5
+)
+
+// Enum value maps for ContractState.
+var (
+	ContractState_name = map[int32]string{
+		0: "CONTRACT_STATE_UNSPECIFIED",
+		1: "CONTRACT_STATE_PENDING",
+		2: "CONTRACT_STATE_ACTIVE",
+		3: "CONTRACT_STATE_REVOKED",
+		4: "CONTRACT_STATE_RELEASED",
+		5: "CONTRACT_STATE_EXPIRED",
+	}
+	ContractState_value = map[string]int32{
+		"CONTRACT_STATE_UNSPECIFIED": 0,
+		"CONTRACT_STATE_PENDING":     1,
+		"CONTRACT_STATE_ACTIVE":      2,
+		"CONTRACT_STATE_REVOKED":     3,
+		"CONTRACT_STATE_RELEASED":    4,
+		"CONTRACT_STATE_EXPIRED":     5,
+	}
+)
+
+func (x ContractState) Enum() *ContractState {
+	p := new(ContractState)
+	*p = x
+	return p
+}
+
+func (x ContractState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContractState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_rcns_v1_rcns_proto_enumTypes[0].Descriptor()
+}
+
+func (ContractState) Type() protoreflect.EnumType {
+	return &file_agtp_rcns_v1_rcns_proto_enumTypes[0]
+}
+
+func (x ContractState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContractState.Descriptor instead.
+func (ContractState) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{0}
+}
+
 // ProposeOutcome is the PROPOSE answer class.
 type ProposeOutcome int32
 
@@ -74,11 +134,11 @@ func (x ProposeOutcome) String() string {
 }
 
 func (ProposeOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_rcns_v1_rcns_proto_enumTypes[0].Descriptor()
+	return file_agtp_rcns_v1_rcns_proto_enumTypes[1].Descriptor()
 }
 
 func (ProposeOutcome) Type() protoreflect.EnumType {
-	return &file_agtp_rcns_v1_rcns_proto_enumTypes[0]
+	return &file_agtp_rcns_v1_rcns_proto_enumTypes[1]
 }
 
 func (x ProposeOutcome) Number() protoreflect.EnumNumber {
@@ -87,7 +147,7 @@ func (x ProposeOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProposeOutcome.Descriptor instead.
 func (ProposeOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{0}
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{1}
 }
 
 // GateOutcome is the RCNS gate's answer class.
@@ -138,11 +198,11 @@ func (x GateOutcome) String() string {
 }
 
 func (GateOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_rcns_v1_rcns_proto_enumTypes[1].Descriptor()
+	return file_agtp_rcns_v1_rcns_proto_enumTypes[2].Descriptor()
 }
 
 func (GateOutcome) Type() protoreflect.EnumType {
-	return &file_agtp_rcns_v1_rcns_proto_enumTypes[1]
+	return &file_agtp_rcns_v1_rcns_proto_enumTypes[2]
 }
 
 func (x GateOutcome) Number() protoreflect.EnumNumber {
@@ -151,7 +211,7 @@ func (x GateOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GateOutcome.Descriptor instead.
 func (GateOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{1}
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{2}
 }
 
 // Caller is what rcnssvc needs to know about the requesting agent.
@@ -247,7 +307,10 @@ type Contract struct {
 	IssuedAt          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
 	ExpiresAt         *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	Persistent        bool                   `protobuf:"varint,12,opt,name=persistent,proto3" json:"persistent,omitempty"`
-	// active, revoked, released or expired.
+	// pending, active, revoked, released or expired; contract_state is the
+	// same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	State string `protobuf:"bytes,13,opt,name=state,proto3" json:"state,omitempty"`
 	// The instantiated AGTP-API endpoint definition.
 	EndpointJson []byte `protobuf:"bytes,14,opt,name=endpoint_json,json=endpointJson,proto3" json:"endpoint_json,omitempty"`
@@ -257,7 +320,9 @@ type Contract struct {
 	RecipeJson []byte `protobuf:"bytes,15,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
 	// Why the contract left the active state (revoke or release reason,
 	// expired, policy-change-invalidation).
-	StateReason   string `protobuf:"bytes,16,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	StateReason string `protobuf:"bytes,16,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	// The state (state as an enum).
+	ContractState ContractState `protobuf:"varint,17,opt,name=contract_state,json=contractState,proto3,enum=agtp.rcns.v1.ContractState" json:"contract_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +441,7 @@ func (x *Contract) GetPersistent() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *Contract) GetState() string {
 	if x != nil {
 		return x.State
@@ -402,6 +468,13 @@ func (x *Contract) GetStateReason() string {
 		return x.StateReason
 	}
 	return ""
+}
+
+func (x *Contract) GetContractState() ContractState {
+	if x != nil {
+		return x.ContractState
+	}
+	return ContractState_CONTRACT_STATE_UNSPECIFIED
 }
 
 // ProposeRequest carries a PROPOSE body.
@@ -1884,7 +1957,7 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x1d\n" +
 	"\n" +
 	"trust_tier\x18\x04 \x01(\x05R\ttrustTier\x12\x1a\n" +
-	"\boperator\x18\x05 \x01(\bR\boperator\"\xd9\x04\n" +
+	"\boperator\x18\x05 \x01(\bR\boperator\"\xa1\x05\n" +
 	"\bContract\x12!\n" +
 	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
@@ -1903,12 +1976,13 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"expires_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1e\n" +
 	"\n" +
 	"persistent\x18\f \x01(\bR\n" +
-	"persistent\x12\x14\n" +
-	"\x05state\x18\r \x01(\tR\x05state\x12#\n" +
+	"persistent\x12\x18\n" +
+	"\x05state\x18\r \x01(\tB\x02\x18\x01R\x05state\x12#\n" +
 	"\rendpoint_json\x18\x0e \x01(\fR\fendpointJson\x12\x1f\n" +
 	"\vrecipe_json\x18\x0f \x01(\fR\n" +
 	"recipeJson\x12!\n" +
-	"\fstate_reason\x18\x10 \x01(\tR\vstateReason\"\x8e\x01\n" +
+	"\fstate_reason\x18\x10 \x01(\tR\vstateReason\x12B\n" +
+	"\x0econtract_state\x18\x11 \x01(\x0e2\x1b.agtp.rcns.v1.ContractStateR\rcontractState\"\x8e\x01\n" +
 	"\x0eProposeRequest\x12,\n" +
 	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12'\n" +
 	"\x0fparameters_json\x18\x02 \x01(\fR\x0eparametersJson\x12%\n" +
@@ -2023,7 +2097,14 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x11GetRecipeResponse\x12\x1f\n" +
 	"\vrecipe_json\x18\x01 \x01(\fR\n" +
 	"recipeJson\x12%\n" +
-	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion*\xf9\x01\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion*\xbb\x01\n" +
+	"\rContractState\x12\x1e\n" +
+	"\x1aCONTRACT_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16CONTRACT_STATE_PENDING\x10\x01\x12\x19\n" +
+	"\x15CONTRACT_STATE_ACTIVE\x10\x02\x12\x1a\n" +
+	"\x16CONTRACT_STATE_REVOKED\x10\x03\x12\x1b\n" +
+	"\x17CONTRACT_STATE_RELEASED\x10\x04\x12\x1a\n" +
+	"\x16CONTRACT_STATE_EXPIRED\x10\x05*\xf9\x01\n" +
 	"\x0eProposeOutcome\x12\x1f\n" +
 	"\x1bPROPOSE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROPOSE_OUTCOME_APPROVED\x10\x01\x12\x1c\n" +
@@ -2064,81 +2145,83 @@ func file_agtp_rcns_v1_rcns_proto_rawDescGZIP() []byte {
 	return file_agtp_rcns_v1_rcns_proto_rawDescData
 }
 
-var file_agtp_rcns_v1_rcns_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agtp_rcns_v1_rcns_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_agtp_rcns_v1_rcns_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agtp_rcns_v1_rcns_proto_goTypes = []any{
-	(ProposeOutcome)(0),                  // 0: agtp.rcns.v1.ProposeOutcome
-	(GateOutcome)(0),                     // 1: agtp.rcns.v1.GateOutcome
-	(*Caller)(nil),                       // 2: agtp.rcns.v1.Caller
-	(*Contract)(nil),                     // 3: agtp.rcns.v1.Contract
-	(*ProposeRequest)(nil),               // 4: agtp.rcns.v1.ProposeRequest
-	(*ProposeResponse)(nil),              // 5: agtp.rcns.v1.ProposeResponse
-	(*GetProposalRequest)(nil),           // 6: agtp.rcns.v1.GetProposalRequest
-	(*GetProposalResponse)(nil),          // 7: agtp.rcns.v1.GetProposalResponse
-	(*GateRequest)(nil),                  // 8: agtp.rcns.v1.GateRequest
-	(*GateResponse)(nil),                 // 9: agtp.rcns.v1.GateResponse
-	(*GetContractRequest)(nil),           // 10: agtp.rcns.v1.GetContractRequest
-	(*GetContractResponse)(nil),          // 11: agtp.rcns.v1.GetContractResponse
-	(*ListContractsRequest)(nil),         // 12: agtp.rcns.v1.ListContractsRequest
-	(*ListContractsResponse)(nil),        // 13: agtp.rcns.v1.ListContractsResponse
-	(*RevokeContractRequest)(nil),        // 14: agtp.rcns.v1.RevokeContractRequest
-	(*RevokeContractResponse)(nil),       // 15: agtp.rcns.v1.RevokeContractResponse
-	(*RevokeStaleContractsRequest)(nil),  // 16: agtp.rcns.v1.RevokeStaleContractsRequest
-	(*RevokeStaleContractsResponse)(nil), // 17: agtp.rcns.v1.RevokeStaleContractsResponse
-	(*StaleContract)(nil),                // 18: agtp.rcns.v1.StaleContract
-	(*GetAttemptRequest)(nil),            // 19: agtp.rcns.v1.GetAttemptRequest
-	(*GetAttemptResponse)(nil),           // 20: agtp.rcns.v1.GetAttemptResponse
-	(*ListPatternsRequest)(nil),          // 21: agtp.rcns.v1.ListPatternsRequest
-	(*ListPatternsResponse)(nil),         // 22: agtp.rcns.v1.ListPatternsResponse
-	(*Pattern)(nil),                      // 23: agtp.rcns.v1.Pattern
-	(*GetRecipeRequest)(nil),             // 24: agtp.rcns.v1.GetRecipeRequest
-	(*GetRecipeResponse)(nil),            // 25: agtp.rcns.v1.GetRecipeResponse
-	(*timestamppb.Timestamp)(nil),        // 26: google.protobuf.Timestamp
+	(ContractState)(0),                   // 0: agtp.rcns.v1.ContractState
+	(ProposeOutcome)(0),                  // 1: agtp.rcns.v1.ProposeOutcome
+	(GateOutcome)(0),                     // 2: agtp.rcns.v1.GateOutcome
+	(*Caller)(nil),                       // 3: agtp.rcns.v1.Caller
+	(*Contract)(nil),                     // 4: agtp.rcns.v1.Contract
+	(*ProposeRequest)(nil),               // 5: agtp.rcns.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 6: agtp.rcns.v1.ProposeResponse
+	(*GetProposalRequest)(nil),           // 7: agtp.rcns.v1.GetProposalRequest
+	(*GetProposalResponse)(nil),          // 8: agtp.rcns.v1.GetProposalResponse
+	(*GateRequest)(nil),                  // 9: agtp.rcns.v1.GateRequest
+	(*GateResponse)(nil),                 // 10: agtp.rcns.v1.GateResponse
+	(*GetContractRequest)(nil),           // 11: agtp.rcns.v1.GetContractRequest
+	(*GetContractResponse)(nil),          // 12: agtp.rcns.v1.GetContractResponse
+	(*ListContractsRequest)(nil),         // 13: agtp.rcns.v1.ListContractsRequest
+	(*ListContractsResponse)(nil),        // 14: agtp.rcns.v1.ListContractsResponse
+	(*RevokeContractRequest)(nil),        // 15: agtp.rcns.v1.RevokeContractRequest
+	(*RevokeContractResponse)(nil),       // 16: agtp.rcns.v1.RevokeContractResponse
+	(*RevokeStaleContractsRequest)(nil),  // 17: agtp.rcns.v1.RevokeStaleContractsRequest
+	(*RevokeStaleContractsResponse)(nil), // 18: agtp.rcns.v1.RevokeStaleContractsResponse
+	(*StaleContract)(nil),                // 19: agtp.rcns.v1.StaleContract
+	(*GetAttemptRequest)(nil),            // 20: agtp.rcns.v1.GetAttemptRequest
+	(*GetAttemptResponse)(nil),           // 21: agtp.rcns.v1.GetAttemptResponse
+	(*ListPatternsRequest)(nil),          // 22: agtp.rcns.v1.ListPatternsRequest
+	(*ListPatternsResponse)(nil),         // 23: agtp.rcns.v1.ListPatternsResponse
+	(*Pattern)(nil),                      // 24: agtp.rcns.v1.Pattern
+	(*GetRecipeRequest)(nil),             // 25: agtp.rcns.v1.GetRecipeRequest
+	(*GetRecipeResponse)(nil),            // 26: agtp.rcns.v1.GetRecipeResponse
+	(*timestamppb.Timestamp)(nil),        // 27: google.protobuf.Timestamp
 }
 var file_agtp_rcns_v1_rcns_proto_depIdxs = []int32{
-	26, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
-	26, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 2: agtp.rcns.v1.ProposeRequest.caller:type_name -> agtp.rcns.v1.Caller
-	0,  // 3: agtp.rcns.v1.ProposeResponse.outcome:type_name -> agtp.rcns.v1.ProposeOutcome
-	3,  // 4: agtp.rcns.v1.ProposeResponse.contract:type_name -> agtp.rcns.v1.Contract
-	5,  // 5: agtp.rcns.v1.GetProposalResponse.result:type_name -> agtp.rcns.v1.ProposeResponse
-	2,  // 6: agtp.rcns.v1.GateRequest.caller:type_name -> agtp.rcns.v1.Caller
-	1,  // 7: agtp.rcns.v1.GateResponse.outcome:type_name -> agtp.rcns.v1.GateOutcome
-	3,  // 8: agtp.rcns.v1.GateResponse.contract:type_name -> agtp.rcns.v1.Contract
-	2,  // 9: agtp.rcns.v1.GetContractRequest.caller:type_name -> agtp.rcns.v1.Caller
-	3,  // 10: agtp.rcns.v1.GetContractResponse.contract:type_name -> agtp.rcns.v1.Contract
-	2,  // 11: agtp.rcns.v1.ListContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
-	3,  // 12: agtp.rcns.v1.ListContractsResponse.contracts:type_name -> agtp.rcns.v1.Contract
-	2,  // 13: agtp.rcns.v1.RevokeContractRequest.caller:type_name -> agtp.rcns.v1.Caller
-	3,  // 14: agtp.rcns.v1.RevokeContractResponse.contract:type_name -> agtp.rcns.v1.Contract
-	2,  // 15: agtp.rcns.v1.RevokeStaleContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
-	18, // 16: agtp.rcns.v1.RevokeStaleContractsResponse.contracts:type_name -> agtp.rcns.v1.StaleContract
-	23, // 17: agtp.rcns.v1.ListPatternsResponse.patterns:type_name -> agtp.rcns.v1.Pattern
-	4,  // 18: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
-	6,  // 19: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
-	8,  // 20: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
-	10, // 21: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
-	12, // 22: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
-	14, // 23: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
-	16, // 24: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
-	19, // 25: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
-	21, // 26: agtp.rcns.v1.RcnsService.ListPatterns:input_type -> agtp.rcns.v1.ListPatternsRequest
-	24, // 27: agtp.rcns.v1.RcnsService.GetRecipe:input_type -> agtp.rcns.v1.GetRecipeRequest
-	5,  // 28: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
-	7,  // 29: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
-	9,  // 30: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
-	11, // 31: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
-	13, // 32: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
-	15, // 33: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
-	17, // 34: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
-	20, // 35: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
-	22, // 36: agtp.rcns.v1.RcnsService.ListPatterns:output_type -> agtp.rcns.v1.ListPatternsResponse
-	25, // 37: agtp.rcns.v1.RcnsService.GetRecipe:output_type -> agtp.rcns.v1.GetRecipeResponse
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	27, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
+	27, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: agtp.rcns.v1.Contract.contract_state:type_name -> agtp.rcns.v1.ContractState
+	3,  // 3: agtp.rcns.v1.ProposeRequest.caller:type_name -> agtp.rcns.v1.Caller
+	1,  // 4: agtp.rcns.v1.ProposeResponse.outcome:type_name -> agtp.rcns.v1.ProposeOutcome
+	4,  // 5: agtp.rcns.v1.ProposeResponse.contract:type_name -> agtp.rcns.v1.Contract
+	6,  // 6: agtp.rcns.v1.GetProposalResponse.result:type_name -> agtp.rcns.v1.ProposeResponse
+	3,  // 7: agtp.rcns.v1.GateRequest.caller:type_name -> agtp.rcns.v1.Caller
+	2,  // 8: agtp.rcns.v1.GateResponse.outcome:type_name -> agtp.rcns.v1.GateOutcome
+	4,  // 9: agtp.rcns.v1.GateResponse.contract:type_name -> agtp.rcns.v1.Contract
+	3,  // 10: agtp.rcns.v1.GetContractRequest.caller:type_name -> agtp.rcns.v1.Caller
+	4,  // 11: agtp.rcns.v1.GetContractResponse.contract:type_name -> agtp.rcns.v1.Contract
+	3,  // 12: agtp.rcns.v1.ListContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
+	4,  // 13: agtp.rcns.v1.ListContractsResponse.contracts:type_name -> agtp.rcns.v1.Contract
+	3,  // 14: agtp.rcns.v1.RevokeContractRequest.caller:type_name -> agtp.rcns.v1.Caller
+	4,  // 15: agtp.rcns.v1.RevokeContractResponse.contract:type_name -> agtp.rcns.v1.Contract
+	3,  // 16: agtp.rcns.v1.RevokeStaleContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
+	19, // 17: agtp.rcns.v1.RevokeStaleContractsResponse.contracts:type_name -> agtp.rcns.v1.StaleContract
+	24, // 18: agtp.rcns.v1.ListPatternsResponse.patterns:type_name -> agtp.rcns.v1.Pattern
+	5,  // 19: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
+	7,  // 20: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
+	9,  // 21: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
+	11, // 22: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
+	13, // 23: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
+	15, // 24: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
+	17, // 25: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
+	20, // 26: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
+	22, // 27: agtp.rcns.v1.RcnsService.ListPatterns:input_type -> agtp.rcns.v1.ListPatternsRequest
+	25, // 28: agtp.rcns.v1.RcnsService.GetRecipe:input_type -> agtp.rcns.v1.GetRecipeRequest
+	6,  // 29: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
+	8,  // 30: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
+	10, // 31: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
+	12, // 32: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
+	14, // 33: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
+	16, // 34: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
+	18, // 35: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
+	21, // 36: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
+	23, // 37: agtp.rcns.v1.RcnsService.ListPatterns:output_type -> agtp.rcns.v1.ListPatternsResponse
+	26, // 38: agtp.rcns.v1.RcnsService.GetRecipe:output_type -> agtp.rcns.v1.GetRecipeResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_agtp_rcns_v1_rcns_proto_init() }
@@ -2152,7 +2235,7 @@ func file_agtp_rcns_v1_rcns_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_rcns_v1_rcns_proto_rawDesc), len(file_agtp_rcns_v1_rcns_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,

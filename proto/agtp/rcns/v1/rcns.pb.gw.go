@@ -142,7 +142,95 @@ func local_request_RcnsService_Gate_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
+var filter_RcnsService_GetContract_0 = &utilities.DoubleArray{Encoding: map[string]int{"synthesis_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
 func request_RcnsService_GetContract_0(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetContractRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["synthesis_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "synthesis_id")
+	}
+	protoReq.SynthesisId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "synthesis_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetContract_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetContract(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_RcnsService_GetContract_0(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetContractRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["synthesis_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "synthesis_id")
+	}
+	protoReq.SynthesisId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "synthesis_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetContract_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetContract(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+var filter_RcnsService_GetContract_1 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_RcnsService_GetContract_1(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetContractRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetContract_1); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetContract(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_RcnsService_GetContract_1(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetContractRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetContract_1); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetContract(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_RcnsService_GetContract_2(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetContractRequest
 		metadata runtime.ServerMetadata
@@ -157,7 +245,7 @@ func request_RcnsService_GetContract_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func local_request_RcnsService_GetContract_0(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_RcnsService_GetContract_2(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetContractRequest
 		metadata runtime.ServerMetadata
@@ -169,7 +257,42 @@ func local_request_RcnsService_GetContract_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+var filter_RcnsService_ListContracts_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_RcnsService_ListContracts_0(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListContractsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_ListContracts_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListContracts(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_RcnsService_ListContracts_0(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListContractsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_ListContracts_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListContracts(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_RcnsService_ListContracts_1(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListContractsRequest
 		metadata runtime.ServerMetadata
@@ -184,7 +307,7 @@ func request_RcnsService_ListContracts_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_RcnsService_ListContracts_0(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_RcnsService_ListContracts_1(ctx context.Context, marshaler runtime.Marshaler, server RcnsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListContractsRequest
 		metadata runtime.ServerMetadata
@@ -307,12 +430,17 @@ func local_request_RcnsService_GetAttempt_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
+var filter_RcnsService_ListPatterns_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_RcnsService_ListPatterns_0(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListPatternsRequest
 		metadata runtime.ServerMetadata
 	)
-	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_ListPatterns_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
@@ -327,19 +455,36 @@ func local_request_RcnsService_ListPatterns_0(ctx context.Context, marshaler run
 		protoReq ListPatternsRequest
 		metadata runtime.ServerMetadata
 	)
-	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_ListPatterns_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.ListPatterns(ctx, &protoReq)
 	return msg, metadata, err
 }
 
+var filter_RcnsService_GetRecipe_0 = &utilities.DoubleArray{Encoding: map[string]int{"recipe_name": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
 func request_RcnsService_GetRecipe_0(ctx context.Context, marshaler runtime.Marshaler, client RcnsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetRecipeRequest
 		metadata runtime.ServerMetadata
+		err      error
 	)
-	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+	val, ok := pathParams["recipe_name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "recipe_name")
+	}
+	protoReq.RecipeName, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "recipe_name", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetRecipe_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
@@ -353,8 +498,20 @@ func local_request_RcnsService_GetRecipe_0(ctx context.Context, marshaler runtim
 	var (
 		protoReq GetRecipeRequest
 		metadata runtime.ServerMetadata
+		err      error
 	)
-	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+	val, ok := pathParams["recipe_name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "recipe_name")
+	}
+	protoReq.RecipeName, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "recipe_name", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_RcnsService_GetRecipe_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.GetRecipe(ctx, &protoReq)
@@ -427,13 +584,13 @@ func RegisterRcnsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_Gate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_GetContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts/{synthesis_id}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -447,13 +604,53 @@ func RegisterRcnsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_GetContract_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_ListContracts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetContract_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts:list"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_RcnsService_GetContract_1(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_GetContract_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_RcnsService_GetContract_2, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_RcnsService_GetContract_2(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_GetContract_2(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_RcnsService_ListContracts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -466,6 +663,26 @@ func RegisterRcnsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 			return
 		}
 		forward_RcnsService_ListContracts_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_RcnsService_ListContracts_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts:list"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_RcnsService_ListContracts_1(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_ListContracts_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_RcnsService_RevokeContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -527,13 +744,13 @@ func RegisterRcnsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_GetAttempt_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_ListPatterns_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_ListPatterns_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListPatterns", runtime.WithHTTPPathPattern("/agtp.rcns.v1.RcnsService/ListPatterns"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListPatterns", runtime.WithHTTPPathPattern("/v1/rcns/patterns"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -547,13 +764,13 @@ func RegisterRcnsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_ListPatterns_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_GetRecipe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetRecipe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		var stream runtime.ServerTransportStream
 		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetRecipe", runtime.WithHTTPPathPattern("/agtp.rcns.v1.RcnsService/GetRecipe"))
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetRecipe", runtime.WithHTTPPathPattern("/v1/rcns/recipes/{recipe_name}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -658,11 +875,11 @@ func RegisterRcnsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_Gate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_GetContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts/{synthesis_id}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -675,11 +892,45 @@ func RegisterRcnsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_GetContract_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_ListContracts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetContract_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts:list"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_RcnsService_GetContract_1(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_GetContract_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_RcnsService_GetContract_2, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetContract", runtime.WithHTTPPathPattern("/v1/rcns/contracts:lookup"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_RcnsService_GetContract_2(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_GetContract_2(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_RcnsService_ListContracts_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -691,6 +942,23 @@ func RegisterRcnsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 			return
 		}
 		forward_RcnsService_ListContracts_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_RcnsService_ListContracts_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListContracts", runtime.WithHTTPPathPattern("/v1/rcns/contracts:list"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_RcnsService_ListContracts_1(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_RcnsService_ListContracts_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_RcnsService_RevokeContract_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -743,11 +1011,11 @@ func RegisterRcnsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_GetAttempt_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_ListPatterns_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_ListPatterns_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListPatterns", runtime.WithHTTPPathPattern("/agtp.rcns.v1.RcnsService/ListPatterns"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/ListPatterns", runtime.WithHTTPPathPattern("/v1/rcns/patterns"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -760,11 +1028,11 @@ func RegisterRcnsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_RcnsService_ListPatterns_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
-	mux.Handle(http.MethodPost, pattern_RcnsService_GetRecipe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+	mux.Handle(http.MethodGet, pattern_RcnsService_GetRecipe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
-		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetRecipe", runtime.WithHTTPPathPattern("/agtp.rcns.v1.RcnsService/GetRecipe"))
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/agtp.rcns.v1.RcnsService/GetRecipe", runtime.WithHTTPPathPattern("/v1/rcns/recipes/{recipe_name}"))
 		if err != nil {
 			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
 			return
@@ -784,13 +1052,16 @@ var (
 	pattern_RcnsService_Propose_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "proposals"}, ""))
 	pattern_RcnsService_GetProposal_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "rcns", "proposals", "proposal_id"}, ""))
 	pattern_RcnsService_Gate_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "gate"}, ""))
-	pattern_RcnsService_GetContract_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "lookup"))
-	pattern_RcnsService_ListContracts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "list"))
+	pattern_RcnsService_GetContract_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "rcns", "contracts", "synthesis_id"}, ""))
+	pattern_RcnsService_GetContract_1          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "lookup"))
+	pattern_RcnsService_GetContract_2          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "lookup"))
+	pattern_RcnsService_ListContracts_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, ""))
+	pattern_RcnsService_ListContracts_1        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "list"))
 	pattern_RcnsService_RevokeContract_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "rcns", "contracts", "synthesis_id"}, "revoke"))
 	pattern_RcnsService_RevokeStaleContracts_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "contracts"}, "revokeStale"))
 	pattern_RcnsService_GetAttempt_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "rcns", "attempts", "attempt_id"}, ""))
-	pattern_RcnsService_ListPatterns_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"agtp.rcns.v1.RcnsService", "ListPatterns"}, ""))
-	pattern_RcnsService_GetRecipe_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"agtp.rcns.v1.RcnsService", "GetRecipe"}, ""))
+	pattern_RcnsService_ListPatterns_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "rcns", "patterns"}, ""))
+	pattern_RcnsService_GetRecipe_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "rcns", "recipes", "recipe_name"}, ""))
 )
 
 var (
@@ -798,7 +1069,10 @@ var (
 	forward_RcnsService_GetProposal_0          = runtime.ForwardResponseMessage
 	forward_RcnsService_Gate_0                 = runtime.ForwardResponseMessage
 	forward_RcnsService_GetContract_0          = runtime.ForwardResponseMessage
+	forward_RcnsService_GetContract_1          = runtime.ForwardResponseMessage
+	forward_RcnsService_GetContract_2          = runtime.ForwardResponseMessage
 	forward_RcnsService_ListContracts_0        = runtime.ForwardResponseMessage
+	forward_RcnsService_ListContracts_1        = runtime.ForwardResponseMessage
 	forward_RcnsService_RevokeContract_0       = runtime.ForwardResponseMessage
 	forward_RcnsService_RevokeStaleContracts_0 = runtime.ForwardResponseMessage
 	forward_RcnsService_GetAttempt_0           = runtime.ForwardResponseMessage

@@ -22,6 +22,115 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EscalationState is where an escalation's review stands.
+type EscalationState int32
+
+const (
+	EscalationState_ESCALATION_STATE_UNSPECIFIED    EscalationState = 0
+	EscalationState_ESCALATION_STATE_PENDING_REVIEW EscalationState = 1
+	EscalationState_ESCALATION_STATE_ACCEPTED       EscalationState = 2
+	EscalationState_ESCALATION_STATE_REJECTED       EscalationState = 3
+	EscalationState_ESCALATION_STATE_DEFERRED       EscalationState = 4
+)
+
+// Enum value maps for EscalationState.
+var (
+	EscalationState_name = map[int32]string{
+		0: "ESCALATION_STATE_UNSPECIFIED",
+		1: "ESCALATION_STATE_PENDING_REVIEW",
+		2: "ESCALATION_STATE_ACCEPTED",
+		3: "ESCALATION_STATE_REJECTED",
+		4: "ESCALATION_STATE_DEFERRED",
+	}
+	EscalationState_value = map[string]int32{
+		"ESCALATION_STATE_UNSPECIFIED":    0,
+		"ESCALATION_STATE_PENDING_REVIEW": 1,
+		"ESCALATION_STATE_ACCEPTED":       2,
+		"ESCALATION_STATE_REJECTED":       3,
+		"ESCALATION_STATE_DEFERRED":       4,
+	}
+)
+
+func (x EscalationState) Enum() *EscalationState {
+	p := new(EscalationState)
+	*p = x
+	return p
+}
+
+func (x EscalationState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EscalationState) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[0].Descriptor()
+}
+
+func (EscalationState) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[0]
+}
+
+func (x EscalationState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EscalationState.Descriptor instead.
+func (EscalationState) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{0}
+}
+
+// EscalationPriority is ESCALATE's priority parameter.
+type EscalationPriority int32
+
+const (
+	EscalationPriority_ESCALATION_PRIORITY_UNSPECIFIED EscalationPriority = 0
+	EscalationPriority_ESCALATION_PRIORITY_URGENT      EscalationPriority = 1
+	EscalationPriority_ESCALATION_PRIORITY_NORMAL      EscalationPriority = 2
+	EscalationPriority_ESCALATION_PRIORITY_LOW         EscalationPriority = 3
+)
+
+// Enum value maps for EscalationPriority.
+var (
+	EscalationPriority_name = map[int32]string{
+		0: "ESCALATION_PRIORITY_UNSPECIFIED",
+		1: "ESCALATION_PRIORITY_URGENT",
+		2: "ESCALATION_PRIORITY_NORMAL",
+		3: "ESCALATION_PRIORITY_LOW",
+	}
+	EscalationPriority_value = map[string]int32{
+		"ESCALATION_PRIORITY_UNSPECIFIED": 0,
+		"ESCALATION_PRIORITY_URGENT":      1,
+		"ESCALATION_PRIORITY_NORMAL":      2,
+		"ESCALATION_PRIORITY_LOW":         3,
+	}
+)
+
+func (x EscalationPriority) Enum() *EscalationPriority {
+	p := new(EscalationPriority)
+	*p = x
+	return p
+}
+
+func (x EscalationPriority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EscalationPriority) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[1].Descriptor()
+}
+
+func (EscalationPriority) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[1]
+}
+
+func (x EscalationPriority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EscalationPriority.Descriptor instead.
+func (EscalationPriority) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
 // TaskEvent is one entry of a task's history.
 type TaskEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -207,11 +316,17 @@ type Escalation struct {
 	Reason       string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The context parameter, a JSON value.
 	ContextJson []byte `protobuf:"bytes,5,opt,name=context_json,json=contextJson,proto3" json:"context_json,omitempty"`
-	Priority    string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	// urgent, normal or low; priority_level is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Priority string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	// The recipient named by the caller, or the configured default.
 	RoutedTo string                 `protobuf:"bytes,7,opt,name=routed_to,json=routedTo,proto3" json:"routed_to,omitempty"`
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	// pending_review, accepted, rejected, deferred.
+	// pending_review, accepted, rejected, deferred; state is the same as
+	// an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	Status            string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	CreatedAt         *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	EstimatedReviewBy *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=estimated_review_by,json=estimatedReviewBy,proto3" json:"estimated_review_by,omitempty"`
@@ -221,6 +336,10 @@ type Escalation struct {
 	RoutingStatus string                 `protobuf:"bytes,12,opt,name=routing_status,json=routingStatus,proto3" json:"routing_status,omitempty"`
 	RoutingDetail string                 `protobuf:"bytes,13,opt,name=routing_detail,json=routingDetail,proto3" json:"routing_detail,omitempty"`
 	RoutedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=routed_at,json=routedAt,proto3" json:"routed_at,omitempty"`
+	// The review state (status as an enum).
+	State EscalationState `protobuf:"varint,15,opt,name=state,proto3,enum=agtp.task.v1.EscalationState" json:"state,omitempty"`
+	// The priority (priority as an enum).
+	PriorityLevel EscalationPriority `protobuf:"varint,16,opt,name=priority_level,json=priorityLevel,proto3,enum=agtp.task.v1.EscalationPriority" json:"priority_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +409,7 @@ func (x *Escalation) GetContextJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Escalation) GetPriority() string {
 	if x != nil {
 		return x.Priority
@@ -311,6 +431,7 @@ func (x *Escalation) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Escalation) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -351,6 +472,20 @@ func (x *Escalation) GetRoutedAt() *timestamppb.Timestamp {
 		return x.RoutedAt
 	}
 	return nil
+}
+
+func (x *Escalation) GetState() EscalationState {
+	if x != nil {
+		return x.State
+	}
+	return EscalationState_ESCALATION_STATE_UNSPECIFIED
+}
+
+func (x *Escalation) GetPriorityLevel() EscalationPriority {
+	if x != nil {
+		return x.PriorityLevel
+	}
+	return EscalationPriority_ESCALATION_PRIORITY_UNSPECIFIED
 }
 
 // EscalateRequest carries ESCALATE's parameters.
@@ -2505,25 +2640,27 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x121\n" +
-	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\"\xc2\x04\n" +
+	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\"\xc8\x05\n" +
 	"\n" +
 	"Escalation\x12#\n" +
 	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12$\n" +
 	"\x0eowner_agent_id\x18\x03 \x01(\tR\fownerAgentId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
-	"\fcontext_json\x18\x05 \x01(\fR\vcontextJson\x12\x1a\n" +
-	"\bpriority\x18\x06 \x01(\tR\bpriority\x12\x1b\n" +
+	"\fcontext_json\x18\x05 \x01(\fR\vcontextJson\x12\x1e\n" +
+	"\bpriority\x18\x06 \x01(\tB\x02\x18\x01R\bpriority\x12\x1b\n" +
 	"\trouted_to\x18\a \x01(\tR\broutedTo\x126\n" +
-	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06status\x18\t \x01(\tR\x06status\x129\n" +
+	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
+	"\x06status\x18\t \x01(\tB\x02\x18\x01R\x06status\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12J\n" +
 	"\x13estimated_review_by\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11estimatedReviewBy\x12%\n" +
 	"\x0erouting_status\x18\f \x01(\tR\rroutingStatus\x12%\n" +
 	"\x0erouting_detail\x18\r \x01(\tR\rroutingDetail\x127\n" +
-	"\trouted_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\broutedAt\"\xff\x01\n" +
+	"\trouted_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\broutedAt\x123\n" +
+	"\x05state\x18\x0f \x01(\x0e2\x1d.agtp.task.v1.EscalationStateR\x05state\x12G\n" +
+	"\x0epriority_level\x18\x10 \x01(\x0e2 .agtp.task.v1.EscalationPriorityR\rpriorityLevel\"\xff\x01\n" +
 	"\x0fEscalateRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x16\n" +
@@ -2697,7 +2834,18 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"^\n" +
 	"\x15CancelMonitorResponse\x12E\n" +
-	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription2\x8d\t\n" +
+	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription*\xb5\x01\n" +
+	"\x0fEscalationState\x12 \n" +
+	"\x1cESCALATION_STATE_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fESCALATION_STATE_PENDING_REVIEW\x10\x01\x12\x1d\n" +
+	"\x19ESCALATION_STATE_ACCEPTED\x10\x02\x12\x1d\n" +
+	"\x19ESCALATION_STATE_REJECTED\x10\x03\x12\x1d\n" +
+	"\x19ESCALATION_STATE_DEFERRED\x10\x04*\x96\x01\n" +
+	"\x12EscalationPriority\x12#\n" +
+	"\x1fESCALATION_PRIORITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aESCALATION_PRIORITY_URGENT\x10\x01\x12\x1e\n" +
+	"\x1aESCALATION_PRIORITY_NORMAL\x10\x02\x12\x1b\n" +
+	"\x17ESCALATION_PRIORITY_LOW\x10\x032\x8d\t\n" +
 	"\vTaskService\x12I\n" +
 	"\bEscalate\x12\x1d.agtp.task.v1.EscalateRequest\x1a\x1e.agtp.task.v1.EscalateResponse\x12U\n" +
 	"\fBeginConfirm\x12!.agtp.task.v1.BeginConfirmRequest\x1a\".agtp.task.v1.BeginConfirmResponse\x12^\n" +
@@ -2725,111 +2873,116 @@ func file_agtp_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_agtp_task_v1_task_proto_rawDescData
 }
 
+var file_agtp_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_agtp_task_v1_task_proto_goTypes = []any{
-	(*TaskEvent)(nil),                       // 0: agtp.task.v1.TaskEvent
-	(*Task)(nil),                            // 1: agtp.task.v1.Task
-	(*Escalation)(nil),                      // 2: agtp.task.v1.Escalation
-	(*EscalateRequest)(nil),                 // 3: agtp.task.v1.EscalateRequest
-	(*EscalateResponse)(nil),                // 4: agtp.task.v1.EscalateResponse
-	(*BeginConfirmRequest)(nil),             // 5: agtp.task.v1.BeginConfirmRequest
-	(*BeginConfirmResponse)(nil),            // 6: agtp.task.v1.BeginConfirmResponse
-	(*Confirmation)(nil),                    // 7: agtp.task.v1.Confirmation
-	(*CompleteConfirmRequest)(nil),          // 8: agtp.task.v1.CompleteConfirmRequest
-	(*CompleteConfirmResponse)(nil),         // 9: agtp.task.v1.CompleteConfirmResponse
-	(*GetTaskRequest)(nil),                  // 10: agtp.task.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),                 // 11: agtp.task.v1.GetTaskResponse
-	(*ListEscalationsRequest)(nil),          // 12: agtp.task.v1.ListEscalationsRequest
-	(*ListEscalationsResponse)(nil),         // 13: agtp.task.v1.ListEscalationsResponse
-	(*ResolveEscalationRequest)(nil),        // 14: agtp.task.v1.ResolveEscalationRequest
-	(*ResolveEscalationResponse)(nil),       // 15: agtp.task.v1.ResolveEscalationResponse
-	(*Notification)(nil),                    // 16: agtp.task.v1.Notification
-	(*NotifyRequest)(nil),                   // 17: agtp.task.v1.NotifyRequest
-	(*NotifyResponse)(nil),                  // 18: agtp.task.v1.NotifyResponse
-	(*GetNotificationRequest)(nil),          // 19: agtp.task.v1.GetNotificationRequest
-	(*GetNotificationResponse)(nil),         // 20: agtp.task.v1.GetNotificationResponse
-	(*RecordDelegationRequest)(nil),         // 21: agtp.task.v1.RecordDelegationRequest
-	(*RecordDelegationResponse)(nil),        // 22: agtp.task.v1.RecordDelegationResponse
-	(*RecordEscalationRoutingRequest)(nil),  // 23: agtp.task.v1.RecordEscalationRoutingRequest
-	(*RecordEscalationRoutingResponse)(nil), // 24: agtp.task.v1.RecordEscalationRoutingResponse
-	(*InboxEntry)(nil),                      // 25: agtp.task.v1.InboxEntry
-	(*ListInboxRequest)(nil),                // 26: agtp.task.v1.ListInboxRequest
-	(*ListInboxResponse)(nil),               // 27: agtp.task.v1.ListInboxResponse
-	(*MonitorRequest)(nil),                  // 28: agtp.task.v1.MonitorRequest
-	(*MonitorSubscription)(nil),             // 29: agtp.task.v1.MonitorSubscription
-	(*MonitorResponse)(nil),                 // 30: agtp.task.v1.MonitorResponse
-	(*CancelMonitorRequest)(nil),            // 31: agtp.task.v1.CancelMonitorRequest
-	(*CancelMonitorResponse)(nil),           // 32: agtp.task.v1.CancelMonitorResponse
-	(*timestamppb.Timestamp)(nil),           // 33: google.protobuf.Timestamp
+	(EscalationState)(0),                    // 0: agtp.task.v1.EscalationState
+	(EscalationPriority)(0),                 // 1: agtp.task.v1.EscalationPriority
+	(*TaskEvent)(nil),                       // 2: agtp.task.v1.TaskEvent
+	(*Task)(nil),                            // 3: agtp.task.v1.Task
+	(*Escalation)(nil),                      // 4: agtp.task.v1.Escalation
+	(*EscalateRequest)(nil),                 // 5: agtp.task.v1.EscalateRequest
+	(*EscalateResponse)(nil),                // 6: agtp.task.v1.EscalateResponse
+	(*BeginConfirmRequest)(nil),             // 7: agtp.task.v1.BeginConfirmRequest
+	(*BeginConfirmResponse)(nil),            // 8: agtp.task.v1.BeginConfirmResponse
+	(*Confirmation)(nil),                    // 9: agtp.task.v1.Confirmation
+	(*CompleteConfirmRequest)(nil),          // 10: agtp.task.v1.CompleteConfirmRequest
+	(*CompleteConfirmResponse)(nil),         // 11: agtp.task.v1.CompleteConfirmResponse
+	(*GetTaskRequest)(nil),                  // 12: agtp.task.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),                 // 13: agtp.task.v1.GetTaskResponse
+	(*ListEscalationsRequest)(nil),          // 14: agtp.task.v1.ListEscalationsRequest
+	(*ListEscalationsResponse)(nil),         // 15: agtp.task.v1.ListEscalationsResponse
+	(*ResolveEscalationRequest)(nil),        // 16: agtp.task.v1.ResolveEscalationRequest
+	(*ResolveEscalationResponse)(nil),       // 17: agtp.task.v1.ResolveEscalationResponse
+	(*Notification)(nil),                    // 18: agtp.task.v1.Notification
+	(*NotifyRequest)(nil),                   // 19: agtp.task.v1.NotifyRequest
+	(*NotifyResponse)(nil),                  // 20: agtp.task.v1.NotifyResponse
+	(*GetNotificationRequest)(nil),          // 21: agtp.task.v1.GetNotificationRequest
+	(*GetNotificationResponse)(nil),         // 22: agtp.task.v1.GetNotificationResponse
+	(*RecordDelegationRequest)(nil),         // 23: agtp.task.v1.RecordDelegationRequest
+	(*RecordDelegationResponse)(nil),        // 24: agtp.task.v1.RecordDelegationResponse
+	(*RecordEscalationRoutingRequest)(nil),  // 25: agtp.task.v1.RecordEscalationRoutingRequest
+	(*RecordEscalationRoutingResponse)(nil), // 26: agtp.task.v1.RecordEscalationRoutingResponse
+	(*InboxEntry)(nil),                      // 27: agtp.task.v1.InboxEntry
+	(*ListInboxRequest)(nil),                // 28: agtp.task.v1.ListInboxRequest
+	(*ListInboxResponse)(nil),               // 29: agtp.task.v1.ListInboxResponse
+	(*MonitorRequest)(nil),                  // 30: agtp.task.v1.MonitorRequest
+	(*MonitorSubscription)(nil),             // 31: agtp.task.v1.MonitorSubscription
+	(*MonitorResponse)(nil),                 // 32: agtp.task.v1.MonitorResponse
+	(*CancelMonitorRequest)(nil),            // 33: agtp.task.v1.CancelMonitorRequest
+	(*CancelMonitorResponse)(nil),           // 34: agtp.task.v1.CancelMonitorResponse
+	(*timestamppb.Timestamp)(nil),           // 35: google.protobuf.Timestamp
 }
 var file_agtp_task_v1_task_proto_depIdxs = []int32{
-	33, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
-	33, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	33, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
-	33, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
-	33, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
-	33, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
-	33, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
-	33, // 8: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
-	2,  // 9: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
-	1,  // 10: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
-	7,  // 11: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	33, // 12: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
-	33, // 13: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
-	7,  // 14: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	1,  // 15: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
-	1,  // 16: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
-	2,  // 17: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
-	2,  // 18: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
-	1,  // 19: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
-	33, // 20: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
-	33, // 21: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
-	33, // 22: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
-	16, // 23: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
-	33, // 24: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
-	16, // 25: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
-	16, // 26: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
-	1,  // 27: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
-	2,  // 28: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
-	33, // 29: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
-	33, // 30: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
-	25, // 31: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
-	33, // 32: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
-	33, // 33: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 34: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	29, // 35: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	3,  // 36: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
-	5,  // 37: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
-	8,  // 38: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
-	10, // 39: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
-	12, // 40: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
-	14, // 41: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
-	17, // 42: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
-	19, // 43: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
-	21, // 44: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
-	23, // 45: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
-	26, // 46: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
-	28, // 47: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
-	31, // 48: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
-	4,  // 49: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
-	6,  // 50: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
-	9,  // 51: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
-	11, // 52: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
-	13, // 53: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
-	15, // 54: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
-	18, // 55: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
-	20, // 56: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
-	22, // 57: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
-	24, // 58: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
-	27, // 59: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
-	30, // 60: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
-	32, // 61: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
-	49, // [49:62] is the sub-list for method output_type
-	36, // [36:49] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	35, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
+	35, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	35, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 3: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
+	35, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
+	35, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
+	35, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
+	35, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: agtp.task.v1.Escalation.state:type_name -> agtp.task.v1.EscalationState
+	1,  // 9: agtp.task.v1.Escalation.priority_level:type_name -> agtp.task.v1.EscalationPriority
+	35, // 10: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 11: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
+	3,  // 12: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
+	9,  // 13: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	35, // 14: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
+	35, // 15: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
+	9,  // 16: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	3,  // 17: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
+	3,  // 18: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
+	4,  // 19: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
+	4,  // 20: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
+	3,  // 21: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
+	35, // 22: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
+	35, // 23: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
+	35, // 24: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
+	18, // 25: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
+	35, // 26: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
+	18, // 27: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
+	18, // 28: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
+	3,  // 29: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
+	4,  // 30: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
+	35, // 31: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
+	35, // 32: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
+	27, // 33: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
+	35, // 34: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
+	35, // 35: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 36: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	31, // 37: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	5,  // 38: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
+	7,  // 39: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
+	10, // 40: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
+	12, // 41: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
+	14, // 42: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
+	16, // 43: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
+	19, // 44: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
+	21, // 45: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
+	23, // 46: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
+	25, // 47: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
+	28, // 48: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
+	30, // 49: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
+	33, // 50: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
+	6,  // 51: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
+	8,  // 52: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
+	11, // 53: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
+	13, // 54: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
+	15, // 55: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
+	17, // 56: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
+	20, // 57: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
+	22, // 58: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
+	24, // 59: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
+	26, // 60: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
+	29, // 61: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
+	32, // 62: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
+	34, // 63: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
+	51, // [51:64] is the sub-list for method output_type
+	38, // [38:51] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_agtp_task_v1_task_proto_init() }
@@ -2842,13 +2995,14 @@ func file_agtp_task_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_task_v1_task_proto_rawDesc), len(file_agtp_task_v1_task_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      2,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_agtp_task_v1_task_proto_goTypes,
 		DependencyIndexes: file_agtp_task_v1_task_proto_depIdxs,
+		EnumInfos:         file_agtp_task_v1_task_proto_enumTypes,
 		MessageInfos:      file_agtp_task_v1_task_proto_msgTypes,
 	}.Build()
 	File_agtp_task_v1_task_proto = out.File

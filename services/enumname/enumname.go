@@ -1,0 +1,59 @@
+// Package enumname names protobuf enum values the way AGTP bodies and the
+// first release's string fields do: the value's name without the enum's
+// prefix, in lower case (ESCALATION_STATE_PENDING_REVIEW is
+// "pending_review"). It lets a proto field move from a string to an enum
+// (docs/operations.md, "Enums and documents") while both spellings are
+// served.
+package enumname
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Of is v's name, "" for the zero (unspecified) value or a number the
+// enum does not declare.
+func Of(v protoreflect.Enum) string {
+	if v == nil || v.Number() == 0 {
+		return ""
+	}
+	d := v.Descriptor()
+	ev := d.Values().ByNumber(v.Number())
+	if ev == nil {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(string(ev.Name()), prefix(d)))
+}
+
+// Number is the value of d named name (as Of names it), 0 when d has
+// none.
+func Number(d protoreflect.EnumDescriptor, name string) protoreflect.EnumNumber {
+	if name == "" {
+		return 0
+	}
+	ev := d.Values().ByName(protoreflect.Name(prefix(d) + strings.ToUpper(name)))
+	if ev == nil {
+		return 0
+	}
+	return ev.Number()
+}
+
+// Prefer is the name of v when it is set, else old: how a reader takes a
+// field that moved from a string to an enum, from a writer of either
+// release.
+func Prefer(v protoreflect.Enum, old string) string {
+	if n := Of(v); n != "" {
+		return n
+	}
+	return old
+}
+
+// prefix is what every value name of d starts with: the zero value's
+// name without UNSPECIFIED (AIP-126).
+func prefix(d protoreflect.EnumDescriptor) string {
+	if d.Values().Len() == 0 {
+		return ""
+	}
+	return strings.TrimSuffix(string(d.Values().Get(0).Name()), "UNSPECIFIED")
+}

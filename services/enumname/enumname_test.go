@@ -1,0 +1,57 @@
+package enumname
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+)
+
+// The name of a value is its name without the enum's prefix, lower case;
+// the zero value and undeclared numbers have none.
+func TestOf(t *testing.T) {
+	for _, tc := range []struct {
+		v    protoreflect.Enum
+		want string
+	}{
+		{taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW, "pending_review"},
+		{taskv1.EscalationPriority_ESCALATION_PRIORITY_URGENT, "urgent"},
+		{rcnsv1.ContractState_CONTRACT_STATE_EXPIRED, "expired"},
+		{taskv1.EscalationState_ESCALATION_STATE_UNSPECIFIED, ""},
+		{taskv1.EscalationState(99), ""},
+	} {
+		if got := Of(tc.v); got != tc.want {
+			t.Errorf("Of(%v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+// Number reads a name back; an unknown name is the zero value.
+func TestNumber(t *testing.T) {
+	d := taskv1.EscalationState(0).Descriptor()
+	for _, tc := range []struct {
+		name string
+		want taskv1.EscalationState
+	}{
+		{"pending_review", taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW},
+		{"deferred", taskv1.EscalationState_ESCALATION_STATE_DEFERRED},
+		{"", 0},
+		{"bogus", 0},
+	} {
+		if got := taskv1.EscalationState(Number(d, tc.name)); got != tc.want {
+			t.Errorf("Number(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A reader takes the enum when a writer set it, else the old string.
+func TestPrefer(t *testing.T) {
+	if got := Prefer(taskv1.EscalationState_ESCALATION_STATE_ACCEPTED, "rejected"); got != "accepted" {
+		t.Errorf("with the enum set: %q, want accepted", got)
+	}
+	if got := Prefer(taskv1.EscalationState_ESCALATION_STATE_UNSPECIFIED, "rejected"); got != "rejected" {
+		t.Errorf("without it: %q, want the old string", got)
+	}
+}
