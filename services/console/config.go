@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,11 +37,19 @@ type Config struct {
 	IdleTimeout, SessionTimeout time.Duration
 	// PageSize is how many rows a list page shows.
 	PageSize int
+	// Metrics are the services' admin listeners by name, whose GET
+	// /metrics (AGTP_PROMETHEUS=on) the health page's request and error
+	// rates come from; a service not named shows readiness only.
+	Metrics map[string]string
+	// MetricsInterval is how often the console scrapes them: the rates
+	// are over the last interval.
+	MetricsInterval time.Duration
 }
 
 // Default is the console's configuration without any setting.
 func Default() Config {
-	return Config{Addr: "127.0.0.1:8100", IdleTimeout: 30 * time.Minute, SessionTimeout: 12 * time.Hour, PageSize: 25, Peers: map[string]string{}}
+	return Config{Addr: "127.0.0.1:8100", IdleTimeout: 30 * time.Minute, SessionTimeout: 12 * time.Hour, PageSize: 25, Peers: map[string]string{},
+		Metrics: map[string]string{}, MetricsInterval: 15 * time.Second}
 }
 
 // peerNames are the services the console talks to.
@@ -65,6 +74,14 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout <= 0 || c.SessionTimeout < c.IdleTimeout {
 		errs = append(errs, errors.New("console: the idle timeout must be positive and at most the session timeout"))
+	}
+	for name := range c.Metrics {
+		if !slices.Contains(peerNames, name) {
+			errs = append(errs, fmt.Errorf("console: metrics of %q: not a service the console knows (%s)", name, strings.Join(peerNames, ", ")))
+		}
+	}
+	if len(c.Metrics) > 0 && c.MetricsInterval < time.Second {
+		errs = append(errs, errors.New("console: the metrics interval must be at least 1s"))
 	}
 	if c.PageSize < 1 || c.PageSize > 500 {
 		errs = append(errs, errors.New("console: page size must be 1-500"))
@@ -120,7 +137,18 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			}
 		}
 	}
-	for key, dst := range map[string]*time.Duration{"AGTP_CONSOLE_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_CONSOLE_SESSION_TIMEOUT": &c.SessionTimeout} {
+	if v, ok := lookup("AGTP_CONSOLE_METRICS"); ok && v != "" {
+		c.Metrics = map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			name, addr, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || name == "" || addr == "" {
+				return fmt.Errorf("AGTP_CONSOLE_METRICS: %q is not name=host:port", kv)
+			}
+			c.Metrics[name] = addr
+		}
+	}
+	for key, dst := range map[string]*time.Duration{"AGTP_CONSOLE_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_CONSOLE_SESSION_TIMEOUT": &c.SessionTimeout,
+		"AGTP_CONSOLE_METRICS_INTERVAL": &c.MetricsInterval} {
 		if v, ok := lookup(key); ok && v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {

@@ -46,6 +46,7 @@ type Console struct {
 	sessions *sessions
 	oidc     *oidcLogin
 	pages    *pages
+	metrics  *sampler
 	handler  http.Handler
 	lis      net.Listener
 
@@ -98,6 +99,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Console, err err
 	if cfg.OIDC.Enabled() {
 		c.oidc = newOIDCLogin(cfg.OIDC)
 	}
+	if len(cfg.Metrics) > 0 {
+		c.metrics = newSampler(cfg.Metrics, cfg.MetricsInterval, m)
+	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -139,6 +143,11 @@ func (c *Console) Run(ctx context.Context) error {
 	srv := kit.NewHTTPServer(c.handler, tlsCfg, c.log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(kit.LimitListener(c.lis), "", "") }()
+	if c.metrics != nil {
+		mctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go c.metrics.run(mctx)
+	}
 	c.log.Info("console serving", "url", c.URL())
 	select {
 	case err := <-errc:
