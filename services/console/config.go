@@ -32,6 +32,10 @@ type Config struct {
 	JWKSURL string
 	// OIDC is the organisation's OpenID Connect provider.
 	OIDC OIDCConfig
+	// RedisURL is where sessions and one-time sign-in links are kept, so
+	// that they survive a restart and work on every replica; empty keeps
+	// them in this process's memory.
+	RedisURL string
 	// IdleTimeout ends a session unused for this long; SessionTimeout
 	// ends any session this long after sign-in.
 	IdleTimeout, SessionTimeout time.Duration
@@ -105,6 +109,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CAFile, "ca", c.CAFile, "suite CA bundle, PEM (env AGTP_CA_FILE)")
 	fs.StringVar(&c.CertFile, "cert", c.CertFile, "the console's certificate, PEM (env AGTP_CERT_FILE)")
 	fs.StringVar(&c.KeyFile, "key", c.KeyFile, "the console's private key, PEM (env AGTP_KEY_FILE)")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL for sessions, shared by replicas; empty keeps them in memory (env REDIS_URL)")
 	fs.StringVar(&c.JWKSURL, "jwks-url", c.JWKSURL, "the published JWKS browsers verify chains with (env AGTP_CONSOLE_JWKS_URL)")
 }
 
@@ -124,6 +129,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.Addr, "CONSOLE_ADDR")
 	set(&c.URL, "AGTP_CONSOLE_URL")
 	set(&c.JWKSURL, "AGTP_CONSOLE_JWKS_URL")
+	set(&c.RedisURL, "REDIS_URL")
 	set(&c.OIDC.Issuer, "AGTP_CONSOLE_OIDC_ISSUER")
 	set(&c.OIDC.ClientID, "AGTP_CONSOLE_OIDC_CLIENT_ID")
 	set(&c.OIDC.ClientSecret, "AGTP_CONSOLE_OIDC_CLIENT_SECRET")

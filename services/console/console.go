@@ -96,6 +96,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Console, err err
 	c.audit = auditv1.NewAuditServiceClient(c.conns["auditsvc"])
 	c.catalog = catalogv1.NewCatalogServiceClient(c.conns["catalogsvc"])
 	c.rcns = rcnsv1.NewRcnsServiceClient(c.conns["rcnssvc"])
+	if cfg.RedisURL != "" {
+		if c.sessions.rdb, err = kit.NewRedis(ctx, cfg.RedisURL, nil, nil); err != nil {
+			return nil, fmt.Errorf("console session store: %w", err)
+		}
+		c.sessions.log = c.log
+	}
 	if cfg.OIDC.Enabled() {
 		c.oidc = newOIDCLogin(cfg.OIDC)
 	}
@@ -132,7 +138,11 @@ func (c *Console) SignInLink(person string) (string, error) {
 	if !access.ValidPerson(person) {
 		return "", errors.New("console: not a usable person name")
 	}
-	return c.URL() + "/login/once?token=" + c.sessions.oneTimeLink(person), nil
+	t, err := c.sessions.oneTimeLink(context.Background(), person)
+	if err != nil {
+		return "", err
+	}
+	return c.URL() + "/login/once?token=" + t, nil
 }
 
 // Run serves HTTPS until ctx is done, then drains.
@@ -169,6 +179,9 @@ func (c *Console) Close() error {
 	}
 	if c.lis != nil {
 		_ = c.lis.Close()
+	}
+	if c.sessions != nil && c.sessions.rdb != nil {
+		errs = append(errs, c.sessions.rdb.Close())
 	}
 	return errors.Join(errs...)
 }

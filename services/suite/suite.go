@@ -277,6 +277,11 @@ func (s *Suite) newConsole(ctx context.Context, lookup func(string) (string, boo
 	// The health page's rates come from the services' metrics, served on
 	// their admin listeners (the gateways, and the front door's own).
 	cfg.Metrics = maps.Clone(s.Gateways)
+	// Sessions live in the suite's Redis, as a deployed console's do.
+	cfg.RedisURL = s.redisURL
+	if s.mini != nil {
+		cfg.RedisURL = "redis://" + s.mini.Addr()
+	}
 	logCfg := kit.DefaultCommon("console", "", "")
 	logCfg.LogLevel, logCfg.LogFormat = s.cfg.LogLevel, s.cfg.LogFormat
 	if logCfg.LogLevel == "" {
