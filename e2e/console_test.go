@@ -279,12 +279,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("health shows each service's readiness and its request and error rates from its metrics", func(t *testing.T) {
 		// The rates need two scrapes of each service; the page says so
 		// until then.
-		eventually(t, 30*time.Second, "rates for every service", func() bool {
+		// The agent keeps making requests meanwhile: the front door's rate
+		// shows them.
+		eventually(t, 30*time.Second, "rates for every service, the front door's above zero", func() bool {
+			c.call(t, worker, "QUERY", "/orders/ord-1001", "")
 			if err := chromedp.Do(ctx, chromedp.Navigate(con.URL()+"/health"), visible("#health")); err != nil {
 				return false
 			}
 			n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#health td.requests").length`))
-			return err == nil && n == 6
+			if err != nil || n != 6 {
+				return false
+			}
+			front, err := strconv.ParseFloat(text(t, "#health-frontdoor td.requests"), 64)
+			return err == nil && front > 0
 		})
 		do(t, "health", screenshot("health"))
 		for _, name := range []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"} {
@@ -336,6 +343,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		if resp, _ := c.call(t, worker, "QUERY", "/orders/ord-1001", ""); resp.Status == agtp.StatusOK {
 			t.Fatal("the suspended agent is still served")
+		}
+		// The status filter applies to the whole registry, not to a page
+		// of two: the one suspended agent is listed first, and alone,
+		// wherever it sits among the active ones.
+		do(t, "suspended agents", chromedp.Navigate(con.URL()+"/agents?status=suspended"), visible("#agents"))
+		ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#agents tr.agent"), e => e.dataset.agentId)`))
+		if err != nil || len(ids) != 1 || ids[0] != worker {
+			t.Fatalf("suspended agents listed: %v, %v; want only %s", ids, err, worker)
 		}
 	})
 }
