@@ -213,6 +213,8 @@ var statusNames = map[string]identityv1.AgentStatus{
 // agentFilter is what the agents page filters by; zero fields match
 // every agent.
 type agentFilter struct {
+	// Search is part of the agent's name or Agent-ID.
+	Search              string
 	Status, Owner, Zone string
 	// Tier is the trust tier; -1 for any.
 	Tier int
@@ -220,6 +222,8 @@ type agentFilter struct {
 
 func (f agentFilter) matches(a *identityv1.AgentRecord) bool {
 	switch {
+	case f.Search != "" && !strings.Contains(strings.ToLower(a.GetName()), strings.ToLower(f.Search)) && !strings.Contains(a.GetAgentId(), strings.ToLower(f.Search)):
+		return false
 	case f.Status != "" && a.GetStatus() != statusNames[f.Status]:
 		return false
 	case f.Owner != "" && !strings.Contains(a.GetOwner(), f.Owner) && !strings.Contains(a.GetOwnerId(), f.Owner):
@@ -234,7 +238,7 @@ func (f agentFilter) matches(a *identityv1.AgentRecord) bool {
 
 func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session) error {
 	q := r.URL.Query()
-	f := agentFilter{Status: q.Get("status"), Owner: strings.TrimSpace(q.Get("owner")), Zone: strings.TrimSpace(q.Get("zone")), Tier: -1}
+	f := agentFilter{Search: strings.TrimSpace(q.Get("q")), Status: q.Get("status"), Owner: strings.TrimSpace(q.Get("owner")), Zone: strings.TrimSpace(q.Get("zone")), Tier: -1}
 	if _, ok := statusNames[f.Status]; f.Status != "" && !ok {
 		return badRequest("status is active, suspended, retired or deprecated")
 	}
@@ -245,7 +249,7 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session)
 		}
 		f.Tier = n
 	}
-	if len(f.Owner) > maxReason || len(f.Zone) > maxReason {
+	if len(f.Search) > maxReason || len(f.Owner) > maxReason || len(f.Zone) > maxReason {
 		return badRequest("the filter is too long")
 	}
 	ctx, cancel := c.rpc(r, se)
@@ -266,7 +270,7 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session)
 		tier = strconv.Itoa(f.Tier)
 	}
 	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": pg.Items, "Next": pg.Next, "Scanned": pg.Scanned,
-		"Status": f.Status, "Owner": f.Owner, "Zone": f.Zone, "Tier": tier})
+		"Search": f.Search, "Status": f.Status, "Owner": f.Owner, "Zone": f.Zone, "Tier": tier})
 }
 
 // transitions are the lifecycle changes the console offers, by form

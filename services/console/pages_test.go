@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 )
 
 // pagedInts is a service listing 0..n-1 in pages of size, with offset
@@ -81,6 +83,37 @@ func TestFilteredPageFillsAcrossServicePages(t *testing.T) {
 	for _, bad := range []string{"!!", scanToken("", -1), "bm90YXRva2Vu"} {
 		if _, err := filteredPage(pagedInts(10, 5, &calls), func(int) bool { return true }, bad, 3); err == nil {
 			t.Errorf("token %q accepted", bad)
+		}
+	}
+}
+
+// TestAgentFilter pins each filter of the agents page, and that they
+// combine.
+func TestAgentFilter(t *testing.T) {
+	a := &identityv1.AgentRecord{AgentId: "ab12cd", Name: "Refund-Worker", Status: identityv1.AgentStatus_AGENT_STATUS_SUSPENDED,
+		Owner: "Orders Team", OwnerId: "org-7", GovernanceZone: "eu", TrustTier: 2}
+	for _, tc := range []struct {
+		name string
+		f    agentFilter
+		want bool
+	}{
+		{"no filter", agentFilter{Tier: -1}, true},
+		{"name, any case", agentFilter{Search: "refund", Tier: -1}, true},
+		{"part of the Agent-ID", agentFilter{Search: "12c", Tier: -1}, true},
+		{"another name", agentFilter{Search: "billing", Tier: -1}, false},
+		{"status", agentFilter{Status: "suspended", Tier: -1}, true},
+		{"another status", agentFilter{Status: "active", Tier: -1}, false},
+		{"owner or owner ID", agentFilter{Owner: "org-7", Tier: -1}, true},
+		{"another owner", agentFilter{Owner: "Billing", Tier: -1}, false},
+		{"zone", agentFilter{Zone: "eu", Tier: -1}, true},
+		{"another zone", agentFilter{Zone: "us", Tier: -1}, false},
+		{"tier", agentFilter{Tier: 2}, true},
+		{"another tier", agentFilter{Tier: 3}, false},
+		{"all at once", agentFilter{Search: "worker", Status: "suspended", Owner: "Orders", Zone: "eu", Tier: 2}, true},
+		{"all but one", agentFilter{Search: "worker", Status: "suspended", Owner: "Orders", Zone: "us", Tier: 2}, false},
+	} {
+		if got := tc.f.matches(a); got != tc.want {
+			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
