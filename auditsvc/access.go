@@ -8,7 +8,8 @@ import (
 // Access is who may call each AuditService RPC (docs/access.md). Only the
 // front door signs records for agents: it is the one service that proves
 // who the agent is. Lifecycle events come from the services that change
-// an agent's standing; reading the chains is for operators, compliance
+// an agent's standing or record (policysvc: escalations people resolve,
+// AGP keys revoked); reading the chains is for operators, compliance
 // systems and the front door's INSPECT.
 func Access() access.Table {
 	read := access.Rule{Services: []string{"frontdoor"}, Operators: true, Systems: true}
@@ -16,7 +17,7 @@ func Access() access.Table {
 		auditv1.AuditService_SignAndAppend_FullMethodName:        {Services: []string{"frontdoor"}},
 		auditv1.AuditService_SignAndAppendBatch_FullMethodName:   {Services: []string{"frontdoor"}},
 		auditv1.AuditService_AppendSignedRecord_FullMethodName:   {Services: []string{"frontdoor"}},
-		auditv1.AuditService_AppendLifecycleEvent_FullMethodName: {Services: []string{"identitysvc", "rcnssvc"}},
+		auditv1.AuditService_AppendLifecycleEvent_FullMethodName: {Services: []string{"identitysvc", "rcnssvc", "policysvc"}},
 		auditv1.AuditService_GetRecord_FullMethodName:            read,
 		auditv1.AuditService_GetChainHead_FullMethodName:         read,
 		auditv1.AuditService_ListLifecycleEvents_FullMethodName:  read,

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,10 +28,17 @@ import (
 const ScreenshotsEnv = "AGTP_CONSOLE_SCREENSHOTS"
 
 // startConsole runs the operator console against the cluster's services,
-// with the console's own certificate, on a free loopback port.
-func startConsole(t *testing.T, c *Cluster) *console.Console {
+// with the console's own certificate, on a free loopback port; it reads
+// the services' metrics from their admin listeners (frontAdmin is the
+// front door's).
+func startConsole(t *testing.T, c *Cluster, frontAdmin string) *console.Console {
 	t.Helper()
 	cfg := console.Default()
+	for name, p := range c.Procs {
+		cfg.Metrics[name] = p.HTTPAddr
+	}
+	cfg.Metrics["frontdoor"] = frontAdmin
+	cfg.MetricsInterval = time.Second
 	cfg.Addr = addr(t)
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = c.PKI.CA(), c.PKI.Cert(devpki.Console), c.PKI.Key(devpki.Console)
 	for name, p := range c.Procs {
@@ -62,8 +70,11 @@ func startConsole(t *testing.T, c *Cluster) *console.Console {
 // agent's chain (by the console and in the browser) and suspends the
 // agent, and each change is checked where it lands.
 func TestConsoleInBrowser(t *testing.T) {
-	c := Start(t, Options{})
-	con := startConsole(t, c)
+	// The services serve their metrics on their admin listeners (the
+	// front door needs one) for the health page.
+	frontAdmin := addr(t)
+	c := Start(t, Options{Env: []string{"AGTP_PROMETHEUS=on"}, ServiceEnv: map[string][]string{"frontdoor": {"HTTP_ADDR=" + frontAdmin}}})
+	con := startConsole(t, c, frontAdmin)
 	const person = "alice@example.test"
 	worker := c.registerAgent(t, "console-worker", "orders:read", "orders:write")
 
@@ -161,6 +172,37 @@ func TestConsoleInBrowser(t *testing.T) {
 		if last["actor"] != "admin:"+person+" via operator/console" || last["detail"] != "amount checked against the order" {
 			t.Fatalf("last task event = %v, want the person via the console", last)
 		}
+		// The approval is signed into the agent's lifecycle stream by
+		// auditsvc, naming the person: read it there, not from the page,
+		// and verify the stream.
+		attr, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(row+" a.signed"), "data-audit-id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		signed := attr.Value
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		audit := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc"))
+		ev, err := audit.ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, PageSize: 1})
+		if err != nil || len(ev.GetEvents()) != 1 {
+			t.Fatalf("newest lifecycle event = %v, %v", ev.GetEvents(), err)
+		}
+		var payload map[string]any
+		if err := json.Unmarshal(ev.GetEvents()[0].GetPayloadJson(), &payload); err != nil {
+			t.Fatal(err)
+		}
+		if e := ev.GetEvents()[0]; e.GetAuditId() != signed || e.GetEventType() != "escalation_resolved" ||
+			payload["actor"] != "operator/console for "+person || payload["person"] != person ||
+			payload["target_id"] != escID || payload["confirm_status"] != "accepted" {
+			t.Fatalf("newest lifecycle event %s %s %v; the page says it was signed as %s", e.GetAuditId(), e.GetEventType(), payload, signed)
+		}
+		if v, err := audit.VerifyChain(rctx, &auditv1.VerifyChainRequest{AgentId: worker, Stream: "lifecycle"}); err != nil || !v.GetValid() {
+			t.Fatalf("the agent's lifecycle stream verifies: %v, %v", v, err)
+		}
+		do(t, "the approval on the agent's page", chromedp.Navigate(con.URL()+"/agents/"+worker), visible(`#lifecycle tr[data-audit-id="`+signed+`"]`))
+		if actor := text(t, `#lifecycle tr[data-audit-id="`+signed+`"] td.actor`); actor != "operator/console for "+person {
+			t.Fatalf("the agent's page shows the approval by %q", actor)
+		}
 	})
 
 	t.Run("revoke an AGP key and see it refused", func(t *testing.T) {
@@ -190,6 +232,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		eventually(t, 10*time.Second, "the revoked key refused by the front door", func() bool {
 			return agp.do("POST", "/agp/discover", `{"businessId":"orders"}`).status == http.StatusUnauthorized
 		})
+		ev, err := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, PageSize: 1})
+		if err != nil || len(ev.GetEvents()) != 1 || ev.GetEvents()[0].GetEventType() != "agp_key_revoked" ||
+			!strings.Contains(string(ev.GetEvents()[0].GetPayloadJson()), `"actor":"operator/console for `+person+`"`) {
+			t.Fatalf("newest lifecycle event after the key's revocation = %v, %v", ev.GetEvents(), err)
+		}
 	})
 
 	t.Run("open the agent's chain and see it verified, by the console and in the browser", func(t *testing.T) {
@@ -229,6 +276,37 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("health shows each service's readiness and its request and error rates from its metrics", func(t *testing.T) {
+		// The rates need two scrapes of each service; the page says so
+		// until then.
+		// The agent keeps making requests meanwhile: the front door's rate
+		// shows them.
+		eventually(t, 30*time.Second, "rates for every service, the front door's above zero", func() bool {
+			c.call(t, worker, "QUERY", "/orders/ord-1001", "")
+			if err := chromedp.Do(ctx, chromedp.Navigate(con.URL()+"/health"), visible("#health")); err != nil {
+				return false
+			}
+			n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#health td.requests").length`))
+			if err != nil || n != 6 {
+				return false
+			}
+			front, err := strconv.ParseFloat(text(t, "#health-frontdoor td.requests"), 64)
+			return err == nil && front > 0
+		})
+		do(t, "health", screenshot("health"))
+		for _, name := range []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"} {
+			row := "#health-" + name
+			if st := text(t, row+" td:nth-child(2)"); st != "SERVING" {
+				t.Errorf("%s readiness %q", name, st)
+			}
+			for _, col := range []string{"requests", "errors"} {
+				if v, err := strconv.ParseFloat(text(t, row+" td."+col), 64); err != nil || v < 0 {
+					t.Errorf("%s %s = %q", name, col, text(t, row+" td."+col))
+				}
+			}
+		}
+	})
+
 	t.Run("suspend the agent with a typed confirmation; the signed lifecycle event names the person", func(t *testing.T) {
 		suspend := func(confirm string) chromedp.Action[chromedp.Void] {
 			return chromedp.Steps(chromedp.Navigate(con.URL()+"/agents/"+worker),
@@ -265,6 +343,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		if resp, _ := c.call(t, worker, "QUERY", "/orders/ord-1001", ""); resp.Status == agtp.StatusOK {
 			t.Fatal("the suspended agent is still served")
+		}
+		// The status filter applies to the whole registry, not to a page
+		// of two: the one suspended agent is listed first, and alone,
+		// wherever it sits among the active ones.
+		do(t, "suspended agents", chromedp.Navigate(con.URL()+"/agents?status=suspended"), visible("#agents"))
+		ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#agents tr.agent"), e => e.dataset.agentId)`))
+		if err != nil || len(ids) != 1 || ids[0] != worker {
+			t.Fatalf("suspended agents listed: %v, %v; want only %s", ids, err, worker)
 		}
 	})
 }

@@ -95,5 +95,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	// The options are validated, with their defaults applied, by New.
-	return errors.Join(c.Common.Validate(), c.Tasks.Outbound.Validate())
+	// auditsvc signs escalation resolutions and key revocations.
+	_, audit := c.Peer("auditsvc")
+	return errors.Join(c.Common.Validate(), c.Tasks.Outbound.Validate(), audit)
 }

@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"os"
 
+	"google.golang.org/grpc"
+
 	"github.com/agtpsuite/agtp/policysvc/internal/agp"
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog"
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	"github.com/agtpsuite/agtp/policysvc/internal/tasks"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -34,6 +38,8 @@ type Service struct {
 	srv  *server.Server
 	task *tasks.Server
 	agp  *agp.Server
+	// audit is the connection to auditsvc the changes are signed over.
+	audit *grpc.ClientConn
 }
 
 // New provisions policysvc from a configuration; nothing listens on failure.
@@ -75,14 +81,26 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		_ = base.Close(ctx)
 		return nil, fmt.Errorf("policysvc agp: %w", err)
 	}
+	// Resolutions and key revocations are signed into the agents'
+	// lifecycle streams by auditsvc (changelog).
+	audit, err := base.Server.Dial("auditsvc")
+	if err != nil {
+		_ = base.Close(ctx)
+		return nil, err
+	}
+	changes := changelog.New(auditv1.NewAuditServiceClient(audit), 0)
+	tasksrv.RecordChanges(changes)
+	agpsrv.RecordChanges(changes)
 	agpv1.RegisterAgpServiceServer(base.Server.GRPC(), agpsrv)
 	base.Server.Register(AGPHealthName, agpv1.RegisterAgpServiceHandler, AGPAccess())
-	return &Service{base: base, srv: srv, task: tasksrv, agp: agpsrv}, nil
+	return &Service{base: base, srv: srv, task: tasksrv, agp: agpsrv, audit: audit}, nil
 }
 
 // Run serves until ctx is done, then drains and releases everything.
 func (s *Service) Run(ctx context.Context) error {
-	return s.base.Run(ctx, s.srv.Run, s.task.Run, s.task.FollowMonitors, s.agp.Run)
+	err := s.base.Run(ctx, s.srv.Run, s.task.Run, s.task.FollowMonitors, s.agp.Run)
+	_ = s.audit.Close()
+	return err
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -92,4 +110,7 @@ func (s *Service) GRPCAddr() string { return s.base.Server.GRPCAddr() }
 func (s *Service) HTTPAddr() string { return s.base.Server.HTTPAddr() }
 
 // Close releases a service that will not be run.
-func (s *Service) Close() error { return s.base.Close(context.Background()) }
+func (s *Service) Close() error {
+	_ = s.audit.Close()
+	return s.base.Close(context.Background())
+}

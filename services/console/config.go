@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,16 +32,28 @@ type Config struct {
 	JWKSURL string
 	// OIDC is the organisation's OpenID Connect provider.
 	OIDC OIDCConfig
+	// RedisURL is where sessions and one-time sign-in links are kept, so
+	// that they survive a restart and work on every replica; empty keeps
+	// them in this process's memory.
+	RedisURL string
 	// IdleTimeout ends a session unused for this long; SessionTimeout
 	// ends any session this long after sign-in.
 	IdleTimeout, SessionTimeout time.Duration
 	// PageSize is how many rows a list page shows.
 	PageSize int
+	// Metrics are the services' admin listeners by name, whose GET
+	// /metrics (AGTP_PROMETHEUS=on) the health page's request and error
+	// rates come from; a service not named shows readiness only.
+	Metrics map[string]string
+	// MetricsInterval is how often the console scrapes them: the rates
+	// are over the last interval.
+	MetricsInterval time.Duration
 }
 
 // Default is the console's configuration without any setting.
 func Default() Config {
-	return Config{Addr: "127.0.0.1:8100", IdleTimeout: 30 * time.Minute, SessionTimeout: 12 * time.Hour, PageSize: 25, Peers: map[string]string{}}
+	return Config{Addr: "127.0.0.1:8100", IdleTimeout: 30 * time.Minute, SessionTimeout: 12 * time.Hour, PageSize: 25, Peers: map[string]string{},
+		Metrics: map[string]string{}, MetricsInterval: 15 * time.Second}
 }
 
 // peerNames are the services the console talks to.
@@ -66,6 +79,14 @@ func (c Config) Validate() error {
 	if c.IdleTimeout <= 0 || c.SessionTimeout < c.IdleTimeout {
 		errs = append(errs, errors.New("console: the idle timeout must be positive and at most the session timeout"))
 	}
+	for name := range c.Metrics {
+		if !slices.Contains(peerNames, name) {
+			errs = append(errs, fmt.Errorf("console: metrics of %q: not a service the console knows (%s)", name, strings.Join(peerNames, ", ")))
+		}
+	}
+	if len(c.Metrics) > 0 && c.MetricsInterval < time.Second {
+		errs = append(errs, errors.New("console: the metrics interval must be at least 1s"))
+	}
 	if c.PageSize < 1 || c.PageSize > 500 {
 		errs = append(errs, errors.New("console: page size must be 1-500"))
 	}
@@ -88,6 +109,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CAFile, "ca", c.CAFile, "suite CA bundle, PEM (env AGTP_CA_FILE)")
 	fs.StringVar(&c.CertFile, "cert", c.CertFile, "the console's certificate, PEM (env AGTP_CERT_FILE)")
 	fs.StringVar(&c.KeyFile, "key", c.KeyFile, "the console's private key, PEM (env AGTP_KEY_FILE)")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL for sessions, shared by replicas; empty keeps them in memory (env REDIS_URL)")
 	fs.StringVar(&c.JWKSURL, "jwks-url", c.JWKSURL, "the published JWKS browsers verify chains with (env AGTP_CONSOLE_JWKS_URL)")
 }
 
@@ -107,6 +129,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.Addr, "CONSOLE_ADDR")
 	set(&c.URL, "AGTP_CONSOLE_URL")
 	set(&c.JWKSURL, "AGTP_CONSOLE_JWKS_URL")
+	set(&c.RedisURL, "REDIS_URL")
 	set(&c.OIDC.Issuer, "AGTP_CONSOLE_OIDC_ISSUER")
 	set(&c.OIDC.ClientID, "AGTP_CONSOLE_OIDC_CLIENT_ID")
 	set(&c.OIDC.ClientSecret, "AGTP_CONSOLE_OIDC_CLIENT_SECRET")
@@ -120,7 +143,18 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			}
 		}
 	}
-	for key, dst := range map[string]*time.Duration{"AGTP_CONSOLE_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_CONSOLE_SESSION_TIMEOUT": &c.SessionTimeout} {
+	if v, ok := lookup("AGTP_CONSOLE_METRICS"); ok && v != "" {
+		c.Metrics = map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			name, addr, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || name == "" || addr == "" {
+				return fmt.Errorf("AGTP_CONSOLE_METRICS: %q is not name=host:port", kv)
+			}
+			c.Metrics[name] = addr
+		}
+	}
+	for key, dst := range map[string]*time.Duration{"AGTP_CONSOLE_IDLE_TIMEOUT": &c.IdleTimeout, "AGTP_CONSOLE_SESSION_TIMEOUT": &c.SessionTimeout,
+		"AGTP_CONSOLE_METRICS_INTERVAL": &c.MetricsInterval} {
 		if v, ok := lookup(key); ok && v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {

@@ -46,6 +46,7 @@ type Console struct {
 	sessions *sessions
 	oidc     *oidcLogin
 	pages    *pages
+	metrics  *sampler
 	handler  http.Handler
 	lis      net.Listener
 
@@ -95,8 +96,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Console, err err
 	c.audit = auditv1.NewAuditServiceClient(c.conns["auditsvc"])
 	c.catalog = catalogv1.NewCatalogServiceClient(c.conns["catalogsvc"])
 	c.rcns = rcnsv1.NewRcnsServiceClient(c.conns["rcnssvc"])
+	if cfg.RedisURL != "" {
+		if c.sessions.rdb, err = kit.NewRedis(ctx, cfg.RedisURL, nil, nil); err != nil {
+			return nil, fmt.Errorf("console session store: %w", err)
+		}
+		c.sessions.log = c.log
+	}
 	if cfg.OIDC.Enabled() {
 		c.oidc = newOIDCLogin(cfg.OIDC)
+	}
+	if len(cfg.Metrics) > 0 {
+		c.metrics = newSampler(cfg.Metrics, cfg.MetricsInterval, m)
 	}
 	if c.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -128,7 +138,11 @@ func (c *Console) SignInLink(person string) (string, error) {
 	if !access.ValidPerson(person) {
 		return "", errors.New("console: not a usable person name")
 	}
-	return c.URL() + "/login/once?token=" + c.sessions.oneTimeLink(person), nil
+	t, err := c.sessions.oneTimeLink(context.Background(), person)
+	if err != nil {
+		return "", err
+	}
+	return c.URL() + "/login/once?token=" + t, nil
 }
 
 // Run serves HTTPS until ctx is done, then drains.
@@ -139,6 +153,11 @@ func (c *Console) Run(ctx context.Context) error {
 	srv := kit.NewHTTPServer(c.handler, tlsCfg, c.log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(kit.LimitListener(c.lis), "", "") }()
+	if c.metrics != nil {
+		mctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go c.metrics.run(mctx)
+	}
 	c.log.Info("console serving", "url", c.URL())
 	select {
 	case err := <-errc:
@@ -160,6 +179,9 @@ func (c *Console) Close() error {
 	}
 	if c.lis != nil {
 		_ = c.lis.Close()
+	}
+	if c.sessions != nil && c.sessions.rdb != nil {
+		errs = append(errs, c.sessions.rdb.Close())
 	}
 	return errors.Join(errs...)
 }

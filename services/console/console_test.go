@@ -102,7 +102,7 @@ func (tc *testConsole) csrfOf(t *testing.T, b *http.Client) string {
 	u, _ := url.Parse(tc.URL())
 	for _, ck := range b.Jar.Cookies(u) {
 		if ck.Name == cookieName {
-			if se, ok := tc.sessions.get(ck.Value); ok {
+			if se, ok := tc.sessions.get(context.Background(), ck.Value); ok {
 				return se.csrf
 			}
 		}
@@ -271,7 +271,12 @@ func flip(b byte) string {
 }
 
 func TestSessionTimeouts(t *testing.T) {
-	tc := startConsole(t, func(c *Config) { c.IdleTimeout, c.SessionTimeout = 10*time.Minute, time.Hour })
+	t.Run("in memory", func(t *testing.T) { testSessionTimeouts(t, "") })
+	t.Run("in redis", func(t *testing.T) { testSessionTimeouts(t, testkit.StartRedis(t).URL()) })
+}
+
+func testSessionTimeouts(t *testing.T, redisURL string) {
+	tc := startConsole(t, func(c *Config) { c.IdleTimeout, c.SessionTimeout, c.RedisURL = 10*time.Minute, time.Hour, redisURL })
 	clock := time.Now()
 	tc.sessions.mu.Lock()
 	tc.sessions.now = func() time.Time { return clock }
@@ -381,5 +386,64 @@ func TestListPage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSessionsInRedisServeEveryReplica pins sessions kept in Redis: a
+// sign-in on one console is a sign-in on another against the same Redis
+// (a second replica, or the first one restarted); a one-time link works
+// once across them; a sign-out on one ends the session on both; Redis
+// holds the session under the SHA-256 of its ID, expiring at the absolute
+// timeout, and never the ID itself.
+func TestSessionsInRedisServeEveryReplica(t *testing.T) {
+	rds := testkit.StartRedis(t)
+	withRedis := func(c *Config) { c.RedisURL = rds.URL() }
+	one, two := startConsole(t, withRedis), startConsole(t, withRedis)
+	b := one.browser(t)
+	csrf := one.signIn(t, b, "alice@example.test")
+	if resp := get(t, b, two.URL()+"/health"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the other replica answers a signed-in page with %d", resp.StatusCode)
+	}
+	if got := two.csrfOf(t, b); got != csrf {
+		t.Fatal("the other replica has another CSRF token for the session")
+	}
+
+	rdb := rds.Client(t)
+	keys, err := rdb.Keys(context.Background(), "*console*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(one.URL())
+	var id string
+	for _, ck := range b.Jar.Cookies(u) {
+		if ck.Name == cookieName {
+			id = ck.Value
+		}
+	}
+	if len(keys) != 1 || strings.Contains(keys[0], id) || !strings.HasSuffix(keys[0], hashOf(id)) {
+		t.Fatalf("redis keys %v for session %s, want one named by its hash", keys, id)
+	}
+	if ttl := rdb.TTL(context.Background(), keys[0]).Val(); ttl <= 0 || ttl > Default().SessionTimeout {
+		t.Fatalf("the session expires in %v, want within the absolute timeout", ttl)
+	}
+
+	link, err := one.SignInLink("bob@example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimPrefix(link, one.URL())
+	if resp := get(t, two.browser(t), two.URL()+token); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a link made on one replica and used on the other = %d", resp.StatusCode)
+	}
+	if resp := get(t, one.browser(t), link); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the same link again, on the first replica = %d, want 401", resp.StatusCode)
+	}
+
+	if resp := post(t, b, two.URL()+"/logout", url.Values{"csrf": {csrf}}, map[string]string{"Origin": two.URL()}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out on the other replica = %d", resp.StatusCode)
+	}
+	b.Jar.SetCookies(u, []*http.Cookie{{Name: cookieName, Value: id, Secure: true, Path: "/"}})
+	if resp := get(t, b, one.URL()+"/health"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after sign-out on the other replica the first answers %d, want 303 to sign in", resp.StatusCode)
 	}
 }

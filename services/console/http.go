@@ -86,7 +86,7 @@ func (c *Console) session(r *http.Request) (session, bool) {
 	if err != nil || ck.Value == "" {
 		return session{}, false
 	}
-	return c.sessions.get(ck.Value)
+	return c.sessions.get(r.Context(), ck.Value)
 }
 
 // view serves a page to a signed-in person; anyone else is sent to sign
@@ -263,7 +263,7 @@ func (c *Console) loginCallback(w http.ResponseWriter, r *http.Request) {
 
 // loginOnce redeems a one-time sign-in link.
 func (c *Console) loginOnce(w http.ResponseWriter, r *http.Request) {
-	person, ok := c.sessions.redeem(r.URL.Query().Get("token"))
+	person, ok := c.sessions.redeem(r.Context(), r.URL.Query().Get("token"))
 	if !ok {
 		c.refuse(w, r, http.StatusUnauthorized, "this sign-in link was used already or has expired")
 		return
@@ -276,9 +276,14 @@ func (c *Console) loginOnce(w http.ResponseWriter, r *http.Request) {
 // (the provider) would not send the SameSite=Strict cookie on a redirect.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request, person, how string) {
 	if old, ok := c.session(r); ok {
-		c.sessions.end(old.id)
+		c.sessions.end(r.Context(), old.id)
 	}
-	se := c.sessions.start(person)
+	se, err := c.sessions.start(r.Context(), person)
+	if err != nil {
+		c.log.ErrorContext(r.Context(), "sign-in not started", "person", person, "error", err)
+		c.refuse(w, r, http.StatusServiceUnavailable, "the console cannot keep a sign-in just now; retry shortly")
+		return
+	}
 	setCookie(w, se, c.cfg.SessionTimeout)
 	c.log.InfoContext(r.Context(), "person signed in", "person", person, "via", how)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -286,7 +291,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request, person, how str
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, se session) error {
-	c.sessions.end(se.id)
+	c.sessions.end(r.Context(), se.id)
 	clearCookie(w)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 	return nil

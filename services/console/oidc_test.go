@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -213,7 +214,7 @@ func (tc *testConsole) person(t *testing.T, b *http.Client) string {
 	t.Helper()
 	u, _ := url.Parse(tc.URL())
 	for _, ck := range b.Jar.Cookies(u) {
-		if se, ok := tc.sessions.get(ck.Value); ck.Name == cookieName && ok {
+		if se, ok := tc.sessions.get(context.Background(), ck.Value); ck.Name == cookieName && ok {
 			return se.person
 		}
 	}

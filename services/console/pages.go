@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -58,6 +59,85 @@ func listPage[T any](all []T, token string, size int) (Page[T], error) {
 	return p, nil
 }
 
+// scanPageSize is the page a filtered list reads from a service, and
+// scanPages bounds how many such pages one page of the console reads: a
+// filter that matches little shows a short page (with a next page) after
+// scanPages*scanPageSize records rather than reading a whole registry.
+const (
+	scanPageSize = 100
+	scanPages    = 10
+)
+
+// FilteredPage is a page of a filtered list: Scanned says how many
+// records were read for it.
+type FilteredPage[T any] struct {
+	Page[T]
+	Scanned int
+}
+
+// filteredPage fills a page of size records that match keep, reading the
+// service's pages through fetch (AIP-158 tokens) from where token says:
+// the service's page token and how many of that page's records were
+// already shown, so the next console page resumes inside a service page.
+func filteredPage[T any](fetch func(token string) ([]T, string, error), keep func(T) bool, token string, size int) (FilteredPage[T], error) {
+	upstream, skip, err := parseScanToken(token)
+	if err != nil {
+		return FilteredPage[T]{}, err
+	}
+	var p FilteredPage[T]
+	for range scanPages {
+		items, next, err := fetch(upstream)
+		if err != nil {
+			return FilteredPage[T]{}, err
+		}
+		if skip > len(items) {
+			return FilteredPage[T]{}, badRequest("the page token is not valid; start from the first page")
+		}
+		for i := skip; i < len(items); i++ {
+			p.Scanned++
+			if !keep(items[i]) {
+				continue
+			}
+			p.Items = append(p.Items, items[i])
+			if len(p.Items) == size {
+				if i+1 < len(items) || next != "" {
+					p.Next = scanToken(upstream, i+1)
+					if i+1 == len(items) {
+						p.Next = scanToken(next, 0)
+					}
+				}
+				return p, nil
+			}
+		}
+		if next == "" {
+			return p, nil
+		}
+		upstream, skip = next, 0
+	}
+	// The bound: a short page, and the next one goes on from here.
+	p.Next = scanToken(upstream, 0)
+	return p, nil
+}
+
+// scanToken is a service's page token and an offset into that page, as
+// one opaque token.
+func scanToken(upstream string, skip int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(skip) + ":" + upstream))
+}
+
+func parseScanToken(t string) (string, int, error) {
+	if t == "" {
+		return "", 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(t)
+	n, upstream, ok := strings.Cut(string(b), ":")
+	skip, aerr := strconv.Atoi(n)
+	if err != nil || !ok || aerr != nil || skip < 0 || skip > 1000 {
+		return "", 0, badRequest("the page token is not valid; start from the first page")
+	}
+	return upstream, skip, nil
+}
+
 // escalationRow is one escalation as the queue shows it.
 type escalationRow struct {
 	E *taskv1.Escalation
@@ -65,9 +145,11 @@ type escalationRow struct {
 	// release's strings.
 	Status, Priority string
 	Age              string
-	// Resolved is set once the signed-in person resolved it.
-	Resolved string
-	CSRF     string
+	// Resolved is set once the signed-in person resolved it; Signed is
+	// then the Audit-ID of the signed event that records it
+	// (policysvc signs it into the agent's lifecycle stream).
+	Resolved, Signed string
+	CSRF             string
 }
 
 func (c *Console) escalationsPage(w http.ResponseWriter, r *http.Request, se session) error {
@@ -135,6 +217,9 @@ func (c *Console) resolveEscalation(w http.ResponseWriter, r *http.Request, se s
 	c.log.InfoContext(r.Context(), "escalation resolved", "escalation_id", r.PathValue("id"), "status", st, "person", se.person)
 	row := c.escalationRow(res.GetEscalation(), se)
 	row.Resolved = st + " by " + se.person
+	if h := res.GetTask().GetHistory(); len(h) > 0 {
+		row.Signed = h[len(h)-1].GetRef()
+	}
 	return c.done(w, r, "/", "escalation-row", row)
 }
 
@@ -144,32 +229,67 @@ var statusNames = map[string]identityv1.AgentStatus{
 	"retired": identityv1.AgentStatus_AGENT_STATUS_RETIRED, "deprecated": identityv1.AgentStatus_AGENT_STATUS_DEPRECATED,
 }
 
+// agentFilter is what the agents page filters by; zero fields match
+// every agent.
+type agentFilter struct {
+	// Search is part of the agent's name or Agent-ID.
+	Search              string
+	Status, Owner, Zone string
+	// Tier is the trust tier; -1 for any.
+	Tier int
+}
+
+func (f agentFilter) matches(a *identityv1.AgentRecord) bool {
+	switch {
+	case f.Search != "" && !strings.Contains(strings.ToLower(a.GetName()), strings.ToLower(f.Search)) && !strings.Contains(a.GetAgentId(), strings.ToLower(f.Search)):
+		return false
+	case f.Status != "" && a.GetStatus() != statusNames[f.Status]:
+		return false
+	case f.Owner != "" && !strings.Contains(a.GetOwner(), f.Owner) && !strings.Contains(a.GetOwnerId(), f.Owner):
+		return false
+	case f.Zone != "" && a.GetGovernanceZone() != f.Zone:
+		return false
+	case f.Tier >= 0 && int(a.GetTrustTier()) != f.Tier:
+		return false
+	}
+	return true
+}
+
 func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session) error {
 	q := r.URL.Query()
-	want, owner := q.Get("status"), strings.TrimSpace(q.Get("owner"))
-	if _, ok := statusNames[want]; want != "" && !ok {
+	f := agentFilter{Search: strings.TrimSpace(q.Get("q")), Status: q.Get("status"), Owner: strings.TrimSpace(q.Get("owner")), Zone: strings.TrimSpace(q.Get("zone")), Tier: -1}
+	if _, ok := statusNames[f.Status]; f.Status != "" && !ok {
 		return badRequest("status is active, suspended, retired or deprecated")
+	}
+	if t := q.Get("tier"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 || n > 9 {
+			return badRequest("tier is a trust tier: a digit")
+		}
+		f.Tier = n
+	}
+	if len(f.Search) > maxReason || len(f.Owner) > maxReason || len(f.Zone) > maxReason {
+		return badRequest("the filter is too long")
 	}
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: want == "active",
-		PageSize: int32(c.cfg.PageSize), PageToken: q.Get("page")})
+	// identitysvc filters by active only; the console reads on through
+	// its pages for the other filters, so that a page is full whenever
+	// enough agents match (filteredPage).
+	fetch := func(token string) ([]*identityv1.AgentRecord, string, error) {
+		res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: f.Status == "active", PageSize: scanPageSize, PageToken: token})
+		return res.GetAgents(), res.GetNextPageToken(), err
+	}
+	pg, err := filteredPage(fetch, f.matches, q.Get("page"), c.cfg.PageSize)
 	if err != nil {
 		return err
 	}
-	// identitysvc filters by active only; the other filters apply to the
-	// page it returned, so a filtered page may hold fewer rows.
-	var list []*identityv1.AgentRecord
-	for _, a := range res.GetAgents() {
-		if want != "" && a.GetStatus() != statusNames[want] {
-			continue
-		}
-		if owner != "" && !strings.Contains(a.GetOwner(), owner) && !strings.Contains(a.GetOwnerId(), owner) {
-			continue
-		}
-		list = append(list, a)
+	tier := ""
+	if f.Tier >= 0 {
+		tier = strconv.Itoa(f.Tier)
 	}
-	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": list, "Next": res.GetNextPageToken(), "Status": want, "Owner": owner})
+	return c.page(w, "agents", "agents", "Agents", se, map[string]any{"Agents": pg.Items, "Next": pg.Next, "Scanned": pg.Scanned,
+		"Search": f.Search, "Status": f.Status, "Owner": f.Owner, "Zone": f.Zone, "Tier": tier})
 }
 
 // transitions are the lifecycle changes the console offers, by form
@@ -316,19 +436,24 @@ func (c *Console) revokeContract(w http.ResponseWriter, r *http.Request, se sess
 }
 
 func (c *Console) healthPage(w http.ResponseWriter, r *http.Request, se session) error {
-	type row struct{ Name, Status, Detail string }
+	type row struct {
+		Name, Status, Detail string
+		Rates                rates
+	}
 	rows := make([]row, 0, len(peerNames))
 	for _, p := range peerNames {
 		ctx, cancel := c.rpc(r, se)
 		res, err := healthpb.NewHealthClient(c.conns[p]).Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()
+		rw := row{Name: p, Rates: c.metrics.rates(p)}
 		if err != nil {
-			rows = append(rows, row{Name: p, Status: "UNREACHABLE", Detail: status.Convert(err).Message()})
-			continue
+			rw.Status, rw.Detail = "UNREACHABLE", status.Convert(err).Message()
+		} else {
+			rw.Status = res.GetStatus().String()
 		}
-		rows = append(rows, row{Name: p, Status: res.GetStatus().String()})
+		rows = append(rows, rw)
 	}
-	return c.page(w, "health", "health", "Health", se, rows)
+	return c.page(w, "health", "health", "Health", se, map[string]any{"Rows": rows, "Interval": c.cfg.MetricsInterval})
 }
 
 // age is how long ago t was, coarsely.
@@ -368,6 +493,7 @@ var funcs = template.FuncMap{
 		return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
 	},
 	"list": func(s ...string) []string { return s },
+	"rate": func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
 	"short": func(s string) string {
 		if len(s) > 16 {
 			return s[:16] + "…"

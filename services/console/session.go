@@ -1,12 +1,23 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
 // cookieName carries the session. The __Host- prefix makes the browser
@@ -33,8 +44,12 @@ type session struct {
 	seen    time.Time
 }
 
-// sessions keeps the console's sessions in memory: a console replica's
-// sessions end when it restarts, and a person signs in again.
+// sessions keeps the console's sessions and one-time links: in Redis
+// when the console has one (rdb), so that they survive a restart and
+// every replica of the console knows them; else in this process's memory,
+// where a restart signs everyone out. In Redis a session is named by the
+// SHA-256 of its ID and expires at the absolute timeout; the idle timeout
+// is checked on every use, which also records the use.
 type sessions struct {
 	mu    sync.Mutex
 	byID  map[string]*session
@@ -42,6 +57,8 @@ type sessions struct {
 	idle  time.Duration
 	max   time.Duration
 	now   func() time.Time
+	rdb   redis.UniversalClient
+	log   *slog.Logger
 }
 
 // link is a one-time sign-in link.
@@ -61,8 +78,32 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// hashOf names a session or link in Redis.
+func hashOf(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
 // start opens a session for person.
-func (s *sessions) start(person string) *session {
+func (s *sessions) start(ctx context.Context, person string) (*session, error) {
+	if s.rdb != nil {
+		now := s.now()
+		se := &session{id: randomToken(), person: person, csrf: randomToken(), created: now, seen: now}
+		key := rediskeys.ConsoleSession(hashOf(se.id))
+		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, key, "person", se.person, "csrf", se.csrf, "created", now.UnixMilli(), "seen", now.UnixMilli())
+			p.PExpire(ctx, key, s.max)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("console session store: %w", err)
+		}
+		return se, nil
+	}
+	return s.startLocal(person), nil
+}
+
+func (s *sessions) startLocal(person string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -83,8 +124,35 @@ func (s *sessions) start(person string) *session {
 }
 
 // get returns the live session of id and marks it used; an idle or too
-// old session is ended.
-func (s *sessions) get(id string) (session, bool) {
+// old session is ended. A session store that does not answer signs no
+// one in.
+func (s *sessions) get(ctx context.Context, id string) (session, bool) {
+	if s.rdb != nil {
+		key := rediskeys.ConsoleSession(hashOf(id))
+		m, err := s.rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			s.log.WarnContext(ctx, "console session store unavailable", "error", err)
+			return session{}, false
+		}
+		created, err1 := strconv.ParseInt(m["created"], 10, 64)
+		seen, err2 := strconv.ParseInt(m["seen"], 10, 64)
+		if len(m) == 0 || err1 != nil || err2 != nil || m["person"] == "" || m["csrf"] == "" {
+			return session{}, false
+		}
+		se := &session{id: id, person: m["person"], csrf: m["csrf"], created: time.UnixMilli(created), seen: time.UnixMilli(seen)}
+		now := s.now()
+		if s.expired(se, now) {
+			s.rdb.Del(ctx, key)
+			return session{}, false
+		}
+		// HSetXX-like: only a session that still exists is touched, so a
+		// sign-out on another replica meanwhile is not undone.
+		if err := touchScript.Run(ctx, s.rdb, []string{key}, now.UnixMilli()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			s.log.WarnContext(ctx, "console session use not recorded", "error", err)
+		}
+		se.seen = now
+		return *se, true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se, ok := s.byID[id]
@@ -104,8 +172,17 @@ func (s *sessions) expired(se *session, now time.Time) bool {
 	return now.Sub(se.seen) > s.idle || now.Sub(se.created) > s.max
 }
 
+// touchScript records a use of a session that still exists.
+var touchScript = redis.NewScript(`if redis.call("EXISTS", KEYS[1]) == 1 then return redis.call("HSET", KEYS[1], "seen", ARGV[1]) end return 0`)
+
 // end ends a session.
-func (s *sessions) end(id string) {
+func (s *sessions) end(ctx context.Context, id string) {
+	if s.rdb != nil {
+		if err := s.rdb.Del(ctx, rediskeys.ConsoleSession(hashOf(id))).Err(); err != nil {
+			s.log.WarnContext(ctx, "console session not ended in the store; it ends at its timeout", "error", err)
+		}
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.byID, id)
@@ -126,7 +203,18 @@ func (s *sessions) sweepLocked(now time.Time) {
 
 // oneTimeLink creates a sign-in token for person that works once, within
 // linkTTL.
-func (s *sessions) oneTimeLink(person string) string {
+func (s *sessions) oneTimeLink(ctx context.Context, person string) (string, error) {
+	if s.rdb != nil {
+		t := randomToken()
+		if err := s.rdb.Set(ctx, rediskeys.ConsoleSignInLink(hashOf(t)), person, linkTTL).Err(); err != nil {
+			return "", fmt.Errorf("console session store: %w", err)
+		}
+		return t, nil
+	}
+	return s.oneTimeLinkLocal(person), nil
+}
+
+func (s *sessions) oneTimeLinkLocal(person string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -144,7 +232,18 @@ func (s *sessions) oneTimeLink(person string) string {
 
 // redeem consumes a one-time token: the first use returns its person,
 // every later one nothing.
-func (s *sessions) redeem(token string) (string, bool) {
+func (s *sessions) redeem(ctx context.Context, token string) (string, bool) {
+	if s.rdb != nil {
+		if token == "" {
+			return "", false
+		}
+		// GETDEL: of two replicas redeeming at once, one gets the person.
+		person, err := s.rdb.GetDel(ctx, rediskeys.ConsoleSignInLink(hashOf(token))).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.log.WarnContext(ctx, "console session store unavailable", "error", err)
+		}
+		return person, err == nil && person != ""
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.links[token]

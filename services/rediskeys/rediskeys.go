@@ -355,3 +355,12 @@ func MonitorEvent(targetAgentID, revision string) string {
 // MonitorOwned is a sorted set of one subscriber's subscriptions, members
 // "<subscription_id>|<target_agent_id>", scored by expiry (Unix ms).
 func MonitorOwned(subscriberAgentID string) string { return tag(subscriberAgentID) + ":monitor:owned" }
+
+// ConsoleSession is an operator console session (a hash: person, csrf,
+// created, seen), named by the SHA-256 of its session ID so that a read
+// of Redis yields no usable cookie; it expires at the absolute timeout.
+func ConsoleSession(idHash string) string { return Prefix + "{console}:session:" + idHash }
+
+// ConsoleSignInLink is the person of an unused one-time console sign-in
+// link, named by the SHA-256 of its token; redeeming deletes it.
+func ConsoleSignInLink(tokenHash string) string { return Prefix + "{console}:link:" + tokenHash }

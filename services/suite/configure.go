@@ -133,6 +133,11 @@ func configure(cfg Config, l devpki.Layout, lookup func(string) (string, bool), 
 		Webhooks: []string{"https://127.0.0.1:*", "https://localhost:*", "https://[::1]:*"},
 		Peers:    []string{"127.0.0.1:*", "localhost:*", "[::1]:*"},
 	}
+	// The services serve their metrics on their admin listeners, for the
+	// operator console's health page (AGTP_PROMETHEUS=off turns it off).
+	for _, m := range v.each() {
+		m.common.Telemetry.Prometheus = true
+	}
 	v.policy.Tasks.Outbound = dest
 	v.front.Outbound = outbound.Options{Webhooks: slices.Clone(dest.Webhooks), Peers: slices.Clone(dest.Peers)}
 	if err := demoCommerce(&v.policy, demoMerchantPath(l.Dir)); err != nil {
@@ -301,17 +306,17 @@ func redact(v string) string {
 	return v
 }
 
-// adminAddr is the admin listener beside a gRPC address: the port 1000
-// above (the front door's 7100 gives 8100, next to the gateways' 8101 to
-// 8105).
+// adminAddr is the front door's admin listener beside its gRPC address:
+// the port 1006 above (7100 gives 8106, after the gateways' 8101 to 8105;
+// 8100 is the operator console's).
 func adminAddr(grpcAddr string) string {
 	host, port, err := net.SplitHostPort(grpcAddr)
 	if err != nil {
 		return "127.0.0.1:0"
 	}
 	n, err := strconv.Atoi(port)
-	if err != nil || n == 0 || n+1000 > 65535 {
+	if err != nil || n == 0 || n+1006 > 65535 {
 		return net.JoinHostPort(host, "0")
 	}
-	return net.JoinHostPort(host, strconv.Itoa(n+1000))
+	return net.JoinHostPort(host, strconv.Itoa(n+1006))
 }

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,6 +274,14 @@ func (s *Suite) newConsole(ctx context.Context, lookup func(string) (string, boo
 		cfg.Peers[name] = addr
 	}
 	cfg.JWKSURL = "https://" + s.httpsAddr + "/.well-known/jwks.json"
+	// The health page's rates come from the services' metrics, served on
+	// their admin listeners (the gateways, and the front door's own).
+	cfg.Metrics = maps.Clone(s.Gateways)
+	// Sessions live in the suite's Redis, as a deployed console's do.
+	cfg.RedisURL = s.redisURL
+	if s.mini != nil {
+		cfg.RedisURL = "redis://" + s.mini.Addr()
+	}
 	logCfg := kit.DefaultCommon("console", "", "")
 	logCfg.LogLevel, logCfg.LogFormat = s.cfg.LogLevel, s.cfg.LogFormat
 	if logCfg.LogLevel == "" {

@@ -1,13 +1,17 @@
 package agp
 
 import (
+	"encoding/json"
 	"log/slog"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -21,6 +25,7 @@ func TestGlobalKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.RecordChanges(changelogtest.Start(t).Recorder)
 	register := func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) }
 	c := agpv1.NewAgpServiceClient(testkit.ServeGRPCAs(t, testkit.Operator, register))
 	// The front door creates keys for AGP admin key holders, never global
@@ -118,5 +123,49 @@ func TestRevokeApiKeyForAgent(t *testing.T) {
 				t.Fatalf("Bob's keys after the call: %v, want gone=%v", list, tc.gone)
 			}
 		})
+	}
+}
+
+// TestKeyRevocationIsSigned pins that revoking an agent's key is signed
+// into the agent's lifecycle stream, naming the person the console acts
+// for, before the key goes; a revocation that cannot be signed is not
+// made.
+func TestKeyRevocationIsSigned(t *testing.T) {
+	const person = "alice@example.test"
+	c, audit := startAudited(t, Options{}, access.Console)
+	asPerson := access.ForPerson(ctx(), person)
+	bobs := must(c.CreateApiKey(ctx(), &agpv1.CreateApiKeyRequest{AgentId: bob, Scopes: []string{"query"}}))(t).GetKey()
+	listed := func(t *testing.T, id string) bool {
+		t.Helper()
+		for _, k := range must(c.ListApiKeys(ctx(), &agpv1.ListApiKeysRequest{}))(t).GetKeys() {
+			if k.GetId() == id {
+				return true
+			}
+		}
+		return false
+	}
+
+	audit.Down(true)
+	if _, err := c.RevokeApiKey(asPerson, &agpv1.RevokeApiKeyRequest{Id: bobs.GetId()}); status.Code(err) != codes.Unavailable || !listed(t, bobs.GetId()) {
+		t.Fatalf("revocation with auditsvc down: %v, key still listed %v; want Unavailable and the key kept", err, listed(t, bobs.GetId()))
+	}
+	audit.Down(false)
+	if _, err := c.RevokeApiKey(asPerson, &agpv1.RevokeApiKeyRequest{Id: bobs.GetId()}); err != nil || listed(t, bobs.GetId()) {
+		t.Fatalf("revocation: %v, key still listed %v", err, listed(t, bobs.GetId()))
+	}
+	ev := audit.Events()
+	if len(ev) != 1 || ev[0].GetAgentId() != bob || ev[0].GetEventType() != EventKeyRevoked {
+		t.Fatalf("events = %v, want one %s for bob", ev, EventKeyRevoked)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(ev[0].GetClaimsJson(), &claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims["actor"] != "operator/console for "+person || claims["person"] != person || claims["key_id"] != bobs.GetId() {
+		t.Fatalf("claims = %v, want the console for %s revoking %s", claims, person, bobs.GetId())
+	}
+	// A retried revocation finds the key gone and signs nothing more.
+	if _, err := c.RevokeApiKey(asPerson, &agpv1.RevokeApiKeyRequest{Id: bobs.GetId()}); status.Code(err) != codes.NotFound || len(audit.Events()) != 1 {
+		t.Fatalf("second revocation: %v, %d events", err, len(audit.Events()))
 	}
 }

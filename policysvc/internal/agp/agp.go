@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -130,7 +131,17 @@ type Server struct {
 	log  *slog.Logger
 	opts Options
 	hub  *hub
+	// changes signs key revocations (nil: a revocation of an agent's key
+	// is refused).
+	changes *changelog.Recorder
 }
+
+// RecordChanges has RevokeApiKey sign each revocation of an agent's key
+// into that agent's lifecycle stream through r before it revokes.
+func (s *Server) RecordChanges(r *changelog.Recorder) { s.changes = r }
+
+// EventKeyRevoked is the lifecycle event of an agent's AGP key revoked.
+const EventKeyRevoked = "agp_key_revoked"
 
 var _ agpv1.AgpServiceServer = (*Server)(nil)
 
@@ -450,7 +461,8 @@ func (s *Server) ListApiKeys(ctx context.Context, in *agpv1.ListApiKeysRequest) 
 }
 
 // RevokeApiKey deletes a key and announces it to every WatchKeyEvents
-// watcher, so front doors drop it from their caches at once. With an
+// watcher, so front doors drop it from their caches at once. The
+// revocation of an agent's key is signed first (EventKeyRevoked). With an
 // agent_id, only a key of that agent is revoked: the front door's /keys
 // revokes for a non-global admin key this way.
 func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest) (*agpv1.RevokeApiKeyResponse, error) {
@@ -478,6 +490,14 @@ func (s *Server) RevokeApiKey(ctx context.Context, in *agpv1.RevokeApiKeyRequest
 		if in.GetAgentId() != "" && agentID != in.GetAgentId() {
 			s.log.InfoContext(ctx, "agp api key revocation refused: another agent's key", "key_id", id, "agent_id", in.GetAgentId())
 			return nil, grpcerr.PermissionDenied("api-key-other-agent", "the key is bound to another agent")
+		}
+		// Who revoked the key is signed into its agent's lifecycle stream
+		// first. Keys are created for an agent; a stored key without one
+		// has no stream, and the log line below names who revoked it.
+		if agentID != "" {
+			if _, err := s.changes.Record(ctx, agentID, EventKeyRevoked, map[string]any{"key_id": id}, id); err != nil {
+				return nil, err
+			}
 		}
 		ev, err := s.event(agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED, id, agentID, hash)
 		if err != nil {

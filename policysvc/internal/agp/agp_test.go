@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -47,13 +49,26 @@ func must[T any](v T, err error) func(*testing.T) T {
 
 func start(t *testing.T, opts Options) agpv1.AgpServiceClient {
 	t.Helper()
+	c, _ := startAudited(t, opts, access.Identity{})
+	return c
+}
+
+// startAudited serves the AGP service to caller, with key revocations
+// signed to the returned auditsvc stand-in.
+func startAudited(t *testing.T, opts Options, caller access.Identity) (agpv1.AgpServiceClient, *changelogtest.Audit) {
+	t.Helper()
 	rdb := testkit.StartRedis(t).Client(t)
 	srv, err := New(rdb, slog.New(slog.DiscardHandler), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) })
-	return agpv1.NewAgpServiceClient(conn)
+	audit := changelogtest.Start(t)
+	srv.RecordChanges(audit.Recorder)
+	register := func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) }
+	if caller.IsZero() {
+		return agpv1.NewAgpServiceClient(testkit.ServeGRPC(t, register)), audit
+	}
+	return agpv1.NewAgpServiceClient(testkit.ServeGRPCAs(t, caller, register)), audit
 }
 
 func TestOptionsValidate(t *testing.T) {

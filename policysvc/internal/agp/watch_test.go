@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -30,6 +31,7 @@ func startReplica(t *testing.T, rds *testkit.Redis) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.RecordChanges(changelogtest.Start(t).Recorder)
 	testkit.Run(t, "hub", srv.Run)
 	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { agpv1.RegisterAgpServiceServer(g, srv) })
 	return &replica{srv: srv, client: agpv1.NewAgpServiceClient(conn)}

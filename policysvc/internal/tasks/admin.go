@@ -83,6 +83,10 @@ func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalations
 	return out, nil
 }
 
+// EventEscalationResolved is the lifecycle event of an escalation
+// resolved through ResolveEscalation.
+const EventEscalationResolved = "escalation_resolved"
+
 // escalationPaging is ListEscalations' page sizes.
 var escalationPaging = paging.Spec{RPC: taskv1.TaskService_ListEscalations_FullMethodName, Default: 100, Max: 500}
 
@@ -111,10 +115,13 @@ func (s *Server) loadEscalation(ctx context.Context, id string) (*escalation, er
 }
 
 // ResolveEscalation resolves a pending escalation as a human principal.
-// It applies the same transition as a CONFIRM by the recipient; the
-// resolution is recorded in the task's history under
-// "admin:<principal> via <operator identity>" (no signed attestation:
-// policysvc holds no signing key).
+// It applies the same transition as a CONFIRM by the recipient. The
+// resolution is signed first, by auditsvc, into the escalating agent's
+// lifecycle stream as an "escalation_resolved" event naming the caller
+// and the person (changelog), and that event is the confirmation's
+// attestation; the task's history records it under
+// "admin:<principal> via <operator identity>". A resolution that could
+// not be signed is not made.
 func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscalationRequest) (*taskv1.ResolveEscalationResponse, error) {
 	principal := in.GetPrincipal()
 	if p, ok := access.Person(ctx); ok {
@@ -159,8 +166,19 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			}
 			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status)
 		}
-		c := confirmation{TargetID: e.ID, TargetKind: "escalation", TaskID: e.TaskID, Status: in.GetStatus(), Reason: in.GetReason(), Confirmer: actor, At: now}
-		s.apply(&t, &e, "escalation", in.GetStatus(), actor, e.ID, in.GetReason(), now)
+		// Signed inside the transaction's optimistic retry: a retry signs
+		// the same change again, which auditsvc answers with the event
+		// appended the first time (changelog's request ID).
+		attestation, err := s.changes.Record(ctx, e.Owner, EventEscalationResolved, map[string]any{
+			"method": "CONFIRM", "target_kind": "escalation", "target_id": e.ID, "task_id": e.TaskID,
+			"confirm_status": in.GetStatus(), "reason": in.GetReason(), "principal": principal,
+		}, e.ID, in.GetStatus(), principal, in.GetReason())
+		if err != nil {
+			return err
+		}
+		c := confirmation{TargetID: e.ID, TargetKind: "escalation", TaskID: e.TaskID, Status: in.GetStatus(), Reason: in.GetReason(),
+			Confirmer: actor, Attestation: attestation, At: now}
+		s.apply(&t, &e, "escalation", in.GetStatus(), actor, attestation, in.GetReason(), now)
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, confirmKey, mustJSON(c), s.opts.TaskTTL)
 			p.Set(ctx, taskKey, mustJSON(t), s.opts.TaskTTL)

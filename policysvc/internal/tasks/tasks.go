@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/grpcerr"
@@ -160,7 +161,13 @@ type Server struct {
 	http *http.Client
 	agtp *client.Client
 	out  *outbound.Policy
+	// changes signs what ResolveEscalation changes (nil: it refuses).
+	changes *changelog.Recorder
 }
+
+// RecordChanges has ResolveEscalation sign each resolution through r
+// before it applies it; without it ResolveEscalation refuses.
+func (s *Server) RecordChanges(r *changelog.Recorder) { s.changes = r }
 
 // New builds the task service.
 func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, error) {

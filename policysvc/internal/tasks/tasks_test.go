@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -33,6 +35,7 @@ func start(t *testing.T, opts Options) (taskv1.TaskServiceClient, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.RecordChanges(changelogtest.Start(t).Recorder)
 	return startWith(t, srv), srv
 }
 
@@ -330,5 +333,70 @@ func BenchmarkEscalateConfirm(b *testing.B) {
 		if _, err := srv.CompleteConfirm(ctx, &taskv1.CompleteConfirmRequest{CallerAgentId: reviewer, TargetId: id, ClaimToken: bc.GetClaimToken(), AttestationId: "a"}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestResolveEscalationIsSigned pins that a resolution through the admin
+// API is signed into the escalating agent's lifecycle stream, naming the
+// person the console acts for (whatever the request names), and is the
+// confirmation's attestation; a resolution that cannot be signed is not
+// made, and a retried one signs once.
+func TestResolveEscalationIsSigned(t *testing.T) {
+	const person = "alice@example.test"
+	rdb := testkit.StartRedis(t).Client(t)
+	srv, err := New(rdb, slog.New(slog.DiscardHandler), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := changelogtest.Start(t)
+	srv.RecordChanges(audit.Recorder)
+	register := func(g grpc.ServiceRegistrar) { taskv1.RegisterTaskServiceServer(g, srv) }
+	agent := taskv1.NewTaskServiceClient(testkit.ServeGRPC(t, register))
+	console := taskv1.NewTaskServiceClient(testkit.ServeGRPCAs(t, access.Console, register))
+	r, err := agent.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "refund-1", Reason: "confidence_threshold", ContextJson: []byte(`{"order":"o-1"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	escID := r.GetEscalation().GetEscalationId()
+	asPerson := access.ForPerson(context.Background(), person)
+	resolve := func() (*taskv1.ResolveEscalationResponse, error) {
+		return console.ResolveEscalation(asPerson, &taskv1.ResolveEscalationRequest{Principal: "someone-else", EscalationId: escID, Status: Accepted, Reason: "checked"})
+	}
+
+	audit.Down(true)
+	if _, err := resolve(); code(err) != codes.Unavailable {
+		t.Fatalf("resolution with auditsvc down: %v, want Unavailable", err)
+	}
+	audit.Down(false)
+	list, err := console.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{})
+	if err != nil || len(list.GetEscalations()) != 1 || list.GetEscalations()[0].GetStatus() != PendingReview {
+		t.Fatalf("after the refused resolution the queue is %v, %v; want it still pending", list.GetEscalations(), err)
+	}
+	res, err := resolve()
+	if err != nil || res.GetTask().GetStatus() != StatusRunning {
+		t.Fatalf("resolve = %v, %v", res, err)
+	}
+	if _, err := resolve(); err != nil {
+		t.Fatalf("repeated resolve = %v", err)
+	}
+	ev := audit.Events()
+	if len(ev) != 1 || ev[0].GetAgentId() != owner || ev[0].GetEventType() != EventEscalationResolved {
+		t.Fatalf("events = %v, want one %s in the escalating agent's stream", ev, EventEscalationResolved)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(ev[0].GetClaimsJson(), &claims); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"actor": "operator/console for " + person, "person": person, "principal": person, "method": "CONFIRM",
+		"target_id": escID, "task_id": "refund-1", "confirm_status": Accepted, "reason": "checked"}
+	for k, v := range want {
+		if claims[k] != v {
+			t.Errorf("claims[%s] = %v, want %v", k, claims[k], v)
+		}
+	}
+	hist := res.GetTask().GetHistory()
+	last := hist[len(hist)-1]
+	if last.GetActor() != "admin:"+person+" via operator/console" || len(last.GetRef()) != 64 {
+		t.Fatalf("task history ends with %v, want the person via the console and the signed event's Audit-ID", last)
 	}
 }
