@@ -898,7 +898,8 @@ type GetContractResponse struct {
 	// Set when the contract exists and is the caller's (or inspect is set),
 	// even when it cannot be used; never for contract-not-yours.
 	Contract *Contract `protobuf:"bytes,1,opt,name=contract,proto3" json:"contract,omitempty"`
-	// 0 when usable; otherwise 404 or 464.
+	// 0 when usable; otherwise 404, 405 (presented on another method than
+	// the contract's) or 464.
 	Status int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The RCNS-Attempt-Id of a 464 (core §5.5.4).
