@@ -180,26 +180,41 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 	}
 
 	// 1. Wire (wire.go): what the transport's parser leaves to the
-	// pipeline: a catalog to decide on, and Delegation-Chain support.
+	// pipeline: a catalog to decide on.
 	if resp := p.wire(x); resp != nil {
 		return resp
 	}
 
 	// 2. Structure (structure.go): 459, 460, 405, 404 or a match, from
-	// the local catalog snapshot; an unmatched request may still be served
-	// by a synthesized contract (contracts.go).
+	// the local catalog snapshot, before the caller is resolved. Only an
+	// unmatched request that presents a contract, asks for RCNS or names
+	// a session goes on, to the contract route below; so no outage of
+	// rcnssvc or identitysvc turns a 404 into a 503.
 	if resp := p.structure(x); resp != nil {
 		return resp
 	}
+
+	// 3. Delegation-Chain (wire.go): 501 while delegation is off, after
+	// the structural codes (core §5.5.3, docs/decisions.md#D-decision-order).
+	if resp := p.delegation(x); resp != nil {
+		return resp
+	}
+
+	// 4. Contract route (contracts.go): an unmatched request served by a
+	// synthesized contract, the RCNS gate, or in the end its structural
+	// answer.
+	if !x.matched {
+		return p.contractRoute(x)
+	}
 	ep := x.decision.Endpoint.Proto
 
-	// 3. Caller (caller.go): who sent the request and how that was proven,
+	// 5. Caller (caller.go): who sent the request and how that was proven,
 	// with the manifest's discovery and scope toggles on either side.
 	if resp := p.caller(x, ep); resp != nil {
 		return resp
 	}
 
-	// 4. Input (input.go): parameters from body, query and path, validated
+	// 6. Input (input.go): parameters from body, query and path, validated
 	// before any policy state (idempotency claims, rate-limit spend) is
 	// touched.
 	input, resp := p.input(x)
@@ -207,7 +222,7 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 		return resp
 	}
 
-	// 5. Policy (policy.go): one round trip for scopes, rate limits,
+	// 7. Policy (policy.go): one round trip for scopes, rate limits,
 	// idempotency and credentials; an idempotent replay ends here.
 	if resp := p.authorize(x, ep, x.decision.Method, input); resp != nil {
 		return resp
@@ -216,7 +231,7 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 		return p.replay(x)
 	}
 
-	// 6. Dispatch (dispatch.go): a binding's last word (agp.go), then the
+	// 8. Dispatch (dispatch.go): a binding's last word (agp.go), then the
 	// endpoint's handler: a built-in, a registered function or a binding.
 	if resp := p.intercept(x); resp != nil {
 		return resp

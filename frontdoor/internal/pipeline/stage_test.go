@@ -79,6 +79,9 @@ type stageFixture struct {
 	policy   *testkit.PolicyStub
 	audit    *testkit.AuditStub
 	identity *testkit.IdentityStub
+	// rcns, when a change sets it, is the pipeline's rcnssvc; without it
+	// the front door runs no RCNS.
+	rcns *testkit.RCNSStub
 
 	mu      sync.Mutex
 	records []*auditv1.SignAndAppendRequest
@@ -142,7 +145,7 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 	reg.Register("test.notes.put", func(context.Context, *handler.Call) (*handler.Result, error) {
 		return &handler.Result{Output: json.RawMessage(`{"stored":true}`)}, nil
 	})
-	f.p, err = pipeline.New(opts, pipeline.Deps{
+	deps := pipeline.Deps{
 		Catalog:  store,
 		Agents:   agentcache.New(identity, log),
 		Policy:   f.policy.Serve(t),
@@ -152,7 +155,11 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 		Log:      log,
 		Tracer:   tracenoop.NewTracerProvider().Tracer(""),
 		Meter:    metricnoop.NewMeterProvider().Meter(""),
-	})
+	}
+	if f.rcns != nil {
+		deps.RCNS = f.rcns.Serve(t)
+	}
+	f.p, err = pipeline.New(opts, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,16 +12,24 @@ import (
 // The wire stage (digest-api §7 item 1). The transport parses the request
 // line and header fields and answers what does not parse itself, through
 // RespondError; what it leaves to the pipeline is whether there is a
-// catalog to decide on and whether Delegation-Chain can be honoured.
+// catalog to decide on and, once the structure stage has passed the
+// request, whether Delegation-Chain can be honoured.
 
-// wire refuses a request the front door cannot decide yet (no catalog
-// snapshot has arrived) or cannot honour (Delegation-Chain while
-// delegation is off, core §5.5.3).
+// wire refuses a request the front door cannot decide yet: no catalog
+// snapshot has arrived.
 func (p *Pipeline) wire(x *exchange) *agtp.Response {
 	x.state = p.Catalog.Current()
 	if x.state == nil {
 		return x.fail(agtp.StatusUnavailable, "catalog-unavailable", "the front door has not received the method catalog yet; retry shortly", nil)
 	}
+	return nil
+}
+
+// delegation refuses Delegation-Chain while delegation is off (core
+// §5.5.3). It runs once the structural decision has passed: a request
+// with an illegal method or path gets the code that says what to fix
+// (459, 460, 405, 404), not 501 for a header that would not have helped.
+func (p *Pipeline) delegation(x *exchange) *agtp.Response {
 	if _, ok := x.req.Header.Lookup(agtp.HeaderDelegationChain); ok && !p.opts.DelegationEnabled {
 		return x.fail(agtp.StatusNotImplemented, "delegation-unsupported",
 			"this server does not support Delegation-Chain (core §5.5.3); send the request without it", nil)
