@@ -24,8 +24,10 @@ func downDeps(identityCalls, rcnsCalls *atomic.Int32) func(f *stageFixture, _ *p
 		}
 		down := func() error { rcnsCalls.Add(1); return grpcerr.Unavailable("down", "rcnssvc is down") }
 		f.rcns = &testkit.RCNSStub{
-			GetContractF: func(context.Context, *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) { return nil, down() },
-			GateF:        func(context.Context, *rcnsv1.GateRequest) (*rcnsv1.GateResponse, error) { return nil, down() },
+			GetContractF: func(context.Context, *rcnsv1.GetContractRequest) (*rcnsv1.GetContractResponse, error) {
+				return nil, down()
+			},
+			GateF: func(context.Context, *rcnsv1.GateRequest) (*rcnsv1.GateResponse, error) { return nil, down() },
 		}
 	}
 }
