@@ -402,7 +402,11 @@ func (s *Server) finish(ctx context.Context, ct *contract, evict bool) error {
 // recipe is unchanged (its recipe version is current), grandfathered
 // (it differs or the recipe is gone, mode grandfather) or evicted (mode
 // invalidate: gone, so a presentation gets 404, with rcns_release reason
-// policy-change-invalidation and the actor).
+// policy-change-invalidation and the actor). The answer lists each of
+// them with its outcome; an eviction whose event auditsvc did not take is
+// listed with release_pending rather than failing the sweep, whose other
+// outcomes have happened. A contract that ends while the sweep runs is
+// no longer live and is not listed.
 func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeStaleContractsRequest) (*rcnsv1.RevokeStaleContractsResponse, error) {
 	c, actor := req.GetCaller(), req.GetActor()
 	if direct(ctx) {
@@ -430,7 +434,6 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 	}
 	out := &rcnsv1.RevokeStaleContractsResponse{Mode: mode}
 	pats := s.pats.Load()
-	var auditErr error
 	for start := 0; start < len(ids); start += 256 {
 		cts, err := s.loadMany(ctx, ids[start:min(start+256, len(ids))])
 		if err != nil {
@@ -471,8 +474,10 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 				}
 				if cur != nil {
 					if err := s.finish(ctx, cur, true); err != nil {
-						auditErr = err
-						continue
+						// The eviction stands; its event is emitted by the
+						// next sweep (the evicted case above).
+						s.log.WarnContext(ctx, "evicted contract's rcns_release not audited yet", "synthesis_id", ct.rec.SynthesisID, "error", err)
+						r.ReleasePending = true
 					}
 				}
 				out.Evicted++
@@ -480,9 +485,6 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 			}
 			out.Contracts = append(out.Contracts, r)
 		}
-	}
-	if auditErr != nil {
-		return nil, auditErr
 	}
 	return out, nil
 }

@@ -560,6 +560,47 @@ func TestRevokeWithAuditDownIsRetried(t *testing.T) {
 	}
 }
 
+// A sweep whose evictions cannot be audited yet still answers with every
+// contract's outcome: the eviction stands, is marked release_pending, and
+// the next sweep emits its rcns_release once.
+func TestStaleSweepWithAuditDownListsEveryOutcome(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	op := caller(agentY, "", 1, "inspect:all")
+	digest := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	summary := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-1").GetContract()
+	e.setPatternVersion("order-digest", "2")
+	e.audit.mu.Lock()
+	e.audit.fail = func(*auditv1AppendReq) error { return status.Error(codes.Unavailable, "down") }
+	e.audit.mu.Unlock()
+	r, err := e.client.RevokeStaleContracts(context.Background(), &rcnsv1.RevokeStaleContractsRequest{Caller: op, Mode: "invalidate", Actor: "ops"})
+	if err != nil || len(r.GetContracts()) != 2 || outcomeOf(r, digest.GetSynthesisId()) != "evicted" || outcomeOf(r, summary.GetSynthesisId()) != "unchanged" || r.GetEvicted() != 1 {
+		t.Fatalf("sweep with audit down: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetReleasePending() != (c.GetSynthesisId() == digest.GetSynthesisId()) {
+			t.Fatalf("release_pending on %v", c)
+		}
+	}
+	if p := e.present(negotiator(agentX), digest.GetSynthesisId()); p.GetStatus() != 404 {
+		t.Fatalf("the eviction did not take effect: %v", p)
+	}
+	e.audit.mu.Lock()
+	e.audit.fail = nil
+	e.audit.mu.Unlock()
+	r, err = e.client.RevokeStaleContracts(context.Background(), &rcnsv1.RevokeStaleContractsRequest{Caller: op, Mode: "invalidate", Actor: "ops"})
+	if err != nil || outcomeOf(r, digest.GetSynthesisId()) != "evicted" {
+		t.Fatalf("the next sweep: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetReleasePending() {
+			t.Fatalf("still pending: %v", c)
+		}
+	}
+	if n := e.audit.count(agentX, eventRelease, digest.GetSynthesisId()); n != 1 {
+		t.Fatalf("rcns_release events: %d", n)
+	}
+}
+
 // Accepting a preview while the audit service is down leaves it a
 // preview.
 func TestAcceptWithAuditDownStaysPending(t *testing.T) {
