@@ -15,6 +15,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -164,7 +165,28 @@ func (p *Pipeline) serveInner(ctx context.Context, parent *transport.ConnInfo, r
 // serve takes one request through the stages: decide answers it, record
 // stamps, signs and records the answer.
 func (p *Pipeline) serve(x *exchange) *agtp.Response {
-	return p.record(x, p.decide(x))
+	return p.record(x, p.decideRecovered(x))
+}
+
+// decideRecovered runs decide and turns a panic in a stage or a handler
+// into 500 internal-error, which the record stage then stamps, signs and
+// chains like any other answer (docs/decisions.md#D-internal-error). The
+// transport's own recovery is left with panics of the record stage.
+func (p *Pipeline) decideRecovered(x *exchange) (resp *agtp.Response) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.Log.ErrorContext(x.ctx, "request pipeline panic", "method", x.req.Method, "path", x.req.Path, "panic", v, "stack", string(debug.Stack()))
+			resp = internalError(x)
+		}
+	}()
+	return p.decide(x)
+}
+
+// internalError is the 500 of a request the pipeline could not answer as
+// decided; its reason is the transport's, so the 500 reads the same
+// whichever layer produced it.
+func internalError(x *exchange) *agtp.Response {
+	return x.fail(agtp.StatusServerError, transport.ReasonInternalError, "internal error", nil)
 }
 
 // decide is the decision order of digest-api §7

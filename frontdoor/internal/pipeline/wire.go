@@ -40,11 +40,13 @@ func (p *Pipeline) delegation(x *exchange) *agtp.Response {
 var _ transport.ErrorResponder = (*Pipeline)(nil)
 
 // RespondError shapes the responses the transport produces itself
-// (malformed requests, 425 in 0-RTT, 503 server-busy): the same stable
-// fields as every response, and catalog_version on 459. It must not
-// block, so it makes no network call: the Attribution-Record is an
-// unsigned, unchained record marked wire_error, which no verifier takes
-// for an authoritative one. A flood of garbage therefore costs the audit
+// (malformed requests, 425 in 0-RTT, 503 server-busy, and the 500 of a
+// panic or a response the writer refused that the pipeline could not
+// sign): the same stable fields as every response, a Response-ID, and
+// catalog_version on 459. It must not block, so it makes no network
+// call: the Attribution-Record is an unsigned, unchained record marked
+// wire_error (internal_error on a 500), which no verifier takes for an
+// authoritative one. A flood of garbage therefore costs the audit
 // chain nothing.
 func (p *Pipeline) RespondError(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request, perr *agtp.ProtocolError) *agtp.Response {
 	if req == nil {
@@ -63,7 +65,13 @@ func (p *Pipeline) RespondError(ctx context.Context, conn *transport.ConnInfo, r
 	p.stampPerResponse(x, resp)
 	responseID := answer.NewID()
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
-	if jws, auditID := p.unchainedRecord(x, resp, responseID, "wire_error"); jws != "" {
+	marker := "wire_error"
+	if perr.Status == agtp.StatusServerError {
+		// The transport's 500 after a panic of the record stage, or for a
+		// response its writer refused (docs/decisions.md#D-internal-error).
+		marker = "internal_error"
+	}
+	if jws, auditID := p.unchainedRecord(x, resp, responseID, marker); jws != "" {
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	}
