@@ -28,6 +28,29 @@ import (
 //
 // An empty StatusText is written as StatusText(Status).
 func (r *Response) Write(w *bufio.Writer) error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	text := r.StatusText
+	if text == "" {
+		text = StatusText(r.Status)
+	}
+	w.WriteString(Version)
+	w.WriteByte(' ')
+	w.WriteByte(byte('0' + r.Status/100))
+	w.WriteByte(byte('0' + r.Status/10%10))
+	w.WriteByte(byte('0' + r.Status%10))
+	w.WriteByte(' ')
+	w.WriteString(text)
+	w.WriteString("\r\n")
+	return writeFieldsAndBody(w, r.Header, r.Body)
+}
+
+// Check reports whether [Response.Write] would refuse r, with the error
+// Write would return, without writing anything: a server that must stamp
+// and record a response before it leaves can replace one Write would
+// refuse while it still can.
+func (r *Response) Check() error {
 	if r.Status < 100 || r.Status > 999 {
 		return ErrInvalidStatus
 	}
@@ -44,18 +67,7 @@ func (r *Response) Write(w *bufio.Writer) error {
 	if hasBody && r.Status == StatusNoContent {
 		return ErrBodyNotAllowed
 	}
-	if err := checkFields(r.Header, hasBody); err != nil {
-		return err
-	}
-	w.WriteString(Version)
-	w.WriteByte(' ')
-	w.WriteByte(byte('0' + r.Status/100))
-	w.WriteByte(byte('0' + r.Status/10%10))
-	w.WriteByte(byte('0' + r.Status%10))
-	w.WriteByte(' ')
-	w.WriteString(text)
-	w.WriteString("\r\n")
-	return writeFieldsAndBody(w, r.Header, r.Body)
+	return checkFields(r.Header, hasBody)
 }
 
 // Write writes r in wire form, with the same field rules as

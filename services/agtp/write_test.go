@@ -99,7 +99,13 @@ func TestWriteRefusesNonConformantMessages(t *testing.T) {
 			if got != "" {
 				t.Errorf("a refused message must write nothing, wrote %q", got)
 			}
+			if err := tt.resp.Check(); !errors.Is(err, tt.want) {
+				t.Errorf("Check = %v, want %v", err, tt.want)
+			}
 		})
+	}
+	if err := (&Response{Status: 200, Header: Header{{HeaderContentType, MediaTypeJSON}}, Body: []byte("{}")}).Check(); err != nil {
+		t.Errorf("Check of a conformant response = %v", err)
 	}
 }
 

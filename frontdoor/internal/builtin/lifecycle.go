@@ -81,15 +81,31 @@ func (bi *Registry) revokeContract(ctx context.Context, call *Call) *agtp.Respon
 }
 
 // revokeStaleContracts runs REVOKE target=stale-contracts (core
-// §7.2.16.2); mode is grandfather or invalidate, anything else 400.
+// §7.2.16.2); mode is grandfather or invalidate, anything else 400. The
+// answer reports every live contract with a recipe and its outcome
+// (AGTP-API §10.1.4.1: unchanged, grandfathered or evicted), with the
+// versions compared; current_version is null for a removed recipe.
 func (bi *Registry) revokeStaleContracts(ctx context.Context, call *Call) *agtp.Response {
 	params := call.Params
 	if bi.RCNS == nil {
-		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"evicted": 0})
+		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"evicted": 0, "synthesis_ids": []string{}, "contracts": []any{}})
 	}
-	r, err := bi.RCNS.RevokeStaleContracts(ctx, &rcnsv1.RevokeStaleContractsRequest{Caller: call.RCNSCaller(), Mode: str(params, "mode")})
+	r, err := bi.RCNS.RevokeStaleContracts(ctx, &rcnsv1.RevokeStaleContractsRequest{Caller: call.RCNSCaller(), Mode: str(params, "mode"), Actor: str(params, "actor")})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"evicted": r.GetEvicted(), "synthesis_ids": r.GetSynthesisIds()})
+	contracts := make([]map[string]any, 0, len(r.GetContracts()))
+	for _, c := range r.GetContracts() {
+		m := map[string]any{"synthesis_id": c.GetSynthesisId(), "outcome": c.GetOutcome(),
+			"recipe_name": c.GetRecipeName(), "recipe_version": c.GetRecipeVersion(), "current_version": nil}
+		if c.CurrentVersion != nil {
+			m["current_version"] = c.GetCurrentVersion()
+		}
+		if c.GetReleasePending() {
+			m["release_pending"] = true
+		}
+		contracts = append(contracts, m)
+	}
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"mode": r.GetMode(), "evicted": r.GetEvicted(),
+		"synthesis_ids": append([]string{}, r.GetSynthesisIds()...), "contracts": contracts})
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
@@ -11,52 +12,75 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
+	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// contractEligible says whether an unmatched request may be served by a
-// synthesized contract: the path is unknown (404) or known only under
-// other methods (405 from the registry, not from method policy, which a
-// contract cannot override).
+// contractEligible says whether an unmatched request goes to the contract
+// route: the path is unknown (404) or known only under other methods (405
+// from the registry, not from method policy, which a contract cannot
+// override), and the request presents a contract, asks for RCNS
+// (Allow-RCNS: true, answered 464 rcns-disabled when this front door has
+// no rcnssvc) or names a session, in which a PROPOSE result may be
+// callable.
 func (p *Pipeline) contractEligible(x *exchange) bool {
+	switch x.decision.Outcome {
+	case route.NotFound:
+	case route.MethodNotAllowed:
+		if x.decision.Reason != route.ReasonMethodNotAllowed {
+			return false
+		}
+	default:
+		return false
+	}
+	if allowsRCNS(x) {
+		return true
+	}
 	if p.RCNS == nil {
 		return false
 	}
-	switch x.decision.Outcome {
-	case route.NotFound:
-		return true
-	case route.MethodNotAllowed:
-		return x.decision.Reason == route.ReasonMethodNotAllowed
-	}
-	return false
+	_, presented := x.req.Header.Lookup(agtp.HeaderContractSynthesized)
+	_, session := x.req.Header.Lookup(agtp.HeaderSessionID)
+	return presented || session
+}
+
+// allowsRCNS reports lock 2 of the four-lock gate: Allow-RCNS: true, any
+// other value counting as absent (AGTP-API §10.1.2).
+func allowsRCNS(x *exchange) bool {
+	return strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true")
 }
 
 // contractRoute serves an unregistered (method, path) through RCNS
 // (AGTP-API §10.1): a contract presented with Contract-Synthesized, the
 // caller's active contract for the pair, or the four-lock gate when the
-// caller sent Allow-RCNS: true. nil means no contract applies and the
-// structural answer stands.
+// caller sent Allow-RCNS: true. When no contract applies the structural
+// answer stands.
 func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	presented, hasPresented := x.req.Header.Lookup(agtp.HeaderContractSynthesized)
-	allow := strings.EqualFold(x.req.Header.Get(agtp.HeaderAllowRCNS), "true")
-	if !hasPresented && !allow && !namesAgent(x) {
-		return nil
+	allow := allowsRCNS(x)
+	if p.RCNS == nil {
+		// Only Allow-RCNS gets here without rcnssvc: lock 1 is closed,
+		// and the caller asked to learn it (lock 2 first,
+		// docs/decisions.md#D-rcns-gate-order).
+		return p.rcnsGate(x)
 	}
-	// Only a contract presented or asked for makes a bare claim worth a
-	// 401; otherwise an unproven Agent-ID is ignored and the structural
-	// answer (404, 405, ...) stands (docs/decisions.md#D-decision-order).
-	if resp := p.identify(x, !hasPresented && !allow); resp != nil {
+	if !hasPresented && !allow {
+		return p.implicitContract(x)
+	}
+	// A contract presented or asked for needs a proven caller: it is
+	// bound to one (AGTP-API §10.1.4).
+	if resp := p.identify(x, false); resp != nil {
 		return resp
 	}
 	if x.agentID == "" {
-		return nil
+		return p.structuralFailure(x)
 	}
 	in := &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path}
 	if hasPresented {
-		in = &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), SynthesisId: presented}
+		in.SynthesisId = presented
 	}
 	r, err := p.RCNS.GetContract(x.ctx, in)
 	if err != nil {
@@ -66,30 +90,74 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	case r.GetStatus() == 0 && r.GetContract() != nil:
 		return p.runContract(x, r.GetContract())
 	case hasPresented:
-		extra := map[string]any{}
-		if r.GetStatus() == agtp.StatusRCNSNoContract {
-			extra["synthesis_id"] = presented
-		}
-		reason, explanation := r.GetReason(), r.GetExplanation()
-		if reason == "" {
-			reason = "contract-not-found"
-		}
-		if explanation == "" {
-			explanation = "no usable contract with that synthesis_id"
-		}
-		status := int(r.GetStatus())
-		if status == 0 {
-			status = agtp.StatusNotFound
-		}
-		resp := x.fail(status, reason, explanation, extra)
-		if r.GetAttemptId() != "" {
-			resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
-		}
-		return resp
+		return p.contractRefused(x, presented, r)
 	case allow:
 		return p.rcnsGate(x)
 	}
-	return nil
+	return p.structuralFailure(x)
+}
+
+// implicitContract looks for the caller's own active contract for the pair
+// (docs/decisions.md#D-contract-resolution) on behalf of a request that
+// names a session but neither presents a contract nor asks for RCNS, so
+// that a PROPOSE result is callable at once in its session (AGTP-API
+// §10.8, api assertion 88). The lookup can only replace the structural
+// answer with the contract's: a caller that cannot be identified, or an
+// identitysvc or rcnssvc that does not answer, leaves the 404 or 405
+// standing (docs/decisions.md#D-decision-order).
+func (p *Pipeline) implicitContract(x *exchange) *agtp.Response {
+	if resp := p.identify(x, true); resp != nil || x.agentID == "" {
+		x.caller, x.agentID, x.proof, x.tokenPending = nil, "", callerproof.Proof{}, false
+		return p.structuralFailure(x)
+	}
+	r, err := p.RCNS.GetContract(x.ctx, &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path})
+	if err != nil {
+		p.Log.WarnContext(x.ctx, "contract lookup failed; the structural answer stands", "method", x.req.Method, "error", err)
+		return p.structuralFailure(x)
+	}
+	if r.GetStatus() == 0 && r.GetContract() != nil {
+		return p.runContract(x, r.GetContract())
+	}
+	return p.structuralFailure(x)
+}
+
+// contractRefused answers a presented contract rcnssvc did not resolve.
+func (p *Pipeline) contractRefused(x *exchange, presented string, r *rcnsv1.GetContractResponse) *agtp.Response {
+	extra := map[string]any{}
+	if r.GetStatus() == agtp.StatusRCNSNoContract {
+		extra["synthesis_id"] = presented
+	}
+	reason, explanation := r.GetReason(), r.GetExplanation()
+	if reason == "" {
+		reason = "contract-not-found"
+	}
+	if explanation == "" {
+		explanation = "no usable contract with that synthesis_id"
+	}
+	status := int(r.GetStatus())
+	if status == 0 {
+		status = agtp.StatusNotFound
+	}
+	if status == agtp.StatusMethodNotAllowed {
+		// The contract is for another method on this path: the 405 body
+		// digest-api §7 requires, naming the contract's method with the
+		// registry's.
+		allowed := slices.Clone(x.decision.AllowedMethods)
+		if m := r.GetContract().GetMethod(); m != "" && !slices.Contains(allowed, m) {
+			allowed = append(allowed, m)
+		}
+		redirects := x.decision.Redirects
+		if redirects == nil {
+			redirects = map[string]string{}
+		}
+		extra["method"], extra["path"] = x.req.Method, x.req.Path
+		extra["allowed_methods_for_path"], extra["redirects_for_path"] = allowed, redirects
+	}
+	resp := x.fail(status, reason, explanation, extra)
+	if r.GetAttemptId() != "" {
+		resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
+	}
+	return resp
 }
 
 // rcnsGate handles an unregistered (method, path) from a caller that sent

@@ -25,7 +25,8 @@ var envelopeMembers = map[string]bool{"method": true, "task_id": true, "session_
 // input builds the request's input object (query, path and body
 // parameters merged as endpoint.BuildInput documents) and validates it
 // against the endpoint's input schema: 400 for a body or query that does
-// not parse, 422 with the violations for one that does not match.
+// not parse, 422 with the violations for one that does not match (400 for
+// PROPOSE, inputRefusal).
 //
 // The body's parameters are its "parameters" member when the body is a
 // core §5.7 envelope, and otherwise the body object itself.
@@ -50,7 +51,7 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	var body map[string]any
 	if len(x.req.Body) > 0 {
 		if ct := x.req.Header.Get(agtp.HeaderContentType); !isJSON(ct) {
-			return nil, x.fail(agtp.StatusUnprocessable, "unsupported-content-type",
+			return nil, x.fail(inputRefusal(ep), "unsupported-content-type",
 				"this endpoint takes "+agtp.MediaTypeJSON+" bodies, not "+ct, nil)
 		}
 		if body, err = bodyParameters(x.req.Body); err != nil {
@@ -62,9 +63,20 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	}
 	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
-		return nil, x.fail(agtp.StatusUnprocessable, "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
+		return nil, x.fail(inputRefusal(ep), "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
 	}
 	return in, nil
+}
+
+// inputRefusal is the status of input that does not fit ep: 422
+// (AGTP-API §6.4), except for PROPOSE, whose own status set (core §7.2.7;
+// AGTP-API §10.6 steps 3-4) answers a malformed proposal 400 with its
+// violations and has no 422.
+func inputRefusal(ep *endpoint.Endpoint) int {
+	if ep.Def.Method == agtp.MethodPropose {
+		return agtp.StatusBadRequest
+	}
+	return agtp.StatusUnprocessable
 }
 
 // bodyParameters decodes a JSON body into its parameters object.

@@ -15,6 +15,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -164,7 +165,28 @@ func (p *Pipeline) serveInner(ctx context.Context, parent *transport.ConnInfo, r
 // serve takes one request through the stages: decide answers it, record
 // stamps, signs and records the answer.
 func (p *Pipeline) serve(x *exchange) *agtp.Response {
-	return p.record(x, p.decide(x))
+	return p.record(x, p.decideRecovered(x))
+}
+
+// decideRecovered runs decide and turns a panic in a stage or a handler
+// into 500 internal-error, which the record stage then stamps, signs and
+// chains like any other answer (docs/decisions.md#D-internal-error). The
+// transport's own recovery is left with panics of the record stage.
+func (p *Pipeline) decideRecovered(x *exchange) (resp *agtp.Response) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.Log.ErrorContext(x.ctx, "request pipeline panic", "method", x.req.Method, "path", x.req.Path, "panic", v, "stack", string(debug.Stack()))
+			resp = internalError(x)
+		}
+	}()
+	return p.decide(x)
+}
+
+// internalError is the 500 of a request the pipeline could not answer as
+// decided; its reason is the transport's, so the 500 reads the same
+// whichever layer produced it.
+func internalError(x *exchange) *agtp.Response {
+	return x.fail(agtp.StatusServerError, transport.ReasonInternalError, "internal error", nil)
 }
 
 // decide is the decision order of digest-api §7
@@ -180,26 +202,41 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 	}
 
 	// 1. Wire (wire.go): what the transport's parser leaves to the
-	// pipeline: a catalog to decide on, and Delegation-Chain support.
+	// pipeline: a catalog to decide on.
 	if resp := p.wire(x); resp != nil {
 		return resp
 	}
 
 	// 2. Structure (structure.go): 459, 460, 405, 404 or a match, from
-	// the local catalog snapshot; an unmatched request may still be served
-	// by a synthesized contract (contracts.go).
+	// the local catalog snapshot, before the caller is resolved. Only an
+	// unmatched request that presents a contract, asks for RCNS or names
+	// a session goes on, to the contract route below; so no outage of
+	// rcnssvc or identitysvc turns a 404 into a 503.
 	if resp := p.structure(x); resp != nil {
 		return resp
 	}
+
+	// 3. Delegation-Chain (wire.go): 501 while delegation is off, after
+	// the structural codes (core §5.5.3, docs/decisions.md#D-decision-order).
+	if resp := p.delegation(x); resp != nil {
+		return resp
+	}
+
+	// 4. Contract route (contracts.go): an unmatched request served by a
+	// synthesized contract, the RCNS gate, or in the end its structural
+	// answer.
+	if !x.matched {
+		return p.contractRoute(x)
+	}
 	ep := x.decision.Endpoint.Proto
 
-	// 3. Caller (caller.go): who sent the request and how that was proven,
+	// 5. Caller (caller.go): who sent the request and how that was proven,
 	// with the manifest's discovery and scope toggles on either side.
 	if resp := p.caller(x, ep); resp != nil {
 		return resp
 	}
 
-	// 4. Input (input.go): parameters from body, query and path, validated
+	// 6. Input (input.go): parameters from body, query and path, validated
 	// before any policy state (idempotency claims, rate-limit spend) is
 	// touched.
 	input, resp := p.input(x)
@@ -207,7 +244,7 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 		return resp
 	}
 
-	// 5. Policy (policy.go): one round trip for scopes, rate limits,
+	// 7. Policy (policy.go): one round trip for scopes, rate limits,
 	// idempotency and credentials; an idempotent replay ends here.
 	if resp := p.authorize(x, ep, x.decision.Method, input); resp != nil {
 		return resp
@@ -216,7 +253,7 @@ func (p *Pipeline) decide(x *exchange) *agtp.Response {
 		return p.replay(x)
 	}
 
-	// 6. Dispatch (dispatch.go): a binding's last word (agp.go), then the
+	// 8. Dispatch (dispatch.go): a binding's last word (agp.go), then the
 	// endpoint's handler: a built-in, a registered function or a binding.
 	if resp := p.intercept(x); resp != nil {
 		return resp

@@ -115,6 +115,16 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		x.caller, x.agentID, x.tokenPending = nil, "", false
 	}
 	p.stampStable(x, resp)
+	if err := resp.Check(); err != nil {
+		// The writer would refuse this response (a handler's header value
+		// with a control character, a body without Content-Type, ...):
+		// it is replaced here, while the 500 can still be signed and
+		// chained, rather than by the transport's unrecorded one
+		// (docs/decisions.md#D-internal-error).
+		p.Log.ErrorContext(x.ctx, "response refused by the wire writer; answering 500", "method", x.req.Method, "status", resp.Status, "error", err)
+		resp = internalError(x)
+		p.stampStable(x, resp)
+	}
 
 	// The stored idempotent outcome is the response before per-response
 	// identifiers are added, so a replay differs only in those.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 func TestTier2Record(t *testing.T) {
@@ -95,5 +97,16 @@ func TestIntentAssertionJTI(t *testing.T) {
 				t.Fatalf("intentAssertionJTI = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A panic in a stage becomes 500 internal-error for the record stage to
+// sign and chain, instead of escaping to the transport's unsigned one.
+func TestDecidePanicIsA500(t *testing.T) {
+	p := &Pipeline{Deps: Deps{Log: slog.New(slog.DiscardHandler)}} // no catalog store: wire panics
+	x := &exchange{ctx: context.Background(), req: &agtp.Request{Method: "QUERY", Path: "/notes"}}
+	resp := p.decideRecovered(x)
+	if resp.Status != agtp.StatusServerError || x.rejection != transport.ReasonInternalError {
+		t.Fatalf("answer = %d %s (%s)", resp.Status, resp.Body, x.rejection)
 	}
 }

@@ -2,13 +2,16 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
+	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 
@@ -64,5 +67,26 @@ func TestRecordStageRunsTheHooks(t *testing.T) {
 	// The handler's own status is reported, not the 503 sent.
 	if len(completed) != 1 || completed[0].GetStatus() != agtp.StatusOK || completed[0].GetToken() != "tok" {
 		t.Fatalf("CompleteTaskRun got %v", completed)
+	}
+}
+
+// A response the wire writer would refuse (here a 204 with a body) is
+// replaced by 500 internal-error in the record stage, so the 500 that
+// leaves carries Server-ID and Response-ID and its Attribution-Record is
+// signed and appended like any other (docs/decisions.md#D-internal-error).
+func TestUnwritableResponseIsARecorded500(t *testing.T) {
+	f := newStageFixture(t, func(f *stageFixture, _ *pipeline.Options, _ *catalogstate.Store) {
+		f.handlers = map[string]handler.Func{"test.notes.get": func(context.Context, *handler.Call) (*handler.Result, error) {
+			return &handler.Result{Status: agtp.StatusNoContent, Output: json.RawMessage(`{"note_id":"n-1"}`)}, nil
+		}}
+	})
+	resp, body := f.do(t, stageRequest("QUERY", "/notes/n-1", ""))
+	wantAnswer(t, resp, body, agtp.StatusServerError, transport.ReasonInternalError)
+	if err := resp.Check(); err != nil || resp.Header.Get(agtp.HeaderServerID) != "agtp.stage.test" {
+		t.Fatalf("the 500 is not writable (%v) or lacks Server-ID: %v", err, resp.Header)
+	}
+	recs := f.appended()
+	if len(recs) != 1 || recs[0].GetClaims().GetStatus() != agtp.StatusServerError || recs[0].GetChainAgentId() != stageAgent {
+		t.Fatalf("appended %v, want one record of the 500", recs)
 	}
 }

@@ -79,6 +79,12 @@ type stageFixture struct {
 	policy   *testkit.PolicyStub
 	audit    *testkit.AuditStub
 	identity *testkit.IdentityStub
+	// rcns, when a change sets it, is the pipeline's rcnssvc; without it
+	// the front door runs no RCNS.
+	rcns *testkit.RCNSStub
+	// handlers, when a change sets them, replace the registered
+	// functions of the same name.
+	handlers map[string]handler.Func
 
 	mu      sync.Mutex
 	records []*auditv1.SignAndAppendRequest
@@ -135,14 +141,21 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 	log := slog.New(slog.DiscardHandler)
 	identity := f.identity.Serve(t)
 	reg := handler.NewRegistry()
-	reg.Register("test.notes.get", func(_ context.Context, call *handler.Call) (*handler.Result, error) {
-		out, _ := json.Marshal(map[string]string{"note_id": call.PathParams["note_id"]})
-		return &handler.Result{Output: out}, nil
-	})
-	reg.Register("test.notes.put", func(context.Context, *handler.Call) (*handler.Result, error) {
-		return &handler.Result{Output: json.RawMessage(`{"stored":true}`)}, nil
-	})
-	f.p, err = pipeline.New(opts, pipeline.Deps{
+	for name, h := range map[string]handler.Func{
+		"test.notes.get": func(_ context.Context, call *handler.Call) (*handler.Result, error) {
+			out, _ := json.Marshal(map[string]string{"note_id": call.PathParams["note_id"]})
+			return &handler.Result{Output: out}, nil
+		},
+		"test.notes.put": func(context.Context, *handler.Call) (*handler.Result, error) {
+			return &handler.Result{Output: json.RawMessage(`{"stored":true}`)}, nil
+		},
+	} {
+		if f.handlers[name] != nil {
+			h = f.handlers[name]
+		}
+		reg.Register(name, h)
+	}
+	deps := pipeline.Deps{
 		Catalog:  store,
 		Agents:   agentcache.New(identity, log),
 		Policy:   f.policy.Serve(t),
@@ -152,7 +165,11 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 		Log:      log,
 		Tracer:   tracenoop.NewTracerProvider().Tracer(""),
 		Meter:    metricnoop.NewMeterProvider().Meter(""),
-	})
+	}
+	if f.rcns != nil {
+		deps.RCNS = f.rcns.Serve(t)
+	}
+	f.p, err = pipeline.New(opts, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

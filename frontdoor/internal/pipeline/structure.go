@@ -9,28 +9,28 @@ import (
 // catalog membership, path grammar, redirects, method policy and endpoint
 // lookup, all decided by the compiled route table of the local catalog
 // snapshot (catalogsvc/route) without a network call. An unmatched request
-// that presents a contract or asks for RCNS is the contract route's
-// (contracts.go) before its structural answer stands.
+// gets its 404 or 405 here, before its caller is resolved, unless it
+// presents a contract, asks for RCNS or names a session: those take the
+// contract route (contracts.go), which ends in the same structural answer
+// when no contract serves them (docs/decisions.md#D-decision-order).
 
 // structure matches the request to an endpoint, or answers it: 459, 460,
-// 405 or 404, unless a synthesized contract serves it.
+// 405 or 404. nil with x.matched unset leaves an unmatched request to the
+// contract route.
 func (p *Pipeline) structure(x *exchange) *agtp.Response {
 	x.state.Table.DecideInto(&x.decision, x.req.Method, x.req.Path)
-	if x.decision.Outcome != route.Matched {
-		if p.contractEligible(x) {
-			if resp := p.contractRoute(x); resp != nil {
-				return resp
-			}
-		}
-		return p.structuralFailure(x)
+	if x.decision.Outcome == route.Matched {
+		x.matched = true
+		return nil
 	}
-	x.matched = true
-	return nil
+	if p.contractEligible(x) {
+		return nil
+	}
+	return p.structuralFailure(x)
 }
 
 // structuralFailure is the answer of an unmatched request, with the body
 // members digest-api §7 requires of each code.
-
 func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
 	d := &x.decision
 	extra := map[string]any{}

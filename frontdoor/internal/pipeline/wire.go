@@ -12,16 +12,24 @@ import (
 // The wire stage (digest-api §7 item 1). The transport parses the request
 // line and header fields and answers what does not parse itself, through
 // RespondError; what it leaves to the pipeline is whether there is a
-// catalog to decide on and whether Delegation-Chain can be honoured.
+// catalog to decide on and, once the structure stage has passed the
+// request, whether Delegation-Chain can be honoured.
 
-// wire refuses a request the front door cannot decide yet (no catalog
-// snapshot has arrived) or cannot honour (Delegation-Chain while
-// delegation is off, core §5.5.3).
+// wire refuses a request the front door cannot decide yet: no catalog
+// snapshot has arrived.
 func (p *Pipeline) wire(x *exchange) *agtp.Response {
 	x.state = p.Catalog.Current()
 	if x.state == nil {
 		return x.fail(agtp.StatusUnavailable, "catalog-unavailable", "the front door has not received the method catalog yet; retry shortly", nil)
 	}
+	return nil
+}
+
+// delegation refuses Delegation-Chain while delegation is off (core
+// §5.5.3). It runs once the structural decision has passed: a request
+// with an illegal method or path gets the code that says what to fix
+// (459, 460, 405, 404), not 501 for a header that would not have helped.
+func (p *Pipeline) delegation(x *exchange) *agtp.Response {
 	if _, ok := x.req.Header.Lookup(agtp.HeaderDelegationChain); ok && !p.opts.DelegationEnabled {
 		return x.fail(agtp.StatusNotImplemented, "delegation-unsupported",
 			"this server does not support Delegation-Chain (core §5.5.3); send the request without it", nil)
@@ -32,11 +40,13 @@ func (p *Pipeline) wire(x *exchange) *agtp.Response {
 var _ transport.ErrorResponder = (*Pipeline)(nil)
 
 // RespondError shapes the responses the transport produces itself
-// (malformed requests, 425 in 0-RTT, 503 server-busy): the same stable
-// fields as every response, and catalog_version on 459. It must not
-// block, so it makes no network call: the Attribution-Record is an
-// unsigned, unchained record marked wire_error, which no verifier takes
-// for an authoritative one. A flood of garbage therefore costs the audit
+// (malformed requests, 425 in 0-RTT, 503 server-busy, and the 500 of a
+// panic or a response the writer refused that the pipeline could not
+// sign): the same stable fields as every response, a Response-ID, and
+// catalog_version on 459. It must not block, so it makes no network
+// call: the Attribution-Record is an unsigned, unchained record marked
+// wire_error (internal_error on a 500), which no verifier takes for an
+// authoritative one. A flood of garbage therefore costs the audit
 // chain nothing.
 func (p *Pipeline) RespondError(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request, perr *agtp.ProtocolError) *agtp.Response {
 	if req == nil {
@@ -55,7 +65,13 @@ func (p *Pipeline) RespondError(ctx context.Context, conn *transport.ConnInfo, r
 	p.stampPerResponse(x, resp)
 	responseID := answer.NewID()
 	resp.Header.Set(agtp.HeaderResponseID, responseID)
-	if jws, auditID := p.unchainedRecord(x, resp, responseID, "wire_error"); jws != "" {
+	marker := "wire_error"
+	if perr.Status == agtp.StatusServerError {
+		// The transport's 500 after a panic of the record stage, or for a
+		// response its writer refused (docs/decisions.md#D-internal-error).
+		marker = "internal_error"
+	}
+	if jws, auditID := p.unchainedRecord(x, resp, responseID, marker); jws != "" {
 		resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 		resp.Header.Set(agtp.HeaderAuditID, auditID)
 	}

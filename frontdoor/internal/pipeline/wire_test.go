@@ -38,6 +38,30 @@ func TestWireStage(t *testing.T) {
 	}
 }
 
+// Delegation-Chain's 501 comes after the structural codes: an illegal
+// method or path, or a pair that does not exist, is answered with what to
+// fix (core §5.5.3, docs/decisions.md#D-decision-order).
+func TestDelegationAfterStructure(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, target string
+		status               int
+	}{
+		{"an illegal method is 459", "FROB", "/notes", agtp.StatusMethodViolation},
+		{"a trailing slash is 460", "QUERY", "/notes/n-1/", agtp.StatusEndpointViolation},
+		{"a known path under another method is 405", "SUMMARIZE", "/notes", agtp.StatusMethodNotAllowed},
+		{"an unknown path is 404", "QUERY", "/nowhere", agtp.StatusNotFound},
+		{"a matched request is 501", "QUERY", "/notes/n-1", agtp.StatusNotImplemented},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newStageFixture(t, nil)
+			resp, _ := f.do(t, stageRequest(tc.method, tc.target, "", agtp.HeaderDelegationChain, "x"))
+			if resp.Status != tc.status {
+				t.Fatalf("answer = %d %s, want %d", resp.Status, resp.Body, tc.status)
+			}
+		})
+	}
+}
+
 // A wire error the transport answers costs no network call: its record
 // is unsigned, unchained and marked wire_error, and 459 names the
 // catalog version.

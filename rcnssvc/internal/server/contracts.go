@@ -33,8 +33,10 @@ const (
 // of Contract-Synthesized (AGTP-API §10.1.4;
 // docs/decisions.md#D-contract-resolution): 404 when unknown or evicted, 464
 // contract-not-yours for another agent, 464 contract-revoked when expired,
-// revoked or released, 404 when bound to a session that is not the caller's;
-// a confirm-first preview is accepted by its first presentation. With
+// revoked or released, 404 when bound to a session that is not the caller's,
+// 405 or 404 when presented on another method or path than its own
+// (pairMismatch); a confirm-first preview is accepted by its first
+// presentation on its own pair. With
 // inspect set it only reads. Without synthesis_id it finds the caller's
 // active contract for (method, path), so a PROPOSE result is callable at
 // once (AGTP-API §10.8); a pending preview never resolves that way.
@@ -85,12 +87,41 @@ func (s *Server) GetContract(ctx context.Context, req *rcnsv1.GetContractRequest
 		return &rcnsv1.GetContractResponse{Status: agtp.StatusNotFound, Reason: ReasonContractSessionEnded,
 			Explanation: "this synthesized endpoint lives for the session that negotiated it (AGTP-API §10.8)"}, nil
 	}
+	if resp := pairMismatch(ct, req.GetMethod(), req.GetPath(), now); resp != nil {
+		return resp, nil
+	}
 	if ct.state == statePending {
 		if ct, err = s.accept(ctx, ct); err != nil {
 			return nil, err
 		}
 	}
 	return &rcnsv1.GetContractResponse{Contract: ct.proto(s.now().UnixMilli())}, nil
+}
+
+// Reasons of a contract presented for a pair it was not made for.
+const (
+	ReasonContractMethodMismatch = "contract-method-mismatch"
+	ReasonContractPathMismatch   = "contract-path-mismatch"
+)
+
+// pairMismatch refuses a contract presented on a request it was not made
+// for, before a confirm-first preview is accepted by it: a contract is
+// one endpoint (AGTP-API §10.1.4), so another method on its path is 405,
+// as a registered path under another method is (AGTP-API §6.1, §11), and
+// another path is 404. The contract comes back so the front door can name
+// its method in the 405 body. An empty method or path is not checked.
+func pairMismatch(ct *contract, method, path string, nowMs int64) *rcnsv1.GetContractResponse {
+	if path != "" && path != ct.rec.Path {
+		if _, ok := recipe.MatchPath(ct.rec.Path, path); !ok {
+			return &rcnsv1.GetContractResponse{Status: agtp.StatusNotFound, Reason: ReasonContractPathMismatch, Contract: ct.proto(nowMs),
+				Explanation: "this contract serves the path " + ct.rec.Path + ", not " + path}
+		}
+	}
+	if method != "" && method != ct.rec.Method {
+		return &rcnsv1.GetContractResponse{Status: agtp.StatusMethodNotAllowed, Reason: ReasonContractMethodMismatch, Contract: ct.proto(nowMs),
+			Explanation: "this contract serves " + ct.rec.Method + " " + ct.rec.Path + ", not " + method}
+	}
+	return nil
 }
 
 // accept turns a confirm-first preview into an active contract and audits
@@ -371,7 +402,11 @@ func (s *Server) finish(ctx context.Context, ct *contract, evict bool) error {
 // recipe is unchanged (its recipe version is current), grandfathered
 // (it differs or the recipe is gone, mode grandfather) or evicted (mode
 // invalidate: gone, so a presentation gets 404, with rcns_release reason
-// policy-change-invalidation and the actor).
+// policy-change-invalidation and the actor). The answer lists each of
+// them with its outcome; an eviction whose event auditsvc did not take is
+// listed with release_pending rather than failing the sweep, whose other
+// outcomes have happened. A contract that ends while the sweep runs is
+// no longer live and is not listed.
 func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeStaleContractsRequest) (*rcnsv1.RevokeStaleContractsResponse, error) {
 	c, actor := req.GetCaller(), req.GetActor()
 	if direct(ctx) {
@@ -399,7 +434,6 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 	}
 	out := &rcnsv1.RevokeStaleContractsResponse{Mode: mode}
 	pats := s.pats.Load()
-	var auditErr error
 	for start := 0; start < len(ids); start += 256 {
 		cts, err := s.loadMany(ctx, ids[start:min(start+256, len(ids))])
 		if err != nil {
@@ -440,8 +474,10 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 				}
 				if cur != nil {
 					if err := s.finish(ctx, cur, true); err != nil {
-						auditErr = err
-						continue
+						// The eviction stands; its event is emitted by the
+						// next sweep (the evicted case above).
+						s.log.WarnContext(ctx, "evicted contract's rcns_release not audited yet", "synthesis_id", ct.rec.SynthesisID, "error", err)
+						r.ReleasePending = true
 					}
 				}
 				out.Evicted++
@@ -449,9 +485,6 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 			}
 			out.Contracts = append(out.Contracts, r)
 		}
-	}
-	if auditErr != nil {
-		return nil, auditErr
 	}
 	return out, nil
 }

@@ -18,9 +18,10 @@ const maxPathLen = 8 << 10
 // Gate is the four-lock gate for an unregistered (method, path) whose
 // request carried Allow-RCNS: true (AGTP-API §10.1.2;
 // docs/decisions.md#D-rcns-gate-order). Lock 2 (the header) is the front
-// door's; the others run here in the order 1, 3, 4, after the negotiation
-// rate limit (§10.1.5). Every refusal but the rate limit is recorded as an
-// attempt and carries its RCNS-Attempt-Id.
+// door's; the others run here in the order 1, 3, 4 (464, 262, 464), then
+// the negotiation rate limit (429, §10.1.5), then synthesis (461, an
+// optimistic run, or 464). Every refusal but the rate limit is recorded as
+// an attempt and carries its RCNS-Attempt-Id.
 func (s *Server) Gate(ctx context.Context, req *rcnsv1.GateRequest) (*rcnsv1.GateResponse, error) {
 	c := req.GetCaller()
 	if !validAgentID(c.GetAgentId()) {
@@ -53,17 +54,6 @@ func (s *Server) Gate(ctx context.Context, req *rcnsv1.GateRequest) (*rcnsv1.Gat
 		return noContract(agtp.ReasonRCNSDisabled, "runtime contract negotiation is disabled on this server")
 	}
 	a.Locks["rcns_enabled"] = lockOpen
-	// The negotiation rate limit: every gate evaluation counts.
-	if scope := s.opts.RCNS.RateLimitScope; scope != "" {
-		ok, retry, err := s.spend(ctx, scope, c.GetAgentId())
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return &rcnsv1.GateResponse{Outcome: rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED, Status: agtp.StatusRateLimited,
-				Reason: "rate-limited", Explanation: "too many contract negotiations; retry later", RetryAfterSeconds: retry}, nil
-		}
-	}
 	// Lock 3: Authority-Scope grants rcns:negotiate.
 	scopes := scopesOf(c)
 	if !holds(scopes, s.opts.RCNS.NegotiateScope) {
@@ -77,6 +67,20 @@ func (s *Server) Gate(ctx context.Context, req *rcnsv1.GateRequest) (*rcnsv1.Gat
 		return noContract(agtp.ReasonTrustTierInsufficient, "runtime contract negotiation needs trust tier "+tierText(s.opts.RCNS.MinTrustTier))
 	}
 	a.Locks["trust_tier"] = lockOpen
+
+	// The negotiation rate limit (§10.1.5): every evaluation that passed
+	// the locks counts, so a caller the locks refuse spends nothing and
+	// learns which lock is closed before it learns its rate.
+	if scope := s.opts.RCNS.RateLimitScope; scope != "" {
+		ok, retry, err := s.spend(ctx, scope, c.GetAgentId())
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return &rcnsv1.GateResponse{Outcome: rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED, Status: agtp.StatusRateLimited,
+				Reason: "rate-limited", Explanation: "too many contract negotiations; retry later", RetryAfterSeconds: retry}, nil
+		}
+	}
 
 	st, err := s.state(ctx)
 	if err != nil {

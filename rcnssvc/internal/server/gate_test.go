@@ -138,6 +138,33 @@ func TestGateConfirmFirstPreviewThenPresentation(t *testing.T) {
 	}
 }
 
+// A contract runs only for the pair it was made for: presented on another
+// method it is 405, on another path 404, and neither accepts a pending
+// confirm-first preview.
+func TestPresentingAContractOnAnotherPair(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	c := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-17").GetContract()
+	for _, tc := range []struct {
+		name, method, path string
+		status             int32
+		reason             string
+	}{
+		{"another method", "FETCH", "/orders/o-17", 405, ReasonContractMethodMismatch},
+		{"another path", "SUMMARIZE", "/invoices/o-17", 404, ReasonContractPathMismatch},
+	} {
+		r := e.presentOn(negotiator(agentX), c.GetSynthesisId(), tc.method, tc.path)
+		if r.GetStatus() != tc.status || r.GetReason() != tc.reason || r.GetContract().GetMethod() != "SUMMARIZE" {
+			t.Fatalf("%s: %v", tc.name, r)
+		}
+	}
+	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 0 {
+		t.Fatal("a presentation on another pair accepted the preview")
+	}
+	if r := e.presentOn(negotiator(agentX), c.GetSynthesisId(), "SUMMARIZE", "/orders/o-18"); r.GetStatus() != 0 || r.GetContract().GetState() != stateActive {
+		t.Fatalf("on its own pair: %v", r)
+	}
+}
+
 // api assertions 95-97, core assertions 100-101, companions assertion 21.
 func TestPresentingAContract(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
@@ -256,6 +283,55 @@ func TestGateRefusals(t *testing.T) {
 	e2 := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst), dataManifest: dm})
 	if r := e2.gate(negotiator(agentX), "SUMMARIZE", "/order-digest"); r.GetStatus() != 464 || r.GetReason() != "composition-impossible" {
 		t.Fatalf("outside the data manifest: %v", r)
+	}
+}
+
+// The gate refuses in the order 464 rcns-disabled, 262 scope-required,
+// 464 trust-tier-insufficient, 429 (the negotiation rate limit), and only
+// then synthesizes (461): each row closes one lock more than the next
+// (docs/decisions.md#D-rcns-gate-order).
+func TestGateRefusalOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		enabled     bool
+		scopes      []string
+		tier        int32
+		limit       int
+		status      int32
+		reason      string
+		rateLimited bool
+	}{
+		{"disabled before everything", false, []string{"orders:read"}, 3, 0, 464, "rcns-disabled", false},
+		{"scope before trust tier and rate", true, []string{"orders:read"}, 3, 0, 262, "scope-required", false},
+		{"trust tier before rate", true, []string{"rcns:negotiate", "orders:read"}, 3, 0, 464, "trust-tier-insufficient", false},
+		{"rate before synthesis", true, []string{"rcns:negotiate", "orders:read"}, 1, 0, 429, "rate-limited", true},
+		{"all open", true, []string{"rcns:negotiate", "orders:read"}, 1, 1, 461, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{opts: func(o *Options) {
+				rcnsOn(ModeConfirmFirst)(o)
+				o.RCNS.Enabled = tc.enabled
+			}})
+			e.policy.check = countingLimit(tc.limit)
+			r := e.gate(caller(agentX, sessionA, tc.tier, tc.scopes...), "SUMMARIZE", "/order-digest")
+			if r.GetStatus() != tc.status || r.GetReason() != tc.reason || (r.GetOutcome() == rcnsv1.GateOutcome_GATE_OUTCOME_RATE_LIMITED) != tc.rateLimited {
+				t.Fatalf("got %v, want %d %q", r, tc.status, tc.reason)
+			}
+		})
+	}
+}
+
+// A caller the locks refuse spends none of its negotiation rate.
+func TestGateRefusalsSpendNoRate(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
+	e.policy.check = countingLimit(1)
+	for range 3 {
+		if r := e.gate(caller(agentX, sessionA, 1, "orders:read"), "SUMMARIZE", "/order-digest"); r.GetStatus() != 262 {
+			t.Fatalf("without rcns:negotiate: %v", r)
+		}
+	}
+	if r := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest"); r.GetStatus() != 461 {
+		t.Fatalf("first evaluation past the locks: %v", r)
 	}
 }
 
@@ -481,6 +557,47 @@ func TestRevokeWithAuditDownIsRetried(t *testing.T) {
 	}
 	if n := e.audit.count(agentX, eventRevoke, c.GetSynthesisId()); n != 1 {
 		t.Fatalf("rcns_revoke events: %d", n)
+	}
+}
+
+// A sweep whose evictions cannot be audited yet still answers with every
+// contract's outcome: the eviction stands, is marked release_pending, and
+// the next sweep emits its rcns_release once.
+func TestStaleSweepWithAuditDownListsEveryOutcome(t *testing.T) {
+	e := newEnv(t, envConfig{opts: rcnsOn(ModeOptimistic)})
+	op := caller(agentY, "", 1, "inspect:all")
+	digest := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()
+	summary := e.gate(negotiator(agentX), "SUMMARIZE", "/orders/o-1").GetContract()
+	e.setPatternVersion("order-digest", "2")
+	e.audit.mu.Lock()
+	e.audit.fail = func(*auditv1AppendReq) error { return status.Error(codes.Unavailable, "down") }
+	e.audit.mu.Unlock()
+	r, err := e.client.RevokeStaleContracts(context.Background(), &rcnsv1.RevokeStaleContractsRequest{Caller: op, Mode: "invalidate", Actor: "ops"})
+	if err != nil || len(r.GetContracts()) != 2 || outcomeOf(r, digest.GetSynthesisId()) != "evicted" || outcomeOf(r, summary.GetSynthesisId()) != "unchanged" || r.GetEvicted() != 1 {
+		t.Fatalf("sweep with audit down: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetReleasePending() != (c.GetSynthesisId() == digest.GetSynthesisId()) {
+			t.Fatalf("release_pending on %v", c)
+		}
+	}
+	if p := e.present(negotiator(agentX), digest.GetSynthesisId()); p.GetStatus() != 404 {
+		t.Fatalf("the eviction did not take effect: %v", p)
+	}
+	e.audit.mu.Lock()
+	e.audit.fail = nil
+	e.audit.mu.Unlock()
+	r, err = e.client.RevokeStaleContracts(context.Background(), &rcnsv1.RevokeStaleContractsRequest{Caller: op, Mode: "invalidate", Actor: "ops"})
+	if err != nil || outcomeOf(r, digest.GetSynthesisId()) != "evicted" {
+		t.Fatalf("the next sweep: %v %v", r, err)
+	}
+	for _, c := range r.GetContracts() {
+		if c.GetReleasePending() {
+			t.Fatalf("still pending: %v", c)
+		}
+	}
+	if n := e.audit.count(agentX, eventRelease, digest.GetSynthesisId()); n != 1 {
+		t.Fatalf("rcns_release events: %d", n)
 	}
 }
 

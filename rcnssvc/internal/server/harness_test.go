@@ -368,9 +368,16 @@ func (e *env) gate(c *rcnsv1.Caller, method, path string) *rcnsv1.GateResponse {
 	return r
 }
 
+// present presents the contract id without naming the request's pair;
+// presentOn names it.
 func (e *env) present(c *rcnsv1.Caller, id string) *rcnsv1.GetContractResponse {
 	e.t.Helper()
-	r, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{Caller: c, SynthesisId: id, Method: "SUMMARIZE", Path: "/x"})
+	return e.presentOn(c, id, "", "")
+}
+
+func (e *env) presentOn(c *rcnsv1.Caller, id, method, path string) *rcnsv1.GetContractResponse {
+	e.t.Helper()
+	r, err := e.client.GetContract(context.Background(), &rcnsv1.GetContractRequest{Caller: c, SynthesisId: id, Method: method, Path: path})
 	if err != nil {
 		e.t.Fatalf("GetContract: %v", err)
 	}

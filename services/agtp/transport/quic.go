@@ -362,7 +362,7 @@ func (c *quicConn) serveStream(str *quic.Stream, n uint64) {
 
 	str.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 	bw := getWriter(str)
-	err = s.writeResponse(bw, resp, info, req)
+	err = s.writeResponse(ctx, bw, resp, info, req)
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -267,7 +268,7 @@ func (c *tcpConn) serve() {
 			// The response will not fit: Write flushes as it goes.
 			c.raw.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 		}
-		if err := s.writeResponse(c.bw, resp, &c.info, req); err != nil {
+		if err := s.writeResponse(s.baseCtx, c.bw, resp, &c.info, req); err != nil {
 			reason = "write: " + err.Error()
 			return
 		}
@@ -468,8 +469,12 @@ func (c *tcpConn) lingerClose() {
 
 // writeResponse writes resp to bw without flushing. A response the
 // handler got wrong (agtp.Response.Write refuses it before writing a
-// byte) is replaced by 500, so a bad handler cannot break the framing.
-func (s *Server) writeResponse(bw *bufio.Writer, resp *agtp.Response, info *ConnInfo, req *agtp.Request) error {
+// byte) is replaced by 500, so a bad handler cannot break the framing;
+// the 500 is shaped by the ErrorResponder like the transport's other
+// answers, and falls back to the bare error body if that is refused too.
+// A handler that must sign what it answers checks its response first
+// (agtp.Response.Check), so that it never gets here.
+func (s *Server) writeResponse(ctx context.Context, bw *bufio.Writer, resp *agtp.Response, info *ConnInfo, req *agtp.Request) error {
 	err := resp.Write(bw)
 	if err == nil || !invalidMessage(err) {
 		return err
@@ -480,9 +485,11 @@ func (s *Server) writeResponse(bw *bufio.Writer, resp *agtp.Response, info *Conn
 		attrs = append(attrs, "method", req.Method, "path", req.Path)
 	}
 	s.log.Error("agtp handler returned an invalid response", attrs...)
-	return defaultErrorResponse(req, &agtp.ProtocolError{
-		Status: agtp.StatusServerError, Reason: ReasonInternalError, Explanation: "internal error",
-	}).Write(bw)
+	perr := &agtp.ProtocolError{Status: agtp.StatusServerError, Reason: ReasonInternalError, Explanation: "internal error"}
+	if err := s.errorResponse(ctx, info, req, perr).Write(bw); err == nil || !invalidMessage(err) {
+		return err
+	}
+	return defaultErrorResponse(req, perr).Write(bw)
 }
 
 func invalidMessage(err error) bool {

@@ -312,6 +312,28 @@ func TestTCPHandlerFailuresBecome500AndConnectionSurvives(t *testing.T) {
 	}
 }
 
+// Every 500 the transport makes itself, a refused response's included,
+// is shaped by the ErrorResponder (Server-ID and the rest of what a
+// handler stamps on its own answers).
+func TestTCPHandlerFailure500sAreStamped(t *testing.T) {
+	ts := startServer(t, Options{DisableQUIC: true}, errorStamper{func(ctx context.Context, ci *ConnInfo, req *agtp.Request) *agtp.Response {
+		switch req.Path {
+		case "/panic":
+			panic("boom")
+		case "/invalid":
+			return agtp.NewResponse(agtp.StatusNoContent, agtp.MediaTypeJSON, []byte(`{}`))
+		}
+		return echo()(ctx, ci, req)
+	}})
+	c := newClient(ts.dial(t, nil))
+	for _, p := range []string{"/panic", "/invalid"} {
+		resp := c.roundTrip(t, "QUERY", p)
+		if eb := errorBody(t, resp); resp.Status != 500 || eb.Reason != ReasonInternalError || resp.Header.Get(agtp.HeaderServerID) != "fd-1" {
+			t.Fatalf("%s: got %d %+v %v", p, resp.Status, eb, resp.Header)
+		}
+	}
+}
+
 // Graceful shutdown: idle connections are closed, new ones refused, the
 // request in flight finishes and its response is written, then the
 // connection closes and Shutdown returns.

@@ -971,7 +971,8 @@ type GetContractResponse struct {
 	// Set when the contract exists and is the caller's (or inspect is set),
 	// even when it cannot be used; never for contract-not-yours.
 	Contract *Contract `protobuf:"bytes,1,opt,name=contract,proto3" json:"contract,omitempty"`
-	// 0 when usable; otherwise 404 or 464.
+	// 0 when usable; otherwise 404, 405 (presented on another method than
+	// the contract's) or 464.
 	Status int32  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The RCNS-Attempt-Id of a 464 (core §5.5.4).
@@ -1351,7 +1352,8 @@ func (x *RevokeStaleContractsRequest) GetActor() string {
 	return ""
 }
 
-// RevokeStaleContractsResponse counts what was swept.
+// RevokeStaleContractsResponse is what the sweep did to each live
+// contract with a recipe.
 type RevokeStaleContractsResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Evicted      int32                  `protobuf:"varint,1,opt,name=evicted,proto3" json:"evicted,omitempty"`
@@ -1433,6 +1435,10 @@ type StaleContract struct {
 	RecipeVersion string `protobuf:"bytes,4,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
 	// The recipe's version now; unset when the recipe was removed.
 	CurrentVersion *string `protobuf:"bytes,5,opt,name=current_version,json=currentVersion,proto3,oneof" json:"current_version,omitempty"`
+	// Set on an eviction whose rcns_release event could not be audited
+	// yet: the eviction stands (a presentation gets 404) and the next sweep
+	// emits the event.
+	ReleasePending bool `protobuf:"varint,6,opt,name=release_pending,json=releasePending,proto3" json:"release_pending,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1500,6 +1506,13 @@ func (x *StaleContract) GetCurrentVersion() string {
 		return *x.CurrentVersion
 	}
 	return ""
+}
+
+func (x *StaleContract) GetReleasePending() bool {
+	if x != nil {
+		return x.ReleasePending
+	}
+	return false
 }
 
 // GetAttemptRequest names an attempt.
@@ -2052,14 +2065,15 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\aevicted\x18\x01 \x01(\x05R\aevicted\x12#\n" +
 	"\rsynthesis_ids\x18\x02 \x03(\tR\fsynthesisIds\x129\n" +
 	"\tcontracts\x18\x03 \x03(\v2\x1b.agtp.rcns.v1.StaleContractR\tcontracts\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\tR\x04mode\"\xd6\x01\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"\xff\x01\n" +
 	"\rStaleContract\x12!\n" +
 	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x1f\n" +
 	"\vrecipe_name\x18\x03 \x01(\tR\n" +
 	"recipeName\x12%\n" +
 	"\x0erecipe_version\x18\x04 \x01(\tR\rrecipeVersion\x12,\n" +
-	"\x0fcurrent_version\x18\x05 \x01(\tH\x00R\x0ecurrentVersion\x88\x01\x01B\x12\n" +
+	"\x0fcurrent_version\x18\x05 \x01(\tH\x00R\x0ecurrentVersion\x88\x01\x01\x12'\n" +
+	"\x0frelease_pending\x18\x06 \x01(\bR\x0ereleasePendingB\x12\n" +
 	"\x10_current_version\"2\n" +
 	"\x11GetAttemptRequest\x12\x1d\n" +
 	"\n" +
