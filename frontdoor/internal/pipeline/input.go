@@ -10,13 +10,16 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
+	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // The input stage (digest-api §7 item 12, docs/decisions.md#D-input-form):
 // query, path and body parameters merged into one object and validated
 // against the endpoint's input schema, before any policy state is
-// touched.
+// touched. The core per-method parameters (core §7.2, package coreparam,
+// docs/decisions.md#D-core-parameters) are taken out first, checked by
+// their own rules and left on the exchange for the handler.
 
 // envelopeMembers are the members of core §5.7's request envelope; a body
 // made only of these carries its input in "parameters".
@@ -47,19 +50,36 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	if err != nil {
 		return nil, x.fail(agtp.StatusBadRequest, "invalid-query", "the query string is not valid percent-encoded form data: "+err.Error(), nil)
 	}
+	if x.quoteTarget {
+		// QUOTE /path: the query string is the quoted call's
+		// (structure.go, quoteOnPath).
+		query = nil
+	}
 	var body map[string]any
+	var envelopeContext any
 	if len(x.req.Body) > 0 {
 		if ct := x.req.Header.Get(agtp.HeaderContentType); !isJSON(ct) {
 			return nil, x.fail(agtp.StatusUnprocessable, "unsupported-content-type",
 				"this endpoint takes "+agtp.MediaTypeJSON+" bodies, not "+ct, nil)
 		}
-		if body, err = bodyParameters(x.req.Body); err != nil {
+		if body, envelopeContext, err = bodyParameters(x.req.Body, x.req.Method, ep.Declares("parameters")); err != nil {
 			return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
 		}
 	}
 	if resp := refuseFreeForm(x, ep, query, body); resp != nil {
 		return nil, resp
 	}
+	core, bad := coreparam.Split(ep.Def.Method, ep.Def.Path == "/", ep.Declares, query, body)
+	if bad != nil {
+		return nil, x.fail(agtp.StatusUnprocessable, coreparam.Reason, (&endpoint.Report{Violations: bad}).Error(), map[string]any{"violations": bad})
+	}
+	if _, sent := core["context"]; !sent && envelopeContext != nil && !ep.Declares("context") {
+		if core == nil {
+			core = coreparam.Params{}
+		}
+		core["context"] = envelopeContext
+	}
+	x.core = core
 	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
 		return nil, x.fail(agtp.StatusUnprocessable, "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
@@ -67,29 +87,39 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	return in, nil
 }
 
-// bodyParameters decodes a JSON body into its parameters object.
-func bodyParameters(body []byte) (map[string]any, error) {
+// bodyParameters decodes a JSON body into its parameters object, and the
+// envelope's context member when the body is a core §5.7 envelope.
+//
+// A body is an envelope when it has only envelope members, its parameters
+// member is an object, and its method member, if any, names the request's
+// method: an envelope's method is the request's own (core §5.7, Appendix
+// D). When the endpoint's input itself declares parameters (QUOTE: the
+// arguments of the quoted call), the body is an envelope only when it
+// names the request's method, so QUOTE's {"method": "QUERY",
+// "parameters": {...}} is QUOTE's input, not an envelope around it.
+func bodyParameters(body []byte, method string, declaresParameters bool) (params map[string]any, envelopeContext any, err error) {
 	v, err := answer.DecodeJSON(body)
 	if err != nil {
-		return nil, fmt.Errorf("the body is %v", err)
+		return nil, nil, fmt.Errorf("the body is %v", err)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, errors.New("the body must be a JSON object")
+		return nil, nil, errors.New("the body must be a JSON object")
 	}
-	if params, ok := obj["parameters"].(map[string]any); ok {
-		envelope := true
-		for k := range obj {
-			if !envelopeMembers[k] {
-				envelope = false
-				break
-			}
-		}
-		if envelope {
-			return params, nil
+	params, ok = obj["parameters"].(map[string]any)
+	if !ok {
+		return obj, nil, nil
+	}
+	for k := range obj {
+		if !envelopeMembers[k] {
+			return obj, nil, nil
 		}
 	}
-	return obj, nil
+	named, hasMethod := obj["method"]
+	if hasMethod && named != method || !hasMethod && declaresParameters {
+		return obj, nil, nil
+	}
+	return params, obj["context"], nil
 }
 
 func isJSON(ct string) bool {
