@@ -188,6 +188,16 @@ func (e *Endpoint) Declares(member string) bool {
 	return ok
 }
 
+// DeclaresAny reports whether the input schema names any top-level
+// property.
+func (e *Endpoint) DeclaresAny() bool {
+	if e.input == nil {
+		return false
+	}
+	props, _ := e.input.doc["properties"].(map[string]any)
+	return len(props) > 0
+}
+
 // ValidateOutput checks a handler's result against output_schema. The
 // schema's own additionalProperties governs extra members, so outputs are
 // permissive unless the operator made them strict (AGTP-API §13.3).

@@ -131,7 +131,7 @@ func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
 	for k, v := range proposed {
 		quoted[k] = v
 	}
-	if _, bad := coreparam.Split(ep.Def.Method, ep.Def.Path == "/", ep.Declares, query, quoted); bad != nil {
+	if _, bad := coreparam.Split(ep.Def.Method, coreparam.RootForm(ep), ep.Declares, query, quoted); bad != nil {
 		return call.Fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+(&endpoint.Report{Violations: bad}).Error(), map[string]any{"violations": bad})
 	}
 	if _, report := ep.BuildInput(d.Params(), query, quoted); report != nil {

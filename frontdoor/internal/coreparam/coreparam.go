@@ -143,13 +143,22 @@ func rules(method string) []rule {
 	return every
 }
 
+// RootForm reports whether ep is its method's root form, where the
+// parameters the draft makes MUST are required: an endpoint on / whose
+// input schema declares no member of its own. Where the schema declares
+// members, its author said what the call takes, and its required list
+// decides.
+func RootForm(ep *endpoint.Endpoint) bool {
+	return ep.Def.Path == "/" && !ep.DeclaresAny()
+}
+
 // Split takes the core parameters of method out of a request's query and
 // body parameters (deleting them there; the body wins over the query, as
 // for endpoint input) and validates them. declares reports whether the
 // endpoint's input schema declares a member: such a member is the
 // endpoint's and is left where it is. root is the method's root form
-// (path /), where the parameters the draft makes MUST are required (PLAN:
-// goal or intent). The violations use the endpoint validation report's
+// (RootForm), where the parameters the draft makes MUST are required
+// (PLAN: goal or intent). The violations use the endpoint validation report's
 // form, so a refusal reads like the schema's own.
 func Split(method string, root bool, declares func(string) bool, query url.Values, body map[string]any) (Params, []endpoint.Violation) {
 	var out Params

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 )
@@ -129,5 +130,49 @@ func TestParamsReaders(t *testing.T) {
 	var none coreparam.Params
 	if none.JSON() != nil || none.String("intent") != "" {
 		t.Error("no parameters should read as none")
+	}
+}
+
+func TestRootForm(t *testing.T) {
+	const defs = `
+endpoints:
+  - method: QUERY
+    path: /
+    description: Answers an intent.
+    semantic: {intent: Answer., actor: agent, outcome: Answered., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
+    input_schema: {type: object, additionalProperties: false}
+    output_schema: {type: object}
+    errors: []
+    handler: {type: registered_function, function: test.q}
+  - method: PLAN
+    path: /
+    description: Plans a goal.
+    semantic: {intent: Plan., actor: agent, outcome: Planned., capability: analysis, confidence: 0.9, impact: informational, is_idempotent: true}
+    input_schema: {type: object, properties: {intent: {type: string}}, additionalProperties: false}
+    output_schema: {type: object}
+    errors: []
+    handler: {type: registered_function, function: test.p}
+  - method: QUERY
+    path: /notes
+    description: Lists notes.
+    semantic: {intent: List., actor: agent, outcome: Listed., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
+    input_schema: {type: object, additionalProperties: false}
+    output_schema: {type: object}
+    errors: []
+    handler: {type: registered_function, function: test.n}
+`
+	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{
+		"QUERY /":      true,  // the root with a silent schema: the draft's MUST applies
+		"PLAN /":       false, // the root whose schema declares members: its required list decides
+		"QUERY /notes": false, // an endpoint's own path
+	}
+	for _, ep := range eps {
+		if got := coreparam.RootForm(ep); got != want[ep.Def.Method+" "+ep.Def.Path] {
+			t.Errorf("RootForm(%s %s) = %v", ep.Def.Method, ep.Def.Path, got)
+		}
 	}
 }

@@ -69,7 +69,7 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	if resp := refuseFreeForm(x, ep, query, body); resp != nil {
 		return nil, resp
 	}
-	core, bad := coreparam.Split(ep.Def.Method, ep.Def.Path == "/", ep.Declares, query, body)
+	core, bad := coreparam.Split(ep.Def.Method, coreparam.RootForm(ep), ep.Declares, query, body)
 	if bad != nil {
 		return nil, x.fail(agtp.StatusUnprocessable, coreparam.Reason, (&endpoint.Report{Violations: bad}).Error(), map[string]any{"violations": bad})
 	}

@@ -154,7 +154,9 @@ func TestCoreParameters(t *testing.T) {
 			if resp.Status != agtp.StatusOK {
 				t.Fatalf("answer = %d %s", resp.Status, resp.Body)
 			}
-			var echo struct{ Result struct{ Input, Core json.RawMessage } }
+			var echo struct {
+				Result struct{ Input, Core json.RawMessage }
+			}
 			if err := json.Unmarshal(resp.Body, &echo); err != nil {
 				t.Fatal(err)
 			}
