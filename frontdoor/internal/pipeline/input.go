@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
@@ -62,7 +63,7 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 			return nil, x.fail(agtp.StatusUnprocessable, "unsupported-content-type",
 				"this endpoint takes "+agtp.MediaTypeJSON+" bodies, not "+ct, nil)
 		}
-		if body, envelopeContext, err = bodyParameters(x.req.Body, x.req.Method, ep.Declares("parameters")); err != nil {
+		if body, envelopeContext, err = bodyParameters(x.req.Body, ep.Declares("parameters"), x.req.Method, ep.Def.Method); err != nil {
 			return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
 		}
 	}
@@ -92,12 +93,13 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 //
 // A body is an envelope when it has only envelope members, its parameters
 // member is an object, and its method member, if any, names the request's
-// method: an envelope's method is the request's own (core §5.7, Appendix
-// D). When the endpoint's input itself declares parameters (QUOTE: the
-// arguments of the quoted call), the body is an envelope only when it
-// names the request's method, so QUOTE's {"method": "QUERY",
-// "parameters": {...}} is QUOTE's input, not an envelope around it.
-func bodyParameters(body []byte, method string, declaresParameters bool) (params map[string]any, envelopeContext any, err error) {
+// method (methods: as sent, and as the endpoint has it after an alias):
+// an envelope's method is the request's own (core §5.7, Appendix D). When
+// the endpoint's input itself declares parameters (QUOTE: the arguments of
+// the quoted call), the body is an envelope only when it names the
+// request's method, so QUOTE's {"method": "QUERY", "parameters": {...}} is
+// QUOTE's input, not an envelope around it.
+func bodyParameters(body []byte, declaresParameters bool, methods ...string) (params map[string]any, envelopeContext any, err error) {
 	v, err := answer.DecodeJSON(body)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the body is %v", err)
@@ -115,8 +117,9 @@ func bodyParameters(body []byte, method string, declaresParameters bool) (params
 			return obj, nil, nil
 		}
 	}
-	named, hasMethod := obj["method"]
-	if hasMethod && named != method || !hasMethod && declaresParameters {
+	_, hasMethod := obj["method"]
+	named, _ := obj["method"].(string)
+	if hasMethod && !slices.Contains(methods, named) || !hasMethod && declaresParameters {
 		return obj, nil, nil
 	}
 	return params, obj["context"], nil

@@ -63,9 +63,10 @@ func TestBodyParametersEnvelope(t *testing.T) {
 		{"another method's name is the input's own", `{"method":"QUERY","parameters":{"a":1}}`, "QUOTE", true, `{"method":"QUERY","parameters":{"a":1}}`, `null`},
 		{"an input that declares parameters needs the method named", `{"parameters":{"a":1}}`, "QUOTE", true, `{"parameters":{"a":1}}`, `null`},
 		{"an envelope naming QUOTE", `{"method":"QUOTE","parameters":{"method":"QUERY"}}`, "QUOTE", true, `{"method":"QUERY"}`, `null`},
+		{"a method that is no string is not an envelope's", `{"method":7,"parameters":{"a":1}}`, "QUERY", false, `{"method":7,"parameters":{"a":1}}`, `null`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			params, ctx, err := bodyParameters([]byte(tc.body), tc.method, tc.declaresParameters)
+			params, ctx, err := bodyParameters([]byte(tc.body), tc.declaresParameters, tc.method)
 			if err != nil {
 				t.Fatal(err)
 			}
