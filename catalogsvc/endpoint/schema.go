@@ -175,6 +175,29 @@ func (e *Endpoint) ValidateInput(v any) *Report {
 	return nil
 }
 
+// Declares reports whether the input schema names member among its
+// top-level properties: such a member is the endpoint's own, whatever
+// else a method's vocabulary says of the name
+// (docs/decisions.md#D-core-parameters).
+func (e *Endpoint) Declares(member string) bool {
+	if e.input == nil {
+		return false
+	}
+	props, _ := e.input.doc["properties"].(map[string]any)
+	_, ok := props[member]
+	return ok
+}
+
+// DeclaresAny reports whether the input schema names any top-level
+// property.
+func (e *Endpoint) DeclaresAny() bool {
+	if e.input == nil {
+		return false
+	}
+	props, _ := e.input.doc["properties"].(map[string]any)
+	return len(props) > 0
+}
+
 // ValidateOutput checks a handler's result against output_schema. The
 // schema's own additionalProperties governs extra members, so outputs are
 // permissive unless the operator made them strict (AGTP-API §13.3).

@@ -57,6 +57,15 @@ type Call struct {
 	// Input is the validated input object: the path parameters, the query
 	// parameters and the body's parameters merged (body wins), as JSON.
 	Input json.RawMessage
+	// CoreParams are the core per-method parameters the request sent
+	// (core §7.2: QUERY's intent, scope, format and confidence_threshold;
+	// SUMMARIZE's source, length, focus, format and audience; PLAN's goal,
+	// intent, constraints and available_methods; EXECUTE's action; any
+	// method's context), as a JSON object, validated by the draft's rules
+	// and kept out of Input; nil when it sent none. A member the
+	// endpoint's input schema declares is the endpoint's: it is in Input
+	// and never here.
+	CoreParams json.RawMessage
 	// PathParams are the template parameters of the path.
 	PathParams map[string]string
 	Caller     Caller

@@ -23,6 +23,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -40,11 +41,16 @@ type Func func(ctx context.Context, call *Call) *agtp.Response
 // the response's record.
 type Call struct {
 	// Method and Template are the matched endpoint's method and path
-	// template; Path is the request's path.
-	Method, Template, Path string
+	// template; Path is the request's path and RawQuery its query string.
+	Method, Template, Path, RawQuery string
 	// Input is the validated input object; Params is the same, decoded.
 	Input  []byte
 	Params map[string]any
+	// Core are the request's core per-method parameters (core §7.2:
+	// QUERY's intent, PLAN's goal, ...; docs/decisions.md#D-core-parameters),
+	// validated and kept out of Input; nil when it sent none. A member
+	// the endpoint's input schema declares is in Input instead.
+	Core coreparam.Params
 	// Header is the request's header (read only).
 	Header *agtp.Header
 	// Conn is the connection the request came on; Peer is what its client

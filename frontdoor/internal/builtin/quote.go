@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
+	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
@@ -64,12 +66,18 @@ func (c *Costs) estimate(method, template string) (endpointCost, bool) {
 	return *e, true
 }
 
-// quote answers QUOTE (standard methods §5.1): method, path and parameters
-// are required (400 naming the missing one, companions assertion 24), then
-// the structural decision for the proposed call (unknown target 404,
-// anything else the decision's own code as 422), then the parameters against
-// the target's input schema (422 with the violations), then the estimate in
-// the Cost-Estimate header and the body. Nothing is run.
+// quote answers QUOTE (standard methods §5.1) in both its forms:
+// QUOTE / with {method, path, parameters}, and QUOTE /path with {method,
+// parameters}, the request's own path and query naming the quoted call
+// (the structure stage matches it to this built-in). method and parameters
+// are required, and path in the first form (400 naming the missing one,
+// companions assertion 24); then the structural decision for the quoted
+// call: a path no endpoint has, or a method the path does not serve (or
+// the server does not know), is 404; a path the grammar refuses is 422
+// with the status the call would get. Then the parameters as the call
+// would be checked: its core parameters by their rules, the rest against
+// the target's input schema (422 with the violations). Then the estimate,
+// in the Cost-Estimate header and the body. Nothing is run.
 func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
 	input := call.Input
 	var params map[string]any
@@ -77,12 +85,23 @@ func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
 		params, _ = v.(map[string]any)
 	}
 	method, path := str(params, "method"), str(params, "path")
+	if call.Path != call.Template {
+		target := call.Path
+		if call.RawQuery != "" {
+			target += "?" + call.RawQuery
+		}
+		if path != "" && path != target {
+			return call.Fail(agtp.StatusBadRequest, "quote-path-conflict",
+				"QUOTE "+call.Path+" quotes a call on "+target+"; the body's path "+path+" names another", map[string]any{"path": path})
+		}
+		path = target
+	}
 	proposed, hasParams := params["parameters"].(map[string]any)
 	switch {
 	case method == "":
 		return call.Fail(agtp.StatusBadRequest, "method-required", "QUOTE needs method: the method of the call to estimate", nil)
 	case path == "":
-		return call.Fail(agtp.StatusBadRequest, "path-required", "QUOTE needs path: the path of the call to estimate", nil)
+		return call.Fail(agtp.StatusBadRequest, "path-required", "QUOTE / needs path: the path of the call to estimate (or send QUOTE to that path)", nil)
 	case !hasParams:
 		return call.Fail(agtp.StatusBadRequest, "parameters-required", "QUOTE needs parameters: the arguments the call would receive ({} for none)", nil)
 	}
@@ -90,7 +109,13 @@ func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
 	switch d.Outcome {
 	case route.Matched:
 	case route.NotFound:
-		return call.Fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+path, nil)
+		return call.Fail(agtp.StatusNotFound, "quote-target-unknown", "no endpoint has the path "+d.Path, map[string]any{"path": d.Path})
+	case route.MethodNotAllowed, route.MethodViolation:
+		extra := map[string]any{"method": method, "path": d.Path}
+		if len(d.AllowedMethods) > 0 {
+			extra["allowed_methods_for_path"] = d.AllowedMethods
+		}
+		return call.Fail(agtp.StatusNotFound, "quote-method-unsupported", method+" "+d.Path+" is not served here: "+d.Explanation(), extra)
 	default:
 		return call.Fail(agtp.StatusUnprocessable, "quote-target-invalid", method+" "+path+" could not be called: "+d.Explanation(), map[string]any{"target_status": d.Status()})
 	}
@@ -101,7 +126,15 @@ func (bi *Registry) quote(_ context.Context, call *Call) *agtp.Response {
 			return call.Fail(agtp.StatusBadRequest, "path-invalid", "the query string of path is not valid percent-encoded form data", nil)
 		}
 	}
-	if _, report := call.State.Endpoints[d.Endpoint.Index].BuildInput(d.Params(), query, proposed); report != nil {
+	ep := call.State.Endpoints[d.Endpoint.Index]
+	quoted := make(map[string]any, len(proposed))
+	for k, v := range proposed {
+		quoted[k] = v
+	}
+	if _, bad := coreparam.Split(ep.Def.Method, coreparam.RootForm(ep), ep.Declares, query, quoted); bad != nil {
+		return call.Fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+(&endpoint.Report{Violations: bad}).Error(), map[string]any{"violations": bad})
+	}
+	if _, report := ep.BuildInput(d.Params(), query, quoted); report != nil {
 		return call.Fail(agtp.StatusUnprocessable, "quote-parameters-invalid", method+" "+path+" would refuse these parameters: "+report.Error(), map[string]any{"violations": report.Violations})
 	}
 	template := d.Endpoint.Proto.GetPath()

@@ -73,8 +73,8 @@ func (p *Pipeline) builtin(x *exchange, input []byte) *agtp.Response {
 		return x.fail(agtp.StatusNotImplemented, "builtin-unsupported", ep.GetMethod()+" "+ep.GetPath()+" is not implemented by this front door", nil)
 	}
 	call := &builtin.Call{
-		Method: ep.GetMethod(), Template: ep.GetPath(), Path: x.req.Path,
-		Input: input, Params: map[string]any{},
+		Method: ep.GetMethod(), Template: ep.GetPath(), Path: x.req.Path, RawQuery: x.req.RawQuery,
+		Input: input, Params: map[string]any{}, Core: x.core,
 		Header: &x.req.Header, Conn: x.conn, Peer: peerOf(x), State: x.state,
 		AgentID: x.agentID, Caller: x.caller, ProofLevel: x.proof.Level, Scopes: p.effectiveScopes(x),
 	}
@@ -149,6 +149,7 @@ func (p *Pipeline) handlerCall(x *exchange, method, path, template string, input
 		Path:         path,
 		PathTemplate: template,
 		Input:        input,
+		CoreParams:   x.core.JSON(),
 		PathParams:   params,
 		Caller: handler.Caller{
 			AgentID:           x.agentID,

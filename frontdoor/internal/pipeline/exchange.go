@@ -14,6 +14,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -47,6 +48,14 @@ type exchange struct {
 	agentID      string
 	proof        callerproof.Proof
 	tokenPending bool
+
+	// Written by the structure stage for QUOTE /path (structure.go): the
+	// request's own path and query name the quoted call.
+	quoteTarget bool
+
+	// Written by the input stage (input.go): the request's core
+	// per-method parameters (core §7.2), for the handler.
+	core coreparam.Params
 
 	// Written by the policy stage (policy.go).
 	authz *policyv1.AuthorizeResponse

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
+	"github.com/agtpsuite/agtp/frontdoor/internal/coreparam"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
 // The input stage (digest-api §7 item 12, docs/decisions.md#D-input-form):
 // query, path and body parameters merged into one object and validated
 // against the endpoint's input schema, before any policy state is
-// touched.
+// touched. The core per-method parameters (core §7.2, package coreparam,
+// docs/decisions.md#D-core-parameters) are taken out first, checked by
+// their own rules and left on the exchange for the handler.
 
 // envelopeMembers are the members of core §5.7's request envelope; a body
 // made only of these carries its input in "parameters".
@@ -48,19 +52,36 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	if err != nil {
 		return nil, x.fail(agtp.StatusBadRequest, "invalid-query", "the query string is not valid percent-encoded form data: "+err.Error(), nil)
 	}
+	if x.quoteTarget {
+		// QUOTE /path: the query string is the quoted call's
+		// (structure.go, quoteOnPath).
+		query = nil
+	}
 	var body map[string]any
+	var envelopeContext any
 	if len(x.req.Body) > 0 {
 		if ct := x.req.Header.Get(agtp.HeaderContentType); !isJSON(ct) {
 			return nil, x.fail(inputRefusal(ep), "unsupported-content-type",
 				"this endpoint takes "+agtp.MediaTypeJSON+" bodies, not "+ct, nil)
 		}
-		if body, err = bodyParameters(x.req.Body); err != nil {
+		if body, envelopeContext, err = bodyParameters(x.req.Body, ep.Declares("parameters"), x.req.Method, ep.Def.Method); err != nil {
 			return nil, x.fail(agtp.StatusBadRequest, "invalid-body", err.Error(), nil)
 		}
 	}
 	if resp := refuseFreeForm(x, ep, query, body); resp != nil {
 		return nil, resp
 	}
+	core, bad := coreparam.Split(ep.Def.Method, coreparam.RootForm(ep), ep.Declares, query, body)
+	if bad != nil {
+		return nil, x.fail(agtp.StatusUnprocessable, coreparam.Reason, (&endpoint.Report{Violations: bad}).Error(), map[string]any{"violations": bad})
+	}
+	if _, sent := core["context"]; !sent && envelopeContext != nil && !ep.Declares("context") {
+		if core == nil {
+			core = coreparam.Params{}
+		}
+		core["context"] = envelopeContext
+	}
+	x.core = core
 	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
 		return nil, x.fail(inputRefusal(ep), "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
@@ -79,29 +100,41 @@ func inputRefusal(ep *endpoint.Endpoint) int {
 	return agtp.StatusUnprocessable
 }
 
-// bodyParameters decodes a JSON body into its parameters object.
-func bodyParameters(body []byte) (map[string]any, error) {
+// bodyParameters decodes a JSON body into its parameters object, and the
+// envelope's context member when the body is a core §5.7 envelope.
+//
+// A body is an envelope when it has only envelope members, its parameters
+// member is an object, and its method member, if any, names the request's
+// method (methods: as sent, and as the endpoint has it after an alias):
+// an envelope's method is the request's own (core §5.7, Appendix D). When
+// the endpoint's input itself declares parameters (QUOTE: the arguments of
+// the quoted call), the body is an envelope only when it names the
+// request's method, so QUOTE's {"method": "QUERY", "parameters": {...}} is
+// QUOTE's input, not an envelope around it.
+func bodyParameters(body []byte, declaresParameters bool, methods ...string) (params map[string]any, envelopeContext any, err error) {
 	v, err := answer.DecodeJSON(body)
 	if err != nil {
-		return nil, fmt.Errorf("the body is %v", err)
+		return nil, nil, fmt.Errorf("the body is %v", err)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, errors.New("the body must be a JSON object")
+		return nil, nil, errors.New("the body must be a JSON object")
 	}
-	if params, ok := obj["parameters"].(map[string]any); ok {
-		envelope := true
-		for k := range obj {
-			if !envelopeMembers[k] {
-				envelope = false
-				break
-			}
-		}
-		if envelope {
-			return params, nil
+	params, ok = obj["parameters"].(map[string]any)
+	if !ok {
+		return obj, nil, nil
+	}
+	for k := range obj {
+		if !envelopeMembers[k] {
+			return obj, nil, nil
 		}
 	}
-	return obj, nil
+	_, hasMethod := obj["method"]
+	named, _ := obj["method"].(string)
+	if hasMethod && !slices.Contains(methods, named) || !hasMethod && declaresParameters {
+		return obj, nil, nil
+	}
+	return params, obj["context"], nil
 }
 
 func isJSON(ct string) bool {

@@ -47,3 +47,34 @@ func TestRefuseFreeForm(t *testing.T) {
 		})
 	}
 }
+
+// A body is a core §5.7 envelope only when its method, if any, is the
+// request's own; where the endpoint's input declares parameters (QUOTE),
+// only when it names the request's method.
+func TestBodyParametersEnvelope(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, method string
+		declaresParameters bool
+		params, context    string
+	}{
+		{"an envelope", `{"method":"QUERY","task_id":"t","parameters":{"a":1},"context":{"c":1}}`, "QUERY", false, `{"a":1}`, `{"c":1}`},
+		{"an envelope without method", `{"parameters":{"a":1}}`, "QUERY", false, `{"a":1}`, `null`},
+		{"a member outside the envelope", `{"parameters":{"a":1},"b":2}`, "QUERY", false, `{"b":2,"parameters":{"a":1}}`, `null`},
+		{"another method's name is the input's own", `{"method":"QUERY","parameters":{"a":1}}`, "QUOTE", true, `{"method":"QUERY","parameters":{"a":1}}`, `null`},
+		{"an input that declares parameters needs the method named", `{"parameters":{"a":1}}`, "QUOTE", true, `{"parameters":{"a":1}}`, `null`},
+		{"an envelope naming QUOTE", `{"method":"QUOTE","parameters":{"method":"QUERY"}}`, "QUOTE", true, `{"method":"QUERY"}`, `null`},
+		{"a method that is no string is not an envelope's", `{"method":7,"parameters":{"a":1}}`, "QUERY", false, `{"method":7,"parameters":{"a":1}}`, `null`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			params, ctx, err := bodyParameters([]byte(tc.body), tc.declaresParameters, tc.method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := json.Marshal(params)
+			c, _ := json.Marshal(ctx)
+			if string(p) != tc.params || string(c) != tc.context {
+				t.Fatalf("parameters %s context %s, want %s and %s", p, c, tc.params, tc.context)
+			}
+		})
+	}
+}

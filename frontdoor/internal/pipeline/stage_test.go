@@ -149,6 +149,11 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 		"test.notes.put": func(context.Context, *handler.Call) (*handler.Result, error) {
 			return &handler.Result{Output: json.RawMessage(`{"stored":true}`)}, nil
 		},
+		// test.echo answers with its input and core parameters as it got them.
+		"test.echo": func(_ context.Context, call *handler.Call) (*handler.Result, error) {
+			out, _ := json.Marshal(map[string]json.RawMessage{"input": call.Input, "core": call.CoreParams})
+			return &handler.Result{Output: out}, nil
+		},
 	} {
 		if f.handlers[name] != nil {
 			h = f.handlers[name]

@@ -19,7 +19,7 @@ import (
 // contract route.
 func (p *Pipeline) structure(x *exchange) *agtp.Response {
 	x.state.Table.DecideInto(&x.decision, x.req.Method, x.req.Path)
-	if x.decision.Outcome == route.Matched {
+	if x.decision.Outcome == route.Matched || p.quoteOnPath(x) {
 		x.matched = true
 		return nil
 	}
@@ -50,4 +50,29 @@ func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
 		extra["path"] = d.Path
 	}
 	return x.fail(d.Status(), d.Reason, d.Explanation(), extra)
+}
+
+// quoteFunction is the built-in QUOTE's registered function.
+const quoteFunction = builtinPrefix + "quote"
+
+// quoteOnPath matches QUOTE /path (standard methods §5.1; companions
+// assertion 24): QUOTE's built-in estimates a call on any registered path,
+// so a QUOTE on a path that exposes other methods but no QUOTE of its own
+// is matched to the built-in QUOTE /, with the request's path and query
+// naming the quoted call (x.quoteTarget). An operator's QUOTE endpoint on
+// the path is matched before this; a path no endpoint has stays 404, and a
+// QUOTE the method policy refuses stays 405.
+func (p *Pipeline) quoteOnPath(x *exchange) bool {
+	d := &x.decision
+	if d.Method != "QUOTE" || d.Outcome != route.MethodNotAllowed || d.Reason != route.ReasonMethodNotAllowed {
+		return false
+	}
+	var root route.Decision
+	x.state.Table.DecideInto(&root, x.req.Method, "/")
+	if root.Outcome != route.Matched || root.Endpoint.Proto.GetHandlerName() != quoteFunction {
+		return false
+	}
+	*d = root
+	x.quoteTarget = true
+	return true
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -406,16 +407,34 @@ func (e *Executor) Call(ctx context.Context, def *endpoint.Definition, call *han
 		return nil, fmt.Errorf("external_service input: %w", err)
 	}
 	in = rename(in, b.inTr, false)
+	hdr := callHeader{idemKey: call.IdempotencyKey}
+	if len(call.CoreParams) > 0 {
+		hdr.core = base64.RawURLEncoding.EncodeToString(call.CoreParams)
+	}
 	var a attempt
 	if b.grpc {
-		a, err = e.callGRPC(ctx, b, in, call.IdempotencyKey)
+		a, err = e.callGRPC(ctx, b, in, hdr)
 	} else {
-		a, err = e.callHTTP(ctx, b, in, call.IdempotencyKey)
+		a, err = e.callHTTP(ctx, b, in, hdr)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return e.result(ctx, b, a)
+}
+
+// CoreParametersHeader carries the request's core per-method parameters
+// (handler.Call.CoreParams; docs/decisions.md#D-core-parameters) to an
+// external_service upstream, as the base64url (unpadded) encoding of their
+// JSON object, in an HTTP header or gRPC metadata; absent when the request
+// sent none. The endpoint's input is the body as before.
+const CoreParametersHeader = "X-AGTP-Core-Parameters"
+
+// callHeader is what a call adds to the binding's own headers: the
+// Idempotency-Key under the binding's idempotency_header, and the core
+// parameters (encoded) under CoreParametersHeader.
+type callHeader struct {
+	idemKey, core string
 }
 
 // failure kinds of an attempt that got no usable answer.

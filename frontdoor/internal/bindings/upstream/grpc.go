@@ -30,7 +30,7 @@ import (
 // both transports; DeadlineExceeded is upstream_timeout and an unmapped
 // Unavailable is upstream_connection_error.
 
-func (e *Executor) callGRPC(ctx context.Context, b *binding, in map[string]any, idemKey string) (attempt, error) {
+func (e *Executor) callGRPC(ctx context.Context, b *binding, in map[string]any, hdr callHeader) (attempt, error) {
 	conn, err := e.grpcConn(b.target)
 	if err != nil {
 		return attempt{}, fmt.Errorf("%w: %s: %v", ErrBinding, b.endpoint, err)
@@ -43,8 +43,11 @@ func (e *Executor) callGRPC(ctx context.Context, b *binding, in map[string]any, 
 	for k, vs := range b.header {
 		md[strings.ToLower(k)] = vs
 	}
-	if idemKey != "" {
-		md.Set(b.idemHeader, idemKey)
+	if hdr.idemKey != "" {
+		md.Set(b.idemHeader, hdr.idemKey)
+	}
+	if hdr.core != "" {
+		md.Set(CoreParametersHeader, hdr.core)
 	}
 	return e.run(ctx, b, "upstream "+b.grpcMethod, func(ctx context.Context) attempt {
 		out := new(structpb.Struct)

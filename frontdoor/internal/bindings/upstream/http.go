@@ -17,7 +17,7 @@ import (
 // bodyless methods send the input as query parameters.
 var bodyless = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodDelete: true, http.MethodOptions: true}
 
-func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any, idemKey string) (attempt, error) {
+func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any, hdr callHeader) (attempt, error) {
 	target, err := fillURL(b.rawURL, in)
 	if err != nil {
 		return attempt{}, fmt.Errorf("%w: %s: handler.url: %v", ErrBinding, b.endpoint, err)
@@ -49,11 +49,14 @@ func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any, 
 			req.Header.Set("Accept", "application/json")
 		}
 		req.Header.Set("User-Agent", e.opts.UserAgent)
-		if idemKey != "" {
+		if hdr.idemKey != "" {
 			// Every attempt carries the same key, so an upstream that saw
 			// an earlier one (a timed-out call, a retry of the request)
 			// can answer it without acting twice.
-			req.Header.Set(b.idemHeader, idemKey)
+			req.Header.Set(b.idemHeader, hdr.idemKey)
+		}
+		if hdr.core != "" {
+			req.Header.Set(CoreParametersHeader, hdr.core)
 		}
 		e.opts.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 		return e.do(ctx, req)

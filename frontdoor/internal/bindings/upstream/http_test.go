@@ -2,11 +2,13 @@ package upstream_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -359,6 +361,46 @@ func BenchmarkCallHTTP(b *testing.B) {
 	for b.Loop() {
 		if _, err := e.Call(ctx, def, c); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The request's core per-method parameters reach the upstream in
+// X-AGTP-Core-Parameters (base64url of their JSON object), beside the
+// endpoint's input in the body; a request without them sends no such
+// header (docs/decisions.md#D-core-parameters).
+func TestCoreParametersHeader(t *testing.T) {
+	var mu sync.Mutex
+	var seen, bodies []string
+	srv := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, strings.Join(r.Header.Values(upstream.CoreParametersHeader), ","))
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	e := newExecutor(t, nil)
+	b := binding{url: srv.URL + "/reports"}
+	with := call(`{"period":"day"}`)
+	with.CoreParams = json.RawMessage(`{"intent":"sales by sku","confidence_threshold":0.5}`)
+	for _, c := range []*handler.Call{with, call(`{"period":"day"}`)} {
+		if _, err := e.Call(testCtx(t), b.def(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	decoded, err := base64.RawURLEncoding.DecodeString(seen[0])
+	if err != nil || string(decoded) != string(with.CoreParams) {
+		t.Errorf("header %q decodes to %q (%v), want %s", seen[0], decoded, err, with.CoreParams)
+	}
+	if seen[1] != "" {
+		t.Errorf("a call without core parameters sent %q", seen[1])
+	}
+	for _, body := range bodies {
+		if body != `{"period":"day"}` {
+			t.Errorf("upstream body %s, want the endpoint's input only", body)
 		}
 	}
 }
