@@ -183,6 +183,11 @@ type Match struct {
 	// Score is the relevance (higher is better), rounded to 1e-6 so that
 	// rankings never depend on floating-point summation order.
 	Score float64 `json:"score"`
+	// Confidence is the share of the intent's distinct words (stop words
+	// aside) the candidate matched, rounded to 0.01: 1 when every word the
+	// caller wrote is found in the candidate's texts. It is what a
+	// confidence_threshold (core §7.2.1) is compared with.
+	Confidence float64 `json:"confidence"`
 	// Terms are the intent's words that matched, in the intent's order.
 	Terms []string `json:"terms"`
 	// Fields names the fields each matched stem was found in.
@@ -286,6 +291,7 @@ func (ix *Index) score(it *indexed, q query, words map[string]string) (Match, bo
 		total += idBonus
 	}
 	m.Score = math.Round(total*1e6) / 1e6
+	m.Confidence = math.Round(float64(len(m.Terms))/float64(len(q.stems))*100) / 100
 	return m, true
 }
 
