@@ -40,8 +40,10 @@ func demoCandidates(t *testing.T) []Candidate {
 }
 
 // TestRankDemoIntents: realistic intents for the demo domain (orders,
-// customers, payments, refunds, reports, documents) and the endpoint each
-// must rank first.
+// customers, payments to the merchant, refunds, reports, documents, the
+// server's own documents and MCP tools) and the endpoint each must rank
+// first. "return the order" is also the deprecated FETCH
+// /order-history/{order_id}'s intent: the current endpoint wins the tie.
 func TestRankDemoIntents(t *testing.T) {
 	ix := New(demoCandidates(t))
 	tests := []struct {
@@ -67,6 +69,11 @@ func TestRankDemoIntents(t *testing.T) {
 		{"hand over ownership of an order", "TRANSFER /orders/{order_id}", []string{"ownership", "order"}},
 		{"get the server discovery document", "QUERY /server-card", []string{"server", "discovery", "document"}},
 		{"Cancelling ORDERS", "CANCEL /orders/{order_id}", []string{"Cancelling", "ORDERS"}},
+		{"return the order ord-1001", "QUERY /orders/{order_id}", []string{"return", "order"}},
+		{"pay the merchant for order ord-4 on behalf of my principal", "PURCHASE /orders/{order_id}/payment", []string{"pay", "order", "behalf", "principal"}},
+		{"call this server's endpoints as MCP tools", "EXECUTE /mcp", []string{"call", "server", "endpoints", "MCP", "tools"}},
+		{"rows of report r-7 for last month", "EXECUTE /reports/{report_id}", []string{"rows", "report", "month"}},
+		{"email of the new customer", "REGISTER /customers", []string{"email", "new", "customer"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.intent, func(t *testing.T) {
