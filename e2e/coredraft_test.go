@@ -74,7 +74,7 @@ func methodPath(m map[string]any) string { return fmt.Sprint(m["method"], " ", m
 func TestCoreDraftClient(t *testing.T) {
 	c := Start(t, Options{})
 	buyer := c.registerAgent(t, "coredraft-buyer", "orders:read", "orders:write")
-	guest := c.registerAgent(t, "coredraft-guest")
+	guest := c.registerAgent(t, "coredraft-guest", "documents:read")
 	cl := &coreDraftClient{conn: c.dialAs(t, buyer), agent: buyer}
 
 	// The first response of the connection lists PLAN among the methods
@@ -102,15 +102,22 @@ func TestCoreDraftClient(t *testing.T) {
 		t.Errorf("top result %v", top)
 	}
 
-	// An agent without orders:write is not offered what it may not call.
+	// An agent without the orders scopes is not offered what it may not
+	// call: the order brief (orders:read) gives way to the plain summary.
 	guestClient := &coreDraftClient{conn: c.dialAs(t, guest), agent: guest}
-	resp, body = guestClient.send(t, "QUERY", map[string]any{"intent": "cancel my order ord-1002"})
-	if resp.Status != 200 {
+	intent := map[string]any{"intent": "summarize order ord-1001"}
+	_, body = cl.send(t, "QUERY", intent)
+	if r := listed(body, "results"); len(r) == 0 || methodPath(r[0]) != "SUMMARIZE /order-briefs/{order_id}" {
+		t.Fatalf("buyer's summary results %v", body["result"])
+	}
+	resp, body = guestClient.send(t, "QUERY", intent)
+	results = listed(body, "results")
+	if resp.Status != 200 || len(results) == 0 || methodPath(results[0]) != "SUMMARIZE /documents" {
 		t.Fatalf("guest QUERY = %d %s", resp.Status, resp.Body)
 	}
-	for _, r := range listed(body, "results") {
-		if scopes, _ := r["required_scopes"].([]any); len(scopes) > 0 {
-			t.Errorf("guest offered %s requiring %v", methodPath(r), scopes)
+	for _, r := range results {
+		if scopes := fmt.Sprint(r["required_scopes"]); strings.Contains(scopes, "orders:") {
+			t.Errorf("guest offered %s requiring %s", methodPath(r), scopes)
 		}
 	}
 
