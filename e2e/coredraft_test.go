@@ -127,17 +127,7 @@ func TestCoreDraftClient(t *testing.T) {
 	}
 
 	// PLAN: a goal becomes calls; nothing runs (no order is created).
-	orders := func() int {
-		t.Helper()
-		resp, body := c.call(t, buyer, "QUERY", "/orders?limit=100", "")
-		result, _ := body["result"].(map[string]any)
-		list, _ := result["orders"].([]any)
-		if resp.Status != 200 {
-			t.Fatalf("QUERY /orders = %d %s", resp.Status, resp.Body)
-		}
-		return len(list)
-	}
-	before := orders()
+	before := c.orderCount(t, buyer)
 	resp, body = cl.send(t, "PLAN", map[string]any{"goal": "create an order for two widgets, then cancel it"})
 	if resp.Status != 200 {
 		t.Fatalf("PLAN = %d %s", resp.Status, resp.Body)
@@ -156,7 +146,7 @@ func TestCoreDraftClient(t *testing.T) {
 	if result["estimated_cost"] == nil || result["confidence"] == nil || result["assumptions"] == nil {
 		t.Errorf("PLAN result lacks estimated_cost, confidence or assumptions: %s", resp.Body)
 	}
-	if after := orders(); after != before {
+	if after := c.orderCount(t, buyer); after != before {
 		t.Fatalf("PLAN created %d orders", after-before)
 	}
 
