@@ -231,3 +231,44 @@ func TestForEndpoints(t *testing.T) {
 		t.Fatalf("ranking %v", keys(ms))
 	}
 }
+
+// BenchmarkIndexAndRank is what a QUERY / costs the engine: index the
+// caller's endpoints, then rank one intent, for the demo catalog and for
+// 1000 endpoints (the demo's, repeated on other paths). "prepared" indexes
+// candidates prepared beforehand, as the front door does once per catalog
+// snapshot; "analysed" analyses every text on every call (New).
+func BenchmarkIndexAndRank(b *testing.B) {
+	demo := demoCandidates(&testing.T{})
+	var big []Candidate
+	for i := 0; len(big) < 1000; i++ {
+		for _, c := range demo {
+			c.Path = "/s" + strconv.Itoa(i) + c.Path
+			big = append(big, c)
+		}
+	}
+	for _, bc := range []struct {
+		name  string
+		cands []Candidate
+	}{{"demo", demo}, {"1000", big[:1000]}} {
+		b.Run(bc.name+"/analysed", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ms := New(bc.cands).Rank("cancel my order ord-1002", 10); len(ms) == 0 {
+					b.Fatal("no match")
+				}
+			}
+		})
+		ps := make([]*Prepared, len(bc.cands))
+		for i, c := range bc.cands {
+			ps[i] = Prepare(c)
+		}
+		b.Run(bc.name+"/prepared", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ms := NewPrepared(ps).Rank("cancel my order ord-1002", 10); len(ms) == 0 {
+					b.Fatal("no match")
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -155,6 +156,9 @@ type key struct{ method, path string }
 type Registry struct {
 	Deps
 	table map[key]Func
+	// prepared is the latest catalog snapshot's endpoints prepared for
+	// intent resolution (intent.go).
+	prepared atomic.Pointer[preparedSet]
 }
 
 // New builds the table.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/intent"
+	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
@@ -46,11 +47,35 @@ const (
 )
 
 // usable is what the caller may use: its endpoints (the protocol
-// built-ins left out), each with the candidate the intent engine ranks.
+// built-ins left out), each prepared for the intent engine.
 type usable struct {
-	cands []intent.Candidate
+	preps []*intent.Prepared
 	// eps maps a candidate's "METHOD /path" to its endpoint.
 	eps map[string]*endpoint.Endpoint
+}
+
+// preparedSet is the catalog snapshot's endpoints prepared for the intent
+// engine, aligned with State.Endpoints (nil for the protocol built-ins).
+type preparedSet struct {
+	state *catalogstate.State
+	eps   []*intent.Prepared
+}
+
+// preparedFor returns the snapshot's prepared endpoints, preparing them
+// on the snapshot's first use: a snapshot's texts are analysed once, not
+// on every request.
+func (bi *Registry) preparedFor(st *catalogstate.State) []*intent.Prepared {
+	if cur := bi.prepared.Load(); cur != nil && cur.state == st {
+		return cur.eps
+	}
+	set := &preparedSet{state: st, eps: make([]*intent.Prepared, len(st.Endpoints))}
+	for i, ep := range st.Endpoints {
+		if !strings.HasPrefix(ep.HandlerName(), FunctionPrefix) {
+			set.eps[i] = intent.Prepare(intent.FromEndpoint(ep))
+		}
+	}
+	bi.prepared.Store(set)
+	return set.eps
 }
 
 // usableEndpoints collects the endpoints the caller may use for which
@@ -63,20 +88,20 @@ func (bi *Registry) usableEndpoints(ctx context.Context, call *Call, keep func(*
 	}
 	st := call.State
 	identified := call.AgentID != ""
-	may := func(ep *endpoint.Endpoint) bool {
-		return !strings.HasPrefix(ep.HandlerName(), FunctionPrefix) && st.MayUse(ep, identified, scopes)
-	}
+	prepared := bi.preparedFor(st)
 	u := usable{eps: map[string]*endpoint.Endpoint{}}
-	for _, ep := range st.Endpoints {
-		if !keep(ep) || !may(ep) {
+	for i, ep := range st.Endpoints {
+		p := prepared[i]
+		if p == nil || !keep(ep) || !st.MayUse(ep, identified, scopes) {
 			continue
 		}
-		c := intent.FromEndpoint(ep)
+		c := p.Candidate()
 		if c.Kind == intent.KindComposition && bi.Recipe != nil {
 			rec, err := bi.Recipe(ctx, c.Name)
 			if err != nil {
 				bi.Log.DebugContext(ctx, "composition left without steps in intent resolution", "recipe", c.Name, "error", err)
 			} else {
+				var steps []string
 				ok := true
 				for _, s := range rec.Steps {
 					step := st.Table.Endpoint(s.Method, s.Path)
@@ -84,14 +109,15 @@ func (bi *Registry) usableEndpoints(ctx context.Context, call *Call, keep func(*
 						ok = false
 						break
 					}
-					c.Steps = append(c.Steps, s.Method+" "+s.Path)
+					steps = append(steps, s.Method+" "+s.Path)
 				}
 				if !ok {
 					continue
 				}
+				p = p.WithSteps(steps)
 			}
 		}
-		u.cands = append(u.cands, c)
+		u.preps = append(u.preps, p)
 		u.eps[c.Key()] = ep
 	}
 	return u
@@ -218,7 +244,7 @@ func (bi *Registry) queryIntent(ctx context.Context, call *Call) *agtp.Response 
 	threshold, _ := call.Params["confidence_threshold"].(float64)
 	u := bi.usableEndpoints(ctx, call, inScope(stringList(call.Params, "scope")))
 	results := []found{}
-	for _, m := range intent.New(u.cands).Rank(text, limit) {
+	for _, m := range intent.NewPrepared(u.preps).Rank(text, limit) {
 		if m.Confidence >= threshold {
 			results = append(results, u.found(m))
 		}
@@ -227,7 +253,7 @@ func (bi *Registry) queryIntent(ctx context.Context, call *Call) *agtp.Response 
 		"intent":           text,
 		"results":          results,
 		"result_count":     len(results),
-		"candidates":       len(u.cands),
+		"candidates":       len(u.preps),
 		"catalog_revision": call.State.Snapshot.GetRevision(),
 	})
 }
@@ -248,7 +274,7 @@ func (bi *Registry) listMethod(ctx context.Context, call *Call) *agtp.Response {
 	u := bi.usableEndpoints(ctx, call, func(ep *endpoint.Endpoint) bool { return ep.Def.Method == call.Method })
 	var ranked []intent.Match
 	if text != "" {
-		ranked = intent.New(u.cands).Rank(text, intent.MaxResults)
+		ranked = intent.NewPrepared(u.preps).Rank(text, intent.MaxResults)
 	}
 	listed := map[string]bool{}
 	out := []found{}
@@ -256,7 +282,10 @@ func (bi *Registry) listMethod(ctx context.Context, call *Call) *agtp.Response {
 		listed[m.Candidate.Key()] = true
 		out = append(out, u.found(m))
 	}
-	rest := slices.Clone(u.cands)
+	rest := make([]intent.Candidate, len(u.preps))
+	for i, p := range u.preps {
+		rest[i] = p.Candidate()
+	}
 	slices.SortFunc(rest, func(a, b intent.Candidate) int { return strings.Compare(a.Key(), b.Key()) })
 	for _, c := range rest {
 		if !listed[c.Key()] {

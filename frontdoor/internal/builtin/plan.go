@@ -42,7 +42,11 @@ func (bi *Registry) plan(ctx context.Context, call *Call) *agtp.Response {
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 	}
-	p := intent.New(append(u.cands, pats...)).Plan(goal)
+	preps := slices.Clone(u.preps)
+	for _, c := range pats {
+		preps = append(preps, intent.Prepare(c))
+	}
+	p := intent.NewPrepared(preps).Plan(goal)
 	if len(p.Steps) == 0 {
 		return call.Fail(agtp.StatusUnprocessable, "goal-unplannable",
 			"no endpoint this caller may use answers any part of the goal", map[string]any{"unmatched": nonNil(p.Unmatched)})

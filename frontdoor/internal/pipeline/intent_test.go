@@ -235,3 +235,26 @@ func TestSummarizeAndExecuteRootList(t *testing.T) {
 		t.Errorf("not in the response envelope: %s", b)
 	}
 }
+
+// BenchmarkQueryRoot is one QUERY / through the pipeline: the caller's
+// endpoints collected and indexed, the intent ranked, the answer signed.
+func BenchmarkQueryRoot(b *testing.B) {
+	f := newBndFixtureWith(b, rootBuiltins)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := f.do(b, agentFull, "QUERY", "/", nil, `{"intent":"summarize order o-1"}`); r.status != 200 {
+			b.Fatal(r.status)
+		}
+	}
+}
+
+// BenchmarkPlanRoot is one PLAN / of a two-part goal through the pipeline.
+func BenchmarkPlanRoot(b *testing.B) {
+	f := newBndFixtureWith(b, rootBuiltins)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := f.do(b, agentFull, "PLAN", "/", nil, `{"goal":"return the order o-1, then summarize the text"}`); r.status != 200 {
+			b.Fatal(r.status)
+		}
+	}
+}
