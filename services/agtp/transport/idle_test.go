@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 var idleConns = flag.Int("transport.idleconns", 2000, "idle TLS connections held by TestIdleConnectionMemory")
@@ -40,7 +41,9 @@ func TestIdleConnectionMemory(t *testing.T) {
 	n := *idleConns
 	before := serverMemory()
 	holdClients(t, ts, n, "")
-	waitFor(t, "connections idle", func() bool {
+	// Thousands of handshakes take a while on a busy machine; the wait
+	// bounds the test, not the server.
+	testkit.WaitFor(t, time.Minute, "connections idle", func() bool {
 		st := ts.Stats()
 		return st.OpenTCP == int64(n) && st.RequestsTCP == uint64(n) && st.InFlight == 0
 	})

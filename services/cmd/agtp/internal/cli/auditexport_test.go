@@ -117,7 +117,7 @@ func (s *auditStack) verifyArgs(addr, agent string, more ...string) []string {
 func runLong(t *testing.T, args ...string) result {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	code := Run(ctx, args, Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }})
 	return result{code, out.String(), errOut.String()}
