@@ -22,16 +22,7 @@ func TestRetry(t *testing.T) {
 	bob := c.registerAgent(t, "retry-bob", "orders:read", "orders:write")
 	keys := c.signingKeys(t)
 
-	orderCount := func(t *testing.T) int {
-		t.Helper()
-		resp, body := c.call(t, alice, "QUERY", "/orders?limit=100", "")
-		result, _ := body["result"].(map[string]any)
-		orders, _ := result["orders"].([]any)
-		if resp.Status != 200 {
-			t.Fatalf("QUERY /orders = %d %s", resp.Status, resp.Body)
-		}
-		return len(orders)
-	}
+	orderCount := func(t *testing.T) int { return c.orderCount(t, alice) }
 	// record verifies a response's Attribution-Record.
 	record := func(t *testing.T, resp *agtp.Response) attribution.Payload {
 		t.Helper()

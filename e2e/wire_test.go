@@ -98,6 +98,18 @@ func (c *Cluster) call(t *testing.T, agent, method, path, body string, headers .
 	return resp, errorBody(t, resp)
 }
 
+// orderCount is how many demo orders agent sees (QUERY /orders).
+func (c *Cluster) orderCount(t *testing.T, agent string) int {
+	t.Helper()
+	resp, body := c.call(t, agent, "QUERY", "/orders?limit=100", "")
+	result, _ := body["result"].(map[string]any)
+	orders, _ := result["orders"].([]any)
+	if resp.Status != 200 {
+		t.Fatalf("QUERY /orders = %d %s", resp.Status, resp.Body)
+	}
+	return len(orders)
+}
+
 // errorBody decodes an AGTP error body.
 func errorBody(t *testing.T, resp *agtp.Response) map[string]any {
 	t.Helper()

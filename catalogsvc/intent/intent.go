@@ -150,29 +150,70 @@ const MaxCandidates = 10000
 // New indexes the candidates (at most MaxCandidates; the rest are left
 // out). Their order does not matter: rankings are the same for any order.
 func New(cands []Candidate) *Index {
-	if len(cands) > MaxCandidates {
-		cands = cands[:MaxCandidates]
+	ps := make([]*Prepared, len(cands))
+	for i, c := range cands {
+		ps[i] = Prepare(c)
 	}
-	ix := &Index{df: map[string]int{}}
-	for _, c := range cands {
-		it := indexed{c: c}
-		texts := [numFields]string{
-			fieldMethod: c.Method, fieldPath: c.Path, fieldIntent: c.Intent, fieldDescription: c.Description,
-			fieldOutcome: c.Outcome, fieldParameters: strings.Join(c.Parameters, " "), fieldCapability: c.Capability,
-		}
-		seen := map[string]bool{}
-		for f, text := range texts {
-			it.terms[f] = map[string]bool{}
-			for _, t := range analyze(text) {
-				it.terms[f][t.stem] = true
+	return NewPrepared(ps)
+}
+
+// Prepared is a candidate with its texts analysed. Analysis is most of
+// what indexing costs, and a candidate's texts change only with the
+// catalog, so a caller that indexes per request prepares each endpoint
+// once per catalog snapshot and indexes the prepared ones.
+type Prepared struct {
+	it indexed
+	// stems are the distinct stems of all its fields, for the document
+	// frequencies.
+	stems []string
+}
+
+// Prepare analyses a candidate's texts.
+func Prepare(c Candidate) *Prepared {
+	it := indexed{c: c, params: strings.Count(c.Path, "{")}
+	texts := [numFields]string{
+		fieldMethod: c.Method, fieldPath: c.Path, fieldIntent: c.Intent, fieldDescription: c.Description,
+		fieldOutcome: c.Outcome, fieldParameters: strings.Join(c.Parameters, " "), fieldCapability: c.Capability,
+	}
+	p := &Prepared{}
+	seen := map[string]bool{}
+	for f, text := range texts {
+		it.terms[f] = map[string]bool{}
+		for _, t := range analyze(text) {
+			it.terms[f][t.stem] = true
+			if !seen[t.stem] {
 				seen[t.stem] = true
+				p.stems = append(p.stems, t.stem)
 			}
 		}
-		for s := range seen {
+	}
+	p.it = it
+	return p
+}
+
+// Candidate is the prepared candidate.
+func (p *Prepared) Candidate() Candidate { return p.it.c }
+
+// WithSteps is the prepared candidate with the calls it makes set (a
+// composition's recipe steps); the analysed texts are shared, read only.
+func (p *Prepared) WithSteps(steps []string) *Prepared {
+	q := *p
+	q.it.c.Steps = steps
+	return &q
+}
+
+// NewPrepared indexes prepared candidates (at most MaxCandidates; the
+// rest are left out), in any order, as New does.
+func NewPrepared(ps []*Prepared) *Index {
+	if len(ps) > MaxCandidates {
+		ps = ps[:MaxCandidates]
+	}
+	ix := &Index{df: map[string]int{}, items: make([]indexed, 0, len(ps))}
+	for _, p := range ps {
+		for _, s := range p.stems {
 			ix.df[s]++
 		}
-		it.params = strings.Count(c.Path, "{")
-		ix.items = append(ix.items, it)
+		ix.items = append(ix.items, p.it)
 	}
 	return ix
 }
@@ -183,6 +224,11 @@ type Match struct {
 	// Score is the relevance (higher is better), rounded to 1e-6 so that
 	// rankings never depend on floating-point summation order.
 	Score float64 `json:"score"`
+	// Confidence is the share of the intent's distinct words (stop words
+	// aside) the candidate matched, rounded to 0.01: 1 when every word the
+	// caller wrote is found in the candidate's texts. It is what a
+	// confidence_threshold (core §7.2.1) is compared with.
+	Confidence float64 `json:"confidence"`
 	// Terms are the intent's words that matched, in the intent's order.
 	Terms []string `json:"terms"`
 	// Fields names the fields each matched stem was found in.
@@ -286,6 +332,7 @@ func (ix *Index) score(it *indexed, q query, words map[string]string) (Match, bo
 		total += idBonus
 	}
 	m.Score = math.Round(total*1e6) / 1e6
+	m.Confidence = math.Round(float64(len(m.Terms))/float64(len(q.stems))*100) / 100
 	return m, true
 }
 

@@ -40,8 +40,10 @@ func demoCandidates(t *testing.T) []Candidate {
 }
 
 // TestRankDemoIntents: realistic intents for the demo domain (orders,
-// customers, payments, refunds, reports, documents) and the endpoint each
-// must rank first.
+// customers, payments to the merchant, refunds, reports, documents, the
+// server's own documents and MCP tools) and the endpoint each must rank
+// first. "return the order" is also the deprecated FETCH
+// /order-history/{order_id}'s intent: the current endpoint wins the tie.
 func TestRankDemoIntents(t *testing.T) {
 	ix := New(demoCandidates(t))
 	tests := []struct {
@@ -67,6 +69,11 @@ func TestRankDemoIntents(t *testing.T) {
 		{"hand over ownership of an order", "TRANSFER /orders/{order_id}", []string{"ownership", "order"}},
 		{"get the server discovery document", "QUERY /server-card", []string{"server", "discovery", "document"}},
 		{"Cancelling ORDERS", "CANCEL /orders/{order_id}", []string{"Cancelling", "ORDERS"}},
+		{"return the order ord-1001", "QUERY /orders/{order_id}", []string{"return", "order"}},
+		{"pay the merchant for order ord-4 on behalf of my principal", "PURCHASE /orders/{order_id}/payment", []string{"pay", "order", "behalf", "principal"}},
+		{"call this server's endpoints as MCP tools", "EXECUTE /mcp", []string{"call", "server", "endpoints", "MCP", "tools"}},
+		{"rows of report r-7 for last month", "EXECUTE /reports/{report_id}", []string{"rows", "report", "month"}},
+		{"email of the new customer", "REGISTER /customers", []string{"email", "new", "customer"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.intent, func(t *testing.T) {
@@ -222,5 +229,46 @@ func TestForEndpoints(t *testing.T) {
 	ms := ForEndpoints([]*endpoint.Endpoint{ep}, pattern).Rank("where is refund rf-42", 0)
 	if len(ms) != 2 || ms[0].Candidate.Key() != "QUERY /refunds/{refund_id}" || !slices.Equal(ms[0].Candidate.Required, []string{"refund_id"}) {
 		t.Fatalf("ranking %v", keys(ms))
+	}
+}
+
+// BenchmarkIndexAndRank is what a QUERY / costs the engine: index the
+// caller's endpoints, then rank one intent, for the demo catalog and for
+// 1000 endpoints (the demo's, repeated on other paths). "prepared" indexes
+// candidates prepared beforehand, as the front door does once per catalog
+// snapshot; "analysed" analyses every text on every call (New).
+func BenchmarkIndexAndRank(b *testing.B) {
+	demo := demoCandidates(&testing.T{})
+	var big []Candidate
+	for i := 0; len(big) < 1000; i++ {
+		for _, c := range demo {
+			c.Path = "/s" + strconv.Itoa(i) + c.Path
+			big = append(big, c)
+		}
+	}
+	for _, bc := range []struct {
+		name  string
+		cands []Candidate
+	}{{"demo", demo}, {"1000", big[:1000]}} {
+		b.Run(bc.name+"/analysed", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ms := New(bc.cands).Rank("cancel my order ord-1002", 10); len(ms) == 0 {
+					b.Fatal("no match")
+				}
+			}
+		})
+		ps := make([]*Prepared, len(bc.cands))
+		for i, c := range bc.cands {
+			ps[i] = Prepare(c)
+		}
+		b.Run(bc.name+"/prepared", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if ms := NewPrepared(ps).Rank("cancel my order ord-1002", 10); len(ms) == 0 {
+					b.Fatal("no match")
+				}
+			}
+		})
 	}
 }

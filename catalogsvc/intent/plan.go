@@ -1,6 +1,7 @@
 package intent
 
 import (
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -100,6 +101,7 @@ func (ix *Index) compose(p *Plan) {
 	for _, s := range p.Steps {
 		parts = append(parts, s.Clause)
 		m.Score += s.Match.Score
+		m.Confidence += s.Match.Confidence / float64(len(p.Steps))
 		for _, t := range s.Match.Terms {
 			if !slices.Contains(m.Terms, t) {
 				m.Terms = append(m.Terms, t)
@@ -109,6 +111,8 @@ func (ix *Index) compose(p *Plan) {
 			m.Fields[k] = v
 		}
 	}
+	m.Score = math.Round(m.Score*1e6) / 1e6
+	m.Confidence = math.Round(m.Confidence*100) / 100
 	p.Steps = []Step{{Clause: strings.Join(parts, "; "), Match: m, Inputs: found.c.Required}}
 }
 

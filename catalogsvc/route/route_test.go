@@ -601,3 +601,28 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 }
+
+// TestServed: a method's endpoints are served unless the method policy
+// answers it 405; the floor always is, and what is not admitted is not.
+func TestServed(t *testing.T) {
+	f := newFixture()
+	f.policy.Allow = []string{"BOOK", "SEARCH"}
+	f.policy.Disallow = []string{"SEARCH", "QUERY"}
+	tb := f.table(t)
+	for _, tc := range []struct {
+		method string
+		served bool
+	}{
+		{"BOOK", true},     // allowed
+		{"RESERVE", false}, // outside the allow list
+		{"SEARCH", false},  // allowed, then disallowed
+		{"QUERY", true},    // the floor cannot be refused
+		{"NOPE", false},    // not admitted
+		{"FETCH", false},   // outside the allow list
+		{"DISCOVER", true}, // floor
+	} {
+		if got := tb.Served(tc.method); got != tc.served {
+			t.Errorf("Served(%s) = %v, want %v", tc.method, got, tc.served)
+		}
+	}
+}

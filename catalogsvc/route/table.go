@@ -387,6 +387,14 @@ func (t *Table) Verbs() VerbSet { return t.verbs }
 // own (catalog, floor, custom or opted-in legacy), before aliasing.
 func (t *Table) Admitted(method string) bool { return t.methods[method] != nil }
 
+// Served reports whether requests of a method reach its endpoints: the
+// method is admitted and the method policy (allow, disallow) does not
+// answer it 405. The floor is always served.
+func (t *Table) Served(method string) bool {
+	mi := t.methods[method]
+	return mi != nil && !mi.legacy && !mi.denied
+}
+
 // Endpoint returns the endpoint registered for exactly (method, template
 // path), or nil.
 func (t *Table) Endpoint(method, path string) *Endpoint {

@@ -10,7 +10,9 @@ import _ "embed"
 // Definitions is an endpoints document with the built-ins: the eight
 // DISCOVER endpoints, the other methods the front door serves itself
 // (DESCRIBE, INSPECT, PROPOSE, QUOTE, SUSPEND, RESUME, RETRY, MONITOR and the five
-// lifecycle methods), and QUERY /inbox.
+// lifecycle methods), QUERY /inbox, and the floor methods on / that
+// resolve intents and goals against the caller's endpoints (QUERY, PLAN,
+// SUMMARIZE and EXECUTE /, docs/intent.md).
 //
 //go:embed builtins.json
 var Definitions []byte

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,6 +30,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
@@ -145,6 +147,9 @@ type Deps struct {
 	// ServeInner runs a request through the pipeline within the
 	// parent's connection (RETRY's re-run).
 	ServeInner func(ctx context.Context, conn *transport.ConnInfo, req *agtp.Request) *agtp.Response
+	// Recipe resolves a composition's recipe, for the calls it makes
+	// (QUERY / and PLAN /); nil leaves compositions without their steps.
+	Recipe func(ctx context.Context, name string) (*recipe.Recipe, error)
 }
 
 // AnyPath registers a built-in for every path of its method that has no
@@ -157,6 +162,9 @@ type key struct{ method, path string }
 type Registry struct {
 	Deps
 	table map[key]Func
+	// prepared is the latest catalog snapshot's endpoints prepared for
+	// intent resolution (intent.go).
+	prepared atomic.Pointer[preparedSet]
 }
 
 // New builds the table.
@@ -181,6 +189,10 @@ func New(deps Deps) *Registry {
 		{"DESCRIBE", "/agents"}:   bi.describeNamespace,
 		{"DESCRIBE", AnyPath}:     bi.describeAgent,
 
+		{"QUERY", "/"}:                                bi.queryIntent,
+		{"PLAN", "/"}:                                 bi.plan,
+		{"SUMMARIZE", "/"}:                            bi.listMethod,
+		{"EXECUTE", "/"}:                              bi.listMethod,
 		{"QUERY", "/proposals/{proposal_id}"}:         bi.proposal,
 		{"QUERY", "/tasks/{task_id}"}:                 bi.queryTask,
 		{"QUERY", "/notifications/{notification_id}"}: bi.queryNotification,
@@ -230,6 +242,16 @@ func jsonResponse(call *Call, status int, contentType string, v any) *agtp.Respo
 		return call.Fail(agtp.StatusServerError, "internal", "the response could not be encoded", nil)
 	}
 	return resp
+}
+
+// envelopeResponse answers 200 with result in core §5.7's response
+// envelope (status, task_id, result).
+func envelopeResponse(call *Call, result any) *agtp.Response {
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
+		"status":  agtp.StatusOK,
+		"task_id": call.Header.Get(agtp.HeaderTaskID),
+		"result":  result,
+	})
 }
 
 // str reads a parameter as a string: a string as it is, a number in its

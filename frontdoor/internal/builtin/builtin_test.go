@@ -41,7 +41,8 @@ func TestLookup(t *testing.T) {
 		{"DISCOVER", "/elsewhere", true, agtp.StatusNotFound}, // DISCOVER's AnyPath entry
 		{"QUERY", "/inbox", true, 0},
 		{"QUERY", "/elsewhere", false, 0}, // QUERY has no AnyPath entry
-		{"EXECUTE", "/", false, 0},
+		{"EXECUTE", "/", true, 0},
+		{"EXECUTE", "/orders", false, 0}, // EXECUTE has no AnyPath entry
 	} {
 		f, ok := bi.Lookup(tc.method, tc.template)
 		if ok != tc.found {

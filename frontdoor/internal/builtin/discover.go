@@ -120,13 +120,22 @@ func (bi *Registry) discoverNone(ctx context.Context, call *Call) *agtp.Response
 
 // discoverPatterns serves DISCOVER /patterns lists the RCNS patterns rcnssvc offers.
 func (bi *Registry) discoverPatterns(ctx context.Context, call *Call) *agtp.Response {
-	if bi.RCNS == nil {
-		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": false, "patterns": []any{}})
+	enabled, pats, err := bi.patterns(ctx)
+	if err != nil {
+		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 	}
-	// Each page's body_json lists its patterns; the body is their
+	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": enabled, "patterns": append([]json.RawMessage{}, pats...)})
+}
+
+// patterns lists every RCNS pattern rcnssvc offers, as it lists them
+// (recipe.Pattern.Listing); none when this server runs no negotiation.
+func (bi *Registry) patterns(ctx context.Context) (enabled bool, pats []json.RawMessage, err error) {
+	if bi.RCNS == nil {
+		return false, nil, nil
+	}
+	// Each page's body_json lists its patterns; the list is their
 	// concatenation.
-	var enabled bool
-	pats, err := paging.All(ctx, func(ctx context.Context, tok string) ([]json.RawMessage, string, error) {
+	pats, err = paging.All(ctx, func(ctx context.Context, tok string) ([]json.RawMessage, string, error) {
 		r, err := bi.RCNS.ListPatterns(ctx, &rcnsv1.ListPatternsRequest{PageSize: listPageSize, PageToken: tok})
 		if err != nil {
 			return nil, "", err
@@ -140,10 +149,7 @@ func (bi *Registry) discoverPatterns(ctx context.Context, call *Call) *agtp.Resp
 		enabled = r.GetRcnsEnabled()
 		return body.Patterns, r.GetNextPageToken(), nil
 	})
-	if err != nil {
-		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
-	}
-	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{"rcns_enabled": enabled, "patterns": append([]json.RawMessage{}, pats...)})
+	return enabled, pats, err
 }
 
 // discoverContracts serves DISCOVER /contracts lists the caller's synthesized contracts.

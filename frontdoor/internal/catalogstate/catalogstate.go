@@ -114,11 +114,10 @@ func supportedMethods(snap *catalogv1.Snapshot) string {
 }
 
 // MethodsFor lists the methods beyond the 18-method floor that an agent
-// holding scopes can invoke here: the methods of the endpoints that are
-// anonymous or whose required scopes the agent's scopes cover, sorted. It
-// is Supported-Methods narrowed to the agent, what its identity document
-// lists with the floor (identitysvc GetIdentityDocumentRequest.methods;
-// docs/decisions.md#D-supported-methods).
+// holding scopes can invoke here: the methods of the endpoints it may use
+// (MayUse), sorted. It is Supported-Methods narrowed to the agent, what
+// its identity document lists with the floor (identitysvc
+// GetIdentityDocumentRequest.methods; docs/decisions.md#D-supported-methods).
 func (st *State) MethodsFor(scopes agtp.ScopeSet) []string {
 	key := scopes.String()
 	if v, ok := st.methodsFor.Load(key); ok {
@@ -140,16 +139,31 @@ func (st *State) computeMethodsFor(scopes agtp.ScopeSet) []string {
 		if agtp.IsFloorMethod(d.Method) || slices.Contains(out, d.Method) {
 			continue
 		}
-		required, err := agtp.ParseScopeList(d.RequiredScopes)
-		if err != nil {
-			continue
-		}
-		if _, ok := scopes.CoversAll(required); d.Anonymous || ok {
+		if st.MayUse(ep, true, scopes) {
 			out = append(out, d.Method)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// MayUse reports whether a caller may invoke ep, by what the catalog
+// says of it: its method is served (the method policy does not answer it
+// 405), an anonymous caller reaches only anonymous endpoints, and the
+// caller's scopes cover every required scope (what policysvc checks,
+// docs/decisions.md#D-scope-262). Rate limits, budgets and trust tiers
+// are policysvc's to apply when the call is made.
+func (st *State) MayUse(ep *endpoint.Endpoint, identified bool, scopes agtp.ScopeSet) bool {
+	d := ep.Def
+	if st.Table != nil && !st.Table.Served(d.Method) || !identified && !d.Anonymous {
+		return false
+	}
+	required, err := agtp.ParseScopeList(d.RequiredScopes)
+	if err != nil {
+		return false
+	}
+	_, ok := scopes.CoversAll(required)
+	return ok
 }
 
 // Watch follows catalogsvc's WatchSnapshot until ctx is done; ready is

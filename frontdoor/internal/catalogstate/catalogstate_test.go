@@ -89,3 +89,58 @@ func TestMethodsForIsMemoizedPerState(t *testing.T) {
 		t.Fatalf("MethodsFor(no scopes) = %v", got)
 	}
 }
+
+// TestMayUse: a caller may use an endpoint whose method the method policy
+// serves, that is anonymous unless the caller is identified, and whose
+// required scopes its scopes cover.
+func TestMayUse(t *testing.T) {
+	const defs = `
+endpoints:
+  - {method: QUERY, path: /open, anonymous: true, description: d, semantic: {intent: i, actor: agent, outcome: o, capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}, input_schema: {type: object, additionalProperties: false}, output_schema: {type: object}, errors: [], handler: {type: registered_function, function: t.f}}
+  - {method: QUERY, path: /orders, description: d, semantic: {intent: i, actor: agent, outcome: o, capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}, input_schema: {type: object, additionalProperties: false}, output_schema: {type: object}, errors: [], handler: {type: registered_function, function: t.f}, required_scopes: ["orders:read"]}
+  - {method: CREATE, path: /orders, description: d, semantic: {intent: i, actor: agent, outcome: o, capability: transaction, confidence: 0.9, impact: reversible, is_idempotent: false}, input_schema: {type: object, additionalProperties: false}, output_schema: {type: object}, errors: [], handler: {type: registered_function, function: t.f}, required_scopes: ["orders:write"]}
+  - {method: CANCEL, path: /orders, description: d, semantic: {intent: i, actor: agent, outcome: o, capability: transaction, confidence: 0.9, impact: irreversible, is_idempotent: false}, input_schema: {type: object, additionalProperties: false}, output_schema: {type: object}, errors: [], handler: {type: registered_function, function: t.f}}
+`
+	eps, err := endpoint.ParseAndCompile("e.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0",
+		Methods:      []*catalogv1.Method{{Name: "CREATE"}, {Name: "CANCEL"}},
+		MethodPolicy: &catalogv1.MethodPolicy{Disallow: []string{"CANCEL"}}}
+	for _, ep := range eps {
+		snap.Endpoints = append(snap.Endpoints, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B))
+	}
+	var store Store
+	if err := store.Set(snap); err != nil {
+		t.Fatal(err)
+	}
+	st := store.Current()
+	for _, tc := range []struct {
+		name       string
+		identified bool
+		scopes     []string
+		want       []string
+	}{
+		{"anonymous", false, nil, []string{"QUERY /open"}},
+		{"identified without scopes", true, nil, []string{"QUERY /open"}},
+		{"orders:read", true, []string{"orders:read"}, []string{"QUERY /open", "QUERY /orders"}},
+		{"every scope; CANCEL is disallowed", true, []string{"*:*"}, []string{"QUERY /open", "QUERY /orders", "CREATE /orders"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := agtp.ParseScopeList(tc.scopes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ep := range st.Endpoints {
+				if st.MayUse(ep, tc.identified, set) {
+					got = append(got, ep.Def.Method+" "+ep.Def.Path)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("may use %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

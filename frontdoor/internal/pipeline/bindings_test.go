@@ -284,9 +284,25 @@ type bndFixture struct {
 	p      *pipeline.Pipeline
 	policy *bndPolicy
 	audit  *bndAudit
+	store  *catalogstate.Store
 }
 
-func newBndFixture(t testing.TB) *bndFixture {
+// setPolicies serves the fixture's catalog under other manifest policies.
+func (f *bndFixture) setPolicies(t testing.TB, pol *catalogv1.ManifestPolicies) {
+	t.Helper()
+	snap := proto.Clone(f.store.Current().Snapshot).(*catalogv1.Snapshot)
+	snap.Revision++
+	snap.Policies = pol
+	if err := f.store.Set(snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newBndFixture(t testing.TB) *bndFixture { t.Helper(); return newBndFixtureWith(t, "") }
+
+// newBndFixtureWith adds the endpoints of extra (items of the endpoints
+// list) to the fixture's; those bound to agtp.builtin.* are Tier A.
+func newBndFixtureWith(t testing.TB, extra string) *bndFixture {
 	t.Helper()
 	pki := testkit.PKI(t)
 	cert, err := tls.LoadX509KeyPair(pki.Cert("frontdoor"), pki.Key("frontdoor"))
@@ -315,14 +331,18 @@ func newBndFixture(t testing.TB) *bndFixture {
 	}))
 	mcpPort := startTLS(http.HandlerFunc(bndMCPServer))
 	env := map[string]string{"ROOMS_PREFIX": "rooms", "ROOMS_TOKEN": "rooms-token"}
-	defs := strings.NewReplacer("ROOMS_PORT", roomsPort, "MCP_PORT", mcpPort).Replace(bndEndpoints)
+	defs := strings.NewReplacer("ROOMS_PORT", roomsPort, "MCP_PORT", mcpPort).Replace(bndEndpoints) + extra
 	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
 	for _, ep := range eps {
-		snap.Endpoints = append(snap.Endpoints, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B))
+		tier := catalogv1.EndpointTier_ENDPOINT_TIER_B
+		if strings.HasPrefix(ep.HandlerName(), "agtp.builtin.") {
+			tier = catalogv1.EndpointTier_ENDPOINT_TIER_A
+		}
+		snap.Endpoints = append(snap.Endpoints, ep.Proto(tier))
 	}
 	store := &catalogstate.Store{}
 	if err := store.Set(snap); err != nil {
@@ -333,7 +353,7 @@ func newBndFixture(t testing.TB) *bndFixture {
 		agentFull:    {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner", Scopes: []string{"orders:read", "briefs:read", "rooms:read"}},
 		agentNoOrder: {AgentId: agentNoOrder, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner", Scopes: []string{"briefs:read"}},
 	}}
-	f := &bndFixture{policy: &bndPolicy{}, audit: &bndAudit{}}
+	f := &bndFixture{policy: &bndPolicy{}, audit: &bndAudit{}, store: store}
 	identityConn := bndServe(t, func(s *grpc.Server) { identityv1.RegisterIdentityServiceServer(s, identity) })
 	policyConn := bndServe(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
 	auditConn := bndServe(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, f.audit) })

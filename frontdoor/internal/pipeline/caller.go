@@ -245,13 +245,15 @@ func delegationSignedBy(x *exchange, agentID string, issuer []byte) bool {
 
 // anonymousDiscoveryClosed applies policies.anonymous_discovery=false
 // (AGTP-API §8.7): an anonymous call to a read-only discovery built-in
-// (DISCOVER and DESCRIBE, Tier A) gets 262 anonymous-discovery-disabled (api
+// (DISCOVER and DESCRIBE, Tier A, and QUERY, PLAN, SUMMARIZE and EXECUTE /,
+// which tell what the server's endpoints do) gets 262 anonymous-discovery-disabled (api
 // assertion 65, docs/decisions.md#D-anonymous-discovery) rather than the
 // plain 401 any other non-anonymous endpoint gives. /contracts is per caller
 // and never anonymous, so it keeps the 401.
 func (p *Pipeline) anonymousDiscoveryClosed(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
+	discovery := ep.GetMethod() == agtp.MethodDiscover || ep.GetMethod() == agtp.MethodDescribe || builtin.ResolvesIntent(ep.GetMethod(), ep.GetPath())
 	if x.state.Snapshot.GetPolicies().GetAnonymousDiscovery() || ep.GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_A ||
-		ep.GetMethod() != agtp.MethodDiscover && ep.GetMethod() != agtp.MethodDescribe || ep.GetPath() == "/contracts" {
+		!discovery || ep.GetPath() == "/contracts" {
 		return nil
 	}
 	if namesAgent(x) {

@@ -24,7 +24,7 @@ import (
 
 // builtinPrefix names the registered functions of the protocol-native
 // (Tier A) endpoints, which the front door implements itself.
-const builtinPrefix = "agtp.builtin."
+const builtinPrefix = builtin.FunctionPrefix
 
 // kindRegisteredFunction is the handler binding the front door runs
 // in-process.

@@ -33,6 +33,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
@@ -120,6 +121,10 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{opts: opts, Deps: deps, metrics: m, costs: builtin.NewCosts()}
+	var resolveRecipe func(ctx context.Context, name string) (*recipe.Recipe, error)
+	if deps.Bindings != nil && deps.Bindings.Compositions != nil {
+		resolveRecipe = deps.Bindings.Compositions.Resolve
+	}
 	p.builtins = builtin.New(builtin.Deps{
 		ServerID: opts.ServerID,
 		Agents:   deps.Agents, Policy: deps.Policy, Audit: deps.Audit, Identity: deps.Identity, RCNS: deps.RCNS, Tasks: deps.Tasks,
@@ -130,6 +135,7 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 		DropSession: p.DropSession,
 		Serve:       p.ServeAGTP,
 		ServeInner:  p.serveInner,
+		Recipe:      resolveRecipe,
 	})
 	return p, nil
 }
