@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agtpsuite/agtp/auditsvc"
 	"github.com/agtpsuite/agtp/policysvc"
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
@@ -28,6 +29,9 @@ type policyClients struct {
 func startPolicy(t *testing.T, pki devpki.Layout, rds *testkit.Redis) policyClients {
 	t.Helper()
 	cfg := policysvc.DefaultConfig()
+	// policysvc signs key revocations into the agent's lifecycle stream
+	// through auditsvc.
+	cfg.Peers = map[string]string{"auditsvc": startAudit(t, pki, rds)}
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert("policysvc"), pki.Key("policysvc")
 	cfg.SigningKeyFile = pki.SigningKey()
 	cfg.RedisURL = rds.URL()
@@ -195,4 +199,30 @@ func must[T any](v T, err error) func(*testing.T) T {
 		}
 		return v
 	}
+}
+
+// startAudit runs an auditsvc replica on rds and returns its gRPC address.
+func startAudit(t *testing.T, pki devpki.Layout, rds *testkit.Redis) string {
+	t.Helper()
+	cfg := auditsvc.DefaultConfig()
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = pki.CA(), pki.Cert("auditsvc"), pki.Key("auditsvc")
+	cfg.SigningKeyFile = pki.SigningKey()
+	cfg.RedisURL = rds.URL()
+	cfg.LogLevel = "error"
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := auditsvc.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("auditsvc: %v", err)
+		}
+	})
+	return svc.GRPCAddr()
 }

@@ -43,8 +43,12 @@ type auditStack struct {
 
 func startAudit(t *testing.T) *auditStack {
 	t.Helper()
-	pki := testkit.PKI(t)
-	rds := testkit.StartRedis(t)
+	return startAuditOn(t, testkit.PKI(t), testkit.StartRedis(t))
+}
+
+// startAuditOn runs auditsvc with pki's certificates on rds.
+func startAuditOn(t *testing.T, pki devpki.Layout, rds *testkit.Redis) *auditStack {
+	t.Helper()
 	cfg := auditsvc.DefaultConfig()
 	testCommon(&cfg.Common, pki, rds)
 	ctx, cancel := context.WithCancel(context.Background())

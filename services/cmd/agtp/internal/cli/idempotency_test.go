@@ -35,6 +35,9 @@ func startPolicy(t *testing.T) *policyStack {
 	rds := testkit.StartRedis(t)
 	cfg := policysvc.DefaultConfig()
 	testCommon(&cfg.Common, pki, rds)
+	// policysvc signs escalation resolutions and key revocations through
+	// auditsvc.
+	cfg.Peers = map[string]string{"auditsvc": startAuditOn(t, pki, rds).grpcAddr}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := policysvc.New(ctx, cfg)
 	if err != nil {
