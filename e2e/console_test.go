@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -187,10 +186,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil || len(ev.GetEvents()) != 1 {
 			t.Fatalf("newest lifecycle event = %v, %v", ev.GetEvents(), err)
 		}
-		var payload map[string]any
-		if err := json.Unmarshal(ev.GetEvents()[0].GetPayloadJson(), &payload); err != nil {
-			t.Fatal(err)
-		}
+		payload := ev.GetEvents()[0].GetPayload().AsMap()
 		if e := ev.GetEvents()[0]; e.GetAuditId() != signed || e.GetEventType() != "escalation_resolved" ||
 			payload["actor"] != "operator/console for "+person || payload["person"] != person ||
 			payload["target_id"] != escID || payload["confirm_status"] != "accepted" {
@@ -234,7 +230,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		})
 		ev, err := auditv1.NewAuditServiceClient(c.Dial(t, "auditsvc")).ListLifecycleEvents(rctx, &auditv1.ListLifecycleEventsRequest{AgentId: worker, PageSize: 1})
 		if err != nil || len(ev.GetEvents()) != 1 || ev.GetEvents()[0].GetEventType() != "agp_key_revoked" ||
-			!strings.Contains(string(ev.GetEvents()[0].GetPayloadJson()), `"actor":"operator/console for `+person+`"`) {
+			ev.GetEvents()[0].GetPayload().AsMap()["actor"] != "operator/console for "+person {
 			t.Fatalf("newest lifecycle event after the key's revocation = %v, %v", ev.GetEvents(), err)
 		}
 	})

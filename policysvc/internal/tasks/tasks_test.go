@@ -369,7 +369,7 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 	}
 	audit.Down(false)
 	list, err := console.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{})
-	if err != nil || len(list.GetEscalations()) != 1 || list.GetEscalations()[0].GetStatus() != PendingReview {
+	if err != nil || len(list.GetEscalations()) != 1 || list.GetEscalations()[0].GetState() != taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW {
 		t.Fatalf("after the refused resolution the queue is %v, %v; want it still pending", list.GetEscalations(), err)
 	}
 	res, err := resolve()

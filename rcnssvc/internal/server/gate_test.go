@@ -160,7 +160,7 @@ func TestPresentingAContractOnAnotherPair(t *testing.T) {
 	if e.audit.count(agentX, eventAccepted, c.GetSynthesisId()) != 0 {
 		t.Fatal("a presentation on another pair accepted the preview")
 	}
-	if r := e.presentOn(negotiator(agentX), c.GetSynthesisId(), "SUMMARIZE", "/orders/o-18"); r.GetStatus() != 0 || r.GetContract().GetState() != stateActive {
+	if r := e.presentOn(negotiator(agentX), c.GetSynthesisId(), "SUMMARIZE", "/orders/o-18"); r.GetStatus() != 0 || r.GetContract().GetContractState() != rcnsv1.ContractState_CONTRACT_STATE_ACTIVE {
 		t.Fatalf("on its own pair: %v", r)
 	}
 }
