@@ -179,7 +179,8 @@ func TestImpersonationIsRefused(t *testing.T) {
 		reason  string
 		// tokenChecked marks a token that policysvc judges, after the
 		// input is validated: input this generic body does not fit is
-		// 422 first, unattributed all the same.
+		// refused first (422, or 400 from PROPOSE, whose status set has
+		// no 422), unattributed all the same.
 		tokenChecked bool
 		// claimOnly marks a bare header, which an endpoint that serves
 		// anonymous callers answers as anonymous, whatever that answer
@@ -214,7 +215,7 @@ func TestImpersonationIsRefused(t *testing.T) {
 				if slices.Contains(a.headers, agtp.HeaderSessionID) && ep.method == "RESUME" {
 					continue // RESUME checks a session by its nonce, not by its binding
 				}
-				if resp.Status != a.status && !(a.tokenChecked && resp.Status == 422) {
+				if resp.Status != a.status && !(a.tokenChecked && resp.Status == inputRefusal(ep.method)) {
 					t.Fatalf("%s %s = %d %s, want %d", ep.method, ep.path, resp.Status, resp.Body, a.status)
 				}
 				if body := errorBody(t, resp); a.reason != "" && resp.Status == a.status && body["reason"] != a.reason {
@@ -338,4 +339,14 @@ func TestUnprovenClaimOnAnonymousEndpoint(t *testing.T) {
 	if rec.Payload.AgentID != "" || rec.Payload.UnprovenAgentID != agent {
 		t.Fatalf("record agent_id %q unproven_agent_id %q, want anonymous with the ignored claim", rec.Payload.AgentID, rec.Payload.UnprovenAgentID)
 	}
+}
+
+// inputRefusal is the status a method answers input that does not fit its
+// schema: 422, except PROPOSE, which keeps to its own status set and
+// answers 400 with the violations (docs/decisions.md#D-decision-order).
+func inputRefusal(method string) int {
+	if method == "PROPOSE" {
+		return 400
+	}
+	return 422
 }
