@@ -294,15 +294,25 @@ func ValidRequestID(id string) bool {
 	return true
 }
 
-// requestKey is the request entry of id on (stream, chain): a hash with the
-// request* fields, under the chain's hash tag so that appendLua can read
-// and write it with the record. Stream names have no ':' and request IDs
-// neither, so distinct (stream, id) pairs never share a key.
+// requestEntries is the key prefix of the request entries of (stream,
+// chain): appendLua keeps them in one hash per window-long bucket of the
+// Redis clock, "<prefix>:<bucket>", under the chain's hash tag so that it
+// can read and write them with the records. Stream names have no ':', so
+// distinct streams never share a bucket.
+func requestEntries(stream, chain string) string {
+	return rediskeys.Prefix + "{" + chain + "}:auditreqs:" + stream
+}
+
+// requestKey is the first release's request entry of id on (stream,
+// chain): a hash with the request* fields, one key per request. appendLua
+// still honours such entries until they expire (one window after the
+// upgrade), and writes none. Request IDs have no ':', so distinct (stream,
+// id) pairs never share a key.
 func requestKey(stream, chain, id string) string {
 	return rediskeys.Prefix + "{" + chain + "}:auditreq:" + stream + ":" + id
 }
 
-// Fields of a request entry.
+// Fields of a first-release request entry.
 const (
 	requestFingerprint   = "fingerprint"
 	requestSequence      = "sequence"
@@ -555,8 +565,9 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		if conflicts > 0 {
 			claim = "1"
 		}
-		op := &appendOp{keys: make([]string, 2, 2+2*len(jobs)), args: make([]any, 8, 8+7*len(jobs))}
+		op := &appendOp{keys: make([]string, 2, 3+2*len(jobs)), args: make([]any, 8, 8+8*len(jobs))}
 		op.keys[0], op.keys[1] = st.headKey, st.streamKey
+		requests := false
 		now := s.opts.Now()
 		prev, seq := st.head, st.length
 		signed := jobs[:0]
@@ -590,12 +601,16 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 			if j.reqKey != "" {
 				op.keys = append(op.keys, j.reqKey)
 				fp = j.req.Fingerprint
+				requests = true
 			}
-			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp)
+			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp, j.req.ID)
 			signed = append(signed, j)
 		}
 		if jobs = signed; len(jobs) == 0 {
 			return
+		}
+		if requests {
+			op.keys = append(op.keys, st.requestKey)
 		}
 		op.args[0], op.args[1], op.args[2], op.args[3] = st.head, strconv.FormatUint(st.length, 10), s.writerID, claim
 		op.args[4], op.args[5], op.args[6], op.args[7] = leaseMillis, window, proof, len(jobs)
@@ -955,6 +970,7 @@ func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool
 type headState struct {
 	stream, chain      string
 	headKey, streamKey string
+	requestKey         string // requestEntries
 	queue              *batchrpc.Group[*job]
 
 	// Owned by the queue's flusher.
@@ -1007,6 +1023,7 @@ func (c *headCache) get(stream, chain string) *headState {
 	}
 	st := &headState{stream: stream, chain: chain}
 	st.headKey, st.streamKey = keys(stream, chain)
+	st.requestKey = requestEntries(stream, chain)
 	st.queue = batchrpc.NewGroup(func(jobs []*job) { c.exec(st, jobs) }, 1, c.batch)
 	sh.m[key] = st
 	return st

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,8 +135,8 @@ func TestRetriedRequestAppendsOnce(t *testing.T) {
 					if err != nil || got.JWS != first.JWS || got.Sequence != first.Sequence {
 						t.Fatalf("the first record by Audit-ID: %v %+v", err, got)
 					}
-					if ttl := rdb.PTTL(ctx, requestKey(attribution.StreamAttribution, chain, "req-1")).Val(); ttl <= 23*time.Hour || ttl > DefaultRequestWindow {
-						t.Fatalf("request entry TTL %v, want the 24 h window", ttl)
+					if ttl := requestEntryTTL(t, rdb, attribution.StreamAttribution, chain, "req-1", DefaultRequestWindow); ttl <= DefaultRequestWindow || ttl > 2*DefaultRequestWindow {
+						t.Fatalf("request entry TTL %v, want one to two 24 h windows", ttl)
 					}
 				})
 			}
@@ -163,7 +164,8 @@ func TestRequestIDIsScopedToItsStreamAndChain(t *testing.T) {
 	}
 }
 
-// After the window the entry is gone and the ID names a new request.
+// After the window the entry is gone and the ID names a new request; up
+// to then a retry gets the record.
 func TestRequestEntryExpiresAfterTheWindow(t *testing.T) {
 	ctx := context.Background()
 	rdb := testkit.StartRedis(t).Client(t)
@@ -174,14 +176,111 @@ func TestRequestEntryExpiresAfterTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := requestKey(attribution.StreamAttribution, "x", "req")
-	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > window {
-		t.Fatalf("request entry TTL %v, want at most %v", ttl, window)
+	if ttl := requestEntryTTL(t, rdb, attribution.StreamAttribution, "x", "req", window); ttl <= 0 || ttl > 2*window {
+		t.Fatalf("request entry TTL %v, want at most %v", ttl, 2*window)
 	}
-	testkit.WaitFor(t, 5*time.Second, "the request entry to expire", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the request entry to expire", func() bool {
+		keys, err := rdb.Keys(ctx, requestEntries(attribution.StreamAttribution, "x")+":*").Result()
+		return err == nil && len(keys) == 0
+	})
 	again, err := s.AppendOnce(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil, req)
 	if err != nil || again.Replayed || again.Sequence != 2 || again.PreviousAuditID != first.AuditID {
 		t.Fatalf("after the window: %v %+v", err, again)
+	}
+}
+
+// requestEntryTTL is the time to live of the bucket holding the request
+// entry of id, read with the Redis clock the script uses; the test fails
+// if no bucket younger than two windows holds it.
+func requestEntryTTL(t *testing.T, rdb redis.UniversalClient, stream, chain, id string, window time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := now.UnixMilli() / window.Milliseconds()
+	for _, b := range []int64{n, n - 1} {
+		key := requestEntries(stream, chain) + ":" + strconv.FormatInt(b, 10)
+		if rdb.HExists(ctx, key, id).Val() {
+			return rdb.PTTL(ctx, key).Val()
+		}
+	}
+	t.Fatalf("no request entry for %s on %s/%s", id, stream, chain)
+	return 0
+}
+
+// Request entries written by the first release (one key per request) are
+// honoured until they expire: a retry of a request appended before an
+// upgrade gets that record, or is refused when its content differs.
+func TestFirstReleaseRequestEntriesAreHonoured(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.start(t)
+			s := newStore(t, rdb, testKeys(t), Options{})
+			first, err := s.Append(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the first release's script wrote with the record.
+			legacy := requestKey(attribution.StreamAttribution, "x", "old")
+			if err := rdb.HSet(ctx, legacy, requestFingerprint, "fp", requestSequence, "1", requestAuditID, first.AuditID,
+				requestOutcomeStored, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb.PExpire(ctx, legacy, time.Hour)
+			// Queued together with a new request, so both kinds of entry
+			// are read in one script call.
+			pNew := s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 1), nil, Request{ID: "new", Fingerprint: "fp"})
+			pOld := s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil, Request{ID: "old", Fingerprint: "fp"})
+			if a, err := pNew.Wait(); err != nil || a.Replayed || a.Sequence != 2 {
+				t.Fatalf("new request: %v %+v", err, a)
+			}
+			a, err := pOld.Wait()
+			if err != nil || !a.Replayed || a.AuditID != first.AuditID || a.JWS != first.JWS || a.Sequence != 1 {
+				t.Fatalf("retry of a first-release request: %v %+v, want record %s", err, a, first.AuditID)
+			}
+			if _, err := s.AppendOnce(ctx, attribution.StreamAttribution, "x", payload("x", 2), nil, Request{ID: "old", Fingerprint: "other"}); !errors.Is(err, ErrRequestReused) {
+				t.Fatalf("other content under a first-release ID: %v, want ErrRequestReused", err)
+			}
+			if _, n, err := s.Head(ctx, attribution.StreamAttribution, "x"); err != nil || n != 2 {
+				t.Fatalf("chain has %d records (%v), want 2", n, err)
+			}
+		})
+	}
+}
+
+// One request ID twice in one script call (a retry queued behind its own
+// first attempt): the second finds the entry the first is writing.
+func TestRequestIDTwiceInOneBatchAppendsOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := testkit.StartRedis(t).Client(t)
+	s := newStore(t, rdb, testKeys(t), Options{})
+	req := Request{ID: "req", Fingerprint: "fp"}
+	// A first record keeps the chain's queue busy, so the rest wait and go
+	// out together.
+	ps := []Pending{s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil, Request{})}
+	for range 2 {
+		ps = append(ps, s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 1), nil, req))
+	}
+	ps = append(ps, s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 2), nil, Request{ID: "req", Fingerprint: "other"}))
+	var got []Appended
+	for _, p := range ps[:3] {
+		a, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, a)
+	}
+	if got[1].Replayed || !got[2].Replayed || got[2].AuditID != got[1].AuditID || got[2].Sequence != 2 {
+		t.Fatalf("the request's two attempts: %+v / %+v, want one record", got[1], got[2])
+	}
+	if _, err := ps[3].Wait(); !errors.Is(err, ErrRequestReused) {
+		t.Fatalf("other content under the ID: %v, want ErrRequestReused", err)
+	}
+	if _, n, err := s.Head(ctx, attribution.StreamAttribution, "x"); err != nil || n != 2 {
+		t.Fatalf("chain has %d records (%v), want 2", n, err)
 	}
 }
 
