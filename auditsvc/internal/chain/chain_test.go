@@ -543,27 +543,42 @@ func TestHeadCacheIsBounded(t *testing.T) {
 // BenchmarkSignAndAppend appends signed records from many goroutines
 // across many agents' chains against a real redis-server: 8 agents is the
 // load benchmark's (many records of one chain waiting together), 1000 many
-// chains with one record each. Besides wall clock records/s it reports the
+// chains with one record each; "requests" gives every record a request ID,
+// as the front door does. Besides wall clock records/s it reports the
 // CPU both processes spent per record, which does not depend on what else
 // the machine is running (2 cores divided by the sum is the rate this
-// 2-core machine sustains when the benchmark has it to itself), and the
-// script calls per record.
+// 2-core machine sustains when the benchmark has it to itself), the script
+// calls per record and the Redis commands per record (the scripts' own
+// commands included).
 func BenchmarkSignAndAppend(b *testing.B) {
-	for _, agents := range []int{8, 1000} {
-		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
+	for _, bc := range []struct {
+		agents   int
+		requests bool
+	}{{8, false}, {8, true}, {1000, false}} {
+		name := fmt.Sprintf("agents=%d", bc.agents)
+		if bc.requests {
+			name += "/requests"
+		}
+		b.Run(name, func(b *testing.B) {
 			srv := testkit.StartRedis(b)
 			rdb := srv.Client(b, func(o *redis.Options) { o.PoolSize = 256 })
 			s := newStore(b, rdb, testKeys(b), Options{})
 			var next atomic.Int64
 			b.SetParallelism(64)
 			b.ReportAllocs()
-			goCPU0, redisCPU0, scripts0 := processCPU(b), redisCPU(b, rdb), scriptCalls(b, rdb)
+			goCPU0, redisCPU0 := processCPU(b), redisCPU(b, rdb)
+			scripts0, cmds0 := commandCalls(b, rdb)
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					agent := fmt.Sprintf("agent-%d", next.Add(1)%int64(agents))
-					if _, err := s.Append(context.Background(), attribution.StreamAttribution, agent, payload(agent, i), nil); err != nil {
+					n := next.Add(1)
+					agent := fmt.Sprintf("agent-%d", n%int64(bc.agents))
+					var req Request
+					if bc.requests {
+						req = Request{ID: fmt.Sprintf("0190b7c2-%04x-7000-8000-%012x", n%65536, n), Fingerprint: strings.Repeat("f", 64)}
+					}
+					if _, err := s.AppendOnce(context.Background(), attribution.StreamAttribution, agent, payload(agent, i), nil, req); err != nil {
 						b.Error(err)
 						return
 					}
@@ -573,11 +588,13 @@ func BenchmarkSignAndAppend(b *testing.B) {
 			elapsed := time.Since(start)
 			goUS := (processCPU(b) - goCPU0).Seconds() * 1e6 / float64(b.N)
 			redisUS := (redisCPU(b, rdb) - redisCPU0).Seconds() * 1e6 / float64(b.N)
+			scripts, cmds := commandCalls(b, rdb)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
 			b.ReportMetric(goUS, "go-cpu-us/record")
 			b.ReportMetric(redisUS, "redis-cpu-us/record")
 			b.ReportMetric(2e6/(goUS+redisUS), "records/s@2cpu")
-			b.ReportMetric(float64(scriptCalls(b, rdb)-scripts0)/float64(b.N), "scripts/record")
+			b.ReportMetric(float64(scripts-scripts0)/float64(b.N), "scripts/record")
+			b.ReportMetric(float64(cmds-cmds0)/float64(b.N), "redis-cmds/record")
 		})
 	}
 }
@@ -590,19 +607,26 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// scriptCalls is how many EVALSHA the server has run.
-func scriptCalls(b *testing.B, rdb *redis.Client) int64 {
+// commandCalls is how many EVALSHA, and how many commands in all but the
+// benchmark's own INFO, the server has run (INFO commandstats counts the
+// commands scripts run too).
+func commandCalls(b *testing.B, rdb *redis.Client) (scripts, all int64) {
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "cmdstat_evalsha:calls="); ok {
-			n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
-			return n
+		name, stat, ok := strings.Cut(l, ":calls=")
+		if !ok || name == "cmdstat_info" {
+			continue
+		}
+		n, _ := strconv.ParseInt(stat[:strings.IndexByte(stat, ',')], 10, 64)
+		all += n
+		if strings.HasPrefix(l, "cmdstat_evalsha:") {
+			scripts = n
 		}
 	}
-	return 0
+	return scripts, all
 }
 
 func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
