@@ -294,21 +294,21 @@ func ValidRequestID(id string) bool {
 	return true
 }
 
-// requestEntries is the key prefix of the request entries of (stream,
-// chain): appendLua keeps them in one hash per window-long bucket of the
-// Redis clock, "<prefix>:<bucket>", under the chain's hash tag so that it
-// can read and write them with the records. Stream names have no ':', so
-// distinct streams never share a bucket.
-func requestEntries(stream, chain string) string {
-	return rediskeys.Prefix + "{" + chain + "}:auditreqs:" + stream
+// requestKey is the request entry of id on (stream, chain): a string
+// "<sequence> <outcome_stored> <audit_id> <fingerprint>" that expires after
+// the request window, under the chain's hash tag so that appendLua can
+// read and write it with the record. Stream names have no ':' and request
+// IDs neither, so distinct (stream, id) pairs never share a key.
+func requestKey(stream, chain, id string) string {
+	return rediskeys.Prefix + "{" + chain + "}:auditrid:" + stream + ":" + id
 }
 
-// requestKey is the first release's request entry of id on (stream,
-// chain): a hash with the request* fields, one key per request. appendLua
-// still honours such entries until they expire (one window after the
-// upgrade), and writes none. Request IDs have no ':', so distinct (stream,
-// id) pairs never share a key.
-func requestKey(stream, chain, id string) string {
+// firstReleaseRequestKey is where the first release kept the request entry
+// of id: a hash with the request* fields. appendLua still honours such
+// entries until they expire, and writes none. The new entries have a name
+// of their own so that a first-release replica never reads one (it would
+// fail on the type in the middle of its script).
+func firstReleaseRequestKey(stream, chain, id string) string {
 	return rediskeys.Prefix + "{" + chain + "}:auditreq:" + stream + ":" + id
 }
 
@@ -415,7 +415,9 @@ type job struct {
 	p       attribution.Payload
 	outcome *IdempotentOutcome
 	req     Request
-	reqKey  string
+	// reqKey and oldReqKey are the request entry's key and the first
+	// release's (requestKey, firstReleaseRequestKey).
+	reqKey, oldReqKey string
 	// garbage is the index entry of this record's attempt that lost the
 	// race, deleted with its next attempt.
 	garbage string
@@ -435,7 +437,7 @@ func (s *Store) start(ctx context.Context, stream, chain string, p attribution.P
 		return Pending{j, closed}
 	}
 	if req.ID != "" {
-		j.reqKey = requestKey(stream, chain, req.ID)
+		j.reqKey, j.oldReqKey = requestKey(stream, chain, req.ID), firstReleaseRequestKey(stream, chain, req.ID)
 	}
 	st := s.heads.get(stream, chain)
 	if inline {
@@ -565,9 +567,8 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		if conflicts > 0 {
 			claim = "1"
 		}
-		op := &appendOp{keys: make([]string, 2, 3+2*len(jobs)), args: make([]any, 8, 8+8*len(jobs))}
+		op := &appendOp{keys: make([]string, 2, 2+3*len(jobs)), args: make([]any, 8, 8+7*len(jobs))}
 		op.keys[0], op.keys[1] = st.headKey, st.streamKey
-		requests := false
 		now := s.opts.Now()
 		prev, seq := st.head, st.length
 		signed := jobs[:0]
@@ -599,18 +600,14 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 				tok, ttl, resp = o.Token, strconv.FormatInt(o.TTL.Milliseconds(), 10), o.Response
 			}
 			if j.reqKey != "" {
-				op.keys = append(op.keys, j.reqKey)
+				op.keys = append(op.keys, j.reqKey, j.oldReqKey)
 				fp = j.req.Fingerprint
-				requests = true
 			}
-			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp, j.req.ID)
+			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp)
 			signed = append(signed, j)
 		}
 		if jobs = signed; len(jobs) == 0 {
 			return
-		}
-		if requests {
-			op.keys = append(op.keys, st.requestKey)
 		}
 		op.args[0], op.args[1], op.args[2], op.args[3] = st.head, strconv.FormatUint(st.length, 10), s.writerID, claim
 		op.args[4], op.args[5], op.args[6], op.args[7] = leaseMillis, window, proof, len(jobs)
@@ -970,7 +967,6 @@ func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool
 type headState struct {
 	stream, chain      string
 	headKey, streamKey string
-	requestKey         string // requestEntries
 	queue              *batchrpc.Group[*job]
 
 	// Owned by the queue's flusher.
@@ -1023,7 +1019,6 @@ func (c *headCache) get(stream, chain string) *headState {
 	}
 	st := &headState{stream: stream, chain: chain}
 	st.headKey, st.streamKey = keys(stream, chain)
-	st.requestKey = requestEntries(stream, chain)
 	st.queue = batchrpc.NewGroup(func(jobs []*job) { c.exec(st, jobs) }, 1, c.batch)
 	sh.m[key] = st
 	return st

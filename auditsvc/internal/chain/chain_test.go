@@ -554,7 +554,7 @@ func BenchmarkSignAndAppend(b *testing.B) {
 	for _, bc := range []struct {
 		agents   int
 		requests bool
-	}{{8, false}, {8, true}, {1000, false}} {
+	}{{8, false}, {8, true}, {1000, false}, {1000, true}} {
 		name := fmt.Sprintf("agents=%d", bc.agents)
 		if bc.requests {
 			name += "/requests"

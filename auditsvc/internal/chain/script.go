@@ -15,20 +15,18 @@ import (
 //
 //	KEYS[1] head hash   KEYS[2] record stream
 //	then per record, in order: its idempotency slot when it has a slot
-//	token, then its first-release request entry (requestKey) when it has
-//	a request ID
-//	last, when a record has a request ID: the stream's request entries
-//	(requestEntries; the script appends ":<bucket>")
+//	token, then its request entry and the first release's when it has a
+//	request fingerprint
 //	ARGV[1] head the first record was signed against
 //	ARGV[2] chain length it assumed
 //	ARGV[3] writer ID  ARGV[4] "1" to claim the lease on conflict
 //	ARGV[5] lease length (ms)  ARGV[6] request window (ms)
 //	ARGV[7] "1" when the append is followed by WAIT (Options.ReplicaAcks)
 //	ARGV[8] number of records N
-//	per record i (from b = 8 + 8 * (i - 1)): ARGV[b+1] Audit-ID
+//	per record i (from b = 8 + 7 * (i - 1)): ARGV[b+1] Audit-ID
 //	ARGV[b+2] JWS  ARGV[b+3] stored-at (Unix ms)  ARGV[b+4] slot token
 //	ARGV[b+5] slot TTL (ms)  ARGV[b+6] stored response
-//	ARGV[b+7] request fingerprint  ARGV[b+8] request ID
+//	ARGV[b+7] request fingerprint
 //
 // Record i > 1 was signed against record i-1's Audit-ID, so once the
 // first record passes the compare step the rest link to it by
@@ -58,29 +56,23 @@ import (
 // device only: the compare step alone keeps the chain from forking, and an
 // abandoned lease expires after ARGV[5] ms (Redis clock).
 //
-// Request entries make a retried request append once. They are fields of
-// one hash per stream and window-long bucket of the Redis clock
-// (requestEntries..":"..floor(now / window)), field = request ID, value =
-// "<sequence> <outcome_stored> <audit_id> <fingerprint>", so a batch's
-// entries cost a fixed number of commands however many records it has:
-// one HMGET of the current and one of the previous bucket before the
-// records, one HSET and one PEXPIREAT after them. A bucket expires one
-// window after it ends, so an entry lives between one and two windows,
-// and the two buckets read hold every entry younger than a window. They
-// are read before the compare step, so a retry gets its earlier record
-// whatever the head is now; a request ID twice in one batch finds the
-// first one's entry among the entries the script is writing. They are
-// written in the same script as their records, so a record and its
-// request entry exist together or not at all. Entries of the first
-// release (one key per request, requestKey) are still honoured until
-// they expire: one EXISTS over them per batch, and a read only of those
-// that exist.
+// A request entry makes a retried request append once. It is a string
+// "<sequence> <outcome_stored> <audit_id> <fingerprint>" written with its
+// record by one SET with the window as its expiry, so a record and its
+// request entry exist together or not at all. The entries of all the
+// batch's records are read before the records, with one MGET, so a retry
+// gets its earlier record whatever the head is now; a request twice in
+// one batch finds the entry the script wrote for the first. The first
+// release kept each entry as a hash under another key: one EXISTS over
+// those keys, and only if some exist a read of those, keeps them honoured
+// until they expire. So a batch's request IDs cost two commands to read
+// and one per record to write, instead of three per record.
 //
 // WAIT counts the replicas that have the calling connection's latest
-// write. A replay writes nothing by itself, so with ARGV[7] it counts
-// itself in its bucket ("#replays"; '#' is not a request ID character):
-// that write comes after the record it answers with, and the WAIT that
-// follows then proves the replicas have that record too.
+// write. A replay writes nothing by itself, so with ARGV[7] it writes its
+// entry again (a first-release entry counts itself in 'replays'): that
+// write comes after the record it answers with, and the WAIT that follows
+// then proves the replicas have that record too.
 //
 // The stream is the source of truth and the head hash a cache of its tail:
 // if the head hash is missing (never written, or deleted by an operator),
@@ -111,43 +103,35 @@ local function millis()
   return now
 end
 local n = tonumber(ARGV[8])
-local slots, ids, at, legacy = {}, {}, {}, {}
+local slots, reqs, olds, reqkeys, oldkeys, at = {}, {}, {}, {}, {}, {}
 local k = 3
 for i = 1, n do
-  local b = 8 + 8 * (i - 1)
+  local b = 8 + 7 * (i - 1)
   if ARGV[b + 4] ~= '' then
     slots[i] = KEYS[k]
     k = k + 1
   end
-  if ARGV[b + 8] ~= '' then
-    legacy[#legacy + 1] = KEYS[k]
-    k = k + 1
-    ids[#ids + 1] = ARGV[b + 8]
-    at[#ids] = i
+  if ARGV[b + 7] ~= '' then
+    reqs[i], olds[i] = KEYS[k], KEYS[k + 1]
+    reqkeys[#reqkeys + 1], oldkeys[#reqkeys + 1] = KEYS[k], KEYS[k + 1]
+    at[#reqkeys] = i
+    k = k + 2
   end
 end
-local found, written, fresh = {}, {}, {}
-local window, nb, bucket
-if #ids > 0 then
-  window = tonumber(ARGV[6])
-  nb = math.floor(millis() / window)
-  bucket = KEYS[k] .. ':' .. string.format('%d', nb)
-  local older = KEYS[k] .. ':' .. string.format('%d', nb - 1)
-  local c = redis.call('HMGET', bucket, unpack(ids))
-  local p = redis.call('HMGET', older, unpack(ids))
-  for j = 1, #ids do
-    local v, key = c[j], bucket
-    if not v then v, key = p[j], older end
-    if v then
-      local seq, st, aid, fp = string.match(v, '^(%d+) (%d) (%S+) (.*)$')
-      found[at[j]] = {fp, seq, aid, st, key, '#replays'}
+local found, written = {}, {}
+if #reqkeys > 0 then
+  local v = redis.call('MGET', unpack(reqkeys))
+  for j = 1, #reqkeys do
+    if v[j] then
+      local seq, st, aid, fp = string.match(v[j], '^(%d+) (%d) (%S+) (.*)$')
+      found[at[j]] = {fp, seq, aid, st, v[j]}
     end
   end
-  if redis.call('EXISTS', unpack(legacy)) > 0 then
-    for j = 1, #legacy do
-      if not found[at[j]] then
-        local d = redis.call('HMGET', legacy[j], '@RFP@', '@RSEQ@', '@RID@', '@RSTORED@')
-        if d[1] then found[at[j]] = {d[1], d[2], d[3], d[4], legacy[j], 'replays'} end
+  if redis.call('EXISTS', unpack(oldkeys)) > 0 then
+    for j = 1, #oldkeys do
+      if not v[j] then
+        local d = redis.call('HMGET', oldkeys[j], '@RFP@', '@RSEQ@', '@RID@', '@RSTORED@')
+        if d[1] then found[at[j]] = {d[1], d[2], d[3], d[4]} end
       end
     end
   end
@@ -158,17 +142,13 @@ local function finish()
   if moved then
     redis.call('HSET', KEYS[1], '@HEAD@', head, '@LEN@', len)
   end
-  if #fresh > 0 then
-    redis.call('HSET', bucket, unpack(fresh))
-    redis.call('PEXPIREAT', bucket, string.format('%d', (nb + 2) * window))
-  end
   return out
 end
 for i = 1, n do
-  local b = 8 + 8 * (i - 1)
-  local slot, rid = slots[i], ARGV[b + 8]
-  if rid ~= '' then
-    local d = written[rid] or found[i]
+  local b = 8 + 7 * (i - 1)
+  local slot, req = slots[i], reqs[i]
+  if req then
+    local d = written[req] or found[i]
     if d then
       if d[1] ~= ARGV[b + 7] then
         out[i] = {3, d[3] or '', d[2] or ''}
@@ -178,8 +158,12 @@ for i = 1, n do
         redis.call('HDEL', KEYS[1], 'lease', 'lease_until')
         lease = nil
       end
-      if ARGV[7] == '1' then
-        redis.call('HINCRBY', d[5], d[6], 1)
+      if ARGV[7] == '1' and not written[req] then
+        if d[5] then
+          redis.call('SET', req, d[5], 'KEEPTTL')
+        else
+          redis.call('HINCRBY', olds[i], 'replays', 1)
+        end
       end
       local jws, sat = '', ''
       local e = redis.call('XRANGE', KEYS[2], d[2] .. '-0', d[2] .. '-0')
@@ -218,10 +202,10 @@ for i = 1, n do
       stored = '1'
     end
   end
-  if rid ~= '' then
-    written[rid] = {ARGV[b + 7], seq, ARGV[b + 1], stored, bucket, '#replays'}
-    fresh[#fresh + 1] = rid
-    fresh[#fresh + 1] = seq .. ' ' .. stored .. ' ' .. ARGV[b + 1] .. ' ' .. ARGV[b + 7]
+  if req then
+    local v = seq .. ' ' .. stored .. ' ' .. ARGV[b + 1] .. ' ' .. ARGV[b + 7]
+    redis.call('SET', req, v, 'PX', ARGV[6])
+    written[req] = {ARGV[b + 7], seq, ARGV[b + 1], stored, v}
   end
   out[i] = {1, seq, stored}
 end
