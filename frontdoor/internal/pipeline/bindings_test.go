@@ -23,7 +23,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -158,24 +157,6 @@ func (s *bndAudit) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
-}
-
-func bndServe(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	register(srv)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 var (
@@ -354,9 +335,9 @@ func newBndFixtureWith(t testing.TB, extra string) *bndFixture {
 		agentNoOrder: {AgentId: agentNoOrder, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner", Scopes: []string{"briefs:read"}},
 	}}
 	f := &bndFixture{policy: &bndPolicy{}, audit: &bndAudit{}, store: store}
-	identityConn := bndServe(t, func(s *grpc.Server) { identityv1.RegisterIdentityServiceServer(s, identity) })
-	policyConn := bndServe(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
-	auditConn := bndServe(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, f.audit) })
+	identityConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { identityv1.RegisterIdentityServiceServer(s, identity) })
+	policyConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
+	auditConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, f.audit) })
 	log := slog.New(slog.DiscardHandler)
 
 	reg := handler.NewRegistry()

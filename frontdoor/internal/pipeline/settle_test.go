@@ -226,9 +226,9 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	identity := &bndIdentity{agents: map[string]*identityv1.AgentRecord{
 		agentFull: {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner"},
 	}}
-	identityConn := bndServe(t, func(s *grpc.Server) { identityv1.RegisterIdentityServiceServer(s, identity) })
-	policyConn := bndServe(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
-	auditConn := bndServe(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, f.audit) })
+	identityConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { identityv1.RegisterIdentityServiceServer(s, identity) })
+	policyConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
+	auditConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, f.audit) })
 	log := slog.New(slog.DiscardHandler)
 
 	reg := handler.NewRegistry()
