@@ -15,6 +15,7 @@ import (
 
 	"github.com/agtpsuite/agtp/e2e/loadgen"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/suite"
 )
@@ -88,7 +89,7 @@ func ServeOneProcessChild(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	roots, err := kit.LoadCertPool(s.Layout().CA())
+	roots, err := keyfile.CertPool(s.Layout().CA())
 	if err != nil {
 		return err
 	}

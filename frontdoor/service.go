@@ -43,6 +43,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 	"github.com/agtpsuite/agtp/services/batchrpc"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
@@ -268,13 +269,13 @@ func agentVerifier(cfg Config) (*callerproof.Verifier, error) {
 	var agentCAs *x509.CertPool
 	if cfg.AgentCAFile != "" {
 		var err error
-		if agentCAs, err = kit.LoadCertPool(cfg.AgentCAFile); err != nil {
+		if agentCAs, err = keyfile.CertPool(cfg.AgentCAFile); err != nil {
 			return nil, fmt.Errorf("agent CA: %w", err)
 		}
 	}
 	v := callerproof.NewVerifier(agentCAs)
 	if cfg.TrustedPeerCAFile != "" {
-		peers, err := kit.LoadCertPool(cfg.TrustedPeerCAFile)
+		peers, err := keyfile.CertPool(cfg.TrustedPeerCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("trusted peer CA: %w", err)
 		}

@@ -36,7 +36,6 @@ import (
 // catalog stands in for catalogsvc: it answers the two RPCs the test
 // table names, and counts the writes that reach it.
 type catalog struct {
-	catalogv1.UnimplementedCatalogServiceServer
 	writes int
 }
 
@@ -76,18 +75,14 @@ func serve(t *testing.T, pki devpki.Layout) *server {
 		t.Fatal(err)
 	}
 	srvTLS := serverTLS(t, pki, "catalogsvc")
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)),
-		grpc.ChainUnaryInterceptor(guard.UnaryInterceptor()), grpc.ChainStreamInterceptor(guard.StreamInterceptor()))
 	cat := &catalog{}
-	catalogv1.RegisterCatalogServiceServer(g, cat)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
+	grpcAddr := testkit.ServeGRPCAddr(t, []grpc.ServerOption{grpc.Creds(credentials.NewTLS(srvTLS)),
+		grpc.ChainUnaryInterceptor(guard.UnaryInterceptor()), grpc.ChainStreamInterceptor(guard.StreamInterceptor())},
+		func(g grpc.ServiceRegistrar) {
+			catalogv1.RegisterCatalogServiceServer(g, &testkit.CatalogStub{ListMethodsF: cat.ListMethods, PutEndpointF: cat.PutEndpoint})
+		})
 
-	self := dial(t, pki, lis.Addr().String(), clientCert(t, pki.Cert("catalogsvc"), pki.Key("catalogsvc")))
+	self := dial(t, pki, grpcAddr, clientCert(t, pki.Cert("catalogsvc"), pki.Key("catalogsvc")))
 	mux := runtime.NewServeMux(guard.GatewayOptions()...)
 	if err := catalogv1.RegisterCatalogServiceHandler(context.Background(), mux, self); err != nil {
 		t.Fatal(err)
@@ -100,7 +95,7 @@ func serve(t *testing.T, pki devpki.Layout) *server {
 	hs.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
 	go func() { _ = hs.ServeTLS(httpLis, "", "") }()
 	t.Cleanup(func() { _ = hs.Close() })
-	return &server{grpcAddr: lis.Addr().String(), restURL: "https://" + httpLis.Addr().String(), catalog: cat}
+	return &server{grpcAddr: grpcAddr, restURL: "https://" + httpLis.Addr().String(), catalog: cat}
 }
 
 func serverTLS(t *testing.T, pki devpki.Layout, name string) *tls.Config {

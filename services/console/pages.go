@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -223,11 +224,10 @@ func (c *Console) resolveEscalation(w http.ResponseWriter, r *http.Request, se s
 	return c.done(w, r, "/", "escalation-row", row)
 }
 
-// statusNames are the agent statuses the filter offers.
-var statusNames = map[string]identityv1.AgentStatus{
-	"active": identityv1.AgentStatus_AGENT_STATUS_ACTIVE, "suspended": identityv1.AgentStatus_AGENT_STATUS_SUSPENDED,
-	"retired": identityv1.AgentStatus_AGENT_STATUS_RETIRED, "deprecated": identityv1.AgentStatus_AGENT_STATUS_DEPRECATED,
-}
+// filterStates are the lifecycle states the agents page filters by, in
+// the order it offers them; the names are callerpolicy's, as everywhere
+// an agent's state is shown.
+var filterStates = []string{callerpolicy.StateActive, callerpolicy.StateSuspended, callerpolicy.StateDeprecated, callerpolicy.StateRetired}
 
 // agentFilter is what the agents page filters by; zero fields match
 // every agent.
@@ -243,7 +243,7 @@ func (f agentFilter) matches(a *identityv1.AgentRecord) bool {
 	switch {
 	case f.Search != "" && !strings.Contains(strings.ToLower(a.GetName()), strings.ToLower(f.Search)) && !strings.Contains(a.GetAgentId(), strings.ToLower(f.Search)):
 		return false
-	case f.Status != "" && a.GetStatus() != statusNames[f.Status]:
+	case f.Status != "" && callerpolicy.StateName(a.GetStatus()) != f.Status:
 		return false
 	case f.Owner != "" && !strings.Contains(a.GetOwner(), f.Owner) && !strings.Contains(a.GetOwnerId(), f.Owner):
 		return false
@@ -258,8 +258,8 @@ func (f agentFilter) matches(a *identityv1.AgentRecord) bool {
 func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session) error {
 	q := r.URL.Query()
 	f := agentFilter{Search: strings.TrimSpace(q.Get("q")), Status: q.Get("status"), Owner: strings.TrimSpace(q.Get("owner")), Zone: strings.TrimSpace(q.Get("zone")), Tier: -1}
-	if _, ok := statusNames[f.Status]; f.Status != "" && !ok {
-		return badRequest("status is active, suspended, retired or deprecated")
+	if f.Status != "" && !slices.Contains(filterStates, f.Status) {
+		return badRequest("status is one of " + strings.Join(filterStates, ", "))
 	}
 	if t := q.Get("tier"); t != "" {
 		n, err := strconv.Atoi(t)
@@ -489,11 +489,10 @@ var funcs = template.FuncMap{
 		}
 		return t.AsTime().UTC().Format(time.RFC3339)
 	},
-	"status": func(s identityv1.AgentStatus) string {
-		return strings.ToLower(strings.TrimPrefix(s.String(), "AGENT_STATUS_"))
-	},
-	"list": func(s ...string) []string { return s },
-	"rate": func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
+	"status": callerpolicy.StateName,
+	"states": func() []string { return filterStates },
+	"list":   func(s ...string) []string { return s },
+	"rate":   func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
 	"short": func(s string) string {
 		if len(s) > 16 {
 			return s[:16] + "…"

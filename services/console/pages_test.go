@@ -117,3 +117,28 @@ func TestAgentFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestStateNames: the agents page shows and filters by the lifecycle state
+// names the front door answers with (callerpolicy), a never-activated
+// agent's included, and offers every state it can filter by.
+func TestStateNames(t *testing.T) {
+	show := funcs["status"].(func(identityv1.AgentStatus) string)
+	for status, want := range map[identityv1.AgentStatus]string{
+		identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED: "pending",
+		identityv1.AgentStatus_AGENT_STATUS_ACTIVE:      "active",
+		identityv1.AgentStatus_AGENT_STATUS_SUSPENDED:   "suspended",
+		identityv1.AgentStatus_AGENT_STATUS_DEPRECATED:  "deprecated",
+		identityv1.AgentStatus_AGENT_STATUS_RETIRED:     "retired",
+	} {
+		if got := show(status); got != want {
+			t.Errorf("status(%v) = %q, want %q", status, got, want)
+		}
+		offered := slices.Contains(filterStates, want)
+		if offered == (status == identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED) {
+			t.Errorf("filter offers %q: %v", want, offered)
+		}
+		if offered && !(agentFilter{Status: want, Tier: -1}).matches(&identityv1.AgentRecord{Status: status}) {
+			t.Errorf("filter %q does not match an agent in that state", want)
+		}
+	}
+}

@@ -1,9 +1,9 @@
 // Package keyfile reads key files from disk for the services and the agtp
 // command: the suite's signing key, Genesis issuer keys, agent keys and
-// the verification keys of attribution. One reader bounds what is read
-// and says in one wording what is wrong with a file; what a file may
-// hold beyond a PKCS #8 private key (JWK, JWKS, PKIX public keys) is
-// attribution.ParseKeys'.
+// the verification keys of attribution, and the CA bundles they trust.
+// One reader bounds what is read and says in one wording what is wrong
+// with a file; what a file may hold beyond a PKCS #8 private key (JWK,
+// JWKS, PKIX public keys) is attribution.ParseKeys'.
 package keyfile
 
 import (
@@ -79,4 +79,29 @@ func ReadEd25519(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("%s holds a %T key, not Ed25519", path, k)
 	}
 	return ek, nil
+}
+
+// CertPool reads a PEM bundle of CA certificates into a new pool.
+func CertPool(path string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if err := AppendCerts(pool, path); err != nil {
+		return nil, err
+	}
+	return pool, nil
+}
+
+// AppendCerts adds the certificates of the PEM bundle at path to pool. A
+// file that holds none is an error: an empty pool trusts nothing, and a
+// setting that names a file means it to trust something. A bundle is not
+// bounded by MaxSize: it is the operator's file, and a system bundle is
+// larger.
+func AppendCerts(pool *x509.CertPool, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read CA bundle: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return fmt.Errorf("CA bundle %s holds no PEM certificate", path)
+	}
+	return nil
 }

@@ -6,13 +6,16 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io/fs"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func pemFile(t *testing.T, dir, name, typ string, der []byte) string {
@@ -79,6 +82,49 @@ func TestReadRefusesWhatIsNotAPrivateKey(t *testing.T) {
 			}
 			if tc.notExisting != errors.Is(err, fs.ErrNotExist) {
 				t.Fatalf("errors.Is(%v, fs.ErrNotExist) = %v", err, !tc.notExisting)
+			}
+		})
+	}
+}
+
+// CertPool reads a CA bundle, and refuses a file that names no
+// certificate rather than trusting nothing.
+func TestCertPool(t *testing.T) {
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := pemFile(t, dir, "ca.pem", "CERTIFICATE", der)
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := x509.NewCertPool()
+	want.AddCert(ca)
+	keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
+	notBundle := pemFile(t, dir, "key.pem", "PRIVATE KEY", keyDER)
+
+	for _, tc := range []struct {
+		name, path, wantErr string
+	}{
+		{"a bundle is read", bundle, ""},
+		{"a file without a certificate is refused", notBundle, "holds no PEM certificate"},
+		{"a missing file says so", filepath.Join(dir, "missing.pem"), "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool, err := CertPool(tc.path)
+			if tc.wantErr == "" {
+				if err != nil || !pool.Equal(want) {
+					t.Fatalf("CertPool = %v, %v; want the bundle's certificate", pool, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("CertPool error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // MTLS holds the suite CA and this service's certificate, and builds the
@@ -59,7 +61,7 @@ func (m *MTLS) caPool() (*x509.CertPool, error) {
 	if m.pool != nil && st.ModTime().UnixNano() == m.caMod {
 		return m.pool, nil
 	}
-	pool, err := LoadCertPool(m.caFile)
+	pool, err := keyfile.CertPool(m.caFile)
 	if err != nil {
 		if m.pool != nil {
 			return m.pool, nil

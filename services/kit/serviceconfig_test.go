@@ -2,7 +2,6 @@ package kit_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -38,7 +37,7 @@ func startReplica(t *testing.T, failFirst int32) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{failFirst: failFirst}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(m.ServerConfig())),
+	r.addr = testkit.ServeGRPCAddr(t, []grpc.ServerOption{grpc.Creds(credentials.NewTLS(m.ServerConfig())),
 		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 			var in emptypb.Empty
 			if err := stream.RecvMsg(&in); err != nil {
@@ -48,14 +47,7 @@ func startReplica(t *testing.T, failFirst int32) *replica {
 				return status.Error(codes.Unavailable, "replica going away")
 			}
 			return stream.SendMsg(&emptypb.Empty{})
-		}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	r.addr = ln.Addr().String()
+		})}, func(grpc.ServiceRegistrar) {})
 	return r
 }
 

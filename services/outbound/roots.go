@@ -2,8 +2,7 @@ package outbound
 
 import (
 	"crypto/x509"
-	"fmt"
-	"os"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // RootCAs is the trust pool for connections to servers outside the suite:
@@ -17,12 +16,8 @@ func RootCAs(caFile string) (*x509.CertPool, error) {
 	if caFile == "" {
 		return roots, nil
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("CA file: %w", err)
-	}
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
+	if err := keyfile.AppendCerts(roots, caFile); err != nil {
+		return nil, err
 	}
 	return roots, nil
 }

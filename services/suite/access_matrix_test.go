@@ -55,7 +55,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/grpcerr"
-	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -581,7 +581,7 @@ func startMatrixSuite(t *testing.T) *matrix {
 	}
 	// The banner comes once the demo agent and its AGP key are in.
 	s := startTestSuite(t, Config{StateDir: state, RedisURL: rds.URL()})
-	roots, err := kit.LoadCertPool(s.Layout().CA())
+	roots, err := keyfile.CertPool(s.Layout().CA())
 	if err != nil {
 		t.Fatal(err)
 	}

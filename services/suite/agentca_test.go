@@ -12,6 +12,7 @@ import (
 	identitydemo "github.com/agtpsuite/agtp/identitysvc/demo"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -64,7 +65,7 @@ func TestSuiteIssuesAgentCertificatesFromItsAgentCA(t *testing.T) {
 		ca    string
 		trust bool
 	}{{l.AgentCA(), true}, {l.CA(), false}} {
-		roots, err := kit.LoadCertPool(tc.ca)
+		roots, err := keyfile.CertPool(tc.ca)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // TestConsoleKeepsSessionsInTheSuiteRedisAndReadsEveryServiceMetrics pins
@@ -23,7 +23,7 @@ import (
 // waiting; it must not say a service has no metrics address).
 func TestConsoleKeepsSessionsInTheSuiteRedisAndReadsEveryServiceMetrics(t *testing.T) {
 	s := startTestSuite(t, Config{})
-	roots, err := kit.LoadCertPool(s.Layout().CA())
+	roots, err := keyfile.CertPool(s.Layout().CA())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/devpki"
-	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -189,7 +189,7 @@ func TestSuiteHonoursTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots, err := kit.LoadCertPool(s.Layout().CA())
+	roots, err := keyfile.CertPool(s.Layout().CA())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -54,7 +55,7 @@ func TestPrometheusEndpointServesTheSuiteMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots, err := kit.LoadCertPool(l.CA())
+	roots, err := keyfile.CertPool(l.CA())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func scraper(t *testing.T, l devpki.Layout, cert string) func(service, addr stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots, err := kit.LoadCertPool(l.CA())
+	roots, err := keyfile.CertPool(l.CA())
 	if err != nil {
 		t.Fatal(err)
 	}

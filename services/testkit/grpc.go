@@ -54,7 +54,12 @@ var (
 	Operator  = access.Identity{Kind: access.Operator, Name: "admin"}
 )
 
-func serveGRPC(tb testing.TB, register func(grpc.ServiceRegistrar), opts ...grpc.ServerOption) *grpc.ClientConn {
+// ServeGRPCAddr serves what register adds to a gRPC server built with
+// opts on a loopback port and returns the port's address, for tests that
+// dial it themselves: over TLS (opts carrying grpc.Creds), or as one of
+// several replicas behind one name. The server stops at cleanup.
+func ServeGRPCAddr(tb testing.TB, opts []grpc.ServerOption, register func(grpc.ServiceRegistrar)) string {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -63,7 +68,12 @@ func serveGRPC(tb testing.TB, register func(grpc.ServiceRegistrar), opts ...grpc
 	register(g)
 	go func() { _ = g.Serve(lis) }()
 	tb.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return lis.Addr().String()
+}
+
+func serveGRPC(tb testing.TB, register func(grpc.ServiceRegistrar), opts ...grpc.ServerOption) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpc.NewClient(ServeGRPCAddr(tb, opts, register), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
 	}

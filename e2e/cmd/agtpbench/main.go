@@ -7,7 +7,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/agtpsuite/agtp/e2e"
 	"github.com/agtpsuite/agtp/e2e/loadgen"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 func main() { os.Exit(run()) }
@@ -144,16 +144,12 @@ func run() int {
 
 // abuseChild is the abuse scenario's child process.
 func abuseChild(cfg loadgen.AbuseConfig, caFile string) int {
-	pem, err := os.ReadFile(caFile)
+	roots, err := keyfile.CertPool(caFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agtpbench:", err)
 		return 2
 	}
-	cfg.Target.Roots = x509.NewCertPool()
-	if !cfg.Target.Roots.AppendCertsFromPEM(pem) {
-		fmt.Fprintln(os.Stderr, "agtpbench: no certificate in", caFile)
-		return 2
-	}
+	cfg.Target.Roots = roots
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := loadgen.ServeAbuseChild(ctx, cfg, os.Stdin, os.Stdout); err != nil {

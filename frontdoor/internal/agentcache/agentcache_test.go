@@ -17,11 +17,10 @@ import (
 )
 
 // fakeIdentity is identitysvc's ResolveAgent and WatchAgents, served over
-// real gRPC. The first ResolveAgent of an agent answers first and waits
+// real gRPC by the test kit's stub. The first ResolveAgent of an agent answers first and waits
 // for hold to close; later ones answer then at once. A nil record answers
 // NotFound.
 type fakeIdentity struct {
-	identityv1.UnimplementedIdentityServiceServer
 	first, then *identityv1.AgentRecord
 	hold        chan struct{} // nil: the first call does not wait
 	entered     chan struct{} // one send per call, when it has started
@@ -83,8 +82,8 @@ func (f *fakeIdentity) resolves(id string) int {
 // startCache serves f and returns a cache on it.
 func startCache(t *testing.T, f *fakeIdentity) *Cache {
 	t.Helper()
-	conn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { identityv1.RegisterIdentityServiceServer(s, f) })
-	return New(identityv1.NewIdentityServiceClient(conn), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stub := &testkit.IdentityStub{ResolveAgentF: f.ResolveAgent, WatchAgentsF: f.WatchAgents}
+	return New(stub.Serve(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // watch runs c.Watch until the test ends and returns once the stream is

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
@@ -103,16 +105,16 @@ func fromAGTP(resp *agtp.Response) *apiError {
 	details := map[string]any{"agtpStatus": status, "agtpReason": reason}
 	e := &apiError{Status: status, Code: codeOf(reason), Message: msg, Details: details}
 	switch {
-	case reason == "input-invalid":
+	case reason == answer.ReasonInputInvalid:
 		e.Status, e.Code, e.Error = http.StatusBadRequest, CodeValidation, "Validation failed"
 		if v, ok := eb.Extra["violations"]; ok {
 			details["violations"] = v
 		}
-	case status == agtp.StatusBadRequest || reason == "unsupported-content-type":
+	case status == agtp.StatusBadRequest || reason == answer.ReasonUnsupportedContentType:
 		e.Status, e.Code, e.Error = http.StatusBadRequest, CodeValidation, "Validation failed"
 	case structural(status):
 		e.Status, e.Code, e.Error = http.StatusBadRequest, CodeCapabilityNotFound, "Capability not found"
-	case status == agtp.StatusUnauthorized, reason == "agent-retired":
+	case status == agtp.StatusUnauthorized, reason == callerpolicy.ReasonAgentRetired:
 		e.Status, e.Code, e.Error = http.StatusUnauthorized, CodeUnauthorized, "Unauthorized"
 	case status == agtp.StatusAuthorizationRequired:
 		// Authority-Scope refusals (262): the key's agent lacks a scope the
@@ -122,7 +124,7 @@ func fromAGTP(resp *agtp.Response) *apiError {
 			e.Message = "Missing required scope: " + s
 			details["scope"] = s
 		}
-	case status == http.StatusForbidden, status >= 455 && status <= 458, reason == "agent-suspended":
+	case status == http.StatusForbidden, status >= 455 && status <= 458, reason == callerpolicy.ReasonAgentSuspended:
 		e.Status, e.Error = http.StatusForbidden, "Forbidden"
 	case status == agtp.StatusRateLimited:
 		e.Status, e.Code, e.Error = http.StatusTooManyRequests, CodeRateLimited, "Rate limit exceeded"

@@ -22,6 +22,13 @@ import (
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 
+// Reason tokens of the input stage's refusals, which the AGP binding
+// translates into its own error codes (frontdoor/internal/agp).
+const (
+	ReasonInputInvalid           = "input-invalid"
+	ReasonUnsupportedContentType = "unsupported-content-type"
+)
+
 // Error builds an AGTP error response (core §5.7 error body); extra
 // members go into the body. taskID is the request's Task-ID, echoed in
 // the body.

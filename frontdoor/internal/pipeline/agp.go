@@ -5,6 +5,7 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
@@ -87,7 +88,7 @@ func (v *View) Target(method, path string, params map[string]any) (*endpoint.End
 	}
 	ep := x.state.Endpoints[d.Endpoint.Index]
 	if _, report := ep.BuildInput(d.Params(), nil, params); report != nil {
-		return nil, x.fail(agtp.StatusUnprocessable, "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
+		return nil, x.fail(agtp.StatusUnprocessable, answer.ReasonInputInvalid, report.Error(), map[string]any{"violations": report.Violations})
 	}
 	return ep, nil
 }

@@ -21,9 +21,7 @@ import (
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -48,11 +46,11 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// The peers of the pipeline are tiny real gRPC servers whose behaviour is
-// in function fields and plain state.
+// The peers of the pipeline are the test kit's stubs on real gRPC, their
+// behaviour the methods of these small types, which keep what they were
+// asked.
 
 type bndIdentity struct {
-	identityv1.UnimplementedIdentityServiceServer
 	agents map[string]*identityv1.AgentRecord
 }
 
@@ -68,7 +66,6 @@ func (s *bndIdentity) ResolveAgent(_ context.Context, req *identityv1.ResolveAge
 // endpoint's required scopes, else 262, like policysvc; it records what
 // it was asked.
 type bndPolicy struct {
-	policyv1.UnimplementedPolicyServiceServer
 	mu    sync.Mutex
 	asked []*policyv1.AuthorizeRequest
 }
@@ -98,7 +95,6 @@ func (s *bndPolicy) requests() []*policyv1.AuthorizeRequest {
 // loseAnswers > 0 it appends and then answers Unavailable, as a reply lost
 // on the way back would look, that many times.
 type bndAudit struct {
-	auditv1.UnimplementedAuditServiceServer
 	mu          sync.Mutex
 	records     []bndRecord
 	byRequest   map[string]*auditv1.SignAndAppendResponse
@@ -158,24 +154,6 @@ func (s *bndAudit) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
-}
-
-func bndServe(t testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	register(srv)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 var (
@@ -354,9 +332,9 @@ func newBndFixtureWith(t testing.TB, extra string) *bndFixture {
 		agentNoOrder: {AgentId: agentNoOrder, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner", Scopes: []string{"briefs:read"}},
 	}}
 	f := &bndFixture{policy: &bndPolicy{}, audit: &bndAudit{}, store: store}
-	identityConn := bndServe(t, func(s *grpc.Server) { identityv1.RegisterIdentityServiceServer(s, identity) })
-	policyConn := bndServe(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
-	auditConn := bndServe(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, f.audit) })
+	identityClient := (&testkit.IdentityStub{ResolveAgentF: identity.ResolveAgent}).Serve(t)
+	policyClient := (&testkit.PolicyStub{AuthorizeF: f.policy.Authorize}).Serve(t)
+	auditClient := (&testkit.AuditStub{SignAndAppendF: f.audit.SignAndAppend}).Serve(t)
 	log := slog.New(slog.DiscardHandler)
 
 	reg := handler.NewRegistry()
@@ -402,10 +380,10 @@ func newBndFixtureWith(t testing.TB, extra string) *bndFixture {
 	// development server.
 	f.p, err = pipeline.New(pipeline.Options{ServerID: "agtp.test", RequestTimeout: 10 * time.Second, CallerProof: callerproof.Off}, pipeline.Deps{
 		Catalog:  store,
-		Agents:   agentcache.New(identityv1.NewIdentityServiceClient(identityConn), log),
-		Policy:   policyv1.NewPolicyServiceClient(policyConn),
-		Audit:    auditv1.NewAuditServiceClient(auditConn),
-		Identity: identityv1.NewIdentityServiceClient(identityConn),
+		Agents:   agentcache.New(identityClient, log),
+		Policy:   policyClient,
+		Audit:    auditClient,
+		Identity: identityClient,
 		Handlers: reg,
 		Bindings: &pipeline.Bindings{Upstream: up, Compositions: composition.New(composition.Options{Recipes: recipes, Log: log})},
 		Log:      log,

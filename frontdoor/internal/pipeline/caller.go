@@ -29,10 +29,20 @@ import (
 // policy allows (docs/decisions.md#D-caller-proof). A Session-ID is bound
 // to the proven caller here too.
 
-// caller establishes the caller for the matched endpoint ep (digest-api §7
-// item 11): the manifest's anonymous_discovery and
-// scope_required_for_invocation toggles (AGTP-API §8.7) on either side of
-// the caller named by Agent-ID (core §5.5.3, §6.5.1).
+// forgetCaller drops a caller the request named but never proved (its
+// bearer token refused or never checked, or no agent found for a contract
+// lookup), so that the answer goes on no agent's chain; proof says what
+// the record keeps of the claim. The other stages that learn a caller was
+// not proven call it, so the caller fields have one writer.
+func (x *exchange) forgetCaller(proof callerproof.Proof) {
+	x.caller, x.agentID, x.proof, x.tokenPending = nil, "", proof, false
+}
+
+// caller establishes the caller for the matched endpoint ep
+// (docs/decisions.md#D-decision-order step 9): the manifest's
+// anonymous_discovery and scope_required_for_invocation toggles (AGTP-API
+// §8.7) on either side of the caller named by Agent-ID (core §5.5.3,
+// §6.5.1).
 func (p *Pipeline) caller(x *exchange, ep *catalogv1.Endpoint) *agtp.Response {
 	if resp := p.anonymousDiscoveryClosed(x, ep); resp != nil {
 		return resp

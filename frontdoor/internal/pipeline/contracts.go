@@ -107,7 +107,7 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 // standing (docs/decisions.md#D-decision-order).
 func (p *Pipeline) implicitContract(x *exchange) *agtp.Response {
 	if resp := p.identify(x, true); resp != nil || x.agentID == "" {
-		x.caller, x.agentID, x.proof, x.tokenPending = nil, "", callerproof.Proof{}, false
+		x.forgetCaller(callerproof.Proof{})
 		return p.structuralFailure(x)
 	}
 	r, err := p.RCNS.GetContract(x.ctx, &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path})
@@ -140,7 +140,7 @@ func (p *Pipeline) contractRefused(x *exchange, presented string, r *rcnsv1.GetC
 	}
 	if status == agtp.StatusMethodNotAllowed {
 		// The contract is for another method on this path: the 405 body
-		// digest-api §7 requires, naming the contract's method with the
+		// AGTP-API §11 requires, naming the contract's method with the
 		// registry's.
 		allowed := slices.Clone(x.decision.AllowedMethods)
 		if m := r.GetContract().GetMethod(); m != "" && !slices.Contains(allowed, m) {

@@ -92,7 +92,7 @@ func TestAllowRCNSWithoutRCNSIs464(t *testing.T) {
 }
 
 // A contract presented on another method than its own is 405 with the
-// body digest-api §7 requires, naming the contract's method; the front
+// body AGTP-API §11 requires, naming the contract's method; the front
 // door passes the request's pair to rcnssvc, which decides.
 func TestPresentedContractOnAnotherMethod(t *testing.T) {
 	var asked *rcnsv1.GetContractRequest

@@ -15,12 +15,12 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// The dispatch stage (digest-api §7 item 14): the endpoint's handler runs
-// and its answer becomes the response. Built-ins are looked up in
-// package builtin's table by method and path template; registered
-// functions in the handler registry by name; external_service and
-// composition endpoints and carried framework payloads go to the bindings
-// (bindings.go).
+// The dispatch stage (docs/decisions.md#D-decision-order step 12): the
+// endpoint's handler runs and its answer becomes the response. Built-ins
+// are looked up in package builtin's table by method and path template;
+// registered functions in the handler registry by name; external_service
+// and composition endpoints and carried framework payloads go to the
+// bindings (bindings.go).
 
 // builtinPrefix names the registered functions of the protocol-native
 // (Tier A) endpoints, which the front door implements itself.

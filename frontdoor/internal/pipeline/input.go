@@ -15,12 +15,12 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// The input stage (digest-api §7 item 12, docs/decisions.md#D-input-form):
-// query, path and body parameters merged into one object and validated
-// against the endpoint's input schema, before any policy state is
-// touched. The core per-method parameters (core §7.2, package coreparam,
-// docs/decisions.md#D-core-parameters) are taken out first, checked by
-// their own rules and left on the exchange for the handler.
+// The input stage (docs/decisions.md#D-decision-order step 10 and
+// #D-input-form): query, path and body parameters merged into one object
+// and validated against the endpoint's input schema, before any policy
+// state is touched. The core per-method parameters (core §7.2, package
+// coreparam, docs/decisions.md#D-core-parameters) are taken out first,
+// checked by their own rules and left on the exchange for the handler.
 
 // envelopeMembers are the members of core §5.7's request envelope; a body
 // made only of these carries its input in "parameters".
@@ -61,7 +61,7 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	var envelopeContext any
 	if len(x.req.Body) > 0 {
 		if ct := x.req.Header.Get(agtp.HeaderContentType); !isJSON(ct) {
-			return nil, x.fail(inputRefusal(ep), "unsupported-content-type",
+			return nil, x.fail(inputRefusal(ep), answer.ReasonUnsupportedContentType,
 				"this endpoint takes "+agtp.MediaTypeJSON+" bodies, not "+ct, nil)
 		}
 		if body, envelopeContext, err = bodyParameters(x.req.Body, ep.Declares("parameters"), x.req.Method, ep.Def.Method); err != nil {
@@ -84,7 +84,7 @@ func (p *Pipeline) buildInput(x *exchange, ep *endpoint.Endpoint, params []route
 	x.core = core
 	in, report := ep.BuildInput(params, query, body)
 	if report != nil {
-		return nil, x.fail(inputRefusal(ep), "input-invalid", report.Error(), map[string]any{"violations": report.Violations})
+		return nil, x.fail(inputRefusal(ep), answer.ReasonInputInvalid, report.Error(), map[string]any{"violations": report.Violations})
 	}
 	return in, nil
 }

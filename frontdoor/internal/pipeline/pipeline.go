@@ -7,9 +7,10 @@
 // the response leaves. The hot path costs two network hops: Authorize and
 // SignAndAppend.
 //
-// The stages of digest-api §7 are one file each, in the order decide runs
-// them: wire.go, structure.go, caller.go, input.go, policy.go, dispatch.go
-// and record.go (docs/frontdoor.md, "Following one request").
+// The stages of docs/decisions.md#D-decision-order are one file each, in
+// the order decide runs them: wire.go, structure.go, caller.go, input.go,
+// policy.go, dispatch.go and record.go (docs/frontdoor.md, "Following one
+// request").
 package pipeline
 
 import (
@@ -195,8 +196,8 @@ func internalError(x *exchange) *agtp.Response {
 	return x.fail(agtp.StatusServerError, transport.ReasonInternalError, "internal error", nil)
 }
 
-// decide is the decision order of digest-api §7
-// (docs/decisions.md#D-decision-order): each stage either answers the
+// decide is the decision order of docs/decisions.md#D-decision-order
+// (AGTP-API §11, core §5.6): each stage either answers the
 // request, ending it, or hands it to the next. Every response then goes
 // through the record stage (record.go), which runs the record hooks the
 // stages left on the exchange.

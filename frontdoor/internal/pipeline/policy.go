@@ -16,18 +16,18 @@ import (
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
 
-// The policy stage (digest-api §7 item 13, docs/policy.md): one Authorize
-// round trip to policysvc decides scopes, rate limits, budgets,
-// idempotency and bearer tokens, and indexes a request with a Task-ID for
-// RETRY. What policysvc grants that must be settled once the response is
-// known (an idempotency claim, a RETRY index entry) the stage leaves as
-// record hooks. The suite-level rules of the Tier 2 methods whose security
-// notes bind every endpoint of the method (standard methods §5.2, §5.4,
-// §5.6, §8.8, §10) sit here and in the input stage; the method scopes
-// (authorization:grant, activation:run, payments:purchase) are added to
-// each endpoint's required_scopes when the catalog compiles it (catalogsvc/
-// endpoint MethodScopes), so policysvc refuses them like any endpoint
-// scope.
+// The policy stage (docs/decisions.md#D-decision-order step 11,
+// docs/policy.md): one Authorize round trip to policysvc decides scopes,
+// rate limits, budgets, idempotency and bearer tokens, and indexes a
+// request with a Task-ID for RETRY. What policysvc grants that must be
+// settled once the response is known (an idempotency claim, a RETRY index
+// entry) the stage leaves as record hooks. The suite-level rules of the
+// Tier 2 methods whose security notes bind every endpoint of the method
+// (standard methods §5.2, §5.4, §5.6, §8.8, §10) sit here and in the input
+// stage; the method scopes (authorization:grant, activation:run,
+// payments:purchase) are added to each endpoint's required_scopes when the
+// catalog compiles it (catalogsvc/endpoint MethodScopes), so policysvc
+// refuses them like any endpoint scope.
 
 // maxPolicyInput is the largest input sent to policysvc for a budget
 // check (AuthorizeRequest.input_json); policy refuses a body-read cost
@@ -204,8 +204,7 @@ func grantScopes(raw json.RawMessage) (agtp.ScopeSet, bool) {
 func (p *Pipeline) settleTokenProof(x *exchange, out *policyv1.AuthorizeResponse) *agtp.Response {
 	x.tokenPending = false
 	if out.GetTokenIssuer() == "" {
-		x.proof = callerproof.Proof{IgnoredClaim: x.agentID}
-		x.caller, x.agentID = nil, ""
+		x.forgetCaller(callerproof.Proof{IgnoredClaim: x.agentID})
 		return nil
 	}
 	x.proof.TokenIssuer = out.GetTokenIssuer()

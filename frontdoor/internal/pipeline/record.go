@@ -32,12 +32,12 @@ import (
 	"github.com/agtpsuite/agtp/services/jcs"
 )
 
-// The record stage (digest-api §7 item 15): once a stage has decided the
-// response, the record hooks the stages left on the exchange run (a
-// request indexed for RETRY reports its handler's status, say), a
-// binding shapes the answer into its protocol (agp.go), and the response
-// is stamped, its Attribution-Record signed and appended by auditsvc
-// together with the idempotent outcome, and the idempotency claim
+// The record stage (after docs/decisions.md#D-decision-order step 12): once
+// a stage has decided the response, the record hooks the stages left on the
+// exchange run (a request indexed for RETRY reports its handler's status,
+// say), a binding shapes the answer into its protocol (agp.go), and the
+// response is stamped, its Attribution-Record signed and appended by
+// auditsvc together with the idempotent outcome, and the idempotency claim
 // settled. A response whose record cannot be stored is not given out.
 
 // A recordHook is work a stage leaves for the record stage: a stage adds
@@ -111,8 +111,7 @@ func (p *Pipeline) finish(x *exchange, resp *agtp.Response) *agtp.Response {
 		// Answered before policysvc checked the token (a 422 on the
 		// input, say): the caller never proved the agent it named, so the
 		// answer goes on no agent's chain.
-		x.proof = callerproof.Proof{IgnoredClaim: x.agentID}
-		x.caller, x.agentID, x.tokenPending = nil, "", false
+		x.forgetCaller(callerproof.Proof{IgnoredClaim: x.agentID})
 	}
 	p.stampStable(x, resp)
 	if err := resp.Check(); err != nil {

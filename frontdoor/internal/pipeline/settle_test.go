@@ -19,7 +19,6 @@ import (
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
@@ -42,7 +41,6 @@ import (
 // claimPolicy allows every request and claims its Idempotency-Key, like
 // policysvc on a fresh key, and records what became of each claim.
 type claimPolicy struct {
-	policyv1.UnimplementedPolicyServiceServer
 	mu      sync.Mutex
 	fate    map[string]string // slot -> released | unknown
 	claimed []string          // keys, in order
@@ -226,9 +224,10 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	identity := &bndIdentity{agents: map[string]*identityv1.AgentRecord{
 		agentFull: {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner"},
 	}}
-	identityConn := bndServe(t, func(s *grpc.Server) { identityv1.RegisterIdentityServiceServer(s, identity) })
-	policyConn := bndServe(t, func(s *grpc.Server) { policyv1.RegisterPolicyServiceServer(s, f.policy) })
-	auditConn := bndServe(t, func(s *grpc.Server) { auditv1.RegisterAuditServiceServer(s, f.audit) })
+	identityClient := (&testkit.IdentityStub{ResolveAgentF: identity.ResolveAgent}).Serve(t)
+	policyClient := (&testkit.PolicyStub{AuthorizeF: f.policy.Authorize, ReleaseIdempotencyF: f.policy.ReleaseIdempotency,
+		MarkIdempotencyUnknownF: f.policy.MarkIdempotencyUnknown}).Serve(t)
+	auditClient := (&testkit.AuditStub{SignAndAppendF: f.audit.SignAndAppend}).Serve(t)
 	log := slog.New(slog.DiscardHandler)
 
 	reg := handler.NewRegistry()
@@ -262,10 +261,10 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	t.Cleanup(func() { _ = up.Close() })
 	f.p, err = pipeline.New(pipeline.Options{ServerID: "agtp.test", RequestTimeout: 3 * time.Second, CallerProof: callerproof.Off}, pipeline.Deps{
 		Catalog:  store,
-		Agents:   agentcache.New(identityv1.NewIdentityServiceClient(identityConn), log),
-		Policy:   policyv1.NewPolicyServiceClient(policyConn),
-		Audit:    auditv1.NewAuditServiceClient(auditConn),
-		Identity: identityv1.NewIdentityServiceClient(identityConn),
+		Agents:   agentcache.New(identityClient, log),
+		Policy:   policyClient,
+		Audit:    auditClient,
+		Identity: identityClient,
 		Handlers: reg,
 		Bindings: &pipeline.Bindings{Upstream: up, Compositions: composition.New(composition.Options{Recipes: recipes, Log: log})},
 		Log:      log,

@@ -5,14 +5,15 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 )
 
-// The structure stage (digest-api §7 items 2–10): method lexicon, alias,
-// catalog membership, path grammar, redirects, method policy and endpoint
-// lookup, all decided by the compiled route table of the local catalog
-// snapshot (catalogsvc/route) without a network call. An unmatched request
-// gets its 404 or 405 here, before its caller is resolved, unless it
-// presents a contract, asks for RCNS or names a session: those take the
-// contract route (contracts.go), which ends in the same structural answer
-// when no contract serves them (docs/decisions.md#D-decision-order).
+// The structure stage (docs/decisions.md#D-decision-order steps 2–8):
+// method lexicon, alias, catalog membership, path grammar, redirects,
+// method policy and endpoint lookup, all decided by the compiled route
+// table of the local catalog snapshot (catalogsvc/route) without a network
+// call. An unmatched request gets its 404 or 405 here, before its caller is
+// resolved, unless it presents a contract, asks for RCNS or names a
+// session: those take the contract route (contracts.go), which ends in the
+// same structural answer when no contract serves them
+// (docs/decisions.md#D-decision-order).
 
 // structure matches the request to an endpoint, or answers it: 459, 460,
 // 405 or 404. nil with x.matched unset leaves an unmatched request to the
@@ -30,7 +31,8 @@ func (p *Pipeline) structure(x *exchange) *agtp.Response {
 }
 
 // structuralFailure is the answer of an unmatched request, with the body
-// members digest-api §7 requires of each code.
+// members AGTP-API §11 requires of each code
+// (docs/decisions.md#D-error-body).
 func (p *Pipeline) structuralFailure(x *exchange) *agtp.Response {
 	d := &x.decision
 	extra := map[string]any{}

@@ -11,7 +11,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // The structural decision is made from the local snapshot: no caller is
 // looked up and policy is not asked, and each code's body names what
-// digest-api §7 requires.
+// AGTP-API §11 requires.
 func TestStructureStage(t *testing.T) {
 	for _, tc := range []struct {
 		name, method, target string

@@ -9,11 +9,11 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
-// The wire stage (digest-api §7 item 1). The transport parses the request
-// line and header fields and answers what does not parse itself, through
-// RespondError; what it leaves to the pipeline is whether there is a
-// catalog to decide on and, once the structure stage has passed the
-// request, whether Delegation-Chain can be honoured.
+// The wire stage (docs/decisions.md#D-decision-order step 1). The transport
+// parses the request line and header fields and answers what does not parse
+// itself, through RespondError; what it leaves to the pipeline is whether
+// there is a catalog to decide on and, once the structure stage has passed
+// the request, whether Delegation-Chain can be honoured.
 
 // wire refuses a request the front door cannot decide yet: no catalog
 // snapshot has arrived.

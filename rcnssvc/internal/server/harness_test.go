@@ -45,7 +45,6 @@ func agentN(i int) string {
 // fakeCatalog is a tiny catalog service: a snapshot it watches out, and
 // function fields for the writes.
 type fakeCatalog struct {
-	catalogv1.UnimplementedCatalogServiceServer
 	mu     sync.Mutex
 	snap   *catalogv1.Snapshot
 	subs   []chan *catalogv1.Snapshot
@@ -116,9 +115,14 @@ func (f *fakeCatalog) DeleteEndpoint(_ context.Context, r *catalogv1.DeleteEndpo
 	return &catalogv1.DeleteEndpointResponse{Revision: 3, ApiVersion: "1.0.3"}, nil
 }
 
+// serve puts f behind the test kit's catalogsvc stub.
+func (f *fakeCatalog) serve(t testing.TB) catalogv1.CatalogServiceClient {
+	return (&testkit.CatalogStub{GetSnapshotF: f.GetSnapshot, WatchSnapshotF: f.WatchSnapshot,
+		PutEndpointF: f.PutEndpoint, DeleteEndpointF: f.DeleteEndpoint}).Serve(t)
+}
+
 // fakePolicy answers CheckRateLimit through a function field.
 type fakePolicy struct {
-	policyv1.UnimplementedPolicyServiceServer
 	check func(*policyv1.CheckRateLimitRequest) (*policyv1.CheckRateLimitResponse, error)
 }
 
@@ -127,6 +131,11 @@ func (f *fakePolicy) CheckRateLimit(_ context.Context, r *policyv1.CheckRateLimi
 		return f.check(r)
 	}
 	return &policyv1.CheckRateLimitResponse{Allowed: true, Remaining: 100}, nil
+}
+
+// serve puts f behind the test kit's policysvc stub.
+func (f *fakePolicy) serve(t testing.TB) policyv1.PolicyServiceClient {
+	return (&testkit.PolicyStub{CheckRateLimitF: f.CheckRateLimit}).Serve(t)
 }
 
 // countingLimit allows n units per (scope, key), then refuses.
@@ -147,7 +156,6 @@ func countingLimit(n int) func(*policyv1.CheckRateLimitRequest) (*policyv1.Check
 
 // fakeAudit records lifecycle events per agent.
 type fakeAudit struct {
-	auditv1.UnimplementedAuditServiceServer
 	mu     sync.Mutex
 	events map[string][]auditEvent
 	fail   func(*auditv1.AppendLifecycleEventRequest) error
@@ -181,6 +189,11 @@ func (f *fakeAudit) AppendLifecycleEvent(_ context.Context, r *auditv1.AppendLif
 	}
 	f.events[r.GetAgentId()] = append(f.events[r.GetAgentId()], auditEvent{Type: r.GetEventType(), Claims: claims})
 	return &auditv1.AppendLifecycleEventResponse{AuditId: strings.Repeat("0", 64)}, nil
+}
+
+// serve puts f behind the test kit's auditsvc stub.
+func (f *fakeAudit) serve(t testing.TB) auditv1.AuditServiceClient {
+	return (&testkit.AuditStub{AppendLifecycleEventF: f.AppendLifecycleEvent}).Serve(t)
 }
 
 func (f *fakeAudit) of(agent string) []auditEvent {
@@ -295,10 +308,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 func (e *env) start() {
 	t := e.t
 	t.Helper()
-	catConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { catalogv1.RegisterCatalogServiceServer(s, e.catalog) })
-	polConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(s, e.policy) })
-	audConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, e.audit) })
-	srv, err := New(e.rdb, slog.New(slog.DiscardHandler), catalogv1.NewCatalogServiceClient(catConn), policyv1.NewPolicyServiceClient(polConn), auditv1.NewAuditServiceClient(audConn), e.opts)
+	srv, err := New(e.rdb, slog.New(slog.DiscardHandler), e.catalog.serve(t), e.policy.serve(t), e.audit.serve(t), e.opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
-	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/demo"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -53,9 +49,7 @@ func TestPatternsFileReload(t *testing.T) {
 	if err := os.WriteFile(file, []byte("patterns: [{recipe_name: x}]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	catConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { catalogv1.RegisterCatalogServiceServer(s, &fakeCatalog{}) })
-	audConn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(s, &fakeAudit{}) })
-	cat, aud := catalogv1.NewCatalogServiceClient(catConn), auditv1.NewAuditServiceClient(audConn)
+	cat, aud := (&fakeCatalog{}).serve(t), (&fakeAudit{}).serve(t)
 	o := DefaultOptions()
 	o.PatternsFile = file
 	rdb := testkit.StartRedis(t).Client(t)

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // Defaults of Options.
@@ -189,13 +189,9 @@ func (o Options) tlsConfig() (*tls.Config, error) {
 	case o.RootCAs != nil:
 		cfg.RootCAs = o.RootCAs
 	case o.CAFile != "":
-		pem, err := os.ReadFile(o.CAFile)
+		pool, err := keyfile.CertPool(o.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("read CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA file %s holds no PEM certificate", o.CAFile)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/agtpquic"
-	"github.com/agtpsuite/agtp/services/kit"
+	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/quic-go/quic-go"
 )
 
@@ -418,7 +418,7 @@ func New(opts Options, h Handler) (*Server, error) {
 	pool := opts.ClientCAs
 	if pool == nil && opts.ClientCAFile != "" {
 		var err error
-		if pool, err = kit.LoadCertPool(opts.ClientCAFile); err != nil {
+		if pool, err = keyfile.CertPool(opts.ClientCAFile); err != nil {
 			return nil, fmt.Errorf("transport: client CA: %w", err)
 		}
 	}

@@ -13,8 +13,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
@@ -273,21 +271,11 @@ func TestLoadValidatesRecipes(t *testing.T) {
 	}
 }
 
-// rcnsStub is a real RcnsService whose GetRecipe is a function field.
-type rcnsStub struct {
-	rcnsv1.UnimplementedRcnsServiceServer
-	getRecipe func(*rcnsv1.GetRecipeRequest) (*rcnsv1.GetRecipeResponse, error)
-}
-
-func (s *rcnsStub) GetRecipe(_ context.Context, req *rcnsv1.GetRecipeRequest) (*rcnsv1.GetRecipeResponse, error) {
-	return s.getRecipe(req)
-}
-
 // A recipe the registry lacks is asked of rcnssvc (recipes a persistent
 // PROPOSE promoted) and kept for CacheTTL; an unknown one is an error.
 func TestResolveFallsBackToRCNS(t *testing.T) {
 	var asked atomic.Int32
-	stub := &rcnsStub{getRecipe: func(req *rcnsv1.GetRecipeRequest) (*rcnsv1.GetRecipeResponse, error) {
+	stub := &testkit.RCNSStub{GetRecipeF: func(_ context.Context, req *rcnsv1.GetRecipeRequest) (*rcnsv1.GetRecipeResponse, error) {
 		asked.Add(1)
 		if req.GetRecipeName() != "promoted" {
 			return nil, grpcerr.NotFound("recipe-not-found", "no such recipe")
@@ -295,8 +283,7 @@ func TestResolveFallsBackToRCNS(t *testing.T) {
 		return &rcnsv1.GetRecipeResponse{RecipeVersion: "3",
 			RecipeJson: []byte(`{"recipe_name":"promoted","recipe_version":"3","steps":[{"method":"QUERY","path":"/x"}]}`)}, nil
 	}}
-	conn := testkit.ServeGRPC(t, func(s grpc.ServiceRegistrar) { rcnsv1.RegisterRcnsServiceServer(s, stub) })
-	r := demoRunner(t, composition.Options{RCNS: rcnsv1.NewRcnsServiceClient(conn)})
+	r := demoRunner(t, composition.Options{RCNS: stub.Serve(t)})
 	ctx := context.Background()
 	for range 2 {
 		rec, err := r.Resolve(ctx, "promoted")

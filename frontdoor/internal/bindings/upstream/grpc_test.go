@@ -2,7 +2,6 @@ package upstream_test
 
 import (
 	"encoding/json"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,17 +16,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // grpcUpstream is a real gRPC server over TLS whose methods are a
 // function field: any method, Struct in, Struct out.
 func grpcUpstream(t *testing.T, handle func(method string, md metadata.MD, in *structpb.Struct, stream grpc.ServerStream) (*structpb.Struct, error)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS(t, "h2"))),
+	return testkit.ServeGRPCAddr(t, []grpc.ServerOption{grpc.Creds(credentials.NewTLS(serverTLS(t, "h2"))),
 		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 			method, _ := grpc.MethodFromServerStream(stream)
 			in := new(structpb.Struct)
@@ -40,10 +36,7 @@ func grpcUpstream(t *testing.T, handle func(method string, md metadata.MD, in *s
 				return err
 			}
 			return stream.SendMsg(out)
-		}))
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	return ln.Addr().String()
+		})}, func(grpc.ServiceRegistrar) {})
 }
 
 // An external_service with Content-Type: application/grpc calls a

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // maxAdminBody bounds a REST gateway answer.
@@ -135,13 +134,9 @@ func adminHint(msg, where string) string {
 // one-shot command does not need, and its Redis and OpenTelemetry
 // dependencies the CLI does without.)
 func adminTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	caPEM, err := os.ReadFile(caFile)
+	pool, err := keyfile.CertPool(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("--cacert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("--cacert %s holds no PEM certificate", caFile)
 	}
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

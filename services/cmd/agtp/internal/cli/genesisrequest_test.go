@@ -20,7 +20,6 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/keyfile"
-	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // readChain reads the PEM certificates of a file, in order.
@@ -49,7 +48,7 @@ func TestGenesisRequestCertAgainstIdentitysvc(t *testing.T) {
 	if r := run(t, "", false, append(append([]string{"genesis", "register", "--grpc", s.grpcAddr, "--activate"}, s.tlsArgs()...), helper)...); r.code != ExitOK {
 		t.Fatalf("register: exit %d\n%s", r.code, r.stderr)
 	}
-	agentRoots, err := kit.LoadCertPool(s.pki.AgentCA())
+	agentRoots, err := keyfile.CertPool(s.pki.AgentCA())
 	if err != nil {
 		t.Fatal(err)
 	}
