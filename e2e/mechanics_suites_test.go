@@ -22,6 +22,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -193,7 +194,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		}
 		inbox, err := aTasks.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer})
 		if err != nil || len(inbox.GetEntries()) != 1 || inbox.GetEntries()[0].GetNotificationId() != escID || esc["routing"] != "delivered" ||
-			!strings.Contains(string(inbox.GetEntries()[0].GetContentJson()), `"context":{"amount":120}`) {
+			!strings.Contains(string(testkit.ValueJSON(inbox.GetEntries()[0].GetContent())), `"context":{"amount":120}`) {
 			t.Fatalf("reviewer's inbox = %v, %v (routing %v)", inbox.GetEntries(), err, esc["routing"])
 		}
 		resp, conf := call(a, reviewer, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`)
@@ -221,7 +222,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		}
 		listed := false
 		for _, e := range list.GetEscalations() {
-			listed = listed || e.GetEscalationId() == escID && e.GetRoutingStatus() == "failed"
+			listed = listed || e.GetEscalationId() == escID && enumname.Of(e.GetRouting()) == "failed"
 		}
 		if !listed {
 			t.Fatalf("escalation %s with a failed push is not listed for the admin: %v", escID, list)
@@ -245,8 +246,8 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatalf("the webhook's configured URL was altered: query %q", q)
 		}
 		// The human principal resolves it through the admin API.
-		r, err := aTasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: "ops@example.test", EscalationId: escID, Status: "accepted"})
-		if err != nil || r.GetTask().GetStatus() != "running" {
+		r, err := aTasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: "ops@example.test", EscalationId: escID, Outcome: enumname.Value[taskv1.ConfirmationOutcome]("accepted")})
+		if err != nil || enumname.Of(r.GetTask().GetState()) != "running" {
 			t.Fatalf("ResolveEscalation = %v, %v", r, err)
 		}
 		if _, tk := call(a, worker.id, "QUERY", "/tasks/x-ethics", ""); tk["status"] != "running" {
@@ -285,7 +286,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(inbox.GetEntries()) != 1 || inbox.GetEntries()[0].GetNotificationId() != id || inbox.GetEntries()[0].GetSenderAgentId() != worker.id ||
-			string(inbox.GetEntries()[0].GetContentJson()) != `{"shipment":"s-1"}` {
+			string(testkit.ValueJSON(inbox.GetEntries()[0].GetContent())) != `{"shipment":"s-1"}` {
 			t.Fatalf("recipient's inbox = %v", inbox.GetEntries())
 		}
 		// The same delivery again (a sender whose answer was lost) is
