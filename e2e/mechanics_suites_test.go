@@ -5,12 +5,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,6 +229,17 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		if !listed {
 			t.Fatalf("escalation %s with a failed push is not listed for the admin: %v", escID, list)
 		}
+		// Over the REST gateway the enums read as their names and the
+		// context as a JSON value, beside the first release's string and
+		// base64 fields (docs/operations.md, "Enums and documents").
+		rest := restEscalation(t, a, escID)
+		ctxB64, _ := rest["contextJson"].(string)
+		old, _ := base64.StdEncoding.DecodeString(ctxB64)
+		if rest["state"] != "ESCALATION_STATE_PENDING_REVIEW" || rest["status"] != "pending_review" || rest["priorityLevel"] != "ESCALATION_PRIORITY_URGENT" ||
+			rest["routing"] != "ESCALATION_ROUTING_FAILED" || rest["routingStatus"] != "failed" ||
+			!reflect.DeepEqual(rest["context"], map[string]any{"case": "c-9", "notes": []any{"a", "b"}}) || string(old) != `{"case":"c-9","notes":["a","b"]}` {
+			t.Fatalf("GET /v1/escalations lists %v", rest)
+		}
 		// ESCALATE is idempotent: repeating it answers the same escalation
 		// and pushes it again, now that the webhook is up.
 		resp, again := call(a, worker.id, "ESCALATE", "/", `{"task_id":"x-ethics","reason":"ethical_flag","context":{"case":"c-9","notes":["a","b"]},"priority":"urgent"}`)
@@ -410,4 +423,34 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// restEscalation is escalation id as GET /v1/escalations on c's policysvc
+// gateway lists it to an operator, decoded from the gateway's JSON.
+func restEscalation(t *testing.T, c *Cluster, id string) map[string]any {
+	t.Helper()
+	admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{admin}}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + c.Procs["policysvc"].HTTPAddr + "/v1/escalations?principal=ops@example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Escalations []map[string]any `json:"escalations"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/escalations = %d, %v", resp.StatusCode, err)
+	}
+	for _, e := range page.Escalations {
+		if e["escalationId"] == id {
+			return e
+		}
+	}
+	t.Fatalf("GET /v1/escalations does not list %s: %v", id, page.Escalations)
+	return nil
 }
