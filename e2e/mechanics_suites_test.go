@@ -5,12 +5,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -193,7 +196,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		}
 		inbox, err := aTasks.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer})
 		if err != nil || len(inbox.GetEntries()) != 1 || inbox.GetEntries()[0].GetNotificationId() != escID || esc["routing"] != "delivered" ||
-			!strings.Contains(string(inbox.GetEntries()[0].GetContentJson()), `"context":{"amount":120}`) {
+			!strings.Contains(string(testkit.ValueJSON(inbox.GetEntries()[0].GetContent())), `"context":{"amount":120}`) {
 			t.Fatalf("reviewer's inbox = %v, %v (routing %v)", inbox.GetEntries(), err, esc["routing"])
 		}
 		resp, conf := call(a, reviewer, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`)
@@ -221,10 +224,21 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		}
 		listed := false
 		for _, e := range list.GetEscalations() {
-			listed = listed || e.GetEscalationId() == escID && e.GetRoutingStatus() == "failed"
+			listed = listed || e.GetEscalationId() == escID && enumname.Of(e.GetRouting()) == "failed"
 		}
 		if !listed {
 			t.Fatalf("escalation %s with a failed push is not listed for the admin: %v", escID, list)
+		}
+		// Over the REST gateway the enums read as their names and the
+		// context as a JSON value, beside the first release's string and
+		// base64 fields (docs/operations.md, "Enums and documents").
+		rest := restEscalation(t, a, escID)
+		ctxB64, _ := rest["contextJson"].(string)
+		old, _ := base64.StdEncoding.DecodeString(ctxB64)
+		if rest["state"] != "ESCALATION_STATE_PENDING_REVIEW" || rest["status"] != "pending_review" || rest["priorityLevel"] != "ESCALATION_PRIORITY_URGENT" ||
+			rest["routing"] != "ESCALATION_ROUTING_FAILED" || rest["routingStatus"] != "failed" ||
+			!reflect.DeepEqual(rest["context"], map[string]any{"case": "c-9", "notes": []any{"a", "b"}}) || string(old) != `{"case":"c-9","notes":["a","b"]}` {
+			t.Fatalf("GET /v1/escalations lists %v", rest)
 		}
 		// ESCALATE is idempotent: repeating it answers the same escalation
 		// and pushes it again, now that the webhook is up.
@@ -245,8 +259,8 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatalf("the webhook's configured URL was altered: query %q", q)
 		}
 		// The human principal resolves it through the admin API.
-		r, err := aTasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: "ops@example.test", EscalationId: escID, Status: "accepted"})
-		if err != nil || r.GetTask().GetStatus() != "running" {
+		r, err := aTasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: "ops@example.test", EscalationId: escID, Outcome: enumname.Value[taskv1.ConfirmationOutcome]("accepted")})
+		if err != nil || enumname.Of(r.GetTask().GetState()) != "running" {
 			t.Fatalf("ResolveEscalation = %v, %v", r, err)
 		}
 		if _, tk := call(a, worker.id, "QUERY", "/tasks/x-ethics", ""); tk["status"] != "running" {
@@ -285,7 +299,7 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(inbox.GetEntries()) != 1 || inbox.GetEntries()[0].GetNotificationId() != id || inbox.GetEntries()[0].GetSenderAgentId() != worker.id ||
-			string(inbox.GetEntries()[0].GetContentJson()) != `{"shipment":"s-1"}` {
+			string(testkit.ValueJSON(inbox.GetEntries()[0].GetContent())) != `{"shipment":"s-1"}` {
 			t.Fatalf("recipient's inbox = %v", inbox.GetEntries())
 		}
 		// The same delivery again (a sender whose answer was lost) is
@@ -409,4 +423,34 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// restEscalation is escalation id as GET /v1/escalations on c's policysvc
+// gateway lists it to an operator, decoded from the gateway's JSON.
+func restEscalation(t *testing.T, c *Cluster, id string) map[string]any {
+	t.Helper()
+	admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{admin}}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + c.Procs["policysvc"].HTTPAddr + "/v1/escalations?principal=ops@example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Escalations []map[string]any `json:"escalations"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/escalations = %d, %v", resp.StatusCode, err)
+	}
+	for _, e := range page.Escalations {
+		if e["escalationId"] == id {
+			return e
+		}
+	}
+	t.Fatalf("GET /v1/escalations does not list %s: %v", id, page.Escalations)
+	return nil
 }

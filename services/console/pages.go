@@ -211,7 +211,8 @@ func (c *Console) resolveEscalation(w http.ResponseWriter, r *http.Request, se s
 	}
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	res, err := c.tasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: se.person, EscalationId: r.PathValue("id"), Status: st, Reason: reason})
+	res, err := c.tasks.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: se.person, EscalationId: r.PathValue("id"),
+		Outcome: enumname.Value[taskv1.ConfirmationOutcome](st), Reason: reason})
 	if err != nil {
 		return err
 	}

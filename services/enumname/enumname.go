@@ -7,6 +7,7 @@
 package enumname
 
 import (
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -29,7 +30,7 @@ func Of(v protoreflect.Enum) string {
 // Number is the value of d named name (as Of names it), 0 when d has
 // none.
 func Number(d protoreflect.EnumDescriptor, name string) protoreflect.EnumNumber {
-	if name == "" {
+	if name == "" || name != strings.ToLower(name) {
 		return 0
 	}
 	ev := d.Values().ByName(protoreflect.Name(prefix(d) + strings.ToUpper(name)))
@@ -56,4 +57,42 @@ func prefix(d protoreflect.EnumDescriptor) string {
 		return ""
 	}
 	return strings.TrimSuffix(string(d.Values().Get(0).Name()), "UNSPECIFIED")
+}
+
+// Value is the value of enum type E named name (as Of names it), the
+// zero value when E has none: what a writer that keeps the name sets the
+// enum field to.
+func Value[E interface {
+	~int32
+	protoreflect.Enum
+}](name string) E {
+	var zero E
+	return E(Number(zero.Descriptor(), name))
+}
+
+// Requested is how a server reads a request field that moved from a
+// string to an enum: the name of v when it is set, else old. A number
+// the enum does not declare is named by its digits, which no name
+// check accepts, so that it is refused rather than taken for unset.
+func Requested(v protoreflect.Enum, old string) string {
+	if v == nil || v.Number() == 0 {
+		return old
+	}
+	if n := Of(v); n != "" {
+		return n
+	}
+	return strconv.Itoa(int(v.Number()))
+}
+
+// Names lists the names of d's values but the zero value, in number
+// order: what an error message offers.
+func Names(d protoreflect.EnumDescriptor) []string {
+	vs := d.Values()
+	out := make([]string, 0, vs.Len())
+	for i := range vs.Len() {
+		if n := vs.Get(i).Number(); n != 0 {
+			out = append(out, strings.ToLower(strings.TrimPrefix(string(vs.Get(i).Name()), prefix(d))))
+		}
+	}
+	return out
 }

@@ -55,3 +55,40 @@ func TestPrefer(t *testing.T) {
 		t.Errorf("without it: %q, want the old string", got)
 	}
 }
+
+// Value is Number typed as the enum; names are lower case only.
+func TestValue(t *testing.T) {
+	if got := Value[taskv1.TaskStatus]("escalated"); got != taskv1.TaskStatus_TASK_STATUS_ESCALATED {
+		t.Errorf("Value(escalated) = %v", got)
+	}
+	if got := Value[taskv1.TaskStatus]("ESCALATED"); got != 0 {
+		t.Errorf("Value(ESCALATED) = %v, want the zero value", got)
+	}
+}
+
+// A request's unset enum falls back to the old string; a number the enum
+// does not declare is named by digits no name check accepts.
+func TestRequested(t *testing.T) {
+	for _, tc := range []struct {
+		v    taskv1.ConfirmationOutcome
+		old  string
+		want string
+	}{
+		{taskv1.ConfirmationOutcome_CONFIRMATION_OUTCOME_DEFERRED, "accepted", "deferred"},
+		{0, "accepted", "accepted"},
+		{0, "", ""},
+		{42, "accepted", "42"},
+	} {
+		if got := Requested(tc.v, tc.old); got != tc.want {
+			t.Errorf("Requested(%v, %q) = %q, want %q", tc.v, tc.old, got, tc.want)
+		}
+	}
+}
+
+// Names lists the declared names but the zero value.
+func TestNames(t *testing.T) {
+	got := Names(taskv1.EscalationPriority(0).Descriptor())
+	if len(got) != 3 || got[0] != "urgent" || got[1] != "normal" || got[2] != "low" {
+		t.Errorf("Names = %v", got)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // transaction is what an operation leaves behind (AGP §6.5).
@@ -62,17 +64,18 @@ func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 		return
 	}
 	in, _ := json.Marshal(tx.input)
+	input, _ := jsondoc.Struct(in)
+	resp := out.Response
+	st := txStatus(resp.Status)
 	rec := &agpv1.Transaction{
 		Id: tx.id, AgentId: out.AgentID, Operation: tx.op, BusinessId: tx.business,
 		CreatedAt: timestamppb.New(tx.created), UpdatedAt: timestamppb.Now(),
-		InputJson: in, AuditId: out.AuditID, ApiKeyId: c.key.GetId(),
+		Input: input, AuditId: out.AuditID, ApiKeyId: c.key.GetId(), State: enumname.Value[agpv1.TransactionStatus](st),
 	}
-	resp := out.Response
-	rec.Status = txStatus(resp.Status)
-	if rec.Status != txFailed {
+	if st != txFailed {
 		var env operationEnvelope
 		if json.Unmarshal(resp.Body, &env) == nil {
-			rec.ResultJson = env.Data
+			rec.Result, _ = jsondoc.Value(env.Data)
 		}
 	} else {
 		var eb errorBody
@@ -166,9 +169,17 @@ func transactionView(t *agpv1.Transaction) map[string]any {
 	if t.GetError() != "" {
 		errv = t.GetError()
 	}
+	// The first release's policysvc sends the status and the documents in
+	// the deprecated fields only.
+	//lint:ignore SA1019 read when the enum is unset
+	status := enumname.Prefer(t.GetState(), t.GetStatus())
+	//lint:ignore SA1019 read when the Struct is unset
+	input, _ := jsondoc.PreferStruct(t.GetInput(), t.GetInputJson())
+	//lint:ignore SA1019 read when the Value is unset
+	result, _ := jsondoc.PreferValue(t.GetResult(), t.GetResultJson())
 	return map[string]any{
-		"id": t.GetId(), "operation": t.GetOperation(), "businessId": t.GetBusinessId(), "status": t.GetStatus(),
+		"id": t.GetId(), "operation": t.GetOperation(), "businessId": t.GetBusinessId(), "status": status,
 		"createdAt": t.GetCreatedAt().AsTime().UTC().Format(time.RFC3339Nano), "updatedAt": t.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
-		"input": raw(t.GetInputJson()), "result": raw(t.GetResultJson()), "error": errv, "auditId": t.GetAuditId(),
+		"input": raw(input), "result": raw(result), "error": errv, "auditId": t.GetAuditId(),
 	}
 }

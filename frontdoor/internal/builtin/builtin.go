@@ -13,9 +13,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -34,6 +37,8 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
+	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // Func runs one built-in.
@@ -289,6 +294,32 @@ func rawParam(params map[string]any, name string) []byte {
 	}
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// valueParam is a JSON parameter as a google.protobuf.Value, nil when
+// absent or null (policysvc then refuses the missing value).
+func valueParam(params map[string]any, name string) *structpb.Value {
+	v, err := jsondoc.Value(rawParam(params, name))
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// enumParam is a string parameter as the value of enum E it names (as
+// enumname names values), the zero value when it is absent. A name E
+// does not have is refused here with 400 <name>-invalid, the reason
+// policysvc gives: sent as the zero value it would read as absent.
+func enumParam[E interface {
+	~int32
+	protoreflect.Enum
+}](call *Call, name string) (E, *agtp.Response) {
+	s := str(call.Params, name)
+	v := enumname.Value[E](s)
+	if s != "" && v == 0 {
+		return 0, call.Fail(agtp.StatusBadRequest, name+"-invalid", name+" must be one of "+strings.Join(enumname.Names(v.Descriptor()), ", "), nil)
+	}
+	return v, nil
 }
 
 // rfc3339 reads an optional RFC 3339 time parameter.

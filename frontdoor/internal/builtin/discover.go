@@ -373,7 +373,12 @@ func (bi *Registry) describeMerchant(ctx context.Context, call *Call) *agtp.Resp
 		"manifest_fingerprint": m.GetManifestFingerprint(),
 		"status":               m.GetStatus(),
 	}
-	if doc := m.GetManifestJson(); len(doc) > 0 {
+	doc := []byte(m.GetManifest())
+	if len(doc) == 0 {
+		//lint:ignore SA1019 the first release's policysvc sends the document only as bytes
+		doc = m.GetManifestJson()
+	}
+	if len(doc) > 0 {
 		out["manifest"] = json.RawMessage(doc)
 	}
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, out)

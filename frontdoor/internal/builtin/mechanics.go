@@ -22,7 +22,9 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // The mechanics verbs (core §7.2.9–§7.2.13, docs/mechanics.md): task state
@@ -56,15 +58,20 @@ func (bi *Registry) escalate(ctx context.Context, call *Call) *agtp.Response {
 	if bad != nil {
 		return bad
 	}
+	priority, bad := enumParam[taskv1.EscalationPriority](call, "priority")
+	if bad != nil {
+		return bad
+	}
 	r, err := bi.Tasks.Escalate(ctx, &taskv1.EscalateRequest{
 		CallerAgentId: call.AgentID, TaskId: str(params, "task_id"), Reason: str(params, "reason"),
-		ContextJson: rawParam(params, "context"), Priority: str(params, "priority"), Recipient: str(params, "recipient"), Deadline: deadline,
+		Context: valueParam(params, "context"), PriorityLevel: priority,
+		Recipient: str(params, "recipient"), Deadline: deadline,
 	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
 	e := r.GetEscalation()
-	routing := e.GetRoutingStatus()
+	routing := escalationRouting(e)
 	switch {
 	case routing == routingPending || routing == routingFailed:
 		// A webhook recipient: pushed now, and again on a repeated
@@ -98,7 +105,11 @@ func (bi *Registry) confirm(ctx context.Context, call *Call) *agtp.Response {
 	if status != "accepted" && strings.TrimSpace(reason) == "" {
 		return call.Fail(agtp.StatusBadRequest, "reason-required", "CONFIRM with status "+status+" needs a reason (core §7.2.11)", nil)
 	}
-	begin, err := bi.Tasks.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: call.AgentID, TargetId: targetID, Status: status, Reason: reason})
+	outcome, bad := enumParam[taskv1.ConfirmationOutcome](call, "status")
+	if bad != nil {
+		return bad
+	}
+	begin, err := bi.Tasks.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: call.AgentID, TargetId: targetID, Outcome: outcome, Reason: reason})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "policysvc", err)
 	}
@@ -139,11 +150,12 @@ func (bi *Registry) confirmed(ctx context.Context, call *Call, c *taskv1.Confirm
 		"timestamp":      timeString(c.GetConfirmedAt()),
 		"target_id":      c.GetTargetId(),
 		"target_kind":    c.GetTargetKind(),
-		"status":         c.GetStatus(),
-		"task_id":        c.GetTaskId(),
+		//lint:ignore SA1019 the first release's policysvc sends the status only as a string
+		"status":  enumname.Prefer(c.GetOutcome(), c.GetStatus()),
+		"task_id": c.GetTaskId(),
 	}
 	if t != nil {
-		body["task_status"] = t.GetStatus()
+		body["task_status"] = taskStatus(t)
 	}
 	if replayed {
 		body["replayed"] = true
@@ -173,7 +185,7 @@ func (bi *Registry) notify(ctx context.Context, call *Call) *agtp.Response {
 	// worker); policysvc de-duplicates it for the recipient.
 	relayedID := call.Header.Get(headerNotificationID)
 	r, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{
-		SenderAgentId: call.AgentID, Recipient: rcpt, ContentJson: rawParam(params, "content"),
+		SenderAgentId: call.AgentID, Recipient: rcpt, Content: valueParam(params, "content"),
 		Urgency: str(params, "urgency"), DeliveryGuarantee: str(params, "delivery_guarantee"), Expiry: expiry,
 		NotificationId: relayedID,
 	})
@@ -185,7 +197,9 @@ func (bi *Registry) notify(ctx context.Context, call *Call) *agtp.Response {
 
 func notificationJSON(n *taskv1.Notification) map[string]any {
 	out := map[string]any{
-		"notification_id": n.GetNotificationId(), "recipient": redactURL(n.GetRecipient()), "status": n.GetStatus(),
+		"notification_id": n.GetNotificationId(), "recipient": redactURL(n.GetRecipient()),
+		//lint:ignore SA1019 the first release's policysvc sends the status only as a string
+		"status":  enumname.Prefer(n.GetState(), n.GetStatus()),
 		"urgency": n.GetUrgency(), "delivery_guarantee": n.GetDeliveryGuarantee(), "expiry": timeString(n.GetExpiry()),
 		"attempts": n.GetAttempts(), "recipient_kind": n.GetRecipientKind(),
 	}
@@ -234,10 +248,18 @@ func (bi *Registry) queryNotification(ctx context.Context, call *Call) *agtp.Res
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, notificationJSON(r.GetNotification()))
 }
 
+// taskStatus names a task's status from the enum, or from the first
+// release's string.
+func taskStatus(t *taskv1.Task) string {
+	//lint:ignore SA1019 the first release's policysvc sends the status only as a string
+	return enumname.Prefer(t.GetState(), t.GetStatus())
+}
+
 func taskJSON(t *taskv1.Task) map[string]any {
 	history := []map[string]any{}
 	for _, e := range t.GetHistory() {
-		h := map[string]any{"at": timeString(e.GetAt()), "event": e.GetEvent(), "status": e.GetStatus()}
+		//lint:ignore SA1019 the first release's policysvc sends the status only as a string
+		h := map[string]any{"at": timeString(e.GetAt()), "event": e.GetEvent(), "status": enumname.Prefer(e.GetState(), e.GetStatus())}
 		for k, v := range map[string]string{"actor": e.GetActor(), "ref": e.GetRef(), "detail": e.GetDetail()} {
 			if v != "" {
 				h[k] = v
@@ -245,9 +267,10 @@ func taskJSON(t *taskv1.Task) map[string]any {
 		}
 		history = append(history, h)
 	}
+	status := taskStatus(t)
 	return map[string]any{
-		"task_id": t.GetTaskId(), "owner_agent_id": t.GetOwnerAgentId(), "status": t.GetStatus(),
-		"paused":     t.GetStatus() == "escalated" || t.GetStatus() == "paused",
+		"task_id": t.GetTaskId(), "owner_agent_id": t.GetOwnerAgentId(), "status": status,
+		"paused":     status == "escalated" || status == "paused",
 		"created_at": timeString(t.GetCreatedAt()), "updated_at": timeString(t.GetUpdatedAt()), "history": history,
 	}
 }
@@ -274,9 +297,11 @@ func (bi *Registry) queryInbox(ctx context.Context, call *Call) *agtp.Response {
 			"notification_id": e.GetNotificationId(), "sender_agent_id": e.GetSenderAgentId(),
 			"urgency": e.GetUrgency(), "delivery_guarantee": e.GetDeliveryGuarantee(),
 			"received_at": e.GetReceivedAt().AsTime().UTC().Format(time.RFC3339Nano),
-			"content":     json.RawMessage(e.GetContentJson()),
 		}
-		if !json.Valid(e.GetContentJson()) {
+		//lint:ignore SA1019 the first release's policysvc sends the content only as bytes
+		if content, err := jsondoc.PreferValue(e.GetContent(), e.GetContentJson()); err == nil && json.Valid(content) {
+			entry["content"] = json.RawMessage(content)
+		} else {
 			entry["content"] = nil
 		}
 		if e.GetExpiry() != nil {
@@ -399,7 +424,7 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 	}
 	r, err := bi.Tasks.RecordDelegation(ctx, &taskv1.RecordDelegationRequest{
 		DelegatorAgentId: call.AgentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
-		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Status: status, Detail: detail,
+		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Outcome: enumname.Value[taskv1.DelegationOutcome](status), Detail: detail,
 	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "policysvc", err)

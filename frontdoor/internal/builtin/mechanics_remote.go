@@ -19,6 +19,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/outbound"
 )
 
@@ -99,11 +100,11 @@ func outboundContext(parent context.Context, limit time.Duration) (ctx context.C
 // recorded on the escalation; it returns the routing status.
 func (bi *Registry) pushEscalation(ctx context.Context, call *Call, e *taskv1.Escalation) string {
 	if bi.Outbound == nil || bi.Outbound.Webhooks == nil {
-		return e.GetRoutingStatus()
+		return escalationRouting(e)
 	}
 	input, err := json.Marshal(bi.escalationPayload(e))
 	if err != nil {
-		return e.GetRoutingStatus()
+		return escalationRouting(e)
 	}
 	// policysvc matched the recipient against the allowlist before it
 	// stored the escalation (it alone knows its configured default);
@@ -125,7 +126,7 @@ func (bi *Registry) pushEscalation(ctx context.Context, call *Call, e *taskv1.Es
 	pctx, cancel, ok := outboundContext(ctx, escalationPushBudget)
 	defer cancel()
 	if !ok {
-		return e.GetRoutingStatus() // pushed by the next ESCALATE
+		return escalationRouting(e) // pushed by the next ESCALATE
 	}
 	status, detail := routingDelivered, ""
 	if _, err := bi.Outbound.Webhooks.Call(pctx, def, &handler.Call{Method: "ESCALATE", Path: "/", Input: input}); err != nil {
@@ -144,7 +145,8 @@ func (bi *Registry) pushEscalation(ctx context.Context, call *Call, e *taskv1.Es
 func (bi *Registry) recordRouting(ctx context.Context, call *Call, e *taskv1.Escalation, status, detail string) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: status, Detail: detail}); err != nil {
+	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(),
+		Routing: enumname.Value[taskv1.EscalationRouting](status), Detail: detail}); err != nil {
 		bi.Log.WarnContext(ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
 	}
 	return status
@@ -178,6 +180,13 @@ func escalationPriority(e *taskv1.Escalation) string {
 	return enumname.Prefer(e.GetPriorityLevel(), e.GetPriority())
 }
 
+// escalationRouting names how an escalation reached its recipient from
+// the enum, or from the first release's string.
+func escalationRouting(e *taskv1.Escalation) string {
+	//lint:ignore SA1019 the first release's policysvc sends the routing only as a string
+	return enumname.Prefer(e.GetRouting(), e.GetRoutingStatus())
+}
+
 // escalationPayload is what a recipient is sent about an escalation.
 func (bi *Registry) escalationPayload(e *taskv1.Escalation) map[string]any {
 	payload := map[string]any{
@@ -185,7 +194,8 @@ func (bi *Registry) escalationPayload(e *taskv1.Escalation) map[string]any {
 		"reason": e.GetReason(), "priority": escalationPriority(e), "status": escalationStatus(e), "created_at": timeString(e.GetCreatedAt()),
 		"estimated_review_by": timeString(e.GetEstimatedReviewBy()), "server_id": bi.ServerID,
 	}
-	if ctxJSON := e.GetContextJson(); json.Valid(ctxJSON) {
+	//lint:ignore SA1019 the first release's policysvc sends the context only as bytes
+	if ctxJSON, err := jsondoc.PreferValue(e.GetContext(), e.GetContextJson()); err == nil && json.Valid(ctxJSON) {
 		payload["context"] = json.RawMessage(ctxJSON)
 	}
 	if d := timeString(e.GetDeadline()); d != "" {
@@ -210,19 +220,24 @@ func (bi *Registry) escalationToInbox(ctx context.Context, call *Call, e *taskv1
 	if rec, err := bi.Agents.Lookup(ctx, rcpt); err != nil || rec == nil {
 		return routingListed
 	}
-	content, err := json.Marshal(bi.escalationPayload(e))
+	b, err := json.Marshal(bi.escalationPayload(e))
+	if err != nil {
+		return routingListed
+	}
+	content, err := jsondoc.Value(b)
 	if err != nil {
 		return routingListed
 	}
 	urgency := map[string]string{"urgent": "critical", "low": "background"}[escalationPriority(e)]
-	if _, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, ContentJson: content,
+	if _, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, Content: content,
 		Urgency: urgency, NotificationId: e.GetEscalationId()}); err != nil {
 		bi.Log.WarnContext(ctx, "escalation not put in the recipient's inbox; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
 		return routingListed
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: routingDelivered, Detail: "inbox"}); err != nil {
+	if _, err := bi.Tasks.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(),
+		Routing: taskv1.EscalationRouting_ESCALATION_ROUTING_DELIVERED, Detail: "inbox"}); err != nil {
 		bi.Log.WarnContext(ctx, "escalation routing not recorded", "escalation_id", e.GetEscalationId(), "error", err)
 	}
 	return routingDelivered

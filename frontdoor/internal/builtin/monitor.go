@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -129,7 +128,7 @@ func (bi *Registry) monitor(ctx context.Context, call *Call) *agtp.Response {
 	}
 	r, err := bi.Tasks.Monitor(ctx, &taskv1.MonitorRequest{
 		CallerAgentId: call.AgentID, TargetAgentId: target, Events: events, Callback: callback, TtlSeconds: int64(ttl),
-		TargetStatus: callerpolicy.StateName(rec.GetStatus()), TargetRevision: rec.GetRevision(),
+		TargetAgentStatus: rec.GetStatus(), TargetRevision: rec.GetRevision(),
 	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "policysvc", err)

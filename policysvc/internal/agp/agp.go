@@ -30,7 +30,9 @@ import (
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -625,21 +627,31 @@ var (
 	statuses   = []string{"pending", "succeeded", "failed"}
 )
 
-// PutTransaction stores a record under its owner.
+// PutTransaction stores a record under its owner. The record is stored
+// in the first release's form (status and JSON bytes), which every
+// release reads; GetTransaction serves the enum and the documents beside
+// it.
 func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionRequest) (*agpv1.PutTransactionResponse, error) {
 	t := in.GetTransaction()
-	switch {
-	case t == nil:
+	if t == nil {
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "transaction is required")
+	}
+	t, err := storedForm(t)
+	if err != nil {
+		return nil, err
+	}
+	//lint:ignore SA1019 the stored form is the first release's (storedForm)
+	st, input, result := t.GetStatus(), t.GetInputJson(), t.GetResultJson()
+	switch {
 	case !isUUID(t.GetId()):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "id must be a UUID")
 	case !slices.Contains(operations, t.GetOperation()):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be discover, query or execute")
-	case !slices.Contains(statuses, t.GetStatus()):
+	case !slices.Contains(statuses, st):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be pending, succeeded or failed")
 	case len(t.GetBusinessId()) > maxBusiness:
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "business_id is too long")
-	case len(t.GetInputJson()) > maxJSON || len(t.GetResultJson()) > maxJSON || len(t.GetError()) > maxError:
+	case len(input) > maxJSON || len(result) > maxJSON || len(t.GetError()) > maxError:
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "input, result or error is too large")
 	}
 	if err := checkAgent(t.GetAgentId()); err != nil {
@@ -676,5 +688,39 @@ func (s *Server) GetTransaction(ctx context.Context, in *agpv1.GetTransactionReq
 	if err := proto.Unmarshal(b, t); err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("transaction record: %w", err))
 	}
+	servedForm(t)
 	return &agpv1.GetTransactionResponse{Transaction: t}, nil
+}
+
+// storedForm is t with the enum and the documents a current client sends
+// moved to the first release's fields (a client of that release sends
+// those only), so that every record is stored one way, once.
+func storedForm(t *agpv1.Transaction) (*agpv1.Transaction, error) {
+	t = proto.Clone(t).(*agpv1.Transaction)
+	//lint:ignore SA1019 the stored form is the first release's
+	input, err := jsondoc.PreferStruct(t.GetInput(), t.GetInputJson())
+	if err != nil {
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "input: "+err.Error())
+	}
+	//lint:ignore SA1019 the stored form is the first release's
+	result, err := jsondoc.PreferValue(t.GetResult(), t.GetResultJson())
+	if err != nil {
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "result: "+err.Error())
+	}
+	//lint:ignore SA1019 the stored form is the first release's
+	t.Status, t.InputJson, t.ResultJson = enumname.Requested(t.GetState(), t.GetStatus()), input, result
+	t.State, t.Input, t.Result = 0, nil, nil
+	return t, nil
+}
+
+// servedForm fills the enum and the documents of a stored record beside
+// the first release's fields, for clients of either release. A document
+// with no Struct or Value form (a number beyond float64, from a client
+// that sent bytes) is served in the bytes field only.
+func servedForm(t *agpv1.Transaction) {
+	//lint:ignore SA1019 the stored form is the first release's
+	st, input, result := t.GetStatus(), t.GetInputJson(), t.GetResultJson()
+	t.State = enumname.Value[agpv1.TransactionStatus](st)
+	t.Input, _ = jsondoc.Struct(input)
+	t.Result, _ = jsondoc.Value(result)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -298,12 +299,36 @@ func TestConfirmationPolicies(t *testing.T) {
 func TestTransactions(t *testing.T) {
 	c := start(t, Options{})
 	id := "5f9b2cce-39ac-4ca3-83ba-892b4c4272c7"
-	rec := &agpv1.Transaction{Id: id, AgentId: alice, Operation: "execute", BusinessId: "orders", Status: "succeeded",
-		InputJson: []byte(`{"businessId":"orders"}`), ResultJson: []byte(`{"order_id":"ord-1"}`), AuditId: hashA}
+	input, err := jsondoc.Struct([]byte(`{"businessId":"orders"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &agpv1.Transaction{Id: id, AgentId: alice, Operation: "execute", BusinessId: "orders", State: agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED,
+		Input: input, Result: testkit.JSONValue(`{"order_id":"ord-1"}`), AuditId: hashA}
 	must(c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: rec}))(t)
 	got := must(c.GetTransaction(ctx(), &agpv1.GetTransactionRequest{AgentId: alice, TransactionId: id}))(t).GetTransaction()
-	if got.GetStatus() != "succeeded" || string(got.GetResultJson()) != `{"order_id":"ord-1"}` || got.GetAuditId() != hashA {
+	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED || string(testkit.ValueJSON(got.GetResult())) != `{"order_id":"ord-1"}` ||
+		got.GetInput().GetFields()["businessId"].GetStringValue() != "orders" || got.GetAuditId() != hashA {
 		t.Errorf("read back %v", got)
+	}
+	// A client of the first release sends and reads the status string and
+	// the JSON bytes; either client reads both forms of either's record.
+	//lint:ignore SA1019 the first release's fields
+	if got.GetStatus() != "succeeded" || string(got.GetResultJson()) != `{"order_id":"ord-1"}` || string(got.GetInputJson()) != `{"businessId":"orders"}` {
+		t.Errorf("first release's fields of a current client's record: %v", got)
+	}
+	oldID := "0b6f3b8e-6a61-4d53-9d7c-3f3f0a0e51a1"
+	//lint:ignore SA1019 a client of the first release sends these fields only
+	old := &agpv1.Transaction{Id: oldID, AgentId: alice, Operation: "query", Status: "failed", InputJson: []byte(`{"q":[1,2]}`), ResultJson: []byte(`"none"`)}
+	must(c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: old}))(t)
+	got = must(c.GetTransaction(ctx(), &agpv1.GetTransactionRequest{AgentId: alice, TransactionId: oldID}))(t).GetTransaction()
+	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_FAILED || got.GetResult().GetStringValue() != "none" ||
+		len(got.GetInput().GetFields()["q"].GetListValue().GetValues()) != 2 {
+		t.Errorf("a first-release record read back %v", got)
+	}
+	//lint:ignore SA1019 the first release's fields
+	if got.GetStatus() != "failed" || string(got.GetInputJson()) != `{"q":[1,2]}` {
+		t.Errorf("first release's fields of its own record: %v", got)
 	}
 	// Another caller, an unknown id and a malformed id are the same miss.
 	for name, in := range map[string]*agpv1.GetTransactionRequest{
@@ -317,11 +342,12 @@ func TestTransactions(t *testing.T) {
 		}
 	}
 	for name, bad := range map[string]*agpv1.Transaction{
-		"id":        {Id: "tx-1", AgentId: alice, Operation: "query", Status: "failed"},
-		"operation": {Id: id, AgentId: alice, Operation: "generate", Status: "failed"},
-		"status":    {Id: id, AgentId: alice, Operation: "query", Status: "done"},
-		"agent":     {Id: id, AgentId: "alice", Operation: "query", Status: "failed"},
-		"size":      {Id: id, AgentId: alice, Operation: "query", Status: "failed", ResultJson: make([]byte, maxJSON+1)},
+		"id":               {Id: "tx-1", AgentId: alice, Operation: "query", Status: "failed"},
+		"operation":        {Id: id, AgentId: alice, Operation: "generate", Status: "failed"},
+		"status":           {Id: id, AgentId: alice, Operation: "query", Status: "done"},
+		"agent":            {Id: id, AgentId: "alice", Operation: "query", Status: "failed"},
+		"size":             {Id: id, AgentId: alice, Operation: "query", Status: "failed", ResultJson: make([]byte, maxJSON+1)},
+		"undeclared state": {Id: id, AgentId: alice, Operation: "query", State: 99},
 	} {
 		if _, err := c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: bad}); code(err) != codes.InvalidArgument {
 			t.Errorf("bad %s: %v, want InvalidArgument", name, err)

@@ -275,7 +275,8 @@ func (s *Server) GetMerchant(context.Context, *policyv1.GetMerchantRequest) (*po
 		Status:              m.Status,
 	}
 	if s.manifest != nil {
-		out.ManifestJson = s.manifest.canonical
+		//lint:ignore SA1019 the first release's field, filled for its clients beside Manifest
+		out.ManifestJson, out.Manifest = s.manifest.canonical, string(s.manifest.canonical)
 	}
 	return out, nil
 }

@@ -150,7 +150,11 @@ func TestMerchantManifestFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !m.GetConfigured() || m.GetMerchantId() != "merchant.example.test" || m.GetManifestFingerprint() != want ||
-		m.GetStatus() != "active" || string(m.GetManifestJson()) != merchantDocCanonical {
+		m.GetStatus() != "active" || m.GetManifest() != merchantDocCanonical {
+		t.Fatalf("GetMerchant = %+v, want merchant.example.test %s and the canonical document", m, want)
+	}
+	//lint:ignore SA1019 the first release's field is still filled for its clients
+	if string(m.GetManifestJson()) != merchantDocCanonical {
 		t.Fatalf("GetMerchant = %+v, want merchant.example.test %s and the canonical document", m, want)
 	}
 
@@ -209,7 +213,7 @@ func TestMerchantStaticFingerprintAndUnconfigured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m.GetConfigured() || m.GetManifestFingerprint() != strings.ToLower(fp) || len(m.GetManifestJson()) != 0 {
+	if !m.GetConfigured() || m.GetManifestFingerprint() != strings.ToLower(fp) || m.GetManifest() != "" {
 		t.Fatalf("GetMerchant = %+v, want the lowercase fingerprint and no document", m)
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -132,7 +133,9 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 	if principal == "" || len(principal) > maxID {
 		return nil, grpcerr.InvalidArgument("principal-required", "name the resolving principal (at most 128 characters)")
 	}
-	if err := validConfirmStatus(in.GetStatus(), in.GetReason()); err != nil {
+	//lint:ignore SA1019 a client of the first release sends the status as a string only
+	status := enumname.Requested(in.GetOutcome(), in.GetStatus())
+	if err := validConfirmStatus(status, in.GetReason()); err != nil {
 		return nil, err
 	}
 	if !strings.HasPrefix(in.GetEscalationId(), escalationPrefix) {
@@ -161,7 +164,7 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			return err
 		}
 		if e.Status != PendingReview && e.Status != Deferred {
-			if e.Status == in.GetStatus() {
+			if e.Status == status {
 				return nil
 			}
 			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status)
@@ -171,14 +174,14 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 		// appended the first time (changelog's request ID).
 		attestation, err := s.changes.Record(ctx, e.Owner, EventEscalationResolved, map[string]any{
 			"method": "CONFIRM", "target_kind": "escalation", "target_id": e.ID, "task_id": e.TaskID,
-			"confirm_status": in.GetStatus(), "reason": in.GetReason(), "principal": principal,
-		}, e.ID, in.GetStatus(), principal, in.GetReason())
+			"confirm_status": status, "reason": in.GetReason(), "principal": principal,
+		}, e.ID, status, principal, in.GetReason())
 		if err != nil {
 			return err
 		}
-		c := confirmation{TargetID: e.ID, TargetKind: "escalation", TaskID: e.TaskID, Status: in.GetStatus(), Reason: in.GetReason(),
+		c := confirmation{TargetID: e.ID, TargetKind: "escalation", TaskID: e.TaskID, Status: status, Reason: in.GetReason(),
 			Confirmer: actor, Attestation: attestation, At: now}
-		s.apply(&t, &e, "escalation", in.GetStatus(), actor, attestation, in.GetReason(), now)
+		s.apply(&t, &e, "escalation", status, actor, attestation, in.GetReason(), now)
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, confirmKey, mustJSON(c), s.opts.TaskTTL)
 			p.Set(ctx, taskKey, mustJSON(t), s.opts.TaskTTL)
@@ -213,7 +216,8 @@ func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegati
 	if !validID(taskID) {
 		return nil, grpcerr.InvalidArgument("task-id-invalid", "task_id must be 1-128 characters of letters, digits and ._:-")
 	}
-	status := in.GetStatus()
+	//lint:ignore SA1019 a client of the first release sends the status as a string only
+	status := enumname.Requested(in.GetOutcome(), in.GetStatus())
 	if status == "" {
 		status = StatusDelegated
 	}
@@ -263,7 +267,8 @@ func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegati
 // webhook went; the task's history gets an event, its status is kept. A
 // failed push leaves the escalation listed for the admin API.
 func (s *Server) RecordEscalationRouting(ctx context.Context, in *taskv1.RecordEscalationRoutingRequest) (*taskv1.RecordEscalationRoutingResponse, error) {
-	st := in.GetStatus()
+	//lint:ignore SA1019 a client of the first release sends the status as a string only
+	st := enumname.Requested(in.GetRouting(), in.GetStatus())
 	if st != RoutingDelivered && st != RoutingFailed {
 		return nil, grpcerr.InvalidArgument("status-invalid", "routing status is delivered or failed")
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -280,8 +281,11 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 	}
 	for _, m := range msgs {
 		field := func(k string) string { v, _ := m.Values[k].(string); return v }
+		content := []byte(field("content"))
+		value, _ := jsondoc.Value(content) // unset when it has no Value form: ContentJson carries it
 		e := &taskv1.InboxEntry{NotificationId: field("notification_id"), SenderAgentId: field("sender"),
-			ContentJson: []byte(field("content")), Urgency: field("urgency"), DeliveryGuarantee: field("delivery_guarantee")}
+			//lint:ignore SA1019 the first release's field, filled for its clients beside Content
+			ContentJson: content, Content: value, Urgency: field("urgency"), DeliveryGuarantee: field("delivery_guarantee")}
 		if t, err := time.Parse(time.RFC3339Nano, field("expiry")); err == nil {
 			e.Expiry = timestamppb.New(t)
 		}

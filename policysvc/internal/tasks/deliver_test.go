@@ -18,6 +18,7 @@ import (
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -79,24 +80,24 @@ func inbox(t *testing.T, c taskv1.TaskServiceClient, agent string) []*taskv1.Inb
 func TestNotifyToAnAgentHostedHereLandsInItsInbox(t *testing.T) {
 	c, _ := start(t, Options{})
 	ctx := context.Background()
-	r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "agtp://" + reviewer, ContentJson: []byte(`{"n":1}`)})
+	r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "agtp://" + reviewer, Content: testkit.JSONValue(`{"n":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := r.GetNotification()
-	if n.GetStatus() != NotifyDelivered || n.GetRecipientKind() != KindAgent || n.GetAttempts() != 1 {
+	if enumname.Of(n.GetState()) != NotifyDelivered || n.GetRecipientKind() != KindAgent || n.GetAttempts() != 1 {
 		t.Fatalf("notification = %v, want delivered at once", n)
 	}
 	got := inbox(t, c, reviewer)
-	if len(got) != 1 || got[0].GetNotificationId() != n.GetNotificationId() || got[0].GetSenderAgentId() != owner || string(got[0].GetContentJson()) != `{"n":1}` {
+	if len(got) != 1 || got[0].GetNotificationId() != n.GetNotificationId() || got[0].GetSenderAgentId() != owner || string(testkit.ValueJSON(got[0].GetContent())) != `{"n":1}` {
 		t.Fatalf("inbox = %v", got)
 	}
 	g, err := c.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: n.GetNotificationId()})
-	if err != nil || g.GetNotification().GetStatus() != NotifyDelivered {
+	if err != nil || enumname.Of(g.GetNotification().GetState()) != NotifyDelivered {
 		t.Fatalf("sender's view = %v, %v", g, err)
 	}
 	// Paging: the cursor continues after the last entry.
-	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, ContentJson: []byte(`{"n":2}`)}); err != nil {
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, Content: testkit.JSONValue(`{"n":2}`)}); err != nil {
 		t.Fatal(err)
 	}
 	p1, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, PageSize: 1})
@@ -104,7 +105,7 @@ func TestNotifyToAnAgentHostedHereLandsInItsInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	p2, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, PageToken: p1.GetNextPageToken()})
-	if err != nil || len(p2.GetEntries()) != 1 || string(p2.GetEntries()[0].GetContentJson()) != `{"n":2}` {
+	if err != nil || len(p2.GetEntries()) != 1 || string(testkit.ValueJSON(p2.GetEntries()[0].GetContent())) != `{"n":2}` {
 		t.Fatalf("second page = %v, %v", p2, err)
 	}
 }
@@ -113,7 +114,7 @@ func TestRelayedNotificationIsDeliveredOncePerSender(t *testing.T) {
 	c, _ := start(t, Options{})
 	ctx := context.Background()
 	relay := func(sender, rcpt string) (*taskv1.Notification, error) {
-		r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: sender, Recipient: rcpt, ContentJson: []byte(`"x"`), NotificationId: "ntf-relayed-1"})
+		r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: sender, Recipient: rcpt, Content: testkit.JSONValue(`"x"`), NotificationId: "ntf-relayed-1"})
 		return r.GetNotification(), err
 	}
 	for i, want := range []bool{false, true, true} {
@@ -202,7 +203,7 @@ func waitSettled(t *testing.T, c taskv1.TaskServiceClient, id string) *taskv1.No
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.GetNotification().GetStatus() != NotifyQueued {
+		if enumname.Of(g.GetNotification().GetState()) != NotifyQueued {
 			return g.GetNotification()
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -225,12 +226,12 @@ func TestNotifyToARemoteAgentGoesOverAGTPWithRetries(t *testing.T) {
 	c, srv := start(t, Options{CAFile: testkit.PKI(t).CA(), Outbound: loopbackPeers, NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond, NotifyMaxBackoff: 50 * time.Millisecond})
 	runWorker(t, srv)
 	rcpt := "agtp://" + reviewer + "@" + rcv.ln.Addr().String()
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: rcpt, ContentJson: []byte(`{"msg":"hi"}`), Urgency: "critical"})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: rcpt, Content: testkit.JSONValue(`{"msg":"hi"}`), Urgency: "critical"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := r.GetNotification().GetNotificationId()
-	if n := waitSettled(t, c, id); n.GetStatus() != NotifyDelivered || n.GetAttempts() != 3 || n.GetRecipientKind() != KindRemoteAgent {
+	if n := waitSettled(t, c, id); enumname.Of(n.GetState()) != NotifyDelivered || n.GetAttempts() != 3 || n.GetRecipientKind() != KindRemoteAgent {
 		t.Fatalf("notification = %v, want delivered on attempt 3", n)
 	}
 	rcv.mu.Lock()
@@ -281,12 +282,12 @@ func TestNotifyToARemoteAgentThatRefusesFailsAtOnce(t *testing.T) {
 	}()
 	c, srv := start(t, Options{CAFile: testkit.PKI(t).CA(), Outbound: loopbackPeers, NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond})
 	runWorker(t, srv)
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "agtp://" + reviewer + "@" + ln.Addr().String(), ContentJson: []byte(`1`)})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "agtp://" + reviewer + "@" + ln.Addr().String(), Content: testkit.JSONValue(`1`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := waitSettled(t, c, r.GetNotification().GetNotificationId())
-	if n.GetStatus() != NotifyFailed || n.GetAttempts() != 1 || !strings.Contains(n.GetLastError(), "recipient-not-found") || calls.Load() != 1 {
+	if enumname.Of(n.GetState()) != NotifyFailed || n.GetAttempts() != 1 || !strings.Contains(n.GetLastError(), "recipient-not-found") || calls.Load() != 1 {
 		t.Fatalf("notification = %v after %d calls, want failed after one", n, calls.Load())
 	}
 }
@@ -298,16 +299,16 @@ func TestNotifyToAGroupDeliversToEveryMember(t *testing.T) {
 	c, srv := start(t, Options{HTTPClient: ts.Client(), NotifyPoll: 10 * time.Millisecond,
 		Groups: map[string][]string{"reviewers": {reviewer, ts.URL + "/hook"}}})
 	runWorker(t, srv)
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:reviewers", ContentJson: []byte(`{"all":true}`)})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:reviewers", Content: testkit.JSONValue(`{"all":true}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := r.GetNotification()
-	if n.GetRecipientKind() != KindGroup || len(n.GetDeliveries()) != 2 || n.GetDeliveries()[0].GetStatus() != NotifyDelivered {
+	if n.GetRecipientKind() != KindGroup || len(n.GetDeliveries()) != 2 || enumname.Of(n.GetDeliveries()[0].GetState()) != NotifyDelivered {
 		t.Fatalf("receipt = %v", n)
 	}
 	n = waitSettled(t, c, n.GetNotificationId())
-	if n.GetStatus() != NotifyDelivered || len(n.GetDeliveries()) != 2 || n.GetDeliveries()[1].GetNotificationId() != n.GetNotificationId()+".1" {
+	if enumname.Of(n.GetState()) != NotifyDelivered || len(n.GetDeliveries()) != 2 || n.GetDeliveries()[1].GetNotificationId() != n.GetNotificationId()+".1" {
 		t.Fatalf("group = %v", n)
 	}
 	if got := inbox(t, c, reviewer); len(got) != 1 || got[0].GetNotificationId() != n.GetNotificationId()+".0" {
@@ -323,24 +324,24 @@ func TestNotifyToAGroupDeliversToEveryMember(t *testing.T) {
 func TestEscalationRoutingIsRecorded(t *testing.T) {
 	c, _ := start(t, Options{DefaultRecipient: "https://review.example/escalations"})
 	ctx := context.Background()
-	r, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-1", Reason: "scope_limit", ContextJson: []byte(`{}`)})
+	r, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-1", Reason: "scope_limit", Context: testkit.JSONValue(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := r.GetEscalation()
-	if e.GetRoutedTo() != "https://review.example/escalations" || e.GetRoutingStatus() != RoutingPending {
+	if e.GetRoutedTo() != "https://review.example/escalations" || enumname.Of(e.GetRouting()) != RoutingPending {
 		t.Fatalf("escalation = %v", e)
 	}
-	if l := escalate(t, c, "t-2").GetEscalation(); l.GetRoutingStatus() != RoutingListed {
-		t.Fatalf("agent recipient routing = %q", l.GetRoutingStatus())
+	if l := escalate(t, c, "t-2").GetEscalation(); enumname.Of(l.GetRouting()) != RoutingListed {
+		t.Fatalf("agent recipient routing = %q", enumname.Of(l.GetRouting()))
 	}
 	for _, st := range []string{RoutingFailed, RoutingDelivered, RoutingFailed} {
-		if _, err := c.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Status: st, Detail: "attempt"}); err != nil {
+		if _, err := c.RecordEscalationRouting(ctx, &taskv1.RecordEscalationRoutingRequest{EscalationId: e.GetEscalationId(), Routing: enumname.Value[taskv1.EscalationRouting](st), Detail: "attempt"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	l, err := c.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: "ops", RoutedTo: "https://review.example/escalations"})
-	if err != nil || len(l.GetEscalations()) != 1 || l.GetEscalations()[0].GetRoutingStatus() != RoutingDelivered {
+	if err != nil || len(l.GetEscalations()) != 1 || enumname.Of(l.GetEscalations()[0].GetRouting()) != RoutingDelivered {
 		t.Fatalf("listing = %v, %v; a late failure must not undo a delivery", l, err)
 	}
 	tk, err := c.GetTask(ctx, &taskv1.GetTaskRequest{CallerAgentId: owner, TaskId: "t-1"})
@@ -351,8 +352,8 @@ func TestEscalationRoutingIsRecorded(t *testing.T) {
 	for _, h := range tk.GetTask().GetHistory() {
 		events = append(events, h.GetEvent())
 	}
-	if strings.Join(events, ",") != "created,escalated,routing_failed,routed" || tk.GetTask().GetStatus() != StatusEscalated {
-		t.Fatalf("history = %v, status %s", events, tk.GetTask().GetStatus())
+	if strings.Join(events, ",") != "created,escalated,routing_failed,routed" || enumname.Of(tk.GetTask().GetState()) != StatusEscalated {
+		t.Fatalf("history = %v, status %s", events, enumname.Of(tk.GetTask().GetState()))
 	}
 	for _, bad := range []*taskv1.RecordEscalationRoutingRequest{
 		{EscalationId: e.GetEscalationId(), Status: "lost"},
@@ -362,7 +363,7 @@ func TestEscalationRoutingIsRecorded(t *testing.T) {
 			t.Errorf("RecordEscalationRouting(%v) accepted", bad)
 		}
 	}
-	if _, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-3", Reason: "scope_limit", ContextJson: []byte(`{}`),
+	if _, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-3", Reason: "scope_limit", Context: testkit.JSONValue(`{}`),
 		Recipient: "https://user:pw@review.example/"}); code(err) != codes.InvalidArgument {
 		t.Fatalf("webhook with credentials = %v", err)
 	}

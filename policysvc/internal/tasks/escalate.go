@@ -15,6 +15,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -53,15 +54,20 @@ const (
 )
 
 func (e *escalation) proto() *taskv1.Escalation {
-	// Status and Priority are the first release's strings, filled for its
-	// clients beside the enums.
+	// ContextJson, Status, Priority and RoutingStatus are the first
+	// release's fields, filled for its clients beside the enums and the
+	// Value. A context stored before Values were checked on input may
+	// have no Value form: it is then served in ContextJson only.
+	ctxValue, _ := jsondoc.Value(e.Context)
 	out := &taskv1.Escalation{EscalationId: e.ID, TaskId: e.TaskID, OwnerAgentId: e.Owner, Reason: e.Reason,
 		//lint:ignore SA1019 the first release's fields, filled for its clients
 		ContextJson: e.Context, Priority: e.Priority, RoutedTo: e.RoutedTo, Status: e.Status,
-		State:         taskv1.EscalationState(enumname.Number(taskv1.EscalationState(0).Descriptor(), e.Status)),
-		PriorityLevel: taskv1.EscalationPriority(enumname.Number(taskv1.EscalationPriority(0).Descriptor(), e.Priority)),
+		Context:       ctxValue,
+		State:         enumname.Value[taskv1.EscalationState](e.Status),
+		PriorityLevel: enumname.Value[taskv1.EscalationPriority](e.Priority),
 		CreatedAt:     timestamppb.New(e.Created), EstimatedReviewBy: timestamppb.New(e.ReviewBy),
-		RoutingStatus: e.Routing, RoutingDetail: e.RoutingDetail}
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		RoutingStatus: e.Routing, Routing: enumname.Value[taskv1.EscalationRouting](e.Routing), RoutingDetail: e.RoutingDetail}
 	if !e.Deadline.IsZero() {
 		out.Deadline = timestamppb.New(e.Deadline)
 	}
@@ -87,7 +93,9 @@ type confirmation struct {
 }
 
 func (c *confirmation) proto() *taskv1.Confirmation {
-	return &taskv1.Confirmation{TargetId: c.TargetID, TargetKind: c.TargetKind, TaskId: c.TaskID, Status: c.Status,
+	return &taskv1.Confirmation{TargetId: c.TargetID, TargetKind: c.TargetKind, TaskId: c.TaskID,
+		//lint:ignore SA1019 the first release's field, filled for its clients beside Outcome
+		Status: c.Status, Outcome: enumname.Value[taskv1.ConfirmationOutcome](c.Status),
 		Reason: c.Reason, ConfirmerAgentId: c.Confirmer, AttestationId: c.Attestation, ConfirmedAt: timestamppb.New(c.At)}
 }
 
@@ -109,10 +117,13 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	if !EscalationReasons[in.GetReason()] {
 		return nil, grpcerr.InvalidArgument("reason-invalid", "reason must be one of confidence_threshold, scope_limit, ethical_flag, ambiguous_instruction, resource_unavailable (core §3.3)")
 	}
-	if len(in.GetContextJson()) == 0 || len(in.GetContextJson()) > maxContext || !json.Valid(in.GetContextJson()) {
+	//lint:ignore SA1019 a client of the first release sends context_json only
+	doc, ok := document(in.GetContext(), in.GetContextJson())
+	if !ok {
 		return nil, grpcerr.InvalidArgument("context-invalid", fmt.Sprintf("context is required: a JSON value of at most %d bytes", maxContext))
 	}
-	priority := in.GetPriority()
+	//lint:ignore SA1019 a client of the first release sends the priority as a string only
+	priority := enumname.Requested(in.GetPriorityLevel(), in.GetPriority())
 	switch priority {
 	case "":
 		priority = "normal"
@@ -141,7 +152,7 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	}
 	now := s.opts.Now().UTC()
 	e := &escalation{ID: newID(escalationPrefix), TaskID: in.GetTaskId(), Owner: owner, Reason: in.GetReason(),
-		Context: in.GetContextJson(), Priority: priority, RoutedTo: routed, Status: PendingReview, Created: now,
+		Context: doc, Priority: priority, RoutedTo: routed, Status: PendingReview, Created: now,
 		ReviewBy: now.Add(s.opts.ReviewWindow), Routing: routing}
 	if d := in.GetDeadline(); d != nil {
 		e.Deadline = d.AsTime().UTC()
@@ -283,7 +294,9 @@ func validConfirmStatus(status, reason string) error {
 // BeginConfirm claims the confirmation of a target or returns the one
 // already made. A deferred confirmation may be superseded by a later one.
 func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmRequest) (*taskv1.BeginConfirmResponse, error) {
-	if err := validConfirmStatus(in.GetStatus(), in.GetReason()); err != nil {
+	//lint:ignore SA1019 a client of the first release sends the status as a string only
+	status := enumname.Requested(in.GetOutcome(), in.GetStatus())
+	if err := validConfirmStatus(status, in.GetReason()); err != nil {
 		return nil, err
 	}
 	tg, err := s.resolveTarget(ctx, in.GetCallerAgentId(), in.GetTargetId())
@@ -330,7 +343,7 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 			return err
 		}
 		if ok && c.Claim == "" {
-			if c.Status == in.GetStatus() && c.Confirmer == in.GetCallerAgentId() && c.Reason == in.GetReason() {
+			if c.Status == status && c.Confirmer == in.GetCallerAgentId() && c.Reason == in.GetReason() {
 				out.Confirmation = c.proto()
 				return nil
 			}
@@ -339,7 +352,7 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 			}
 		}
 		if ok && c.Claim != "" && now.Sub(c.ClaimedAt) < s.opts.ClaimTimeout {
-			if c.Status == in.GetStatus() && c.Confirmer == in.GetCallerAgentId() {
+			if c.Status == status && c.Confirmer == in.GetCallerAgentId() {
 				return grpcerr.Unavailable("confirm-in-progress", "the same CONFIRM is being attested; retry shortly")
 			}
 			return grpcerr.Conflict("confirm-in-progress", "another CONFIRM of this target is in progress")
@@ -348,7 +361,7 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 			return grpcerr.Conflict("task-ended", "task "+t.TaskID+" has ended ("+t.Status+")")
 		}
 		claim := newID("")
-		c = confirmation{TargetID: tg.id, TargetKind: tg.kind, TaskID: tg.taskID, Status: in.GetStatus(), Reason: in.GetReason(),
+		c = confirmation{TargetID: tg.id, TargetKind: tg.kind, TaskID: tg.taskID, Status: status, Reason: in.GetReason(),
 			Confirmer: in.GetCallerAgentId(), Claim: claim, ClaimedAt: now}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, confirmKey, mustJSON(c), s.opts.TaskTTL)

@@ -20,6 +20,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/subscription"
@@ -159,6 +160,27 @@ end
 redis.call('PEXPIRE', KEYS[3], ARGV[7])
 return 1`)
 
+// targetStatus names the target's status a MONITOR request reports: the
+// enum a current front door sends, else the first release's string. A
+// revision with neither is a pending agent (its status is the enum's
+// zero value); "" is no status known, and records none.
+func targetStatus(in *taskv1.MonitorRequest) string {
+	if st := in.GetTargetAgentStatus(); st != identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED {
+		if enumname.Of(st) == "" {
+			return "" // a status this release does not know: the watch names it
+		}
+		return callerpolicy.StateName(st)
+	}
+	//lint:ignore SA1019 a front door of the first release sends the status as a string only
+	if st := in.GetTargetStatus(); st != "" {
+		return st
+	}
+	if in.GetTargetRevision() > 0 {
+		return callerpolicy.StateName(identityv1.AgentStatus_AGENT_STATUS_UNSPECIFIED)
+	}
+	return ""
+}
+
 // Monitor stores a subscription to a target's lifecycle events.
 func (s *Server) Monitor(ctx context.Context, in *taskv1.MonitorRequest) (*taskv1.MonitorResponse, error) {
 	caller := in.GetCallerAgentId()
@@ -206,7 +228,7 @@ func (s *Server) Monitor(ctx context.Context, in *taskv1.MonitorRequest) (*taskv
 	}
 	err = subscribeScript.Run(ctx, s.rdb,
 		[]string{rediskeys.MonitorSubscription(sub.Target, sub.ID), rediskeys.MonitorIndex(sub.Target), rediskeys.MonitorState(sub.Target)},
-		mustJSON(sub), sub.Expires.UnixMilli(), ttl.Milliseconds(), sub.ID, in.GetTargetStatus(), in.GetTargetRevision(), monitorStateTTL.Milliseconds(), now.UnixMilli(),
+		mustJSON(sub), sub.Expires.UnixMilli(), ttl.Milliseconds(), sub.ID, targetStatus(in), in.GetTargetRevision(), monitorStateTTL.Milliseconds(), now.UnixMilli(),
 	).Err()
 	if err != nil {
 		// The subscriber's entry points at nothing; drop it so it does

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -70,8 +72,17 @@ func (n *notification) kind() string {
 }
 
 func (n *notification) proto() *taskv1.Notification {
-	out := &taskv1.Notification{NotificationId: n.ID, SenderAgentId: n.Sender, Recipient: n.Recipient, ContentJson: n.Content,
-		Urgency: n.Urgency, DeliveryGuarantee: n.Guarantee, Expiry: timestamppb.New(n.Expiry), Status: n.Status,
+	// ContentJson and Status are the first release's fields, filled for
+	// its clients beside Content and State; content stored before Values
+	// were checked on input may have no Value form, and is then served in
+	// ContentJson only.
+	content, _ := jsondoc.Value(n.Content)
+	out := &taskv1.Notification{NotificationId: n.ID, SenderAgentId: n.Sender, Recipient: n.Recipient,
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		ContentJson: n.Content, Content: content,
+		Urgency: n.Urgency, DeliveryGuarantee: n.Guarantee, Expiry: timestamppb.New(n.Expiry),
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		Status: n.Status, State: enumname.Value[taskv1.NotificationStatus](n.Status),
 		Attempts: int32(n.Attempts), LastError: n.LastError, CreatedAt: timestamppb.New(n.Created), RecipientKind: n.kind()}
 	if !n.Delivered.IsZero() {
 		out.DeliveredAt = timestamppb.New(n.Delivered)
@@ -95,7 +106,9 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 	if err != nil {
 		return nil, err
 	}
-	if len(in.GetContentJson()) == 0 || len(in.GetContentJson()) > maxContext || !json.Valid(in.GetContentJson()) {
+	//lint:ignore SA1019 a client of the first release sends content_json only
+	content, ok := document(in.GetContent(), in.GetContentJson())
+	if !ok {
 		return nil, grpcerr.InvalidArgument("content-invalid", fmt.Sprintf("content is required: a JSON value of at most %d bytes", maxContext))
 	}
 	urgency := in.GetUrgency()
@@ -122,7 +135,7 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 			return nil, grpcerr.InvalidArgument("expiry-passed", "expiry is in the past")
 		}
 	}
-	n := &notification{Sender: in.GetSenderAgentId(), Recipient: rcpt, Content: in.GetContentJson(),
+	n := &notification{Sender: in.GetSenderAgentId(), Recipient: rcpt, Content: content,
 		Urgency: urgency, Guarantee: g, Expiry: expiry, Status: NotifyQueued, Created: now}
 	if id := in.GetNotificationId(); id != "" {
 		if !validID(id) {
@@ -208,7 +221,8 @@ func (s *Server) notifyGroup(ctx context.Context, n *notification, group string)
 		return nil, storeErr("notify group", err)
 	}
 	s.summarize(n, out.Deliveries)
-	out.Status, out.Attempts = n.Status, int32(n.Attempts)
+	//lint:ignore SA1019 the first release's field, filled for its clients beside State
+	out.Status, out.State, out.Attempts = n.Status, enumname.Value[taskv1.NotificationStatus](n.Status), int32(n.Attempts)
 	return &taskv1.NotifyResponse{Notification: out}, nil
 }
 
@@ -219,10 +233,10 @@ func (s *Server) summarize(n *notification, deliveries []*taskv1.Notification) {
 	failed := false
 	for _, d := range deliveries {
 		n.Attempts += int(d.GetAttempts())
-		switch d.GetStatus() {
-		case NotifyQueued:
+		switch d.GetState() {
+		case taskv1.NotificationStatus_NOTIFICATION_STATUS_QUEUED:
 			n.Status = NotifyQueued
-		case NotifyFailed, NotifyExpired:
+		case taskv1.NotificationStatus_NOTIFICATION_STATUS_FAILED, taskv1.NotificationStatus_NOTIFICATION_STATUS_EXPIRED:
 			failed = true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -56,7 +57,7 @@ func TestCallerNamedDestinationsAreChecked(t *testing.T) {
 		t.Run(tc.rcpt, func(t *testing.T) {
 			due := srv.rdb.ZCard(ctx, rediskeys.NotificationsDue).Val()
 			logged := srv.rdb.XLen(ctx, rediskeys.NotificationsLog).Val()
-			_, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: tc.rcpt, ContentJson: []byte(`1`)})
+			_, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: tc.rcpt, Content: testkit.JSONValue(`1`)})
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("NOTIFY = %v, want accepted", err)
@@ -75,7 +76,7 @@ func TestCallerNamedDestinationsAreChecked(t *testing.T) {
 	// ESCALATE: a caller-named webhook off the list is refused and no task
 	// comes into being; the configured default (private, unlisted) and the
 	// same URL named by the caller are the operator's.
-	_, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-off", Reason: "scope_limit", ContextJson: []byte(`{}`),
+	_, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-off", Reason: "scope_limit", Context: testkit.JSONValue(`{}`),
 		Recipient: "https://evil.example/hook"})
 	if _, reason, _, _ := grpcerr.Reason(err); code(err) != codes.PermissionDenied || reason != outbound.Reason {
 		t.Fatalf("ESCALATE to an unlisted webhook = %v", err)
@@ -85,8 +86,8 @@ func TestCallerNamedDestinationsAreChecked(t *testing.T) {
 	}
 	for i, rcpt := range []string{"", "https://pager.internal/escalations?token=t", "https://hooks.example.com/agtp"} {
 		r, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t-ok-" + string(rune('a'+i)), Reason: "scope_limit",
-			ContextJson: []byte(`{}`), Recipient: rcpt})
-		if err != nil || r.GetEscalation().GetRoutingStatus() != RoutingPending {
+			Context: testkit.JSONValue(`{}`), Recipient: rcpt})
+		if err != nil || enumname.Of(r.GetEscalation().GetRouting()) != RoutingPending {
 			t.Fatalf("ESCALATE to %q = %v, %v", rcpt, r, err)
 		}
 	}
@@ -141,7 +142,7 @@ func TestOperatorRecipientsMayBeInternal(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	c, srv := start(t, Options{Groups: map[string][]string{"ops": {"https://127.0.0.1:" + port + "/hook", "agtp://" + reviewer + "@127.0.0.1:" + port}}})
 	ctx := context.Background()
-	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", ContentJson: []byte(`1`), DeliveryGuarantee: AtMostOnce}); err != nil {
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", Content: testkit.JSONValue(`1`), DeliveryGuarantee: AtMostOnce}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.deliverDue(ctx); err != nil {
@@ -166,7 +167,7 @@ func TestQueuedNotificationsFollowANarrowedList(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	c, srv := start(t, Options{Outbound: loopbackPeers})
 	ctx := context.Background()
-	r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "https://127.0.0.1:" + port + "/hook", ContentJson: []byte(`1`)})
+	r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "https://127.0.0.1:" + port + "/hook", Content: testkit.JSONValue(`1`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestQueuedNotificationsFollowANarrowedList(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, err := c.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: r.GetNotification().GetNotificationId()})
-	if err != nil || g.GetNotification().GetStatus() != NotifyFailed || !strings.Contains(g.GetNotification().GetLastError(), "no longer") {
+	if err != nil || enumname.Of(g.GetNotification().GetState()) != NotifyFailed || !strings.Contains(g.GetNotification().GetLastError(), "no longer") {
 		t.Fatalf("notification after the list was narrowed = %v, %v", g.GetNotification(), err)
 	}
 	if n := accepted.Load(); n != 0 {

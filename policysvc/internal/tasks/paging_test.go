@@ -23,7 +23,7 @@ func TestListEscalationsPages(t *testing.T) {
 			recipient = stranger
 		}
 		r, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: fmt.Sprintf("t-%d", i),
-			Reason: "ethical_flag", ContextJson: []byte(`{}`), Recipient: recipient})
+			Reason: "ethical_flag", Context: testkit.JSONValue(`{}`), Recipient: recipient})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestListInboxPages(t *testing.T) {
 	ctx := context.Background()
 	var want []string
 	for i := range 5 {
-		r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, ContentJson: fmt.Appendf(nil, `{"n":%d}`, i)})
+		r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, Content: testkit.JSONValue(fmt.Sprintf(`{"n":%d}`, i))})
 		if err != nil {
 			t.Fatal(err)
 		}

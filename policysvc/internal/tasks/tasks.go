@@ -18,12 +18,15 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/changelog"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp/client"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/outbound"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -249,10 +252,16 @@ func (s *Server) record(t *task, now time.Time, event, status, actor, ref, detai
 }
 
 func (t *task) proto() *taskv1.Task {
-	out := &taskv1.Task{TaskId: t.TaskID, OwnerAgentId: t.Owner, Status: t.Status,
+	// Status is the first release's string, filled for its clients
+	// beside State.
+	out := &taskv1.Task{TaskId: t.TaskID, OwnerAgentId: t.Owner,
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		Status: t.Status, State: enumname.Value[taskv1.TaskStatus](t.Status),
 		CreatedAt: timestamppb.New(t.Created), UpdatedAt: timestamppb.New(t.Updated)}
 	for _, e := range t.History {
-		out.History = append(out.History, &taskv1.TaskEvent{At: timestamppb.New(e.At), Event: e.Event, Status: e.Status, Actor: e.Actor, Ref: e.Ref, Detail: e.Detail})
+		out.History = append(out.History, &taskv1.TaskEvent{At: timestamppb.New(e.At), Event: e.Event,
+			//lint:ignore SA1019 the first release's field, filled for its clients
+			Status: e.Status, State: enumname.Value[taskv1.TaskStatus](e.Status), Actor: e.Actor, Ref: e.Ref, Detail: e.Detail})
 	}
 	return out
 }
@@ -328,4 +337,21 @@ func (s *Server) GetTask(ctx context.Context, in *taskv1.GetTaskRequest) (*taskv
 		return nil, grpcerr.NotFound("task-not-found", "no task with that task_id")
 	}
 	return &taskv1.GetTaskResponse{Task: t.proto()}, nil
+}
+
+// document is a request's JSON value parameter (ESCALATE's context,
+// NOTIFY's content): the Value a current client sends, else the first
+// release's bytes. It must be at most maxContext bytes and have a Value
+// form, so that it is served in both fields.
+func document(v *structpb.Value, old []byte) ([]byte, bool) {
+	b, err := jsondoc.PreferValue(v, old)
+	if err != nil || len(b) == 0 || len(b) > maxContext || !json.Valid(b) {
+		return nil, false
+	}
+	if v == nil {
+		if _, err := jsondoc.Value(b); err != nil {
+			return nil, false
+		}
+	}
+	return b, true
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/agtpsuite/agtp/policysvc/internal/changelog/changelogtest"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -51,7 +52,7 @@ func code(err error) codes.Code { return status.Code(err) }
 func escalate(t *testing.T, c taskv1.TaskServiceClient, taskID string) *taskv1.EscalateResponse {
 	t.Helper()
 	r, err := c.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: taskID,
-		Reason: "ethical_flag", ContextJson: []byte(`{"why":"refund over limit"}`), Recipient: reviewer})
+		Reason: "ethical_flag", Context: testkit.JSONValue(`{"why":"refund over limit"}`), Recipient: reviewer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func escalate(t *testing.T, c taskv1.TaskServiceClient, taskID string) *taskv1.E
 func confirm(t *testing.T, c taskv1.TaskServiceClient, caller, target, st, reason, attestation string) (*taskv1.CompleteConfirmResponse, *taskv1.BeginConfirmResponse) {
 	t.Helper()
 	ctx := context.Background()
-	b, err := c.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: caller, TargetId: target, Status: st, Reason: reason})
+	b, err := c.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: caller, TargetId: target, Outcome: enumname.Value[taskv1.ConfirmationOutcome](st), Reason: reason})
 	if err != nil {
 		t.Fatalf("begin confirm: %v", err)
 	}
@@ -86,7 +87,7 @@ func TestEscalationPausesUntilConfirmResolvesIt(t *testing.T) {
 		t.Run(tc.status, func(t *testing.T) {
 			c, _ := start(t, Options{})
 			r := escalate(t, c, "t-1")
-			if r.GetTask().GetStatus() != StatusEscalated || r.GetEscalation().GetState() != taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW ||
+			if enumname.Of(r.GetTask().GetState()) != StatusEscalated || r.GetEscalation().GetState() != taskv1.EscalationState_ESCALATION_STATE_PENDING_REVIEW ||
 				r.GetEscalation().GetPriorityLevel() != taskv1.EscalationPriority_ESCALATION_PRIORITY_NORMAL || r.GetEscalation().GetRoutedTo() != reviewer {
 				t.Fatalf("escalate = %v", r)
 			}
@@ -95,8 +96,8 @@ func TestEscalationPausesUntilConfirmResolvesIt(t *testing.T) {
 				t.Fatalf("pending = %v, %v", list, err)
 			}
 			done, _ := confirm(t, c, reviewer, r.GetEscalation().GetEscalationId(), tc.status, tc.reason, "att-1")
-			if done.GetTask().GetStatus() != tc.wantTask {
-				t.Fatalf("task status %q, want %q", done.GetTask().GetStatus(), tc.wantTask)
+			if enumname.Of(done.GetTask().GetState()) != tc.wantTask {
+				t.Fatalf("task status %q, want %q", enumname.Of(done.GetTask().GetState()), tc.wantTask)
 			}
 			list, _ = c.ListEscalations(context.Background(), &taskv1.ListEscalationsRequest{Principal: "ops"})
 			if want := map[bool]int{true: 1, false: 0}[tc.status == Deferred]; len(list.GetEscalations()) != want {
@@ -114,7 +115,7 @@ func TestConfirmIsIdempotent(t *testing.T) {
 	if again.GetConfirmation().GetAttestationId() != first.GetConfirmation().GetAttestationId() {
 		t.Fatalf("replayed attestation %q, want %q", again.GetConfirmation().GetAttestationId(), first.GetConfirmation().GetAttestationId())
 	}
-	_, err := c.BeginConfirm(context.Background(), &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Rejected, Reason: "changed mind"})
+	_, err := c.BeginConfirm(context.Background(), &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Rejected), Reason: "changed mind"})
 	if code(err) != codes.AlreadyExists && code(err) != codes.Aborted && code(err) != codes.FailedPrecondition {
 		t.Fatalf("conflicting confirm = %v, want a conflict", err)
 	}
@@ -128,12 +129,14 @@ func TestConfirmRefusals(t *testing.T) {
 		in     *taskv1.BeginConfirmRequest
 		wantCo codes.Code
 	}{
-		{"unknown escalation is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "esc-nope", Status: Accepted}, codes.NotFound},
-		{"unknown task is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "nope", Status: Accepted}, codes.NotFound},
-		{"a stranger does not see the escalation", &taskv1.BeginConfirmRequest{CallerAgentId: stranger, TargetId: id, Status: Accepted}, codes.NotFound},
-		{"the owner may not resolve its own escalation", &taskv1.BeginConfirmRequest{CallerAgentId: owner, TargetId: id, Status: Accepted}, codes.PermissionDenied},
-		{"rejected needs a reason", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Rejected}, codes.InvalidArgument},
+		{"unknown escalation is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "esc-nope", Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}, codes.NotFound},
+		{"unknown task is not found", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: "nope", Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}, codes.NotFound},
+		{"a stranger does not see the escalation", &taskv1.BeginConfirmRequest{CallerAgentId: stranger, TargetId: id, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}, codes.NotFound},
+		{"the owner may not resolve its own escalation", &taskv1.BeginConfirmRequest{CallerAgentId: owner, TargetId: id, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}, codes.PermissionDenied},
+		{"rejected needs a reason", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Rejected)}, codes.InvalidArgument},
+		//lint:ignore SA1019 a client of the first release sends the status as a string
 		{"status vocabulary", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: "maybe"}, codes.InvalidArgument},
+		{"an outcome this release does not declare", &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Outcome: 99}, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.BeginConfirm(context.Background(), tc.in)
@@ -148,7 +151,7 @@ func TestTaskIsReadableByItsOwnerOnly(t *testing.T) {
 	c, _ := start(t, Options{})
 	escalate(t, c, "t-4")
 	r, err := c.GetTask(context.Background(), &taskv1.GetTaskRequest{CallerAgentId: owner, TaskId: "t-4"})
-	if err != nil || r.GetTask().GetStatus() != StatusEscalated || len(r.GetTask().GetHistory()) != 2 {
+	if err != nil || enumname.Of(r.GetTask().GetState()) != StatusEscalated || len(r.GetTask().GetHistory()) != 2 {
 		t.Fatalf("owner read = %v, %v", r, err)
 	}
 	if _, err := c.GetTask(context.Background(), &taskv1.GetTaskRequest{CallerAgentId: stranger, TaskId: "t-4"}); code(err) != codes.NotFound {
@@ -159,15 +162,19 @@ func TestTaskIsReadableByItsOwnerOnly(t *testing.T) {
 func TestEscalateValidatesParameters(t *testing.T) {
 	c, _ := start(t, Options{})
 	base := func() *taskv1.EscalateRequest {
-		return &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t", Reason: "scope_limit", ContextJson: []byte(`{}`)}
+		return &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "t", Reason: "scope_limit", Context: testkit.JSONValue(`{}`)}
 	}
 	for _, tc := range []struct {
 		name string
 		mut  func(*taskv1.EscalateRequest)
 	}{
 		{"reason vocabulary", func(r *taskv1.EscalateRequest) { r.Reason = "bored" }},
-		{"context required", func(r *taskv1.EscalateRequest) { r.ContextJson = nil }},
+		{"context required", func(r *taskv1.EscalateRequest) { r.Context = nil }},
+		//lint:ignore SA1019 a client of the first release sends the context as bytes
+		{"context bytes must be JSON", func(r *taskv1.EscalateRequest) { r.Context, r.ContextJson = nil, []byte(`{`) }},
+		//lint:ignore SA1019 a client of the first release sends the priority as a string
 		{"priority vocabulary", func(r *taskv1.EscalateRequest) { r.Priority = "asap" }},
+		{"a priority this release does not declare", func(r *taskv1.EscalateRequest) { r.PriorityLevel = 99 }},
 		{"task id charset", func(r *taskv1.EscalateRequest) { r.TaskId = "a b" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,8 +197,8 @@ func TestEscalateValidatesParameters(t *testing.T) {
 	if err != nil || r2.GetEscalation().GetEscalationId() != r1.GetEscalation().GetEscalationId() {
 		t.Fatalf("repeated ESCALATE = %v, %v; want the pending escalation", r2, err)
 	}
-	res, err := c.ResolveEscalation(context.Background(), &taskv1.ResolveEscalationRequest{Principal: "alice", EscalationId: r1.GetEscalation().GetEscalationId(), Status: Accepted})
-	if err != nil || res.GetTask().GetStatus() != StatusRunning {
+	res, err := c.ResolveEscalation(context.Background(), &taskv1.ResolveEscalationRequest{Principal: "alice", EscalationId: r1.GetEscalation().GetEscalationId(), Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)})
+	if err != nil || enumname.Of(res.GetTask().GetState()) != StatusRunning {
 		t.Fatalf("admin resolve = %v, %v", res, err)
 	}
 }
@@ -234,7 +241,7 @@ func TestNotifyAtLeastOnceSurvivesADownRecipient(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL + "/hook",
-		ContentJson: []byte(`{"msg":"hi"}`), DeliveryGuarantee: AtLeastOnce})
+		Content: testkit.JSONValue(`{"msg":"hi"}`), DeliveryGuarantee: AtLeastOnce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +253,12 @@ func TestNotifyAtLeastOnceSurvivesADownRecipient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n = g.GetNotification(); n.GetStatus() != NotifyQueued {
+		if n = g.GetNotification(); enumname.Of(n.GetState()) != NotifyQueued {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n.GetStatus() != NotifyDelivered || n.GetAttempts() != 4 {
+	if enumname.Of(n.GetState()) != NotifyDelivered || n.GetAttempts() != 4 {
 		t.Fatalf("notification = %v, want delivered on attempt 4", n)
 	}
 	wh.mu.Lock()
@@ -271,7 +278,7 @@ func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
 	t.Cleanup(ts.Close)
 	now := time.Now()
 	c, srv := start(t, Options{HTTPClient: ts.Client(), Outbound: loopbackPeers, Now: func() time.Time { return now }})
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, ContentJson: []byte(`1`), DeliveryGuarantee: AtMostOnce})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, Content: testkit.JSONValue(`1`), DeliveryGuarantee: AtMostOnce})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +286,10 @@ func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: r.GetNotification().GetNotificationId()})
-	if g.GetNotification().GetStatus() != NotifyFailed || g.GetNotification().GetAttempts() != 1 {
+	if enumname.Of(g.GetNotification().GetState()) != NotifyFailed || g.GetNotification().GetAttempts() != 1 {
 		t.Fatalf("at_most_once = %v", g.GetNotification())
 	}
-	r, err = c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, ContentJson: []byte(`1`)})
+	r, err = c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, Content: testkit.JSONValue(`1`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,10 +298,10 @@ func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ = c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: r.GetNotification().GetNotificationId()})
-	if g.GetNotification().GetStatus() != NotifyExpired || g.GetNotification().GetAttempts() != 0 {
+	if enumname.Of(g.GetNotification().GetState()) != NotifyExpired || g.GetNotification().GetAttempts() != 0 {
 		t.Fatalf("expired = %v", g.GetNotification())
 	}
-	if _, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "http://plain.example", ContentJson: []byte(`1`)}); code(err) != codes.InvalidArgument {
+	if _, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "http://plain.example", Content: testkit.JSONValue(`1`)}); code(err) != codes.InvalidArgument {
 		t.Fatalf("plain http recipient = %v", err)
 	}
 }
@@ -307,7 +314,7 @@ func TestRecordDelegationKeepsTheHopInHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := r.GetTask().GetHistory()
-	if r.GetTask().GetStatus() != StatusDelegated || h[len(h)-1].GetRef() != r.GetDelegationId() {
+	if enumname.Of(r.GetTask().GetState()) != StatusDelegated || h[len(h)-1].GetRef() != r.GetDelegationId() {
 		t.Fatalf("task = %v", r.GetTask())
 	}
 }
@@ -321,12 +328,12 @@ func BenchmarkEscalateConfirm(b *testing.B) {
 	ctx := context.Background()
 	for i := 0; b.Loop(); i++ {
 		r, err := srv.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "bench-" + string(rune('a'+i%26)) + time.Now().Format("150405.000000000"),
-			Reason: "scope_limit", ContextJson: []byte(`{}`), Recipient: reviewer})
+			Reason: "scope_limit", Context: testkit.JSONValue(`{}`), Recipient: reviewer})
 		if err != nil {
 			b.Fatal(err)
 		}
 		id := r.GetEscalation().GetEscalationId()
-		bc, err := srv.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Status: Accepted})
+		bc, err := srv.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: id, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -353,14 +360,14 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 	register := func(g grpc.ServiceRegistrar) { taskv1.RegisterTaskServiceServer(g, srv) }
 	agent := taskv1.NewTaskServiceClient(testkit.ServeGRPC(t, register))
 	console := taskv1.NewTaskServiceClient(testkit.ServeGRPCAs(t, access.Console, register))
-	r, err := agent.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "refund-1", Reason: "confidence_threshold", ContextJson: []byte(`{"order":"o-1"}`)})
+	r, err := agent.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "refund-1", Reason: "confidence_threshold", Context: testkit.JSONValue(`{"order":"o-1"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	escID := r.GetEscalation().GetEscalationId()
 	asPerson := access.ForPerson(context.Background(), person)
 	resolve := func() (*taskv1.ResolveEscalationResponse, error) {
-		return console.ResolveEscalation(asPerson, &taskv1.ResolveEscalationRequest{Principal: "someone-else", EscalationId: escID, Status: Accepted, Reason: "checked"})
+		return console.ResolveEscalation(asPerson, &taskv1.ResolveEscalationRequest{Principal: "someone-else", EscalationId: escID, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted), Reason: "checked"})
 	}
 
 	audit.Down(true)
@@ -373,7 +380,7 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 		t.Fatalf("after the refused resolution the queue is %v, %v; want it still pending", list.GetEscalations(), err)
 	}
 	res, err := resolve()
-	if err != nil || res.GetTask().GetStatus() != StatusRunning {
+	if err != nil || enumname.Of(res.GetTask().GetState()) != StatusRunning {
 		t.Fatalf("resolve = %v, %v", res, err)
 	}
 	if _, err := resolve(); err != nil {

@@ -9,6 +9,7 @@ package agpv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -74,6 +75,60 @@ func (x ApiKeyChange) Number() protoreflect.EnumNumber {
 // Deprecated: Use ApiKeyChange.Descriptor instead.
 func (ApiKeyChange) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{0}
+}
+
+// TransactionStatus is a transaction's status (AGP §5.1).
+type TransactionStatus int32
+
+const (
+	TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED TransactionStatus = 0
+	// Accepted work that outlives the request.
+	TransactionStatus_TRANSACTION_STATUS_PENDING   TransactionStatus = 1
+	TransactionStatus_TRANSACTION_STATUS_SUCCEEDED TransactionStatus = 2
+	TransactionStatus_TRANSACTION_STATUS_FAILED    TransactionStatus = 3
+)
+
+// Enum value maps for TransactionStatus.
+var (
+	TransactionStatus_name = map[int32]string{
+		0: "TRANSACTION_STATUS_UNSPECIFIED",
+		1: "TRANSACTION_STATUS_PENDING",
+		2: "TRANSACTION_STATUS_SUCCEEDED",
+		3: "TRANSACTION_STATUS_FAILED",
+	}
+	TransactionStatus_value = map[string]int32{
+		"TRANSACTION_STATUS_UNSPECIFIED": 0,
+		"TRANSACTION_STATUS_PENDING":     1,
+		"TRANSACTION_STATUS_SUCCEEDED":   2,
+		"TRANSACTION_STATUS_FAILED":      3,
+	}
+)
+
+func (x TransactionStatus) Enum() *TransactionStatus {
+	p := new(TransactionStatus)
+	*p = x
+	return p
+}
+
+func (x TransactionStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TransactionStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_agp_v1_agp_proto_enumTypes[1].Descriptor()
+}
+
+func (TransactionStatus) Type() protoreflect.EnumType {
+	return &file_agtp_agp_v1_agp_proto_enumTypes[1]
+}
+
+func (x TransactionStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TransactionStatus.Descriptor instead.
+func (TransactionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{1}
 }
 
 // ApiKey is a stored key, without its secret.
@@ -1145,18 +1200,30 @@ type Transaction struct {
 	// discover, query or execute.
 	Operation  string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
 	BusinessId string `protobuf:"bytes,4,opt,name=business_id,json=businessId,proto3" json:"business_id,omitempty"`
-	// succeeded or failed.
+	// pending, succeeded or failed; state is the same as an enum. Replaced
+	// by state; read when state is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 	Status    string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// The operation's request and result, JSON.
-	InputJson  []byte `protobuf:"bytes,8,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// The operation's request and result, JSON; input and result are the
+	// same documents. Read when input and result are unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
+	InputJson []byte `protobuf:"bytes,8,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 	ResultJson []byte `protobuf:"bytes,9,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	// The error message of a failed operation.
 	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
 	// The Audit-ID of the operation's Attribution-Record.
-	AuditId       string `protobuf:"bytes,11,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
-	ApiKeyId      string `protobuf:"bytes,12,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
+	AuditId  string            `protobuf:"bytes,11,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	ApiKeyId string            `protobuf:"bytes,12,opt,name=api_key_id,json=apiKeyId,proto3" json:"api_key_id,omitempty"`
+	State    TransactionStatus `protobuf:"varint,13,opt,name=state,proto3,enum=agtp.agp.v1.TransactionStatus" json:"state,omitempty"`
+	// The operation's parameters.
+	Input *structpb.Struct `protobuf:"bytes,14,opt,name=input,proto3" json:"input,omitempty"`
+	// The operation's result, any JSON value (unset when it has none).
+	Result        *structpb.Value `protobuf:"bytes,15,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1219,6 +1286,7 @@ func (x *Transaction) GetBusinessId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *Transaction) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1240,6 +1308,7 @@ func (x *Transaction) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *Transaction) GetInputJson() []byte {
 	if x != nil {
 		return x.InputJson
@@ -1247,6 +1316,7 @@ func (x *Transaction) GetInputJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *Transaction) GetResultJson() []byte {
 	if x != nil {
 		return x.ResultJson
@@ -1273,6 +1343,27 @@ func (x *Transaction) GetApiKeyId() string {
 		return x.ApiKeyId
 	}
 	return ""
+}
+
+func (x *Transaction) GetState() TransactionStatus {
+	if x != nil {
+		return x.State
+	}
+	return TransactionStatus_TRANSACTION_STATUS_UNSPECIFIED
+}
+
+func (x *Transaction) GetInput() *structpb.Struct {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *Transaction) GetResult() *structpb.Value {
+	if x != nil {
+		return x.Result
+	}
+	return nil
 }
 
 // PutTransactionRequest stores a record.
@@ -1459,7 +1550,7 @@ var File_agtp_agp_v1_agp_proto protoreflect.FileDescriptor
 
 const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\n" +
-	"\x15agtp/agp/v1/agp.proto\x12\vagtp.agp.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n" +
+	"\x15agtp/agp/v1/agp.proto\x12\vagtp.agp.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x19\n" +
@@ -1537,27 +1628,30 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x94\x03\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xb5\x04\n" +
 	"\vTransaction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1c\n" +
 	"\toperation\x18\x03 \x01(\tR\toperation\x12\x1f\n" +
 	"\vbusiness_id\x18\x04 \x01(\tR\n" +
-	"businessId\x12\x16\n" +
-	"\x06status\x18\x05 \x01(\tR\x06status\x129\n" +
+	"businessId\x12\x1a\n" +
+	"\x06status\x18\x05 \x01(\tB\x02\x18\x01R\x06status\x129\n" +
 	"\n" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
 	"\n" +
-	"input_json\x18\b \x01(\fR\tinputJson\x12\x1f\n" +
-	"\vresult_json\x18\t \x01(\fR\n" +
+	"input_json\x18\b \x01(\fB\x02\x18\x01R\tinputJson\x12#\n" +
+	"\vresult_json\x18\t \x01(\fB\x02\x18\x01R\n" +
 	"resultJson\x12\x14\n" +
 	"\x05error\x18\n" +
 	" \x01(\tR\x05error\x12\x19\n" +
 	"\baudit_id\x18\v \x01(\tR\aauditId\x12\x1c\n" +
 	"\n" +
-	"api_key_id\x18\f \x01(\tR\bapiKeyId\"S\n" +
+	"api_key_id\x18\f \x01(\tR\bapiKeyId\x124\n" +
+	"\x05state\x18\r \x01(\x0e2\x1e.agtp.agp.v1.TransactionStatusR\x05state\x12-\n" +
+	"\x05input\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x05input\x12.\n" +
+	"\x06result\x18\x0f \x01(\v2\x16.google.protobuf.ValueR\x06result\"S\n" +
 	"\x15PutTransactionRequest\x12:\n" +
 	"\vtransaction\x18\x01 \x01(\v2\x18.agtp.agp.v1.TransactionR\vtransaction\"\x18\n" +
 	"\x16PutTransactionResponse\"Y\n" +
@@ -1569,7 +1663,12 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\fApiKeyChange\x12\x1e\n" +
 	"\x1aAPI_KEY_CHANGE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16API_KEY_CHANGE_REVOKED\x10\x01\x12\x1b\n" +
-	"\x17API_KEY_CHANGE_REPLACED\x10\x022\x96\a\n" +
+	"\x17API_KEY_CHANGE_REPLACED\x10\x02*\x98\x01\n" +
+	"\x11TransactionStatus\x12\"\n" +
+	"\x1eTRANSACTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aTRANSACTION_STATUS_PENDING\x10\x01\x12 \n" +
+	"\x1cTRANSACTION_STATUS_SUCCEEDED\x10\x02\x12\x1d\n" +
+	"\x19TRANSACTION_STATUS_FAILED\x10\x032\x96\a\n" +
 	"\n" +
 	"AgpService\x12S\n" +
 	"\fCreateApiKey\x12 .agtp.agp.v1.CreateApiKeyRequest\x1a!.agtp.agp.v1.CreateApiKeyResponse\x12S\n" +
@@ -1595,72 +1694,78 @@ func file_agtp_agp_v1_agp_proto_rawDescGZIP() []byte {
 	return file_agtp_agp_v1_agp_proto_rawDescData
 }
 
-var file_agtp_agp_v1_agp_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_agtp_agp_v1_agp_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_agtp_agp_v1_agp_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agtp_agp_v1_agp_proto_goTypes = []any{
 	(ApiKeyChange)(0),                   // 0: agtp.agp.v1.ApiKeyChange
-	(*ApiKey)(nil),                      // 1: agtp.agp.v1.ApiKey
-	(*CreateApiKeyRequest)(nil),         // 2: agtp.agp.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),        // 3: agtp.agp.v1.CreateApiKeyResponse
-	(*ImportApiKeyRequest)(nil),         // 4: agtp.agp.v1.ImportApiKeyRequest
-	(*ImportApiKeyResponse)(nil),        // 5: agtp.agp.v1.ImportApiKeyResponse
-	(*ListApiKeysRequest)(nil),          // 6: agtp.agp.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),         // 7: agtp.agp.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),         // 8: agtp.agp.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),        // 9: agtp.agp.v1.RevokeApiKeyResponse
-	(*WatchKeyEventsRequest)(nil),       // 10: agtp.agp.v1.WatchKeyEventsRequest
-	(*WatchKeyEventsResponse)(nil),      // 11: agtp.agp.v1.WatchKeyEventsResponse
-	(*ResolveApiKeyRequest)(nil),        // 12: agtp.agp.v1.ResolveApiKeyRequest
-	(*ResolveApiKeyResponse)(nil),       // 13: agtp.agp.v1.ResolveApiKeyResponse
-	(*IssueConfirmationRequest)(nil),    // 14: agtp.agp.v1.IssueConfirmationRequest
-	(*IssueConfirmationResponse)(nil),   // 15: agtp.agp.v1.IssueConfirmationResponse
-	(*ConsumeConfirmationRequest)(nil),  // 16: agtp.agp.v1.ConsumeConfirmationRequest
-	(*ConsumeConfirmationResponse)(nil), // 17: agtp.agp.v1.ConsumeConfirmationResponse
-	(*Transaction)(nil),                 // 18: agtp.agp.v1.Transaction
-	(*PutTransactionRequest)(nil),       // 19: agtp.agp.v1.PutTransactionRequest
-	(*PutTransactionResponse)(nil),      // 20: agtp.agp.v1.PutTransactionResponse
-	(*GetTransactionRequest)(nil),       // 21: agtp.agp.v1.GetTransactionRequest
-	(*GetTransactionResponse)(nil),      // 22: agtp.agp.v1.GetTransactionResponse
-	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
+	(TransactionStatus)(0),              // 1: agtp.agp.v1.TransactionStatus
+	(*ApiKey)(nil),                      // 2: agtp.agp.v1.ApiKey
+	(*CreateApiKeyRequest)(nil),         // 3: agtp.agp.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),        // 4: agtp.agp.v1.CreateApiKeyResponse
+	(*ImportApiKeyRequest)(nil),         // 5: agtp.agp.v1.ImportApiKeyRequest
+	(*ImportApiKeyResponse)(nil),        // 6: agtp.agp.v1.ImportApiKeyResponse
+	(*ListApiKeysRequest)(nil),          // 7: agtp.agp.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),         // 8: agtp.agp.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),         // 9: agtp.agp.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),        // 10: agtp.agp.v1.RevokeApiKeyResponse
+	(*WatchKeyEventsRequest)(nil),       // 11: agtp.agp.v1.WatchKeyEventsRequest
+	(*WatchKeyEventsResponse)(nil),      // 12: agtp.agp.v1.WatchKeyEventsResponse
+	(*ResolveApiKeyRequest)(nil),        // 13: agtp.agp.v1.ResolveApiKeyRequest
+	(*ResolveApiKeyResponse)(nil),       // 14: agtp.agp.v1.ResolveApiKeyResponse
+	(*IssueConfirmationRequest)(nil),    // 15: agtp.agp.v1.IssueConfirmationRequest
+	(*IssueConfirmationResponse)(nil),   // 16: agtp.agp.v1.IssueConfirmationResponse
+	(*ConsumeConfirmationRequest)(nil),  // 17: agtp.agp.v1.ConsumeConfirmationRequest
+	(*ConsumeConfirmationResponse)(nil), // 18: agtp.agp.v1.ConsumeConfirmationResponse
+	(*Transaction)(nil),                 // 19: agtp.agp.v1.Transaction
+	(*PutTransactionRequest)(nil),       // 20: agtp.agp.v1.PutTransactionRequest
+	(*PutTransactionResponse)(nil),      // 21: agtp.agp.v1.PutTransactionResponse
+	(*GetTransactionRequest)(nil),       // 22: agtp.agp.v1.GetTransactionRequest
+	(*GetTransactionResponse)(nil),      // 23: agtp.agp.v1.GetTransactionResponse
+	(*timestamppb.Timestamp)(nil),       // 24: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 25: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 26: google.protobuf.Value
 }
 var file_agtp_agp_v1_agp_proto_depIdxs = []int32{
-	23, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	1,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	1,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
+	24, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	2,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	2,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
 	0,  // 4: agtp.agp.v1.WatchKeyEventsResponse.change:type_name -> agtp.agp.v1.ApiKeyChange
-	23, // 5: agtp.agp.v1.WatchKeyEventsResponse.changed_at:type_name -> google.protobuf.Timestamp
-	1,  // 6: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	23, // 7: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 8: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	23, // 9: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
-	18, // 10: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
-	18, // 11: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
-	2,  // 12: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
-	4,  // 13: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
-	6,  // 14: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
-	8,  // 15: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
-	10, // 16: agtp.agp.v1.AgpService.WatchKeyEvents:input_type -> agtp.agp.v1.WatchKeyEventsRequest
-	12, // 17: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
-	14, // 18: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
-	16, // 19: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
-	19, // 20: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
-	21, // 21: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
-	3,  // 22: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
-	5,  // 23: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
-	7,  // 24: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
-	9,  // 25: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
-	11, // 26: agtp.agp.v1.AgpService.WatchKeyEvents:output_type -> agtp.agp.v1.WatchKeyEventsResponse
-	13, // 27: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
-	15, // 28: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
-	17, // 29: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
-	20, // 30: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
-	22, // 31: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	24, // 5: agtp.agp.v1.WatchKeyEventsResponse.changed_at:type_name -> google.protobuf.Timestamp
+	2,  // 6: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	24, // 7: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 8: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	24, // 9: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: agtp.agp.v1.Transaction.state:type_name -> agtp.agp.v1.TransactionStatus
+	25, // 11: agtp.agp.v1.Transaction.input:type_name -> google.protobuf.Struct
+	26, // 12: agtp.agp.v1.Transaction.result:type_name -> google.protobuf.Value
+	19, // 13: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
+	19, // 14: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
+	3,  // 15: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
+	5,  // 16: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
+	7,  // 17: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
+	9,  // 18: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
+	11, // 19: agtp.agp.v1.AgpService.WatchKeyEvents:input_type -> agtp.agp.v1.WatchKeyEventsRequest
+	13, // 20: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
+	15, // 21: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
+	17, // 22: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
+	20, // 23: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
+	22, // 24: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
+	4,  // 25: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
+	6,  // 26: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
+	8,  // 27: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
+	10, // 28: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
+	12, // 29: agtp.agp.v1.AgpService.WatchKeyEvents:output_type -> agtp.agp.v1.WatchKeyEventsResponse
+	14, // 30: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
+	16, // 31: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
+	18, // 32: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
+	21, // 33: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
+	23, // 34: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
+	25, // [25:35] is the sub-list for method output_type
+	15, // [15:25] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_agtp_agp_v1_agp_proto_init() }
@@ -1673,7 +1778,7 @@ func file_agtp_agp_v1_agp_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_agp_v1_agp_proto_rawDesc), len(file_agtp_agp_v1_agp_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1428,11 +1428,17 @@ type GetMerchantResponse struct {
 	// The SHA-256 of the current Merchant Manifest Document's RFC 8785
 	// canonical form, 64 lowercase hex digits.
 	ManifestFingerprint string `protobuf:"bytes,3,opt,name=manifest_fingerprint,json=manifestFingerprint,proto3" json:"manifest_fingerprint,omitempty"`
-	// The merchant's lifecycle state ("active" admits PURCHASE).
+	// The merchant's lifecycle state ("active" admits PURCHASE). A string,
+	// not an enum: the operator names it, and any name but "active" refuses.
 	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	// The Merchant Manifest Document in RFC 8785 canonical form; empty when
-	// the operator configured only its fingerprint.
-	ManifestJson  []byte `protobuf:"bytes,5,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	// manifest is the same document. Read when manifest is empty.
+	//
+	// Deprecated: Marked as deprecated in agtp/policy/v1/policy.proto.
+	ManifestJson []byte `protobuf:"bytes,5,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	// The Merchant Manifest Document in RFC 8785 canonical form, the exact
+	// text manifest_fingerprint hashes; empty when the operator configured
+	// only its fingerprint.
+	Manifest      string `protobuf:"bytes,6,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1495,11 +1501,19 @@ func (x *GetMerchantResponse) GetStatus() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/policy/v1/policy.proto.
 func (x *GetMerchantResponse) GetManifestJson() []byte {
 	if x != nil {
 		return x.ManifestJson
 	}
 	return nil
+}
+
+func (x *GetMerchantResponse) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
 }
 
 // CompleteTaskRunRequest records the status an indexed request ended with.
@@ -2033,7 +2047,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12.\n" +
 	"\x13retry_after_seconds\x18\x03 \x01(\x03R\x11retryAfterSeconds\"\x14\n" +
-	"\x12GetMerchantRequest\"\xc6\x01\n" +
+	"\x12GetMerchantRequest\"\xe6\x01\n" +
 	"\x13GetMerchantResponse\x12\x1e\n" +
 	"\n" +
 	"configured\x18\x01 \x01(\bR\n" +
@@ -2041,8 +2055,9 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\vmerchant_id\x18\x02 \x01(\tR\n" +
 	"merchantId\x121\n" +
 	"\x14manifest_fingerprint\x18\x03 \x01(\tR\x13manifestFingerprint\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\tR\x06status\x12#\n" +
-	"\rmanifest_json\x18\x05 \x01(\fR\fmanifestJson\"z\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12'\n" +
+	"\rmanifest_json\x18\x05 \x01(\fB\x02\x18\x01R\fmanifestJson\x12\x1a\n" +
+	"\bmanifest\x18\x06 \x01(\tR\bmanifest\"z\n" +
 	"\x16CompleteTaskRunRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +

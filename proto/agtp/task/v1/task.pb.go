@@ -7,8 +7,10 @@
 package taskv1
 
 import (
+	v1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -21,6 +23,74 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// TaskStatus is where a task stands.
+type TaskStatus int32
+
+const (
+	TaskStatus_TASK_STATUS_UNSPECIFIED TaskStatus = 0
+	TaskStatus_TASK_STATUS_RUNNING     TaskStatus = 1
+	TaskStatus_TASK_STATUS_PAUSED      TaskStatus = 2
+	TaskStatus_TASK_STATUS_ESCALATED   TaskStatus = 3
+	TaskStatus_TASK_STATUS_CONFIRMED   TaskStatus = 4
+	TaskStatus_TASK_STATUS_REJECTED    TaskStatus = 5
+	TaskStatus_TASK_STATUS_DEFERRED    TaskStatus = 6
+	TaskStatus_TASK_STATUS_DELEGATED   TaskStatus = 7
+	TaskStatus_TASK_STATUS_FAILED      TaskStatus = 8
+)
+
+// Enum value maps for TaskStatus.
+var (
+	TaskStatus_name = map[int32]string{
+		0: "TASK_STATUS_UNSPECIFIED",
+		1: "TASK_STATUS_RUNNING",
+		2: "TASK_STATUS_PAUSED",
+		3: "TASK_STATUS_ESCALATED",
+		4: "TASK_STATUS_CONFIRMED",
+		5: "TASK_STATUS_REJECTED",
+		6: "TASK_STATUS_DEFERRED",
+		7: "TASK_STATUS_DELEGATED",
+		8: "TASK_STATUS_FAILED",
+	}
+	TaskStatus_value = map[string]int32{
+		"TASK_STATUS_UNSPECIFIED": 0,
+		"TASK_STATUS_RUNNING":     1,
+		"TASK_STATUS_PAUSED":      2,
+		"TASK_STATUS_ESCALATED":   3,
+		"TASK_STATUS_CONFIRMED":   4,
+		"TASK_STATUS_REJECTED":    5,
+		"TASK_STATUS_DEFERRED":    6,
+		"TASK_STATUS_DELEGATED":   7,
+		"TASK_STATUS_FAILED":      8,
+	}
+)
+
+func (x TaskStatus) Enum() *TaskStatus {
+	p := new(TaskStatus)
+	*p = x
+	return p
+}
+
+func (x TaskStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskStatus) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[0]
+}
+
+func (x TaskStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskStatus.Descriptor instead.
+func (TaskStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{0}
+}
 
 // EscalationState is where an escalation's review stands.
 type EscalationState int32
@@ -62,11 +132,11 @@ func (x EscalationState) String() string {
 }
 
 func (EscalationState) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_task_v1_task_proto_enumTypes[0].Descriptor()
+	return file_agtp_task_v1_task_proto_enumTypes[1].Descriptor()
 }
 
 func (EscalationState) Type() protoreflect.EnumType {
-	return &file_agtp_task_v1_task_proto_enumTypes[0]
+	return &file_agtp_task_v1_task_proto_enumTypes[1]
 }
 
 func (x EscalationState) Number() protoreflect.EnumNumber {
@@ -75,7 +145,7 @@ func (x EscalationState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EscalationState.Descriptor instead.
 func (EscalationState) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{0}
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{1}
 }
 
 // EscalationPriority is ESCALATE's priority parameter.
@@ -115,11 +185,11 @@ func (x EscalationPriority) String() string {
 }
 
 func (EscalationPriority) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_task_v1_task_proto_enumTypes[1].Descriptor()
+	return file_agtp_task_v1_task_proto_enumTypes[2].Descriptor()
 }
 
 func (EscalationPriority) Type() protoreflect.EnumType {
-	return &file_agtp_task_v1_task_proto_enumTypes[1]
+	return &file_agtp_task_v1_task_proto_enumTypes[2]
 }
 
 func (x EscalationPriority) Number() protoreflect.EnumNumber {
@@ -128,7 +198,225 @@ func (x EscalationPriority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EscalationPriority.Descriptor instead.
 func (EscalationPriority) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+// EscalationRouting is how an escalation reached its recipient.
+type EscalationRouting int32
+
+const (
+	EscalationRouting_ESCALATION_ROUTING_UNSPECIFIED EscalationRouting = 0
+	// The admin API or an agent recipient finds it listed (or in its inbox).
+	EscalationRouting_ESCALATION_ROUTING_LISTED EscalationRouting = 1
+	// A webhook recipient the front door is pushing to.
+	EscalationRouting_ESCALATION_ROUTING_PENDING   EscalationRouting = 2
+	EscalationRouting_ESCALATION_ROUTING_DELIVERED EscalationRouting = 3
+	// The webhook push failed; the escalation stays listed.
+	EscalationRouting_ESCALATION_ROUTING_FAILED EscalationRouting = 4
+)
+
+// Enum value maps for EscalationRouting.
+var (
+	EscalationRouting_name = map[int32]string{
+		0: "ESCALATION_ROUTING_UNSPECIFIED",
+		1: "ESCALATION_ROUTING_LISTED",
+		2: "ESCALATION_ROUTING_PENDING",
+		3: "ESCALATION_ROUTING_DELIVERED",
+		4: "ESCALATION_ROUTING_FAILED",
+	}
+	EscalationRouting_value = map[string]int32{
+		"ESCALATION_ROUTING_UNSPECIFIED": 0,
+		"ESCALATION_ROUTING_LISTED":      1,
+		"ESCALATION_ROUTING_PENDING":     2,
+		"ESCALATION_ROUTING_DELIVERED":   3,
+		"ESCALATION_ROUTING_FAILED":      4,
+	}
+)
+
+func (x EscalationRouting) Enum() *EscalationRouting {
+	p := new(EscalationRouting)
+	*p = x
+	return p
+}
+
+func (x EscalationRouting) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EscalationRouting) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[3].Descriptor()
+}
+
+func (EscalationRouting) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[3]
+}
+
+func (x EscalationRouting) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EscalationRouting.Descriptor instead.
+func (EscalationRouting) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+// ConfirmationOutcome is CONFIRM's status parameter (core §7.2.11).
+type ConfirmationOutcome int32
+
+const (
+	ConfirmationOutcome_CONFIRMATION_OUTCOME_UNSPECIFIED ConfirmationOutcome = 0
+	ConfirmationOutcome_CONFIRMATION_OUTCOME_ACCEPTED    ConfirmationOutcome = 1
+	ConfirmationOutcome_CONFIRMATION_OUTCOME_REJECTED    ConfirmationOutcome = 2
+	ConfirmationOutcome_CONFIRMATION_OUTCOME_DEFERRED    ConfirmationOutcome = 3
+)
+
+// Enum value maps for ConfirmationOutcome.
+var (
+	ConfirmationOutcome_name = map[int32]string{
+		0: "CONFIRMATION_OUTCOME_UNSPECIFIED",
+		1: "CONFIRMATION_OUTCOME_ACCEPTED",
+		2: "CONFIRMATION_OUTCOME_REJECTED",
+		3: "CONFIRMATION_OUTCOME_DEFERRED",
+	}
+	ConfirmationOutcome_value = map[string]int32{
+		"CONFIRMATION_OUTCOME_UNSPECIFIED": 0,
+		"CONFIRMATION_OUTCOME_ACCEPTED":    1,
+		"CONFIRMATION_OUTCOME_REJECTED":    2,
+		"CONFIRMATION_OUTCOME_DEFERRED":    3,
+	}
+)
+
+func (x ConfirmationOutcome) Enum() *ConfirmationOutcome {
+	p := new(ConfirmationOutcome)
+	*p = x
+	return p
+}
+
+func (x ConfirmationOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfirmationOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[4].Descriptor()
+}
+
+func (ConfirmationOutcome) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[4]
+}
+
+func (x ConfirmationOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfirmationOutcome.Descriptor instead.
+func (ConfirmationOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{4}
+}
+
+// NotificationStatus is where a notification's delivery stands.
+type NotificationStatus int32
+
+const (
+	NotificationStatus_NOTIFICATION_STATUS_UNSPECIFIED NotificationStatus = 0
+	NotificationStatus_NOTIFICATION_STATUS_QUEUED      NotificationStatus = 1
+	NotificationStatus_NOTIFICATION_STATUS_DELIVERED   NotificationStatus = 2
+	NotificationStatus_NOTIFICATION_STATUS_FAILED      NotificationStatus = 3
+	NotificationStatus_NOTIFICATION_STATUS_EXPIRED     NotificationStatus = 4
+)
+
+// Enum value maps for NotificationStatus.
+var (
+	NotificationStatus_name = map[int32]string{
+		0: "NOTIFICATION_STATUS_UNSPECIFIED",
+		1: "NOTIFICATION_STATUS_QUEUED",
+		2: "NOTIFICATION_STATUS_DELIVERED",
+		3: "NOTIFICATION_STATUS_FAILED",
+		4: "NOTIFICATION_STATUS_EXPIRED",
+	}
+	NotificationStatus_value = map[string]int32{
+		"NOTIFICATION_STATUS_UNSPECIFIED": 0,
+		"NOTIFICATION_STATUS_QUEUED":      1,
+		"NOTIFICATION_STATUS_DELIVERED":   2,
+		"NOTIFICATION_STATUS_FAILED":      3,
+		"NOTIFICATION_STATUS_EXPIRED":     4,
+	}
+)
+
+func (x NotificationStatus) Enum() *NotificationStatus {
+	p := new(NotificationStatus)
+	*p = x
+	return p
+}
+
+func (x NotificationStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NotificationStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[5].Descriptor()
+}
+
+func (NotificationStatus) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[5]
+}
+
+func (x NotificationStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NotificationStatus.Descriptor instead.
+func (NotificationStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{5}
+}
+
+// DelegationOutcome is how a DELEGATE hop ended.
+type DelegationOutcome int32
+
+const (
+	DelegationOutcome_DELEGATION_OUTCOME_UNSPECIFIED DelegationOutcome = 0
+	DelegationOutcome_DELEGATION_OUTCOME_DELEGATED   DelegationOutcome = 1
+	DelegationOutcome_DELEGATION_OUTCOME_FAILED      DelegationOutcome = 2
+)
+
+// Enum value maps for DelegationOutcome.
+var (
+	DelegationOutcome_name = map[int32]string{
+		0: "DELEGATION_OUTCOME_UNSPECIFIED",
+		1: "DELEGATION_OUTCOME_DELEGATED",
+		2: "DELEGATION_OUTCOME_FAILED",
+	}
+	DelegationOutcome_value = map[string]int32{
+		"DELEGATION_OUTCOME_UNSPECIFIED": 0,
+		"DELEGATION_OUTCOME_DELEGATED":   1,
+		"DELEGATION_OUTCOME_FAILED":      2,
+	}
+)
+
+func (x DelegationOutcome) Enum() *DelegationOutcome {
+	p := new(DelegationOutcome)
+	*p = x
+	return p
+}
+
+func (x DelegationOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DelegationOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[6].Descriptor()
+}
+
+func (DelegationOutcome) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[6]
+}
+
+func (x DelegationOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DelegationOutcome.Descriptor instead.
+func (DelegationOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 // TaskEvent is one entry of a task's history.
@@ -137,13 +425,17 @@ type TaskEvent struct {
 	At    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
 	// escalated, confirmed, rejected, deferred, resumed, delegated, ...
 	Event string `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
-	// The task status after the event.
+	// The task status after the event; state is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// Who caused it: an Agent-ID or an admin principal.
 	Actor string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	// escalation_id, attestation_id, delegation_id, ... it refers to.
-	Ref           string `protobuf:"bytes,5,opt,name=ref,proto3" json:"ref,omitempty"`
-	Detail        string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	Ref    string `protobuf:"bytes,5,opt,name=ref,proto3" json:"ref,omitempty"`
+	Detail string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The task status after the event (status as an enum).
+	State         TaskStatus `protobuf:"varint,7,opt,name=state,proto3,enum=agtp.task.v1.TaskStatus" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +484,7 @@ func (x *TaskEvent) GetEvent() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *TaskEvent) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -220,17 +513,28 @@ func (x *TaskEvent) GetDetail() string {
 	return ""
 }
 
+func (x *TaskEvent) GetState() TaskStatus {
+	if x != nil {
+		return x.State
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
 // Task is a task's state.
 type Task struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	TaskId       string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	OwnerAgentId string                 `protobuf:"bytes,2,opt,name=owner_agent_id,json=ownerAgentId,proto3" json:"owner_agent_id,omitempty"`
 	// running, paused, escalated, confirmed, rejected, deferred, delegated,
-	// failed.
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	History       []*TaskEvent           `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
+	// failed; state is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Status    string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	History   []*TaskEvent           `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
+	// The task status (status as an enum).
+	State         TaskStatus `protobuf:"varint,7,opt,name=state,proto3,enum=agtp.task.v1.TaskStatus" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +583,7 @@ func (x *Task) GetOwnerAgentId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Task) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -307,6 +612,13 @@ func (x *Task) GetHistory() []*TaskEvent {
 	return nil
 }
 
+func (x *Task) GetState() TaskStatus {
+	if x != nil {
+		return x.State
+	}
+	return TaskStatus_TASK_STATUS_UNSPECIFIED
+}
+
 // Escalation is one ESCALATE record.
 type Escalation struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -314,7 +626,9 @@ type Escalation struct {
 	TaskId       string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	OwnerAgentId string                 `protobuf:"bytes,3,opt,name=owner_agent_id,json=ownerAgentId,proto3" json:"owner_agent_id,omitempty"`
 	Reason       string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The context parameter, a JSON value.
+	// The context parameter, a JSON value; context is the same value.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContextJson []byte `protobuf:"bytes,5,opt,name=context_json,json=contextJson,proto3" json:"context_json,omitempty"`
 	// urgent, normal or low; priority_level is the same as an enum.
 	//
@@ -333,6 +647,9 @@ type Escalation struct {
 	// How the escalation reached its recipient: listed (admin API and
 	// agent recipients, which find it there or in their inbox), delivered
 	// or failed (a webhook push; a failed one stays listed).
+	// routing is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	RoutingStatus string                 `protobuf:"bytes,12,opt,name=routing_status,json=routingStatus,proto3" json:"routing_status,omitempty"`
 	RoutingDetail string                 `protobuf:"bytes,13,opt,name=routing_detail,json=routingDetail,proto3" json:"routing_detail,omitempty"`
 	RoutedAt      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=routed_at,json=routedAt,proto3" json:"routed_at,omitempty"`
@@ -340,6 +657,10 @@ type Escalation struct {
 	State EscalationState `protobuf:"varint,15,opt,name=state,proto3,enum=agtp.task.v1.EscalationState" json:"state,omitempty"`
 	// The priority (priority as an enum).
 	PriorityLevel EscalationPriority `protobuf:"varint,16,opt,name=priority_level,json=priorityLevel,proto3,enum=agtp.task.v1.EscalationPriority" json:"priority_level,omitempty"`
+	// How the escalation reached its recipient (routing_status as an enum).
+	Routing EscalationRouting `protobuf:"varint,17,opt,name=routing,proto3,enum=agtp.task.v1.EscalationRouting" json:"routing,omitempty"`
+	// The context parameter (context_json as a JSON value).
+	Context       *structpb.Value `protobuf:"bytes,18,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +723,7 @@ func (x *Escalation) GetReason() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Escalation) GetContextJson() []byte {
 	if x != nil {
 		return x.ContextJson
@@ -453,6 +775,7 @@ func (x *Escalation) GetEstimatedReviewBy() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Escalation) GetRoutingStatus() string {
 	if x != nil {
 		return x.RoutingStatus
@@ -488,16 +811,40 @@ func (x *Escalation) GetPriorityLevel() EscalationPriority {
 	return EscalationPriority_ESCALATION_PRIORITY_UNSPECIFIED
 }
 
+func (x *Escalation) GetRouting() EscalationRouting {
+	if x != nil {
+		return x.Routing
+	}
+	return EscalationRouting_ESCALATION_ROUTING_UNSPECIFIED
+}
+
+func (x *Escalation) GetContext() *structpb.Value {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
 // EscalateRequest carries ESCALATE's parameters.
 type EscalateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CallerAgentId string                 `protobuf:"bytes,1,opt,name=caller_agent_id,json=callerAgentId,proto3" json:"caller_agent_id,omitempty"`
 	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	ContextJson   []byte                 `protobuf:"bytes,4,opt,name=context_json,json=contextJson,proto3" json:"context_json,omitempty"`
-	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	Recipient     string                 `protobuf:"bytes,6,opt,name=recipient,proto3" json:"recipient,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Replaced by context; read when context is empty.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	ContextJson []byte `protobuf:"bytes,4,opt,name=context_json,json=contextJson,proto3" json:"context_json,omitempty"`
+	// Replaced by priority_level; read when priority_level is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Priority  string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	Recipient string                 `protobuf:"bytes,6,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	Deadline  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The context parameter, any JSON value.
+	Context *structpb.Value `protobuf:"bytes,8,opt,name=context,proto3" json:"context,omitempty"`
+	// Unspecified is normal.
+	PriorityLevel EscalationPriority `protobuf:"varint,9,opt,name=priority_level,json=priorityLevel,proto3,enum=agtp.task.v1.EscalationPriority" json:"priority_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,6 +900,7 @@ func (x *EscalateRequest) GetReason() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *EscalateRequest) GetContextJson() []byte {
 	if x != nil {
 		return x.ContextJson
@@ -560,6 +908,7 @@ func (x *EscalateRequest) GetContextJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *EscalateRequest) GetPriority() string {
 	if x != nil {
 		return x.Priority
@@ -579,6 +928,20 @@ func (x *EscalateRequest) GetDeadline() *timestamppb.Timestamp {
 		return x.Deadline
 	}
 	return nil
+}
+
+func (x *EscalateRequest) GetContext() *structpb.Value {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *EscalateRequest) GetPriorityLevel() EscalationPriority {
+	if x != nil {
+		return x.PriorityLevel
+	}
+	return EscalationPriority_ESCALATION_PRIORITY_UNSPECIFIED
 }
 
 // EscalateResponse is the receipt.
@@ -640,9 +1003,13 @@ type BeginConfirmRequest struct {
 	CallerAgentId string                 `protobuf:"bytes,1,opt,name=caller_agent_id,json=callerAgentId,proto3" json:"caller_agent_id,omitempty"`
 	// An escalation_id or a task_id.
 	TargetId string `protobuf:"bytes,2,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
-	// accepted, rejected or deferred.
-	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// accepted, rejected or deferred. Replaced by outcome; read when
+	// outcome is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Status        string              `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string              `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Outcome       ConfirmationOutcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=agtp.task.v1.ConfirmationOutcome" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -691,6 +1058,7 @@ func (x *BeginConfirmRequest) GetTargetId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *BeginConfirmRequest) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -703,6 +1071,13 @@ func (x *BeginConfirmRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *BeginConfirmRequest) GetOutcome() ConfirmationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConfirmationOutcome_CONFIRMATION_OUTCOME_UNSPECIFIED
 }
 
 // BeginConfirmResponse is a claim or the stored confirmation.
@@ -779,17 +1154,22 @@ func (x *BeginConfirmResponse) GetTaskId() string {
 
 // Confirmation is a stored CONFIRM.
 type Confirmation struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	TargetId         string                 `protobuf:"bytes,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
-	TargetKind       string                 `protobuf:"bytes,2,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
-	TaskId           string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TargetId   string                 `protobuf:"bytes,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	TargetKind string                 `protobuf:"bytes,2,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
+	TaskId     string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// outcome is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	Status           string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	Reason           string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	ConfirmerAgentId string                 `protobuf:"bytes,6,opt,name=confirmer_agent_id,json=confirmerAgentId,proto3" json:"confirmer_agent_id,omitempty"`
 	AttestationId    string                 `protobuf:"bytes,7,opt,name=attestation_id,json=attestationId,proto3" json:"attestation_id,omitempty"`
 	ConfirmedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=confirmed_at,json=confirmedAt,proto3" json:"confirmed_at,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The CONFIRM status (status as an enum).
+	Outcome       ConfirmationOutcome `protobuf:"varint,9,opt,name=outcome,proto3,enum=agtp.task.v1.ConfirmationOutcome" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Confirmation) Reset() {
@@ -843,6 +1223,7 @@ func (x *Confirmation) GetTaskId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Confirmation) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -876,6 +1257,13 @@ func (x *Confirmation) GetConfirmedAt() *timestamppb.Timestamp {
 		return x.ConfirmedAt
 	}
 	return nil
+}
+
+func (x *Confirmation) GetOutcome() ConfirmationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConfirmationOutcome_CONFIRMATION_OUTCOME_UNSPECIFIED
 }
 
 // CompleteConfirmRequest stores the attestation.
@@ -1252,9 +1640,13 @@ type ResolveEscalationRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Principal    string                 `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
 	EscalationId string                 `protobuf:"bytes,2,opt,name=escalation_id,json=escalationId,proto3" json:"escalation_id,omitempty"`
-	// accepted, rejected or deferred.
-	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// accepted, rejected or deferred. Replaced by outcome; read when
+	// outcome is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Status        string              `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string              `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Outcome       ConfirmationOutcome `protobuf:"varint,5,opt,name=outcome,proto3,enum=agtp.task.v1.ConfirmationOutcome" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1303,6 +1695,7 @@ func (x *ResolveEscalationRequest) GetEscalationId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *ResolveEscalationRequest) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1315,6 +1708,13 @@ func (x *ResolveEscalationRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ResolveEscalationRequest) GetOutcome() ConfirmationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConfirmationOutcome_CONFIRMATION_OUTCOME_UNSPECIFIED
 }
 
 // ResolveEscalationResponse returns the resolved escalation and task.
@@ -1372,15 +1772,20 @@ func (x *ResolveEscalationResponse) GetTask() *Task {
 
 // Notification is one NOTIFY.
 type Notification struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	NotificationId    string                 `protobuf:"bytes,1,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
-	SenderAgentId     string                 `protobuf:"bytes,2,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
-	Recipient         string                 `protobuf:"bytes,3,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NotificationId string                 `protobuf:"bytes,1,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	SenderAgentId  string                 `protobuf:"bytes,2,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
+	Recipient      string                 `protobuf:"bytes,3,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// content is the same value.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContentJson       []byte                 `protobuf:"bytes,4,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
 	Urgency           string                 `protobuf:"bytes,5,opt,name=urgency,proto3" json:"urgency,omitempty"`
 	DeliveryGuarantee string                 `protobuf:"bytes,6,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expiry,proto3" json:"expiry,omitempty"`
-	// queued, delivered, failed, expired.
+	// queued, delivered, failed, expired; state is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	Status      string                 `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
 	Attempts    int32                  `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	LastError   string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
@@ -1392,7 +1797,11 @@ type Notification struct {
 	Deliveries []*Notification `protobuf:"bytes,14,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
 	// Set on an inbound delivery whose notification_id this recipient
 	// already holds: it was not delivered again.
-	Duplicate     bool `protobuf:"varint,15,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,15,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// The content parameter (content_json as a JSON value).
+	Content *structpb.Value `protobuf:"bytes,16,opt,name=content,proto3" json:"content,omitempty"`
+	// The delivery state (status as an enum).
+	State         NotificationStatus `protobuf:"varint,17,opt,name=state,proto3,enum=agtp.task.v1.NotificationStatus" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1448,6 +1857,7 @@ func (x *Notification) GetRecipient() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Notification) GetContentJson() []byte {
 	if x != nil {
 		return x.ContentJson
@@ -1476,6 +1886,7 @@ func (x *Notification) GetExpiry() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Notification) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1532,11 +1943,28 @@ func (x *Notification) GetDuplicate() bool {
 	return false
 }
 
+func (x *Notification) GetContent() *structpb.Value {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *Notification) GetState() NotificationStatus {
+	if x != nil {
+		return x.State
+	}
+	return NotificationStatus_NOTIFICATION_STATUS_UNSPECIFIED
+}
+
 // NotifyRequest carries NOTIFY's parameters.
 type NotifyRequest struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	SenderAgentId     string                 `protobuf:"bytes,1,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
-	Recipient         string                 `protobuf:"bytes,2,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SenderAgentId string                 `protobuf:"bytes,1,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
+	Recipient     string                 `protobuf:"bytes,2,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	// Replaced by content; read when content is empty.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
 	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
 	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
@@ -1546,8 +1974,10 @@ type NotifyRequest struct {
 	// notification_id it already holds from this sender is not delivered
 	// again.
 	NotificationId string `protobuf:"bytes,7,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The content parameter, any JSON value.
+	Content       *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NotifyRequest) Reset() {
@@ -1594,6 +2024,7 @@ func (x *NotifyRequest) GetRecipient() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *NotifyRequest) GetContentJson() []byte {
 	if x != nil {
 		return x.ContentJson
@@ -1627,6 +2058,13 @@ func (x *NotifyRequest) GetNotificationId() string {
 		return x.NotificationId
 	}
 	return ""
+}
+
+func (x *NotifyRequest) GetContent() *structpb.Value {
+	if x != nil {
+		return x.Content
+	}
+	return nil
 }
 
 // NotifyResponse is the delivery receipt.
@@ -1784,9 +2222,13 @@ type RecordDelegationRequest struct {
 	TaskHash string `protobuf:"bytes,5,opt,name=task_hash,json=taskHash,proto3" json:"task_hash,omitempty"`
 	// The Audit-ID of the signed hop record.
 	AuditId string `protobuf:"bytes,6,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
-	// delegated or failed.
-	Status        string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
-	Detail        string `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	// delegated or failed. Replaced by outcome; read when outcome is
+	// unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Status        string            `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	Detail        string            `protobuf:"bytes,8,opt,name=detail,proto3" json:"detail,omitempty"`
+	Outcome       DelegationOutcome `protobuf:"varint,9,opt,name=outcome,proto3,enum=agtp.task.v1.DelegationOutcome" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1863,6 +2305,7 @@ func (x *RecordDelegationRequest) GetAuditId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *RecordDelegationRequest) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1875,6 +2318,13 @@ func (x *RecordDelegationRequest) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+func (x *RecordDelegationRequest) GetOutcome() DelegationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return DelegationOutcome_DELEGATION_OUTCOME_UNSPECIFIED
 }
 
 // RecordDelegationResponse returns the delegation id and the task.
@@ -1934,9 +2384,14 @@ func (x *RecordDelegationResponse) GetTask() *Task {
 type RecordEscalationRoutingRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	EscalationId string                 `protobuf:"bytes,1,opt,name=escalation_id,json=escalationId,proto3" json:"escalation_id,omitempty"`
-	// delivered or failed.
-	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// delivered or failed. Replaced by routing; read when routing is
+	// unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Delivered or failed.
+	Routing       EscalationRouting `protobuf:"varint,4,opt,name=routing,proto3,enum=agtp.task.v1.EscalationRouting" json:"routing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1978,6 +2433,7 @@ func (x *RecordEscalationRoutingRequest) GetEscalationId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *RecordEscalationRoutingRequest) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1990,6 +2446,13 @@ func (x *RecordEscalationRoutingRequest) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+func (x *RecordEscalationRoutingRequest) GetRouting() EscalationRouting {
+	if x != nil {
+		return x.Routing
+	}
+	return EscalationRouting_ESCALATION_ROUTING_UNSPECIFIED
 }
 
 // RecordEscalationRoutingResponse returns the escalation.
@@ -2039,16 +2502,21 @@ func (x *RecordEscalationRoutingResponse) GetEscalation() *Escalation {
 
 // InboxEntry is one notification delivered to an agent.
 type InboxEntry struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	NotificationId    string                 `protobuf:"bytes,1,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
-	SenderAgentId     string                 `protobuf:"bytes,2,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NotificationId string                 `protobuf:"bytes,1,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
+	SenderAgentId  string                 `protobuf:"bytes,2,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
+	// content is the same value.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
 	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
 	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expiry,proto3" json:"expiry,omitempty"`
 	ReceivedAt        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The content parameter (content_json as a JSON value).
+	Content       *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InboxEntry) Reset() {
@@ -2095,6 +2563,7 @@ func (x *InboxEntry) GetSenderAgentId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *InboxEntry) GetContentJson() []byte {
 	if x != nil {
 		return x.ContentJson
@@ -2126,6 +2595,13 @@ func (x *InboxEntry) GetExpiry() *timestamppb.Timestamp {
 func (x *InboxEntry) GetReceivedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ReceivedAt
+	}
+	return nil
+}
+
+func (x *InboxEntry) GetContent() *structpb.Value {
+	if x != nil {
+		return x.Content
 	}
 	return nil
 }
@@ -2298,11 +2774,17 @@ type MonitorRequest struct {
 	// Seconds; 0 is the default TTL, more than the maximum is refused.
 	TtlSeconds int64 `protobuf:"varint,5,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// The target's status now (identitysvc), so the first event is named
-	// from it (ACTIVE after SUSPENDED is reinstated).
+	// from it (ACTIVE after SUSPENDED is reinstated). Replaced by
+	// target_agent_status; read when that is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	TargetStatus   string `protobuf:"bytes,6,opt,name=target_status,json=targetStatus,proto3" json:"target_status,omitempty"`
 	TargetRevision uint64 `protobuf:"varint,7,opt,name=target_revision,json=targetRevision,proto3" json:"target_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The target's status now; unspecified with no target_status is a
+	// pending agent.
+	TargetAgentStatus v1.AgentStatus `protobuf:"varint,8,opt,name=target_agent_status,json=targetAgentStatus,proto3,enum=agtp.identity.v1.AgentStatus" json:"target_agent_status,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MonitorRequest) Reset() {
@@ -2370,6 +2852,7 @@ func (x *MonitorRequest) GetTtlSeconds() int64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *MonitorRequest) GetTargetStatus() string {
 	if x != nil {
 		return x.TargetStatus
@@ -2382,6 +2865,13 @@ func (x *MonitorRequest) GetTargetRevision() uint64 {
 		return x.TargetRevision
 	}
 	return 0
+}
+
+func (x *MonitorRequest) GetTargetAgentStatus() v1.AgentStatus {
+	if x != nil {
+		return x.TargetAgentStatus
+	}
+	return v1.AgentStatus(0)
 }
 
 // MonitorSubscription is one subscription.
@@ -2624,30 +3114,32 @@ var File_agtp_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x17agtp/task/v1/task.proto\x12\fagtp.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x01\n" +
+	"\x17agtp/task/v1/task.proto\x12\fagtp.task.v1\x1a\x1fagtp/identity/v1/identity.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x01\n" +
 	"\tTaskEvent\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
-	"\x05event\x18\x02 \x01(\tR\x05event\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12\x14\n" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x10\n" +
 	"\x03ref\x18\x05 \x01(\tR\x03ref\x12\x16\n" +
-	"\x06detail\x18\x06 \x01(\tR\x06detail\"\x86\x02\n" +
+	"\x06detail\x18\x06 \x01(\tR\x06detail\x12.\n" +
+	"\x05state\x18\a \x01(\x0e2\x18.agtp.task.v1.TaskStatusR\x05state\"\xba\x02\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12$\n" +
-	"\x0eowner_agent_id\x18\x02 \x01(\tR\fownerAgentId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x129\n" +
+	"\x0eowner_agent_id\x18\x02 \x01(\tR\fownerAgentId\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x121\n" +
-	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\"\xc8\x05\n" +
+	"\ahistory\x18\x06 \x03(\v2\x17.agtp.task.v1.TaskEventR\ahistory\x12.\n" +
+	"\x05state\x18\a \x01(\x0e2\x18.agtp.task.v1.TaskStatusR\x05state\"\xbd\x06\n" +
 	"\n" +
 	"Escalation\x12#\n" +
 	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12$\n" +
 	"\x0eowner_agent_id\x18\x03 \x01(\tR\fownerAgentId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
-	"\fcontext_json\x18\x05 \x01(\fR\vcontextJson\x12\x1e\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12%\n" +
+	"\fcontext_json\x18\x05 \x01(\fB\x02\x18\x01R\vcontextJson\x12\x1e\n" +
 	"\bpriority\x18\x06 \x01(\tB\x02\x18\x01R\bpriority\x12\x1b\n" +
 	"\trouted_to\x18\a \x01(\tR\broutedTo\x126\n" +
 	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
@@ -2655,47 +3147,53 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12J\n" +
-	"\x13estimated_review_by\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11estimatedReviewBy\x12%\n" +
-	"\x0erouting_status\x18\f \x01(\tR\rroutingStatus\x12%\n" +
+	"\x13estimated_review_by\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x11estimatedReviewBy\x12)\n" +
+	"\x0erouting_status\x18\f \x01(\tB\x02\x18\x01R\rroutingStatus\x12%\n" +
 	"\x0erouting_detail\x18\r \x01(\tR\rroutingDetail\x127\n" +
 	"\trouted_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\broutedAt\x123\n" +
 	"\x05state\x18\x0f \x01(\x0e2\x1d.agtp.task.v1.EscalationStateR\x05state\x12G\n" +
-	"\x0epriority_level\x18\x10 \x01(\x0e2 .agtp.task.v1.EscalationPriorityR\rpriorityLevel\"\xff\x01\n" +
+	"\x0epriority_level\x18\x10 \x01(\x0e2 .agtp.task.v1.EscalationPriorityR\rpriorityLevel\x129\n" +
+	"\arouting\x18\x11 \x01(\x0e2\x1f.agtp.task.v1.EscalationRoutingR\arouting\x120\n" +
+	"\acontext\x18\x12 \x01(\v2\x16.google.protobuf.ValueR\acontext\"\x82\x03\n" +
 	"\x0fEscalateRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
-	"\fcontext_json\x18\x04 \x01(\fR\vcontextJson\x12\x1a\n" +
-	"\bpriority\x18\x05 \x01(\tR\bpriority\x12\x1c\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12%\n" +
+	"\fcontext_json\x18\x04 \x01(\fB\x02\x18\x01R\vcontextJson\x12\x1e\n" +
+	"\bpriority\x18\x05 \x01(\tB\x02\x18\x01R\bpriority\x12\x1c\n" +
 	"\trecipient\x18\x06 \x01(\tR\trecipient\x126\n" +
-	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"t\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x120\n" +
+	"\acontext\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontext\x12G\n" +
+	"\x0epriority_level\x18\t \x01(\x0e2 .agtp.task.v1.EscalationPriorityR\rpriorityLevel\"t\n" +
 	"\x10EscalateResponse\x128\n" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
 	"escalation\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\x8a\x01\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xcb\x01\n" +
 	"\x13BeginConfirmRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12\x1b\n" +
-	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xb1\x01\n" +
+	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12;\n" +
+	"\aoutcome\x18\x05 \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"\xb1\x01\n" +
 	"\x14BeginConfirmResponse\x12>\n" +
 	"\fconfirmation\x18\x01 \x01(\v2\x1a.agtp.task.v1.ConfirmationR\fconfirmation\x12\x1f\n" +
 	"\vclaim_token\x18\x02 \x01(\tR\n" +
 	"claimToken\x12\x1f\n" +
 	"\vtarget_kind\x18\x03 \x01(\tR\n" +
 	"targetKind\x12\x17\n" +
-	"\atask_id\x18\x04 \x01(\tR\x06taskId\"\xa9\x02\n" +
+	"\atask_id\x18\x04 \x01(\tR\x06taskId\"\xea\x02\n" +
 	"\fConfirmation\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\tR\btargetId\x12\x1f\n" +
 	"\vtarget_kind\x18\x02 \x01(\tR\n" +
 	"targetKind\x12\x17\n" +
-	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\tR\x06status\x12\x16\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x1a\n" +
+	"\x06status\x18\x04 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12,\n" +
 	"\x12confirmer_agent_id\x18\x06 \x01(\tR\x10confirmerAgentId\x12%\n" +
 	"\x0eattestation_id\x18\a \x01(\tR\rattestationId\x12=\n" +
-	"\fconfirmed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vconfirmedAt\"\xe4\x01\n" +
+	"\fconfirmed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vconfirmedAt\x12;\n" +
+	"\aoutcome\x18\t \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"\xe4\x01\n" +
 	"\x16CompleteConfirmRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\tR\btargetId\x12\x1f\n" +
 	"\vclaim_token\x18\x02 \x01(\tR\n" +
@@ -2720,26 +3218,27 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\"}\n" +
 	"\x17ListEscalationsResponse\x12:\n" +
 	"\vescalations\x18\x01 \x03(\v2\x18.agtp.task.v1.EscalationR\vescalations\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8d\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xce\x01\n" +
 	"\x18ResolveEscalationRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12#\n" +
-	"\rescalation_id\x18\x02 \x01(\tR\fescalationId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"}\n" +
+	"\rescalation_id\x18\x02 \x01(\tR\fescalationId\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12;\n" +
+	"\aoutcome\x18\x05 \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"}\n" +
 	"\x19ResolveEscalationResponse\x128\n" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
 	"escalation\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xeb\x04\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xdd\x05\n" +
 	"\fNotification\x12'\n" +
 	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
 	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12\x1c\n" +
-	"\trecipient\x18\x03 \x01(\tR\trecipient\x12!\n" +
-	"\fcontent_json\x18\x04 \x01(\fR\vcontentJson\x12\x18\n" +
+	"\trecipient\x18\x03 \x01(\tR\trecipient\x12%\n" +
+	"\fcontent_json\x18\x04 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
 	"\aurgency\x18\x05 \x01(\tR\aurgency\x12-\n" +
 	"\x12delivery_guarantee\x18\x06 \x01(\tR\x11deliveryGuarantee\x122\n" +
-	"\x06expiry\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12\x16\n" +
-	"\x06status\x18\b \x01(\tR\x06status\x12\x1a\n" +
+	"\x06expiry\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12\x1a\n" +
+	"\x06status\x18\b \x01(\tB\x02\x18\x01R\x06status\x12\x1a\n" +
 	"\battempts\x18\t \x01(\x05R\battempts\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\n" +
@@ -2751,52 +3250,58 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x0e \x03(\v2\x1a.agtp.task.v1.NotificationR\n" +
 	"deliveries\x12\x1c\n" +
-	"\tduplicate\x18\x0f \x01(\bR\tduplicate\"\x9e\x02\n" +
+	"\tduplicate\x18\x0f \x01(\bR\tduplicate\x120\n" +
+	"\acontent\x18\x10 \x01(\v2\x16.google.protobuf.ValueR\acontent\x126\n" +
+	"\x05state\x18\x11 \x01(\x0e2 .agtp.task.v1.NotificationStatusR\x05state\"\xd4\x02\n" +
 	"\rNotifyRequest\x12&\n" +
 	"\x0fsender_agent_id\x18\x01 \x01(\tR\rsenderAgentId\x12\x1c\n" +
-	"\trecipient\x18\x02 \x01(\tR\trecipient\x12!\n" +
-	"\fcontent_json\x18\x03 \x01(\fR\vcontentJson\x12\x18\n" +
+	"\trecipient\x18\x02 \x01(\tR\trecipient\x12%\n" +
+	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
 	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
 	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12'\n" +
-	"\x0fnotification_id\x18\a \x01(\tR\x0enotificationId\"P\n" +
+	"\x0fnotification_id\x18\a \x01(\tR\x0enotificationId\x120\n" +
+	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\"P\n" +
 	"\x0eNotifyResponse\x12>\n" +
 	"\fnotification\x18\x01 \x01(\v2\x1a.agtp.task.v1.NotificationR\fnotification\"i\n" +
 	"\x16GetNotificationRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12'\n" +
 	"\x0fnotification_id\x18\x02 \x01(\tR\x0enotificationId\"Y\n" +
 	"\x17GetNotificationResponse\x12>\n" +
-	"\fnotification\x18\x01 \x01(\v2\x1a.agtp.task.v1.NotificationR\fnotification\"\x9f\x02\n" +
+	"\fnotification\x18\x01 \x01(\v2\x1a.agtp.task.v1.NotificationR\fnotification\"\xde\x02\n" +
 	"\x17RecordDelegationRequest\x12,\n" +
 	"\x12delegator_agent_id\x18\x01 \x01(\tR\x10delegatorAgentId\x12,\n" +
 	"\x12delegatee_agent_id\x18\x02 \x01(\tR\x10delegateeAgentId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12'\n" +
 	"\x0fauthority_scope\x18\x04 \x03(\tR\x0eauthorityScope\x12\x1b\n" +
 	"\ttask_hash\x18\x05 \x01(\tR\btaskHash\x12\x19\n" +
-	"\baudit_id\x18\x06 \x01(\tR\aauditId\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\x12\x16\n" +
-	"\x06detail\x18\b \x01(\tR\x06detail\"g\n" +
+	"\baudit_id\x18\x06 \x01(\tR\aauditId\x12\x1a\n" +
+	"\x06status\x18\a \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
+	"\x06detail\x18\b \x01(\tR\x06detail\x129\n" +
+	"\aoutcome\x18\t \x01(\x0e2\x1f.agtp.task.v1.DelegationOutcomeR\aoutcome\"g\n" +
 	"\x18RecordDelegationResponse\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\tR\fdelegationId\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"u\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xb4\x01\n" +
 	"\x1eRecordEscalationRoutingRequest\x12#\n" +
-	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"[\n" +
+	"\rescalation_id\x18\x01 \x01(\tR\fescalationId\x12\x1a\n" +
+	"\x06status\x18\x02 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x129\n" +
+	"\arouting\x18\x04 \x01(\x0e2\x1f.agtp.task.v1.EscalationRoutingR\arouting\"[\n" +
 	"\x1fRecordEscalationRoutingResponse\x128\n" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
-	"escalation\"\xba\x02\n" +
+	"escalation\"\xf0\x02\n" +
 	"\n" +
 	"InboxEntry\x12'\n" +
 	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
-	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12!\n" +
-	"\fcontent_json\x18\x03 \x01(\fR\vcontentJson\x12\x18\n" +
+	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12%\n" +
+	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
 	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
 	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12;\n" +
 	"\vreceived_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"receivedAt\"\x9f\x01\n" +
+	"receivedAt\x120\n" +
+	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\"\x9f\x01\n" +
 	"\x10ListInboxRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\x06cursor\x18\x02 \x01(\tB\x02\x18\x01R\x06cursor\x12\x18\n" +
@@ -2808,16 +3313,17 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x18.agtp.task.v1.InboxEntryR\aentries\x12#\n" +
 	"\vnext_cursor\x18\x02 \x01(\tB\x02\x18\x01R\n" +
 	"nextCursor\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x83\x02\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xd6\x02\n" +
 	"\x0eMonitorRequest\x12&\n" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12&\n" +
 	"\x0ftarget_agent_id\x18\x02 \x01(\tR\rtargetAgentId\x12\x16\n" +
 	"\x06events\x18\x03 \x03(\tR\x06events\x12\x1a\n" +
 	"\bcallback\x18\x04 \x01(\tR\bcallback\x12\x1f\n" +
 	"\vttl_seconds\x18\x05 \x01(\x03R\n" +
-	"ttlSeconds\x12#\n" +
-	"\rtarget_status\x18\x06 \x01(\tR\ftargetStatus\x12'\n" +
-	"\x0ftarget_revision\x18\a \x01(\x04R\x0etargetRevision\"\xc0\x02\n" +
+	"ttlSeconds\x12'\n" +
+	"\rtarget_status\x18\x06 \x01(\tB\x02\x18\x01R\ftargetStatus\x12'\n" +
+	"\x0ftarget_revision\x18\a \x01(\x04R\x0etargetRevision\x12M\n" +
+	"\x13target_agent_status\x18\b \x01(\x0e2\x1d.agtp.identity.v1.AgentStatusR\x11targetAgentStatus\"\xc0\x02\n" +
 	"\x13MonitorSubscription\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12.\n" +
 	"\x13subscriber_agent_id\x18\x02 \x01(\tR\x11subscriberAgentId\x12&\n" +
@@ -2834,7 +3340,18 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x0fcaller_agent_id\x18\x01 \x01(\tR\rcallerAgentId\x12'\n" +
 	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"^\n" +
 	"\x15CancelMonitorResponse\x12E\n" +
-	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription*\xb5\x01\n" +
+	"\fsubscription\x18\x01 \x01(\v2!.agtp.task.v1.MonitorSubscriptionR\fsubscription*\xf7\x01\n" +
+	"\n" +
+	"TaskStatus\x12\x1b\n" +
+	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TASK_STATUS_RUNNING\x10\x01\x12\x16\n" +
+	"\x12TASK_STATUS_PAUSED\x10\x02\x12\x19\n" +
+	"\x15TASK_STATUS_ESCALATED\x10\x03\x12\x19\n" +
+	"\x15TASK_STATUS_CONFIRMED\x10\x04\x12\x18\n" +
+	"\x14TASK_STATUS_REJECTED\x10\x05\x12\x18\n" +
+	"\x14TASK_STATUS_DEFERRED\x10\x06\x12\x19\n" +
+	"\x15TASK_STATUS_DELEGATED\x10\a\x12\x16\n" +
+	"\x12TASK_STATUS_FAILED\x10\b*\xb5\x01\n" +
 	"\x0fEscalationState\x12 \n" +
 	"\x1cESCALATION_STATE_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fESCALATION_STATE_PENDING_REVIEW\x10\x01\x12\x1d\n" +
@@ -2845,7 +3362,28 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x1fESCALATION_PRIORITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aESCALATION_PRIORITY_URGENT\x10\x01\x12\x1e\n" +
 	"\x1aESCALATION_PRIORITY_NORMAL\x10\x02\x12\x1b\n" +
-	"\x17ESCALATION_PRIORITY_LOW\x10\x032\x8d\t\n" +
+	"\x17ESCALATION_PRIORITY_LOW\x10\x03*\xb7\x01\n" +
+	"\x11EscalationRouting\x12\"\n" +
+	"\x1eESCALATION_ROUTING_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ESCALATION_ROUTING_LISTED\x10\x01\x12\x1e\n" +
+	"\x1aESCALATION_ROUTING_PENDING\x10\x02\x12 \n" +
+	"\x1cESCALATION_ROUTING_DELIVERED\x10\x03\x12\x1d\n" +
+	"\x19ESCALATION_ROUTING_FAILED\x10\x04*\xa4\x01\n" +
+	"\x13ConfirmationOutcome\x12$\n" +
+	" CONFIRMATION_OUTCOME_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dCONFIRMATION_OUTCOME_ACCEPTED\x10\x01\x12!\n" +
+	"\x1dCONFIRMATION_OUTCOME_REJECTED\x10\x02\x12!\n" +
+	"\x1dCONFIRMATION_OUTCOME_DEFERRED\x10\x03*\xbd\x01\n" +
+	"\x12NotificationStatus\x12#\n" +
+	"\x1fNOTIFICATION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aNOTIFICATION_STATUS_QUEUED\x10\x01\x12!\n" +
+	"\x1dNOTIFICATION_STATUS_DELIVERED\x10\x02\x12\x1e\n" +
+	"\x1aNOTIFICATION_STATUS_FAILED\x10\x03\x12\x1f\n" +
+	"\x1bNOTIFICATION_STATUS_EXPIRED\x10\x04*x\n" +
+	"\x11DelegationOutcome\x12\"\n" +
+	"\x1eDELEGATION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cDELEGATION_OUTCOME_DELEGATED\x10\x01\x12\x1d\n" +
+	"\x19DELEGATION_OUTCOME_FAILED\x10\x022\x8d\t\n" +
 	"\vTaskService\x12I\n" +
 	"\bEscalate\x12\x1d.agtp.task.v1.EscalateRequest\x1a\x1e.agtp.task.v1.EscalateResponse\x12U\n" +
 	"\fBeginConfirm\x12!.agtp.task.v1.BeginConfirmRequest\x1a\".agtp.task.v1.BeginConfirmResponse\x12^\n" +
@@ -2873,116 +3411,139 @@ func file_agtp_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_agtp_task_v1_task_proto_rawDescData
 }
 
-var file_agtp_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agtp_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_agtp_task_v1_task_proto_goTypes = []any{
-	(EscalationState)(0),                    // 0: agtp.task.v1.EscalationState
-	(EscalationPriority)(0),                 // 1: agtp.task.v1.EscalationPriority
-	(*TaskEvent)(nil),                       // 2: agtp.task.v1.TaskEvent
-	(*Task)(nil),                            // 3: agtp.task.v1.Task
-	(*Escalation)(nil),                      // 4: agtp.task.v1.Escalation
-	(*EscalateRequest)(nil),                 // 5: agtp.task.v1.EscalateRequest
-	(*EscalateResponse)(nil),                // 6: agtp.task.v1.EscalateResponse
-	(*BeginConfirmRequest)(nil),             // 7: agtp.task.v1.BeginConfirmRequest
-	(*BeginConfirmResponse)(nil),            // 8: agtp.task.v1.BeginConfirmResponse
-	(*Confirmation)(nil),                    // 9: agtp.task.v1.Confirmation
-	(*CompleteConfirmRequest)(nil),          // 10: agtp.task.v1.CompleteConfirmRequest
-	(*CompleteConfirmResponse)(nil),         // 11: agtp.task.v1.CompleteConfirmResponse
-	(*GetTaskRequest)(nil),                  // 12: agtp.task.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),                 // 13: agtp.task.v1.GetTaskResponse
-	(*ListEscalationsRequest)(nil),          // 14: agtp.task.v1.ListEscalationsRequest
-	(*ListEscalationsResponse)(nil),         // 15: agtp.task.v1.ListEscalationsResponse
-	(*ResolveEscalationRequest)(nil),        // 16: agtp.task.v1.ResolveEscalationRequest
-	(*ResolveEscalationResponse)(nil),       // 17: agtp.task.v1.ResolveEscalationResponse
-	(*Notification)(nil),                    // 18: agtp.task.v1.Notification
-	(*NotifyRequest)(nil),                   // 19: agtp.task.v1.NotifyRequest
-	(*NotifyResponse)(nil),                  // 20: agtp.task.v1.NotifyResponse
-	(*GetNotificationRequest)(nil),          // 21: agtp.task.v1.GetNotificationRequest
-	(*GetNotificationResponse)(nil),         // 22: agtp.task.v1.GetNotificationResponse
-	(*RecordDelegationRequest)(nil),         // 23: agtp.task.v1.RecordDelegationRequest
-	(*RecordDelegationResponse)(nil),        // 24: agtp.task.v1.RecordDelegationResponse
-	(*RecordEscalationRoutingRequest)(nil),  // 25: agtp.task.v1.RecordEscalationRoutingRequest
-	(*RecordEscalationRoutingResponse)(nil), // 26: agtp.task.v1.RecordEscalationRoutingResponse
-	(*InboxEntry)(nil),                      // 27: agtp.task.v1.InboxEntry
-	(*ListInboxRequest)(nil),                // 28: agtp.task.v1.ListInboxRequest
-	(*ListInboxResponse)(nil),               // 29: agtp.task.v1.ListInboxResponse
-	(*MonitorRequest)(nil),                  // 30: agtp.task.v1.MonitorRequest
-	(*MonitorSubscription)(nil),             // 31: agtp.task.v1.MonitorSubscription
-	(*MonitorResponse)(nil),                 // 32: agtp.task.v1.MonitorResponse
-	(*CancelMonitorRequest)(nil),            // 33: agtp.task.v1.CancelMonitorRequest
-	(*CancelMonitorResponse)(nil),           // 34: agtp.task.v1.CancelMonitorResponse
-	(*timestamppb.Timestamp)(nil),           // 35: google.protobuf.Timestamp
+	(TaskStatus)(0),                         // 0: agtp.task.v1.TaskStatus
+	(EscalationState)(0),                    // 1: agtp.task.v1.EscalationState
+	(EscalationPriority)(0),                 // 2: agtp.task.v1.EscalationPriority
+	(EscalationRouting)(0),                  // 3: agtp.task.v1.EscalationRouting
+	(ConfirmationOutcome)(0),                // 4: agtp.task.v1.ConfirmationOutcome
+	(NotificationStatus)(0),                 // 5: agtp.task.v1.NotificationStatus
+	(DelegationOutcome)(0),                  // 6: agtp.task.v1.DelegationOutcome
+	(*TaskEvent)(nil),                       // 7: agtp.task.v1.TaskEvent
+	(*Task)(nil),                            // 8: agtp.task.v1.Task
+	(*Escalation)(nil),                      // 9: agtp.task.v1.Escalation
+	(*EscalateRequest)(nil),                 // 10: agtp.task.v1.EscalateRequest
+	(*EscalateResponse)(nil),                // 11: agtp.task.v1.EscalateResponse
+	(*BeginConfirmRequest)(nil),             // 12: agtp.task.v1.BeginConfirmRequest
+	(*BeginConfirmResponse)(nil),            // 13: agtp.task.v1.BeginConfirmResponse
+	(*Confirmation)(nil),                    // 14: agtp.task.v1.Confirmation
+	(*CompleteConfirmRequest)(nil),          // 15: agtp.task.v1.CompleteConfirmRequest
+	(*CompleteConfirmResponse)(nil),         // 16: agtp.task.v1.CompleteConfirmResponse
+	(*GetTaskRequest)(nil),                  // 17: agtp.task.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),                 // 18: agtp.task.v1.GetTaskResponse
+	(*ListEscalationsRequest)(nil),          // 19: agtp.task.v1.ListEscalationsRequest
+	(*ListEscalationsResponse)(nil),         // 20: agtp.task.v1.ListEscalationsResponse
+	(*ResolveEscalationRequest)(nil),        // 21: agtp.task.v1.ResolveEscalationRequest
+	(*ResolveEscalationResponse)(nil),       // 22: agtp.task.v1.ResolveEscalationResponse
+	(*Notification)(nil),                    // 23: agtp.task.v1.Notification
+	(*NotifyRequest)(nil),                   // 24: agtp.task.v1.NotifyRequest
+	(*NotifyResponse)(nil),                  // 25: agtp.task.v1.NotifyResponse
+	(*GetNotificationRequest)(nil),          // 26: agtp.task.v1.GetNotificationRequest
+	(*GetNotificationResponse)(nil),         // 27: agtp.task.v1.GetNotificationResponse
+	(*RecordDelegationRequest)(nil),         // 28: agtp.task.v1.RecordDelegationRequest
+	(*RecordDelegationResponse)(nil),        // 29: agtp.task.v1.RecordDelegationResponse
+	(*RecordEscalationRoutingRequest)(nil),  // 30: agtp.task.v1.RecordEscalationRoutingRequest
+	(*RecordEscalationRoutingResponse)(nil), // 31: agtp.task.v1.RecordEscalationRoutingResponse
+	(*InboxEntry)(nil),                      // 32: agtp.task.v1.InboxEntry
+	(*ListInboxRequest)(nil),                // 33: agtp.task.v1.ListInboxRequest
+	(*ListInboxResponse)(nil),               // 34: agtp.task.v1.ListInboxResponse
+	(*MonitorRequest)(nil),                  // 35: agtp.task.v1.MonitorRequest
+	(*MonitorSubscription)(nil),             // 36: agtp.task.v1.MonitorSubscription
+	(*MonitorResponse)(nil),                 // 37: agtp.task.v1.MonitorResponse
+	(*CancelMonitorRequest)(nil),            // 38: agtp.task.v1.CancelMonitorRequest
+	(*CancelMonitorResponse)(nil),           // 39: agtp.task.v1.CancelMonitorResponse
+	(*timestamppb.Timestamp)(nil),           // 40: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                  // 41: google.protobuf.Value
+	(v1.AgentStatus)(0),                     // 42: agtp.identity.v1.AgentStatus
 }
 var file_agtp_task_v1_task_proto_depIdxs = []int32{
-	35, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
-	35, // 1: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	35, // 2: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 3: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
-	35, // 4: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
-	35, // 5: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
-	35, // 6: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
-	35, // 7: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: agtp.task.v1.Escalation.state:type_name -> agtp.task.v1.EscalationState
-	1,  // 9: agtp.task.v1.Escalation.priority_level:type_name -> agtp.task.v1.EscalationPriority
-	35, // 10: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 11: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
-	3,  // 12: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
-	9,  // 13: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	35, // 14: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
-	35, // 15: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
-	9,  // 16: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	3,  // 17: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
-	3,  // 18: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
-	4,  // 19: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
-	4,  // 20: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
-	3,  // 21: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
-	35, // 22: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
-	35, // 23: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
-	35, // 24: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
-	18, // 25: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
-	35, // 26: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
-	18, // 27: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
-	18, // 28: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
-	3,  // 29: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
-	4,  // 30: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
-	35, // 31: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
-	35, // 32: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
-	27, // 33: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
-	35, // 34: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
-	35, // 35: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 36: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	31, // 37: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	5,  // 38: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
-	7,  // 39: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
-	10, // 40: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
-	12, // 41: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
-	14, // 42: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
-	16, // 43: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
-	19, // 44: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
-	21, // 45: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
-	23, // 46: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
-	25, // 47: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
-	28, // 48: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
-	30, // 49: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
-	33, // 50: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
-	6,  // 51: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
-	8,  // 52: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
-	11, // 53: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
-	13, // 54: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
-	15, // 55: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
-	17, // 56: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
-	20, // 57: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
-	22, // 58: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
-	24, // 59: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
-	26, // 60: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
-	29, // 61: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
-	32, // 62: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
-	34, // 63: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
-	51, // [51:64] is the sub-list for method output_type
-	38, // [38:51] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	40, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
+	0,  // 1: agtp.task.v1.TaskEvent.state:type_name -> agtp.task.v1.TaskStatus
+	40, // 2: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	40, // 3: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 4: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
+	0,  // 5: agtp.task.v1.Task.state:type_name -> agtp.task.v1.TaskStatus
+	40, // 6: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
+	40, // 7: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
+	40, // 8: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
+	40, // 9: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: agtp.task.v1.Escalation.state:type_name -> agtp.task.v1.EscalationState
+	2,  // 11: agtp.task.v1.Escalation.priority_level:type_name -> agtp.task.v1.EscalationPriority
+	3,  // 12: agtp.task.v1.Escalation.routing:type_name -> agtp.task.v1.EscalationRouting
+	41, // 13: agtp.task.v1.Escalation.context:type_name -> google.protobuf.Value
+	40, // 14: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
+	41, // 15: agtp.task.v1.EscalateRequest.context:type_name -> google.protobuf.Value
+	2,  // 16: agtp.task.v1.EscalateRequest.priority_level:type_name -> agtp.task.v1.EscalationPriority
+	9,  // 17: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
+	8,  // 18: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
+	4,  // 19: agtp.task.v1.BeginConfirmRequest.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
+	14, // 20: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	40, // 21: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
+	4,  // 22: agtp.task.v1.Confirmation.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
+	40, // 23: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
+	14, // 24: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	8,  // 25: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
+	8,  // 26: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
+	9,  // 27: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
+	4,  // 28: agtp.task.v1.ResolveEscalationRequest.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
+	9,  // 29: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
+	8,  // 30: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
+	40, // 31: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
+	40, // 32: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
+	40, // 33: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
+	23, // 34: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
+	41, // 35: agtp.task.v1.Notification.content:type_name -> google.protobuf.Value
+	5,  // 36: agtp.task.v1.Notification.state:type_name -> agtp.task.v1.NotificationStatus
+	40, // 37: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
+	41, // 38: agtp.task.v1.NotifyRequest.content:type_name -> google.protobuf.Value
+	23, // 39: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
+	23, // 40: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
+	6,  // 41: agtp.task.v1.RecordDelegationRequest.outcome:type_name -> agtp.task.v1.DelegationOutcome
+	8,  // 42: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
+	3,  // 43: agtp.task.v1.RecordEscalationRoutingRequest.routing:type_name -> agtp.task.v1.EscalationRouting
+	9,  // 44: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
+	40, // 45: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
+	40, // 46: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
+	41, // 47: agtp.task.v1.InboxEntry.content:type_name -> google.protobuf.Value
+	32, // 48: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
+	42, // 49: agtp.task.v1.MonitorRequest.target_agent_status:type_name -> agtp.identity.v1.AgentStatus
+	40, // 50: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
+	40, // 51: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 52: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	36, // 53: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	10, // 54: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
+	12, // 55: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
+	15, // 56: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
+	17, // 57: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
+	19, // 58: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
+	21, // 59: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
+	24, // 60: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
+	26, // 61: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
+	28, // 62: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
+	30, // 63: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
+	33, // 64: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
+	35, // 65: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
+	38, // 66: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
+	11, // 67: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
+	13, // 68: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
+	16, // 69: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
+	18, // 70: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
+	20, // 71: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
+	22, // 72: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
+	25, // 73: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
+	27, // 74: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
+	29, // 75: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
+	31, // 76: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
+	34, // 77: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
+	37, // 78: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
+	39, // 79: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
+	67, // [67:80] is the sub-list for method output_type
+	54, // [54:67] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_agtp_task_v1_task_proto_init() }
@@ -2995,7 +3556,7 @@ func file_agtp_task_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_task_v1_task_proto_rawDesc), len(file_agtp_task_v1_task_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      7,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
