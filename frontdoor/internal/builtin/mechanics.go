@@ -23,6 +23,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // The mechanics verbs (core §7.2.9–§7.2.13, docs/mechanics.md): task state
@@ -120,7 +121,7 @@ func (bi *Registry) confirm(ctx context.Context, call *Call) *agtp.Response {
 	if err != nil {
 		return call.Fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
 	}
-	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: confirmStream, ClaimsJson: cj})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: confirmStream, Claims: string(cj)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
@@ -373,7 +374,7 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
 	})
-	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, ClaimsJson: hop})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, Claims: string(hop)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
@@ -503,7 +504,8 @@ func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token
 		if err != nil {
 			return bi.dependencyFailure(ctx, call, "identitysvc", err)
 		}
-		gen, err := genesis.Parse(g.GetGenesisJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+		gen, err := genesis.Parse(jsondoc.PreferString(g.GetGenesis(), g.GetGenesisJson()))
 		if err != nil {
 			return broken("the delegator's Genesis cannot be read")
 		}

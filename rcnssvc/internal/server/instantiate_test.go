@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,7 +47,7 @@ func TestProposeComposableIs263WithBothShapes(t *testing.T) {
 		t.Errorf("the composite does not require its steps' scopes: %v", epm["required_scopes"])
 	}
 	// The front door compiles the contract's endpoint like any snapshot endpoint.
-	if ep, err := endpoint.FromJSON(resp.GetContract().GetEndpointJson()); err != nil || ep.Def.Handler.Recipe != "order-summary" {
+	if ep, err := endpoint.FromJSON([]byte(resp.GetContract().GetEndpoint())); err != nil || ep.Def.Handler.Recipe != "order-summary" {
 		t.Errorf("endpoint.FromJSON(endpoint_json): %v", err)
 	}
 	inst, _ := b["instantiated_endpoint"].(map[string]any)
@@ -117,8 +116,7 @@ func TestProposePersistent(t *testing.T) {
 	if len(e.catalog.puts) != 1 || e.catalog.puts[0].GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_C {
 		t.Fatalf("catalog puts %v", e.catalog.puts)
 	}
-	var put map[string]any
-	_ = json.Unmarshal(e.catalog.puts[0].GetDefinitionJson(), &put)
+	put := e.catalog.puts[0].GetDefinition().AsMap()
 	if put["method"] != "SUMMARIZE" || put["path"] != "/orders/{order_id}" {
 		t.Errorf("promoted definition %v", put)
 	}
