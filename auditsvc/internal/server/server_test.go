@@ -672,3 +672,45 @@ func BenchmarkSignAndAppendRPCSequential(b *testing.B) {
 		})
 	}
 }
+
+// TestClaimsFromEitherRelease signs the same members whether a client
+// sends claims (this release) or only claims_json (the first release).
+func TestClaimsFromEitherRelease(t *testing.T) {
+	ctx := context.Background()
+	f := start(t, Options{Keys: keySet(t, genKey(t))})
+	members := map[string]any{"reason": "test", "actor": "op"}
+	for _, tc := range []struct {
+		name string
+		req  *auditv1.AppendLifecycleEventRequest
+		rec  *auditv1.AppendSignedRecordRequest
+	}{
+		{"claims",
+			&auditv1.AppendLifecycleEventRequest{AgentId: "agent-cn", EventType: "agent-lifecycle-suspended", Claims: string(claims(t, members))},
+			&auditv1.AppendSignedRecordRequest{AgentId: "agent-cn", Stream: "confirm", Claims: string(claims(t, members))}},
+		{"claims_json only",
+			//lint:ignore SA1019 the first release's field must still be honoured
+			&auditv1.AppendLifecycleEventRequest{AgentId: "agent-co", EventType: "agent-lifecycle-suspended", ClaimsJson: claims(t, members)},
+			//lint:ignore SA1019 the first release's field must still be honoured
+			&auditv1.AppendSignedRecordRequest{AgentId: "agent-co", Stream: "confirm", ClaimsJson: claims(t, members)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := f.client.AppendLifecycleEvent(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := f.client.AppendSignedRecord(ctx, tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{l.GetAuditId(), s.GetAuditId()} {
+				r, err := f.client.GetRecord(ctx, &auditv1.GetRecordRequest{AuditId: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p := r.GetRecord().GetPayload().AsMap(); p["reason"] != "test" || p["actor"] != "op" {
+					t.Fatalf("record %s payload %v", id, p)
+				}
+			}
+		})
+	}
+}

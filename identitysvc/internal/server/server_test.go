@@ -864,3 +864,47 @@ func TestIdentityDocumentListsTheFrontDoorsMethods(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionStatusAndCheckpoint: SUSPEND and RESUME answer the status as
+// the SessionStatus enum and as the first release's string, and the
+// checkpoint comes back as it was sent, whichever field carried it.
+func TestSessionStatusAndCheckpoint(t *testing.T) {
+	e := newEnv(t, Options{})
+	ctx := context.Background()
+	g := newGenesis(t, 2)
+	register(t, e.a.client, g, "sleeper")
+	const checkpoint = `{"step": 3, "notes": ["a", "b"]}`
+	for i, tc := range []struct {
+		name string
+		req  func(*identityv1.SuspendSessionRequest)
+	}{
+		{"checkpoint", func(r *identityv1.SuspendSessionRequest) { r.Checkpoint = checkpoint }},
+		//lint:ignore SA1019 the first release's field must still be honoured
+		{"checkpoint_json only", func(r *identityv1.SuspendSessionRequest) { r.CheckpointJson = []byte(checkpoint) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sid := fmt.Sprintf("sess-5mXbR2q9VvLw0kJp3sT7a%d", i)
+			if _, err := e.a.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: g.AgentID, SessionId: sid}); err != nil {
+				t.Fatal(err)
+			}
+			req := &identityv1.SuspendSessionRequest{SessionId: sid, AgentId: g.AgentID, Reason: "awaiting_input"}
+			tc.req(req)
+			s, err := e.a.client.SuspendSession(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			//lint:ignore SA1019 the first release's field must still be filled
+			if s.GetSessionStatus() != identityv1.SessionStatus_SESSION_STATUS_SUSPENDED || s.GetStatus() != "suspended" {
+				t.Fatalf("suspend: %v", s)
+			}
+			r, err := e.a.client.ResumeSession(ctx, &identityv1.ResumeSessionRequest{SessionId: sid, AgentId: g.AgentID, ResumptionNonce: s.GetResumptionNonce()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			//lint:ignore SA1019 the first release's fields must still be filled
+			if r.GetSessionStatus() != identityv1.SessionStatus_SESSION_STATUS_ACTIVE || r.GetStatus() != "active" || r.GetCheckpoint() != checkpoint || string(r.GetCheckpointJson()) != checkpoint {
+				t.Fatalf("resume: %v", r)
+			}
+		})
+	}
+}
