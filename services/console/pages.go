@@ -391,7 +391,12 @@ func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request, se sessi
 	}
 	rows := make([]row, 0, len(pg.Items))
 	for _, e := range pg.Items {
-		rows = append(rows, row{E: e, Definition: indentJSON(e.GetDefinitionJson())})
+		//lint:ignore SA1019 the first release's catalogsvc sends the definition only as bytes
+		def, err := jsondoc.Prefer(e.GetDefinition(), e.GetDefinitionJson())
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{E: e, Definition: indentJSON(def)})
 	}
 	return c.page(w, "endpoints", "endpoints", "Endpoints", se, map[string]any{
 		"Rows": rows, "Next": pg.Next, "Version": snap.GetSnapshot().GetCatalogVersion(), "Revision": snap.GetSnapshot().GetRevision()})
