@@ -114,7 +114,7 @@ func TestConnectionFloodsAreBoundedAndOthersServed(t *testing.T) {
 		// sheds the oldest as it accepts a newcomer, so the count stays at
 		// the limit. What can is a connection the server closed.
 		shed := []string{"reset by the server after", "closed by the server after"}
-		testkit.WaitFor(t, 15*time.Second, "a silent connection shed", func() bool { return a.Count(shed...) > 0 })
+		testkit.WaitFor(t, 45*time.Second, "a silent connection shed", func() bool { return a.Count(shed...) > 0 })
 		time.Sleep(3 * time.Second) // the flood goes on at the limit
 		served(t)
 		r := a.Stop()

@@ -2,6 +2,7 @@ package batchrpc
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,10 @@ type Options struct {
 	// (default 2). A call that finds them all busy waits and goes out with
 	// the others that waited, in the next batch; so one request in flight
 	// goes unary at once, and under load each batch carries what arrived
-	// during the previous round trip.
+	// during the previous round trip. A call that finds a free slot
+	// first lets the goroutines ready to run have their turn, so that
+	// callers released together (by one batch's answer) share a batch
+	// too.
 	MaxInFlight int
 	// MaxBatch bounds the items of one batch (default and maximum
 	// MaxItems).
@@ -43,9 +47,11 @@ type Stats struct {
 }
 
 // Caller coalesces calls of one unary RPC: a call that finds a free slot
-// (Options.MaxInFlight) goes out unary, at once; calls that arrive while
-// every slot is busy wait and go out together, in one batch call, when a
-// slot frees. Each caller gets its own item's response or error. A caller
+// (Options.MaxInFlight) takes it and, once the goroutines ready to run
+// have had their turn, goes out with the calls that queued meanwhile, in
+// one batch call, or unary if none did; calls that arrive while every
+// slot is busy wait and go out together, in one batch call, when a slot
+// frees. Each caller gets its own item's response or error. A caller
 // whose context ends stops waiting; an item still queued is then dropped,
 // one already sent is answered to nobody, and either way the other items
 // of its batch are unaffected (the batch runs on a context of its own).
@@ -98,27 +104,74 @@ func (c *Caller[Req, Resp]) Stats() Stats {
 
 // Do makes one call, unary or in a batch.
 func (c *Caller[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
+	if c.noBatch.Load() {
+		return c.unaryCall(ctx, req)
+	}
+	cl := &call[Req, Resp]{ctx: ctx, req: req, done: make(chan struct{})}
 	c.mu.Lock()
-	if c.inFlight < c.opts.MaxInFlight || c.noBatch.Load() {
-		// A free slot means nothing is queued (a freed slot takes the
-		// queue at once): go now, alone.
-		c.inFlight++
+	c.pending = append(c.pending, cl)
+	if c.inFlight >= c.opts.MaxInFlight {
 		c.mu.Unlock()
+		return c.wait(cl)
+	}
+	c.inFlight++
+	c.mu.Unlock()
+	// A free slot: let the goroutines ready to run have their turn first.
+	// Under load, callers arrive in waves (one batch's answer releases all
+	// its callers at once), and sending at once would give the first of
+	// each wave a stream of its own; when nothing else is runnable this
+	// returns at once, and a lone call goes unary.
+	runtime.Gosched()
+	c.mu.Lock()
+	b := c.takeLocked()
+	c.mu.Unlock()
+	switch {
+	case len(b) == 0:
+		// A slot freed meanwhile and took the queue, this call with it.
+		c.release()
+	case len(b) == 1 && b[0] == cl:
 		c.unary.Add(1)
 		resp, err := c.one(ctx, req)
 		c.release()
 		return resp, err
+	default:
+		go c.send(b)
 	}
-	cl := &call[Req, Resp]{ctx: ctx, req: req, done: make(chan struct{})}
-	c.pending = append(c.pending, cl)
-	c.mu.Unlock()
+	return c.wait(cl)
+}
+
+// unaryCall sends req alone, outside the slots.
+func (c *Caller[Req, Resp]) unaryCall(ctx context.Context, req Req) (Resp, error) {
+	c.unary.Add(1)
+	return c.one(ctx, req)
+}
+
+// wait returns cl's answer, or gives up when its caller does.
+func (c *Caller[Req, Resp]) wait(cl *call[Req, Resp]) (Resp, error) {
 	select {
 	case <-cl.done:
 		return cl.res.Resp, cl.res.Err
-	case <-ctx.Done():
+	case <-cl.ctx.Done():
 		var zero Resp
-		return zero, status.FromContextError(ctx.Err()).Err()
+		return zero, status.FromContextError(cl.ctx.Err()).Err()
 	}
+}
+
+// takeLocked removes the next batch from the queue (empty when nothing
+// waits). c.mu must be held.
+func (c *Caller[Req, Resp]) takeLocked() []*call[Req, Resp] {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	n := min(len(c.pending), c.opts.MaxBatch)
+	b := make([]*call[Req, Resp], n)
+	copy(b, c.pending)
+	// Shift rather than reslice, so the queue's array is reused and does
+	// not keep answered calls reachable.
+	rest := copy(c.pending, c.pending[n:])
+	clear(c.pending[rest:])
+	c.pending = c.pending[:rest]
+	return b
 }
 
 // release frees a slot and sends what waits, while slots are free.
@@ -127,16 +180,8 @@ func (c *Caller[Req, Resp]) release() {
 	defer c.mu.Unlock()
 	c.inFlight--
 	for c.inFlight < c.opts.MaxInFlight && len(c.pending) > 0 {
-		n := min(len(c.pending), c.opts.MaxBatch)
-		b := make([]*call[Req, Resp], n)
-		copy(b, c.pending)
-		// Shift rather than reslice, so the queue's array is reused and
-		// does not keep answered calls reachable.
-		rest := copy(c.pending, c.pending[n:])
-		clear(c.pending[rest:])
-		c.pending = c.pending[:rest]
 		c.inFlight++
-		go c.send(b)
+		go c.send(c.takeLocked())
 	}
 }
 

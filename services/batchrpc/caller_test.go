@@ -3,6 +3,8 @@ package batchrpc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -181,4 +183,76 @@ func BenchmarkCallerUnary(b *testing.B) {
 	for b.Loop() {
 		_, _ = c.Do(ctx, 1)
 	}
+}
+
+// Many concurrent callers, with calls in flight most of the time: each
+// gets its own answer, and every call is sent exactly once, unary or in a
+// batch.
+func TestConcurrentCallersEachGetTheirOwnAnswer(t *testing.T) {
+	one := func(_ context.Context, v int) (int, error) { return v * 10, nil }
+	batch := func(_ context.Context, rs []int) ([]Result[int], error) {
+		out := make([]Result[int], len(rs))
+		for i, r := range rs {
+			out[i].Resp = r * 10
+		}
+		return out, nil
+	}
+	c := NewCaller(one, batch, Options{})
+	const workers, each = 64, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				v := w*each + i
+				got, err := c.Do(context.Background(), v)
+				if err != nil || got != v*10 {
+					errs <- fmt.Errorf("call %d: %d %v, want %d", v, got, err, v*10)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := c.Stats(); st.Unary+st.Batched != workers*each || st.Waiting != 0 {
+		t.Errorf("stats %+v: want %d calls sent once each, none waiting", st, workers*each)
+	}
+}
+
+// BenchmarkCallerConcurrent is the front door's shape: 64 callers, each
+// making its next call when its last one is answered, against a round
+// trip of about 50 µs; it reports how many calls each stream (a unary
+// call or a batch) carried, the figure that sets the per-call cost of
+// the internal hops.
+func BenchmarkCallerConcurrent(b *testing.B) {
+	rtt := func() {
+		for end := time.Now().Add(50 * time.Microsecond); time.Now().Before(end); {
+			runtime.Gosched()
+		}
+	}
+	one := func(_ context.Context, v int) (int, error) { rtt(); return v, nil }
+	batch := func(_ context.Context, rs []int) ([]Result[int], error) {
+		rtt()
+		out := make([]Result[int], len(rs))
+		for i, r := range rs {
+			out[i].Resp = r
+		}
+		return out, nil
+	}
+	c := NewCaller(one, batch, Options{})
+	b.SetParallelism(32) // 64 callers on 2 Ps
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			_, _ = c.Do(ctx, 1)
+		}
+	})
+	st := c.Stats()
+	b.ReportMetric(float64(st.Unary+st.Batched)/float64(st.Unary+st.Batches), "calls/stream")
+	b.ReportMetric(float64(st.Unary)/float64(st.Unary+st.Batched), "unary/call")
 }

@@ -439,6 +439,10 @@ func (m *matrix) close() {
 	}
 }
 
+// unaryWait bounds a unary call or REST request: long enough for a
+// machine under load, since it bounds the test, not the guard.
+const unaryWait = 30 * time.Second
+
 // streamWait bounds a streaming call that was let through and waits for
 // its first message; a refusal comes at once.
 const streamWait = 1500 * time.Millisecond
@@ -450,7 +454,7 @@ func (m *matrix) callGRPC(t *testing.T, ctx context.Context, c *caller, r rpc, i
 	conn := m.conn(t, c, r.owner)
 	out := r.out.New().Interface()
 	if r.stream == nil {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, unaryWait)
 		defer cancel()
 		err := conn.Invoke(ctx, r.full, in, out)
 		o, why := classifyGRPC(err, r.full, c)
@@ -477,7 +481,7 @@ func (m *matrix) callGRPC(t *testing.T, ctx context.Context, c *caller, r rpc, i
 // callREST calls r's REST route as c on its service's gateway.
 func (m *matrix) callREST(ctx context.Context, c *caller, r rpc, path string, body []byte) (outcome, string, int, []byte) {
 	gw := m.gateways[r.owner]
-	wait := 10 * time.Second
+	wait := unaryWait
 	if r.stream != nil {
 		wait = streamWait
 	}
