@@ -624,7 +624,7 @@ func registerAgent(ctx context.Context, addr string, admin *kit.MTLS, tel *kit.T
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := identityv1.NewIdentityServiceClient(conn).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+		&identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: name, Activate: true})
 	if err != nil {
 		return "", fmt.Errorf("register %s: %w", name, err)
 	}

@@ -151,7 +151,7 @@ func (c *Cluster) registerGenesis(t *testing.T, name string, genesisJSON []byte,
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: genesisJSON, Name: name, Activate: true})
+		&identityv1.RegisterGenesisRequest{Genesis: string(genesisJSON), Name: name, Activate: true})
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}

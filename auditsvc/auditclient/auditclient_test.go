@@ -54,11 +54,11 @@ func TestALostAnswerAppendsOnce(t *testing.T) {
 	if err != nil || !a.GetReplayed() || a.GetSequence() != 1 {
 		t.Fatalf("SignAndAppend: %+v %v; want the first record, replayed", a, err)
 	}
-	l, err := auditclient.AppendLifecycleEvent(ctx, c, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: "agent-lifecycle-suspended", ClaimsJson: []byte(`{"reason":"test"}`)})
+	l, err := auditclient.AppendLifecycleEvent(ctx, c, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: "agent-lifecycle-suspended", Claims: `{"reason":"test"}`})
 	if err != nil || !l.GetReplayed() || l.GetSequence() != 1 {
 		t.Fatalf("AppendLifecycleEvent: %+v %v", l, err)
 	}
-	r, err := auditclient.AppendSignedRecord(ctx, c, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: "confirm", ClaimsJson: []byte(`{"x":1}`)})
+	r, err := auditclient.AppendSignedRecord(ctx, c, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: "confirm", Claims: `{"x":1}`})
 	if err != nil || !r.GetReplayed() || r.GetSequence() != 1 {
 		t.Fatalf("AppendSignedRecord: %+v %v", r, err)
 	}

@@ -379,8 +379,8 @@ func TestProjection(t *testing.T) {
 			}
 		}
 		// The full definition keeps the binding for the dispatcher.
-		if pr := ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B); !strings.Contains(string(pr.DefinitionJson), `"handler":{"type":"`+m["handler"].(map[string]any)["type"].(string)) || pr.HandlerName == "" {
-			t.Errorf("definition_json lost the binding: %s", pr.DefinitionJson)
+		if pr := ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B); pr.GetDefinition().AsMap()["handler"].(map[string]any)["type"] != m["handler"].(map[string]any)["type"] || pr.HandlerName == "" {
+			t.Errorf("definition lost the binding: %v", pr.GetDefinition().AsMap())
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // Projection is the endpoint as the manifest shows it (AGTP-API §8.9):
@@ -38,11 +39,14 @@ func (e *Endpoint) HandlerName() string {
 	return ""
 }
 
-// Proto is the snapshot projection (catalogv1.Endpoint); definition_json
-// carries the full document, handler binding included.
+// Proto is the snapshot projection (catalogv1.Endpoint); definition (and
+// the first release's definition_json) carries the full document, handler
+// binding included. It runs once per endpoint per catalog revision.
 func (e *Endpoint) Proto(tier catalogv1.EndpointTier) *catalogv1.Endpoint {
 	d := e.Def
-	return &catalogv1.Endpoint{
+	// e.JSON was produced by json.Marshal of the definition: an object.
+	def, _ := jsondoc.Struct(e.JSON)
+	p := &catalogv1.Endpoint{
 		Method:                 d.Method,
 		Path:                   d.Path,
 		Tier:                   tier,
@@ -54,8 +58,11 @@ func (e *Endpoint) Proto(tier catalogv1.EndpointTier) *catalogv1.Endpoint {
 		DeprecationMessage:     e.Warning(),
 		MaxBodyBytes:           d.MaxBodyBytes,
 		IdempotencyKeyRequired: d.IdempotencyKeyRequired,
-		DefinitionJson:         e.JSON,
+		Definition:             def,
 		HandlerKind:            d.Handler.Type,
 		HandlerName:            e.HandlerName(),
 	}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Definition
+	p.DefinitionJson = e.JSON
+	return p
 }

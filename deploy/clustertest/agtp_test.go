@@ -124,7 +124,7 @@ func registerAgent(t *testing.T, c *e2e.Cluster, name string, scopes ...string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := identityv1.NewIdentityServiceClient(c.Dial(t, "identitysvc")).RegisterGenesis(ctx,
-		&identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+		&identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: name, Activate: true})
 	if err != nil {
 		t.Fatalf("register %s: %v", name, err)
 	}

@@ -125,7 +125,7 @@ func Ensure(stateDir string) (*Agent, error) {
 
 // Request is the registration of the demo agent, activated at once.
 func (a *Agent) Request() *identityv1.RegisterGenesisRequest {
-	return &identityv1.RegisterGenesisRequest{GenesisJson: a.Genesis.Bytes(), Name: a.Name, Activate: true}
+	return &identityv1.RegisterGenesisRequest{Genesis: string(a.Genesis.Bytes()), Name: a.Name, Activate: true}
 }
 
 // AlreadyRegistered reports whether a registration error only says the

@@ -38,7 +38,7 @@ func TestEnsureCreatesOnceAndReuses(t *testing.T) {
 		t.Fatal("second Ensure must reuse the same key and Genesis")
 	}
 	req := b.Request()
-	if !req.GetActivate() || req.GetName() != "demo-agent" || string(req.GetGenesisJson()) != string(a.Genesis.Bytes()) {
+	if !req.GetActivate() || req.GetName() != "demo-agent" || req.GetGenesis() != string(a.Genesis.Bytes()) {
 		t.Fatalf("request %v", req)
 	}
 }

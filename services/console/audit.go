@@ -12,6 +12,7 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // maxDepth bounds how many records one verification walks.
@@ -124,7 +125,12 @@ func (c *Console) verify(ctx context.Context, head, agent string, depth int) (ve
 	if err != nil {
 		return verification{}, err
 	}
-	pub, err := attribution.ParseJWKS(keys.GetJwksJson())
+	//lint:ignore SA1019 the first release's auditsvc sends the JWKS only as bytes
+	jwks, err := jsondoc.PreferStruct(keys.GetJwks(), keys.GetJwksJson())
+	if err != nil {
+		return verification{}, err
+	}
+	pub, err := attribution.ParseJWKS(jwks)
 	if err != nil {
 		return verification{}, err
 	}

@@ -26,6 +26,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // maxReason bounds a reason a person types.
@@ -312,13 +313,16 @@ func (c *Console) agentPage(w http.ResponseWriter, r *http.Request, se session) 
 	}
 	d := map[string]any{"Agent": ag.GetAgent()}
 	if g, err := c.agents.GetGenesis(ctx, &identityv1.GetGenesisRequest{AgentId: id}); err == nil {
-		d["Genesis"] = indentJSON(g.GetGenesisJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+		d["Genesis"] = indentJSON(jsondoc.PreferString(g.GetGenesis(), g.GetGenesisJson()))
 	}
 	if doc, err := c.agents.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: id, Format: "json"}); err == nil {
-		d["Document"] = indentJSON(doc.GetDocumentJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the document only as bytes
+		d["Document"] = indentJSON(jsondoc.PreferString(doc.GetDocument(), doc.GetDocumentJson()))
 	}
 	if cert, err := c.agents.GetIdentityDocument(ctx, &identityv1.GetIdentityDocumentRequest{AgentId: id, Format: "certificate"}); err == nil {
-		d["Certificate"] = indentJSON(cert.GetDocumentJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the document only as bytes
+		d["Certificate"] = indentJSON(jsondoc.PreferString(cert.GetDocument(), cert.GetDocumentJson()))
 	}
 	ev, err := c.audit.ListLifecycleEvents(ctx, &auditv1.ListLifecycleEventsRequest{AgentId: id, PageSize: int32(c.cfg.PageSize), PageToken: r.URL.Query().Get("events")})
 	if err != nil && status.Code(err) != codes.NotFound {
@@ -388,7 +392,12 @@ func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request, se sessi
 	}
 	rows := make([]row, 0, len(pg.Items))
 	for _, e := range pg.Items {
-		rows = append(rows, row{E: e, Definition: indentJSON(e.GetDefinitionJson())})
+		//lint:ignore SA1019 the first release's catalogsvc sends the definition only as bytes
+		def, err := jsondoc.PreferStruct(e.GetDefinition(), e.GetDefinitionJson())
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{E: e, Definition: indentJSON(def)})
 	}
 	return c.page(w, "endpoints", "endpoints", "Endpoints", se, map[string]any{
 		"Rows": rows, "Next": pg.Next, "Version": snap.GetSnapshot().GetCatalogVersion(), "Revision": snap.GetSnapshot().GetRevision()})

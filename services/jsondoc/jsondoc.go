@@ -1,11 +1,13 @@
-// Package jsondoc moves JSON documents between the bytes the services
-// store and the google.protobuf.Struct and Value fields their APIs carry
-// (docs/operations.md, "Enums and documents"): a field that moved from
-// bytes is served in both forms, and read from whichever a client of
-// either release sent.
+// Package jsondoc moves a JSON document between the forms the internal
+// APIs carry it in (docs/operations.md, "Enums and documents"): a
+// google.protobuf.Struct or Value, which REST clients read as JSON, or a
+// string holding the exact bytes where they matter (signed, hashed or
+// relayed as they are); and the first release's bytes field beside either.
+// A reader takes the new field when it is set and falls back to the old.
 package jsondoc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -28,7 +30,7 @@ func Value(b []byte) (*structpb.Value, error) {
 }
 
 // Struct is the JSON object b as a google.protobuf.Struct, nil when b is
-// empty.
+// empty (the document is absent).
 func Struct(b []byte) (*structpb.Struct, error) {
 	if len(b) == 0 {
 		return nil, nil
@@ -40,10 +42,13 @@ func Struct(b []byte) (*structpb.Struct, error) {
 	return s, nil
 }
 
+// JSON is s as compact JSON with its members in name order.
+func JSON(s *structpb.Struct) ([]byte, error) {
+	return encode(s.AsMap())
+}
+
 // PreferValue is the JSON encoding of v when it is set, else old: how a
-// reader takes a document that moved from bytes to a Value. The encoding
-// is compact with object members in name order, the same bytes for the
-// same document (protojson's spacing is deliberately unstable).
+// reader takes a document that moved from bytes to a Value.
 func PreferValue(v *structpb.Value, old []byte) ([]byte, error) {
 	if v == nil {
 		return old, nil
@@ -56,13 +61,29 @@ func PreferStruct(s *structpb.Struct, old []byte) ([]byte, error) {
 	if s == nil {
 		return old, nil
 	}
-	return encode(s.AsMap())
+	return JSON(s)
 }
 
+// PreferString is the document of a string field when it is set, else the
+// first release's bytes.
+func PreferString(s string, old []byte) []byte {
+	if s == "" {
+		return old
+	}
+	return []byte(s)
+}
+
+// encode writes v compact, with object members in name order and strings
+// as written (no HTML escaping): the same bytes for the same document,
+// which protojson's deliberately unstable spacing would not give. Numbers
+// are doubles in a Struct; whole ones are written without an exponent up
+// to 1e21, so the integers a document usually holds come back as written.
 func encode(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("document: %w", err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

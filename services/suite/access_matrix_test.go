@@ -55,6 +55,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/devpki"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -772,7 +773,7 @@ func refusedChangeNothing(t *testing.T, ctx context.Context, m *matrix, rpcs []r
 		{
 			method: identityv1.IdentityService_RegisterGenesis_FullMethodName, allowed: operator,
 			req: func(_ *testing.T, i int) proto.Message {
-				return &identityv1.RegisterGenesisRequest{GenesisJson: agents[i].Bytes(), Activate: true}
+				return &identityv1.RegisterGenesisRequest{Genesis: string(agents[i].Bytes()), Activate: true}
 			},
 		},
 		{
@@ -805,7 +806,7 @@ func refusedChangeNothing(t *testing.T, ctx context.Context, m *matrix, rpcs []r
 		{
 			method: auditv1.AuditService_AppendSignedRecord_FullMethodName, allowed: "service-frontdoor",
 			req: func(_ *testing.T, i int) proto.Message {
-				return &auditv1.AppendSignedRecordRequest{AgentId: demo.AgentID, Stream: "confirm", ClaimsJson: []byte(`{}`), RequestId: "matrix-" + strconv.Itoa(i)}
+				return &auditv1.AppendSignedRecordRequest{AgentId: demo.AgentID, Stream: "confirm", Claims: `{}`, RequestId: "matrix-" + strconv.Itoa(i)}
 			},
 			check: func(t *testing.T, out proto.Message) {
 				if res := out.(*auditv1.AppendSignedRecordResponse); res.GetReplayed() || res.GetAuditId() == "" {
@@ -831,7 +832,11 @@ func refusedChangeNothing(t *testing.T, ctx context.Context, m *matrix, rpcs []r
 				if err != nil {
 					t.Fatal(err)
 				}
-				return &catalogv1.PutEndpointRequest{DefinitionJson: b}
+				d, err := jsondoc.Struct(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &catalogv1.PutEndpointRequest{Definition: d}
 			},
 		},
 	}

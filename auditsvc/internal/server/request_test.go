@@ -94,7 +94,7 @@ func signAndAppend(ctx context.Context, c auditv1.AuditServiceClient, req *audit
 func lifecycle(eventType string, m map[string]any) func(t *testing.T) appendCall {
 	return func(t *testing.T) appendCall {
 		return func(ctx context.Context, c auditv1.AuditServiceClient, agent, id string) (answer, error) {
-			r, err := c.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: eventType, ClaimsJson: claims(t, m), RequestId: id})
+			r, err := c.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: eventType, Claims: string(claims(t, m)), RequestId: id})
 			return answer{r.GetJws(), r.GetAuditId(), r.GetPreviousAuditId(), r.GetSequence(), false, r.GetReplayed()}, err
 		}
 	}
@@ -103,7 +103,7 @@ func lifecycle(eventType string, m map[string]any) func(t *testing.T) appendCall
 func signedRecord(stream string, m map[string]any) func(t *testing.T) appendCall {
 	return func(t *testing.T) appendCall {
 		return func(ctx context.Context, c auditv1.AuditServiceClient, agent, id string) (answer, error) {
-			r, err := c.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: stream, ClaimsJson: claims(t, m), RequestId: id})
+			r, err := c.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: stream, Claims: string(claims(t, m)), RequestId: id})
 			return answer{r.GetJws(), r.GetAuditId(), r.GetPreviousAuditId(), r.GetSequence(), false, r.GetReplayed()}, err
 		}
 	}

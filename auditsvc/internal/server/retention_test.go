@@ -92,13 +92,13 @@ func TestRetentionMovesOldRecordsAndTrimmedChainsVerify(t *testing.T) {
 	}
 	lifecycle := func() {
 		if _, err := f.client.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: "updated",
-			ClaimsJson: claims(t, map[string]any{})}); err != nil {
+			Claims: string(claims(t, map[string]any{}))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	signed := func() {
 		if _, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: "confirm",
-			ClaimsJson: claims(t, map[string]any{})}); err != nil {
+			Claims: string(claims(t, map[string]any{}))}); err != nil {
 			t.Fatal(err)
 		}
 	}

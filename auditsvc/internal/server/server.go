@@ -20,9 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -31,6 +29,7 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -515,7 +514,8 @@ func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLi
 	if !validEventType(et) {
 		return nil, grpcerr.InvalidArgument("event-type-invalid", "event_type must be a lowercase token of at most 64 characters")
 	}
-	p, err := s.claims(req.GetClaimsJson(), nil)
+	//lint:ignore SA1019 the first release's clients send the claims only as bytes
+	p, err := s.claims(jsondoc.PreferString(req.GetClaims(), req.GetClaimsJson()), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +548,8 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	if !chain.ValidStreamName(name) || name == attribution.StreamAttribution || name == attribution.StreamLifecycle {
 		return nil, grpcerr.InvalidArgument("stream-invalid", "stream must be a lowercase token naming a signed-record stream (not attribution or lifecycle)")
 	}
-	p, err := s.claims(req.GetClaimsJson(), nil)
+	//lint:ignore SA1019 the first release's clients send the claims only as bytes
+	p, err := s.claims(jsondoc.PreferString(req.GetClaims(), req.GetClaimsJson()), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -620,7 +621,7 @@ func (s *Server) GetRecord(ctx context.Context, req *auditv1.GetRecordRequest) (
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("stored record %s does not parse: %w", id, err))
 	}
-	payload, err := payloadStruct(rec.RawPayload)
+	payload, err := jsondoc.Struct(rec.RawPayload)
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("stored record %s: %w", id, err))
 	}
@@ -629,16 +630,6 @@ func (s *Server) GetRecord(ctx context.Context, req *auditv1.GetRecordRequest) (
 		AuditId: e.AuditID, Jws: e.JWS, PayloadJson: rec.RawPayload, Payload: payload, ChainAgentId: externalChain(e.Chain),
 		Sequence: e.Sequence, StoredAt: timestamppb.New(e.StoredAt), Stream: e.Stream,
 	}}, nil
-}
-
-// payloadStruct is a record's JSON payload as a google.protobuf.Struct,
-// the form REST clients read as a JSON object.
-func payloadStruct(raw []byte) (*structpb.Struct, error) {
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(raw, s); err != nil {
-		return nil, fmt.Errorf("payload is not a JSON object: %w", err)
-	}
-	return s, nil
 }
 
 // GetChainHead returns an agent's newest Audit-ID (INSPECT target=chain_head).
@@ -692,7 +683,7 @@ func (s *Server) ListLifecycleEvents(ctx context.Context, req *auditv1.ListLifec
 		if err != nil {
 			return nil, grpcerr.Internal(fmt.Errorf("stored lifecycle event %s does not parse: %w", e.AuditID, err))
 		}
-		payload, err := payloadStruct(rec.RawPayload)
+		payload, err := jsondoc.Struct(rec.RawPayload)
 		if err != nil {
 			return nil, grpcerr.Internal(fmt.Errorf("stored lifecycle event %s: %w", e.AuditID, err))
 		}
@@ -759,5 +750,10 @@ func (s *Server) GetSigningKeys(context.Context, *auditv1.GetSigningKeysRequest)
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
-	return &auditv1.GetSigningKeysResponse{JwksJson: b}, nil
+	jwks, err := jsondoc.Struct(b)
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("jwks: %w", err))
+	}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Jwks
+	return &auditv1.GetSigningKeysResponse{JwksJson: b, Jwks: jwks}, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -319,7 +320,7 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 	var ids []string
 	for _, et := range types {
 		r, err := f.client.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: agent, EventType: et,
-			ClaimsJson: claims(t, map[string]any{"reason": "test", "actor": "op"})})
+			Claims: string(claims(t, map[string]any{"reason": "test", "actor": "op"}))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +343,7 @@ func TestLifecycleEventsNewestFirstInPages(t *testing.T) {
 	if pages != 3 || len(got) != len(types) {
 		t.Fatalf("%d pages, %d events", pages, len(got))
 	}
-	keys, _ := attribution.ParseJWKS(must(f.client.GetSigningKeys(ctx, &auditv1.GetSigningKeysRequest{})).GetJwksJson())
+	keys, _ := attribution.ParseJWKS(must(jsondoc.JSON(must(f.client.GetSigningKeys(ctx, &auditv1.GetSigningKeysRequest{})).GetJwks())))
 	v := attribution.NewChainVerifier(attribution.ChainOptions{VerifyOptions: attribution.VerifyOptions{Keys: keys}, AgentID: agent})
 	for i := len(got) - 1; i >= 0; i-- { // oldest first for the chain check
 		e := got[i]
@@ -477,8 +478,13 @@ func TestKeyRotationKeepsOldRecordsVerifiable(t *testing.T) {
 		t.Fatalf("content type %q", resp.Header.Get("Content-Type"))
 	}
 	g, _ := f.client.GetSigningKeys(ctx, &auditv1.GetSigningKeysRequest{})
+	//lint:ignore SA1019 the first release's field must still carry the JWKS byte for byte
 	if string(g.GetJwksJson()) != string(body) {
 		t.Fatalf("HTTP and gRPC JWKS differ")
+	}
+	var fromHTTP map[string]any
+	if err := json.Unmarshal(body, &fromHTTP); err != nil || !reflect.DeepEqual(g.GetJwks().AsMap(), fromHTTP) {
+		t.Fatalf("jwks %v, HTTP %s (%v)", g.GetJwks().AsMap(), body, err)
 	}
 	pub, err := attribution.ParseJWKS(body)
 	if err != nil || len(pub) != 2 {
@@ -513,8 +519,8 @@ func TestWithoutKeyRecordsAreUnsignedButChained(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, v)
 	}
 	g, _ := f.client.GetSigningKeys(ctx, &auditv1.GetSigningKeysRequest{})
-	if string(g.GetJwksJson()) != `{"keys":[]}` {
-		t.Fatalf("JWKS without a key = %s", g.GetJwksJson())
+	if b, err := jsondoc.JSON(g.GetJwks()); err != nil || string(b) != `{"keys":[]}` {
+		t.Fatalf("JWKS without a key = %s (%v)", b, err)
 	}
 }
 
@@ -534,7 +540,7 @@ func TestSignedRecordStreams(t *testing.T) {
 	ctx := context.Background()
 	f := start(t, Options{Keys: keySet(t, genKey(t))})
 	r, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: "agent-s", Stream: "confirm",
-		ClaimsJson: claims(t, map[string]any{"event_type": "confirm-attestation", "task_id": "t-9", "status": 200})})
+		Claims: string(claims(t, map[string]any{"event_type": "confirm-attestation", "task_id": "t-9", "status": 200}))})
 	if err != nil || r.GetSequence() != 1 || r.GetPreviousAuditId() != attribution.ZeroAuditID {
 		t.Fatalf("append: %v %+v", err, r)
 	}
@@ -661,6 +667,48 @@ func BenchmarkSignAndAppendRPCSequential(b *testing.B) {
 			for b.Loop() {
 				if _, err := f.client.SignAndAppend(context.Background(), req); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestClaimsFromEitherRelease signs the same members whether a client
+// sends claims (this release) or only claims_json (the first release).
+func TestClaimsFromEitherRelease(t *testing.T) {
+	ctx := context.Background()
+	f := start(t, Options{Keys: keySet(t, genKey(t))})
+	members := map[string]any{"reason": "test", "actor": "op"}
+	for _, tc := range []struct {
+		name string
+		req  *auditv1.AppendLifecycleEventRequest
+		rec  *auditv1.AppendSignedRecordRequest
+	}{
+		{"claims",
+			&auditv1.AppendLifecycleEventRequest{AgentId: "agent-cn", EventType: "agent-lifecycle-suspended", Claims: string(claims(t, members))},
+			&auditv1.AppendSignedRecordRequest{AgentId: "agent-cn", Stream: "confirm", Claims: string(claims(t, members))}},
+		{"claims_json only",
+			//lint:ignore SA1019 the first release's field must still be honoured
+			&auditv1.AppendLifecycleEventRequest{AgentId: "agent-co", EventType: "agent-lifecycle-suspended", ClaimsJson: claims(t, members)},
+			//lint:ignore SA1019 the first release's field must still be honoured
+			&auditv1.AppendSignedRecordRequest{AgentId: "agent-co", Stream: "confirm", ClaimsJson: claims(t, members)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := f.client.AppendLifecycleEvent(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := f.client.AppendSignedRecord(ctx, tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{l.GetAuditId(), s.GetAuditId()} {
+				r, err := f.client.GetRecord(ctx, &auditv1.GetRecordRequest{AuditId: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p := r.GetRecord().GetPayload().AsMap(); p["reason"] != "test" || p["actor"] != "op" {
+					t.Fatalf("record %s payload %v", id, p)
 				}
 			}
 		})

@@ -163,7 +163,9 @@ func (d *Draft) Finalize(v Version, signer *manifest.Signer) (*State, error) {
 	snap.Revision = v.Counter
 	snap.ApiVersion = APIVersion(d.cfg.Manifest.AgtpAPIVersion, v.Counter)
 	snap.UpdatedAt = timestamppb.New(v.Updated)
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Manifest
 	snap.ManifestJson = body
+	snap.Manifest = string(body)
 	snap.DocumentVersion = docVersion
 	snap.ManifestEtag = manifest.ETag(body)
 	tb, err := route.New(snap)

@@ -17,6 +17,7 @@ import (
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 )
 
@@ -126,8 +127,10 @@ func (s *Server) GetManifest(context.Context, *catalogv1.GetManifestRequest) (*c
 		return nil, err
 	}
 	return &catalogv1.GetManifestResponse{
-		ContentType:     manifest.MediaType,
+		ContentType: manifest.MediaType,
+		//lint:ignore SA1019 the first release's field, filled for its clients beside Manifest
 		ManifestJson:    st.Manifest,
+		Manifest:        string(st.Manifest),
 		ApiVersion:      st.Snapshot.GetApiVersion(),
 		Etag:            st.ETag,
 		DocumentVersion: st.Snapshot.GetDocumentVersion(),
@@ -174,8 +177,9 @@ func (s *Server) PutEndpoint(ctx context.Context, req *catalogv1.PutEndpointRequ
 	if s.store == nil {
 		return nil, grpcerr.Unavailable(ReasonAdminUnavailable, "runtime endpoints need Redis")
 	}
-	if len(req.GetDefinitionJson()) > maxDefinitionBytes {
-		return nil, grpcerr.InvalidArgument(ReasonRequestTooLarge, fmt.Sprintf("definition_json is larger than %d bytes", maxDefinitionBytes))
+	def, err := definition(req)
+	if err != nil {
+		return nil, err
 	}
 	tier := req.GetTier()
 	switch tier {
@@ -191,7 +195,7 @@ func (s *Server) PutEndpoint(ctx context.Context, req *catalogv1.PutEndpointRequ
 	if err != nil {
 		return nil, err
 	}
-	ep, err := registry.CompileRuntime(st.Draft.Context(), req.GetDefinitionJson())
+	ep, err := registry.CompileRuntime(st.Draft.Context(), def)
 	if err != nil {
 		return nil, grpcerr.InvalidArgument(ReasonEndpointInvalid, err.Error())
 	}
@@ -262,4 +266,23 @@ func (s *Server) DeleteEndpoint(ctx context.Context, req *catalogv1.DeleteEndpoi
 	}
 	st = s.state.Load()
 	return &catalogv1.DeleteEndpointResponse{Revision: st.Snapshot.GetRevision(), ApiVersion: st.Snapshot.GetApiVersion()}, nil
+}
+
+// definition is PutEndpoint's document: definition when set, else the
+// first release's definition_json, at most maxDefinitionBytes of JSON
+// either way.
+func definition(req *catalogv1.PutEndpointRequest) ([]byte, error) {
+	//lint:ignore SA1019 the first release's clients send only definition_json
+	old := req.GetDefinitionJson()
+	if len(old) > maxDefinitionBytes {
+		return nil, grpcerr.InvalidArgument(ReasonRequestTooLarge, fmt.Sprintf("definition_json is larger than %d bytes", maxDefinitionBytes))
+	}
+	b, err := jsondoc.PreferStruct(req.GetDefinition(), old)
+	if err != nil {
+		return nil, grpcerr.InvalidArgument(ReasonEndpointInvalid, err.Error())
+	}
+	if len(b) > maxDefinitionBytes {
+		return nil, grpcerr.InvalidArgument(ReasonRequestTooLarge, fmt.Sprintf("definition is larger than %d bytes of JSON", maxDefinitionBytes))
+	}
+	return b, nil
 }

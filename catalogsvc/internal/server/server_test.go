@@ -15,11 +15,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -106,7 +108,7 @@ func TestResolveRouteOverGRPC(t *testing.T) {
 	}
 
 	m, err := c.GetManifest(ctx, &catalogv1.GetManifestRequest{})
-	if err != nil || m.GetContentType() != "application/vnd.agtp.manifest+json" || m.GetEtag() != manifest.ETag(m.GetManifestJson()) || m.GetDocumentVersion() == "" {
+	if err != nil || m.GetContentType() != "application/vnd.agtp.manifest+json" || m.GetEtag() != manifest.ETag([]byte(m.GetManifest())) || m.GetDocumentVersion() == "" {
 		t.Fatalf("manifest: %v %v", m, err)
 	}
 	lm, err := c.ListMethods(ctx, &catalogv1.ListMethodsRequest{Category: "notification"})
@@ -138,7 +140,7 @@ func TestResolveRouteOverGRPC(t *testing.T) {
 	}
 	_, err = c.ListMethods(ctx, &catalogv1.ListMethodsRequest{Category: "compute"})
 	wantReason(t, err, codes.InvalidArgument, ReasonCategoryUnknown)
-	_, err = c.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: []byte("{}")})
+	_, err = c.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: &structpb.Struct{}})
 	wantReason(t, err, codes.Unavailable, ReasonAdminUnavailable)
 }
 
@@ -290,7 +292,7 @@ func TestAdminRPCsWithRedis(t *testing.T) {
 	}
 	v0 := a.State().Snapshot.GetRevision()
 
-	put, err := ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, nil)})
+	put, err := ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,26 +311,26 @@ func TestAdminRPCsWithRedis(t *testing.T) {
 	}
 
 	// Deprecating through the admin API is a PUT with a deprecated block.
-	dep, err := ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, func(m map[string]any) {
+	dep, err := ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, func(m map[string]any) {
 		m["deprecated"] = map[string]any{"deprecated_in": "1.0", "successor": map[string]any{"path": "/documents"}}
-	})})
+	}))})
 	if err != nil || dep.GetRevision() <= put.GetRevision() || dep.GetEndpoint().GetDeprecationMessage() != "deprecated; successor=/documents" {
 		t.Fatalf("deprecate: %v %v", dep, err)
 	}
 
 	// Invalid and conflicting definitions are refused, naming the rule.
-	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, func(m map[string]any) { m["path"] = "/notes/summarize" })})
+	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, func(m map[string]any) { m["path"] = "/notes/summarize" }))})
 	wantReason(t, err, codes.InvalidArgument, ReasonEndpointInvalid)
-	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, func(m map[string]any) {
+	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, func(m map[string]any) {
 		m["path"] = "/{kind}/latest"
 		m["input_schema"] = map[string]any{"type": "object", "properties": map[string]any{"kind": map[string]any{"type": "string"}}, "additionalProperties": false}
-	})})
+	}))})
 	if err == nil {
 		// /{kind}/latest vs /notes/{note_id}: same count, compatible.
 		t.Fatal("ambiguous template accepted")
 	}
 	wantReason(t, err, codes.FailedPrecondition, ReasonEndpointConflict)
-	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, nil), Tier: catalogv1.EndpointTier_ENDPOINT_TIER_A})
+	_, err = ca.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, nil)), Tier: catalogv1.EndpointTier_ENDPOINT_TIER_A})
 	wantReason(t, err, codes.InvalidArgument, ReasonTierReserved)
 
 	// Delete a runtime endpoint and a file endpoint.
@@ -386,9 +388,9 @@ func TestSlowWatcherDoesNotBlockOthers(t *testing.T) {
 	}
 	var last uint64
 	for i := range 8 {
-		p, err := c.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{DefinitionJson: summarizeJSON(t, func(m map[string]any) {
+		p, err := c.PutEndpoint(ctx, &catalogv1.PutEndpointRequest{Definition: definitionStruct(t, summarizeJSON(t, func(m map[string]any) {
 			m["description"] = strings.Repeat("Summarizes one note. ", i+1)
-		})})
+		}))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,4 +432,14 @@ func TestWatchKnownRevisionSkipsCurrent(t *testing.T) {
 	if m, err := stream.Recv(); err == nil {
 		t.Fatalf("got revision %d again", m.GetSnapshot().GetRevision())
 	}
+}
+
+// definitionStruct is an endpoint definition as PutEndpointRequest.definition.
+func definitionStruct(t testing.TB, b []byte) *structpb.Struct {
+	t.Helper()
+	s, err := jsondoc.Struct(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

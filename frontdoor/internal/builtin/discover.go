@@ -18,6 +18,7 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 )
 
@@ -26,7 +27,7 @@ import (
 // caller, the directory of the other DISCOVER paths for an identified one.
 func (bi *Registry) discoverRoot(ctx context.Context, call *Call) *agtp.Response {
 	if call.AgentID == "" {
-		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeManifestJSON, call.State.Snapshot.GetManifestJson())
+		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeManifestJSON, call.State.Manifest)
 	}
 	return catalogDocument(call, docDiscoverDirectory, discoverDirectory)
 }
@@ -110,7 +111,8 @@ func (bi *Registry) discoverGenesis(ctx context.Context, call *Call) *agtp.Respo
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
-	return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, resp.GetGenesisJson())
+	//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+	return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, jsondoc.PreferString(resp.GetGenesis(), resp.GetGenesisJson()))
 }
 
 // discoverNone serves DISCOVER /tools and /apis: this server lists none.
@@ -143,7 +145,8 @@ func (bi *Registry) patterns(ctx context.Context) (enabled bool, pats []json.Raw
 		var body struct {
 			Patterns []json.RawMessage `json:"patterns"`
 		}
-		if err := json.Unmarshal(r.GetBodyJson(), &body); err != nil {
+		//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+		if err := json.Unmarshal(jsondoc.PreferString(r.GetBody(), r.GetBodyJson()), &body); err != nil {
 			return nil, "", fmt.Errorf("patterns body: %w", err)
 		}
 		enabled = r.GetRcnsEnabled()
@@ -290,7 +293,8 @@ func (bi *Registry) describeNamespace(ctx context.Context, call *Call) *agtp.Res
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
-	return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), doc.GetDocumentJson())
+	//lint:ignore SA1019 the first release's identitysvc sends the document only as bytes
+	return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), jsondoc.PreferString(doc.GetDocument(), doc.GetDocumentJson()))
 }
 
 // describeAgent serves DESCRIBE of one agent: its identity document in the
@@ -335,7 +339,8 @@ func (bi *Registry) describeAgent(ctx context.Context, call *Call) *agtp.Respons
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
-	return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), doc.GetDocumentJson())
+	//lint:ignore SA1019 the first release's identitysvc sends the document only as bytes
+	return agtp.NewResponse(agtp.StatusOK, doc.GetContentType(), jsondoc.PreferString(doc.GetDocument(), doc.GetDocumentJson()))
 }
 
 // looksLikeCanonicalID says whether a name is meant as a canonical

@@ -10,6 +10,7 @@ import (
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // inspect reads the audit store (core §7.2.4).
@@ -102,7 +103,12 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 		if err != nil {
 			return bi.dependencyFailure(ctx, call, "rcnssvc", err)
 		}
-		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, r.GetAttemptJson())
+		//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+		attempt, err := jsondoc.PreferStruct(r.GetAttempt(), r.GetAttemptJson())
+		if err != nil {
+			return bi.dependencyFailure(ctx, call, "rcnssvc", err)
+		}
+		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, attempt)
 	case "":
 		return call.Fail(agtp.StatusBadRequest, "target-required", "INSPECT needs target: audit, chain_head, lifecycle, contract or rcns-attempt", nil)
 	}

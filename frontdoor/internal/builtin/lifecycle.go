@@ -7,6 +7,7 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 )
 
 var lifecycleTransitions = map[string]identityv1.LifecycleTransition{
@@ -96,7 +97,8 @@ func (bi *Registry) revokeStaleContracts(ctx context.Context, call *Call) *agtp.
 	}
 	contracts := make([]map[string]any, 0, len(r.GetContracts()))
 	for _, c := range r.GetContracts() {
-		m := map[string]any{"synthesis_id": c.GetSynthesisId(), "outcome": c.GetOutcome(),
+		//lint:ignore SA1019 the first release's rcnssvc sends the outcome only as a string
+		m := map[string]any{"synthesis_id": c.GetSynthesisId(), "outcome": enumname.Prefer(c.GetSweepOutcome(), c.GetOutcome()),
 			"recipe_name": c.GetRecipeName(), "recipe_version": c.GetRecipeVersion(), "current_version": nil}
 		if c.CurrentVersion != nil {
 			m["current_version"] = c.GetCurrentVersion()

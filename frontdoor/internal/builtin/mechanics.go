@@ -131,7 +131,7 @@ func (bi *Registry) confirm(ctx context.Context, call *Call) *agtp.Response {
 	if err != nil {
 		return call.Fail(agtp.StatusBadRequest, "attestation-invalid", "the attestation could not be encoded", nil)
 	}
-	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: confirmStream, ClaimsJson: cj})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: confirmStream, Claims: string(cj)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
@@ -398,7 +398,7 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
 	})
-	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, ClaimsJson: hop})
+	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, Claims: string(hop)})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "auditsvc", err)
 	}
@@ -528,7 +528,8 @@ func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token
 		if err != nil {
 			return bi.dependencyFailure(ctx, call, "identitysvc", err)
 		}
-		gen, err := genesis.Parse(g.GetGenesisJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+		gen, err := genesis.Parse(jsondoc.PreferString(g.GetGenesis(), g.GetGenesisJson()))
 		if err != nil {
 			return broken("the delegator's Genesis cannot be read")
 		}

@@ -7,6 +7,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // contractState names a contract's state from the enum, or from the
@@ -46,7 +47,7 @@ func (bi *Registry) propose(ctx context.Context, call *Call) *agtp.Response {
 		return call.Fail(agtp.StatusProposalRejected, "synthesis-disabled", "this server does not synthesize endpoints", nil)
 	}
 	r, err := bi.RCNS.Propose(ctx, &rcnsv1.ProposeRequest{
-		Caller: call.RCNSCaller(), ParametersJson: input, NegotiationId: call.Header.Get(agtp.HeaderNegotiationID),
+		Caller: call.RCNSCaller(), Parameters: string(input), NegotiationId: call.Header.Get(agtp.HeaderNegotiationID),
 	})
 	if err != nil {
 		return bi.dependencyFailure(ctx, call, "rcnssvc", err)
@@ -60,7 +61,8 @@ func (bi *Registry) proposeAnswer(ctx context.Context, call *Call, r *rcnsv1.Pro
 	if status == 0 {
 		status = agtp.StatusProposalRejected
 	}
-	resp := agtp.NewResponse(status, agtp.MediaTypeJSON, r.GetBodyJson())
+	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+	resp := agtp.NewResponse(status, agtp.MediaTypeJSON, jsondoc.PreferString(r.GetBody(), r.GetBodyJson()))
 	if id := r.GetNegotiationId(); id != "" {
 		resp.Header.Set(agtp.HeaderNegotiationID, id)
 	}

@@ -10,6 +10,8 @@ import (
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // suspend runs SUSPEND (core §7.2.12): a session of the caller, or, with
@@ -42,7 +44,8 @@ func (bi *Registry) suspend(ctx context.Context, call *Call) *agtp.Response {
 		in.ResumeBy = timestamppb.New(t)
 	}
 	if cp, ok := params["checkpoint"]; ok {
-		in.CheckpointJson, _ = json.Marshal(cp)
+		b, _ := json.Marshal(cp)
+		in.Checkpoint = string(b)
 	}
 	r, err := bi.Identity.SuspendSession(ctx, in)
 	if err != nil {
@@ -51,7 +54,8 @@ func (bi *Registry) suspend(ctx context.Context, call *Call) *agtp.Response {
 	bi.DropSession(sid)
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, map[string]any{
 		"suspension_id": r.GetSuspensionId(), "session_id": r.GetSessionId(), "resumption_nonce": r.GetResumptionNonce(),
-		"resume_by": r.GetResumeBy().AsTime().UTC().Format(time.RFC3339), "status": r.GetStatus(),
+		//lint:ignore SA1019 the first release's identitysvc sends the status only as a string
+		"resume_by": r.GetResumeBy().AsTime().UTC().Format(time.RFC3339), "status": enumname.Prefer(r.GetSessionStatus(), r.GetStatus()),
 	})
 }
 
@@ -67,9 +71,11 @@ func (bi *Registry) resume(ctx context.Context, call *Call) *agtp.Response {
 		return bi.dependencyFailure(ctx, call, "identitysvc", err)
 	}
 	bi.DropSession(sid)
-	body := map[string]any{"session_id": r.GetSessionId(), "suspension_id": r.GetSuspensionId(), "status": r.GetStatus()}
-	if len(r.GetCheckpointJson()) > 0 {
-		body["checkpoint"] = json.RawMessage(r.GetCheckpointJson())
+	//lint:ignore SA1019 the first release's identitysvc sends the status only as a string
+	body := map[string]any{"session_id": r.GetSessionId(), "suspension_id": r.GetSuspensionId(), "status": enumname.Prefer(r.GetSessionStatus(), r.GetStatus())}
+	//lint:ignore SA1019 the first release's identitysvc sends the checkpoint only as bytes
+	if cp := jsondoc.PreferString(r.GetCheckpoint(), r.GetCheckpointJson()); len(cp) > 0 {
+		body["checkpoint"] = json.RawMessage(cp)
 	}
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, body)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/catalogsvc/watch"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // State is one snapshot, ready to serve from.
@@ -34,6 +35,10 @@ type State struct {
 	// assertion 32; they are always admitted and always dispatched) and
 	// every other method with an endpoint on this server, sorted.
 	SupportedMethods string
+	// Manifest is the signed manifest's bytes (Snapshot.manifest, or the
+	// first release's manifest_json), taken once per snapshot so that
+	// DISCOVER / serves it with no conversion per request.
+	Manifest []byte
 
 	// documents holds the encoded documents built from this snapshot
 	// (Document); methodsFor memoizes MethodsFor by scope set. Both go
@@ -85,11 +90,18 @@ func (s *Store) Set(snap *catalogv1.Snapshot) error {
 	}
 	compiled := make([]*endpoint.Endpoint, len(snap.GetEndpoints()))
 	for i, e := range snap.GetEndpoints() {
-		if compiled[i], err = endpoint.FromJSON(e.GetDefinitionJson()); err != nil {
+		//lint:ignore SA1019 the first release's catalogsvc sends the definition only as bytes
+		def, err := jsondoc.PreferStruct(e.GetDefinition(), e.GetDefinitionJson())
+		if err == nil {
+			compiled[i], err = endpoint.FromJSON(def)
+		}
+		if err != nil {
 			return fmt.Errorf("catalog snapshot %d: endpoint %s %s: %w", snap.GetRevision(), e.GetMethod(), e.GetPath(), err)
 		}
 	}
-	s.cur.Store(&State{Snapshot: snap, Table: t, Endpoints: compiled, SupportedMethods: supportedMethods(snap)})
+	//lint:ignore SA1019 the first release's catalogsvc sends the manifest only as bytes
+	manifest := jsondoc.PreferString(snap.GetManifest(), snap.GetManifestJson())
+	s.cur.Store(&State{Snapshot: snap, Table: t, Endpoints: compiled, SupportedMethods: supportedMethods(snap), Manifest: manifest})
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // Options configure the public listener.
@@ -93,7 +94,8 @@ func Handler(o Options) http.Handler {
 		}
 		w.Header().Set("Content-Type", doc.GetContentType())
 		w.Header().Set("Cache-Control", "max-age=300")
-		_, _ = w.Write(doc.GetDocumentJson())
+		//lint:ignore SA1019 the first release's identitysvc sends the document only as bytes
+		_, _ = w.Write(jsondoc.PreferString(doc.GetDocument(), doc.GetDocumentJson()))
 	})
 	mux.HandleFunc("GET /.well-known/jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -104,12 +106,19 @@ func Handler(o Options) http.Handler {
 			http.Error(w, "signing keys are unavailable; retry shortly", http.StatusServiceUnavailable)
 			return
 		}
+		//lint:ignore SA1019 the first release's auditsvc sends the JWKS only as bytes
+		jwks, err := jsondoc.PreferStruct(keys.GetJwks(), keys.GetJwksJson())
+		if err != nil {
+			o.Log.Warn("jwks unreadable", "error", err)
+			http.Error(w, "signing keys are unavailable; retry shortly", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		// Public keys: any page may fetch them, so that a reader can
 		// verify records in the browser (docs/console.md).
 		w.Header().Set("Access-Control-Allow-Origin", "*")
 		w.Header().Set("Cache-Control", "max-age=300")
-		_, _ = w.Write(keys.GetJwksJson())
+		_, _ = w.Write(jwks)
 	})
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // contractEligible says whether an unmatched request goes to the contract
@@ -176,7 +177,8 @@ func (p *Pipeline) rcnsGate(x *exchange) *agtp.Response {
 	case rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST:
 		c := r.GetContract()
 		preview := builtin.ContractJSON(c)
-		preview["endpoint"] = json.RawMessage(orNull(c.GetEndpointJson()))
+		//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+		preview["endpoint"] = json.RawMessage(orNull(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson())))
 		resp, err := answer.JSON(agtp.StatusRCNSContractAvailable, agtp.MediaTypeJSON, preview)
 		if err != nil {
 			return x.fail(agtp.StatusServerError, "internal", "the response could not be encoded", nil)
@@ -214,13 +216,15 @@ func orNull(b []byte) []byte {
 // this front door's handlers as the same caller.
 func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 	x.synthesisID, x.contractHash, x.negotiationOrigin = c.GetSynthesisId(), c.GetContractHash(), c.GetNegotiationOrigin()
-	ep, err := endpoint.FromJSON(c.GetEndpointJson())
+	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+	ep, err := endpoint.FromJSON(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson()))
 	if err != nil {
 		p.Log.ErrorContext(x.ctx, "contract endpoint does not compile", "synthesis_id", c.GetSynthesisId(), "error", err)
 		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract's endpoint definition is unusable", nil)
 	}
 	var rc recipe.Recipe
-	if err := json.Unmarshal(c.GetRecipeJson(), &rc); err != nil || len(rc.Steps) == 0 {
+	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+	if err := json.Unmarshal(jsondoc.PreferString(c.GetRecipe(), c.GetRecipeJson()), &rc); err != nil || len(rc.Steps) == 0 {
 		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract has no runnable recipe", nil)
 	}
 	values, ok := recipe.MatchPath(c.GetPath(), x.req.Path)

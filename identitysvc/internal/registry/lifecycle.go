@@ -303,7 +303,7 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 	}
 	actx, cancel := context.WithTimeout(ctx, r.opts.AuditTimeout)
 	ev, err := auditclient.AppendLifecycleEvent(actx, r.audit, &auditv1.AppendLifecycleEventRequest{
-		AgentId: req.AgentID, EventType: out.event, ClaimsJson: claims,
+		AgentId: req.AgentID, EventType: out.event, Claims: string(claims),
 	})
 	cancel()
 	if err != nil {

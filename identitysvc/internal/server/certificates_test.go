@@ -70,7 +70,7 @@ func registerWithIssuer(t testing.TB, c identityv1.IdentityServiceClient, name s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: activate}); err != nil {
+	if _, err := c.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: name, Activate: activate}); err != nil {
 		t.Fatal(err)
 	}
 	return issuerAgent{id: g.AgentID, issuer: priv}

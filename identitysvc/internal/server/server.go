@@ -23,6 +23,7 @@ import (
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 )
 
@@ -98,7 +99,8 @@ func (s *Server) Run(ctx context.Context) error { return s.hub.run(ctx) }
 // RegisterGenesis validates, verifies and registers a signed Genesis.
 func (s *Server) RegisterGenesis(ctx context.Context, req *identityv1.RegisterGenesisRequest) (*identityv1.RegisterGenesisResponse, error) {
 	a, err := s.reg.Register(ctx, registry.RegisterRequest{
-		GenesisJSON: req.GetGenesisJson(), Name: req.GetName(), Activate: req.GetActivate(),
+		//lint:ignore SA1019 the first release's clients send the Genesis only as bytes
+		GenesisJSON: jsondoc.PreferString(req.GetGenesis(), req.GetGenesisJson()), Name: req.GetName(), Activate: req.GetActivate(),
 	})
 	if err != nil {
 		return nil, err
@@ -140,7 +142,8 @@ func (s *Server) GetGenesis(ctx context.Context, req *identityv1.GetGenesisReque
 	if err != nil {
 		return nil, err
 	}
-	return &identityv1.GetGenesisResponse{GenesisJson: b}, nil
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Genesis
+	return &identityv1.GetGenesisResponse{GenesisJson: b, Genesis: string(b)}, nil
 }
 
 // ListAgents lists agents. active_only applies the namespace rule: active
@@ -239,7 +242,7 @@ func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIde
 		if err != nil {
 			return nil, err
 		}
-		return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+		return identityDocument(identitydoc.MediaTypeAGTP, b), nil
 	}
 	// The Genesis is verified again on every load.
 	g, err := s.reg.LoadGenesis(ctx, a.Record.GetAgentId())
@@ -257,7 +260,7 @@ func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIde
 			s.log.ErrorContext(ctx, "status document not served: signing failed", "agent_id", a.Record.GetAgentId(), "err", err)
 			return nil, grpcerr.Internal(err)
 		}
-		return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+		return identityDocument(identitydoc.MediaTypeAGTP, b), nil
 	}
 	doc, err := identitydoc.Identity(view, params)
 	if err != nil {
@@ -273,7 +276,14 @@ func (s *Server) GetIdentityDocument(ctx context.Context, req *identityv1.GetIde
 	if format != agtp.FormatJSON {
 		b = identitydoc.Indent(b)
 	}
-	return &identityv1.GetIdentityDocumentResponse{ContentType: identitydoc.MediaTypeIdentity, DocumentJson: b}, nil
+	return identityDocument(identitydoc.MediaTypeIdentity, b), nil
+}
+
+// identityDocument carries a signed document as the string and as the
+// first release's bytes.
+func identityDocument(contentType string, b []byte) *identityv1.GetIdentityDocumentResponse {
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Document
+	return &identityv1.GetIdentityDocumentResponse{ContentType: contentType, DocumentJson: b, Document: string(b)}
 }
 
 // GetNamespaceDocument returns the signed namespace document, regenerated
@@ -284,7 +294,8 @@ func (s *Server) GetNamespaceDocument(ctx context.Context, _ *identityv1.GetName
 	if err != nil {
 		return nil, err
 	}
-	return &identityv1.GetNamespaceDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b}, nil
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Document
+	return &identityv1.GetNamespaceDocumentResponse{ContentType: identitydoc.MediaTypeAGTP, DocumentJson: b, Document: string(b)}, nil
 }
 
 func (s *Server) namespace(ctx context.Context) ([]byte, error) {

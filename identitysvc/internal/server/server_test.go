@@ -117,7 +117,7 @@ func newGenesis(t testing.TB, tier int) *genesis.Genesis {
 
 func register(t testing.TB, c identityv1.IdentityServiceClient, g *genesis.Genesis, name string) *identityv1.AgentRecord {
 	t.Helper()
-	res, err := c.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes(), Name: name, Activate: true})
+	res, err := c.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: name, Activate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func document(t testing.TB, c identityv1.IdentityServiceClient, id, format strin
 		t.Fatalf("format %q: %v", format, err)
 	}
 	var doc map[string]any
-	if err := json.Unmarshal(res.GetDocumentJson(), &doc); err != nil {
+	if err := json.Unmarshal([]byte(res.GetDocument()), &doc); err != nil {
 		t.Fatal(err)
 	}
 	return res, doc
@@ -154,6 +154,8 @@ func TestGetGenesisReturnsBytesAsRegistered(t *testing.T) {
 	// Whitespace and key order differ from the canonical form; the stored
 	// document must still come back exactly as sent.
 	pretty := strings.ReplaceAll(string(g.Bytes()), ",", ",\n   ")
+	// A client of the first release sends only genesis_json.
+	//lint:ignore SA1019 the first release's field must still be honoured
 	if _, err := e.a.client.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{GenesisJson: []byte(pretty)}); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +163,9 @@ func TestGetGenesisReturnsBytesAsRegistered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(res.GetGenesisJson()) != pretty {
-		t.Fatal("GetGenesis must return the Genesis byte for byte")
+	//lint:ignore SA1019 the first release's field must still carry the Genesis
+	if res.GetGenesis() != pretty || string(res.GetGenesisJson()) != pretty {
+		t.Fatal("GetGenesis must return the Genesis byte for byte, in genesis and genesis_json")
 	}
 }
 
@@ -222,7 +225,7 @@ func TestIdentityDocumentAssertions(t *testing.T) {
 		t.Fatalf("verification_path %v", doc["verification_path"])
 	}
 	// 70
-	if err := identitydoc.VerifyInline(res.GetDocumentJson()); err != nil {
+	if err := identitydoc.VerifyInline([]byte(res.GetDocument())); err != nil {
 		t.Fatalf("70: %v", err)
 	}
 	if doc["manifest_issuer_public_key"] != genesis.EncodeKey(suiteKey.Public().(ed25519.PublicKey)) {
@@ -239,19 +242,19 @@ func TestIdentityDocumentAssertions(t *testing.T) {
 
 	// ?format=json is the same document, compact.
 	jres, jdoc := document(t, e.a.client, g.AgentID, "json")
-	if strings.Contains(string(jres.GetDocumentJson()), "\n") || jdoc["agent_id"] != g.AgentID {
+	if strings.Contains(string([]byte(jres.GetDocument())), "\n") || jdoc["agent_id"] != g.AgentID {
 		t.Fatal("?format=json must be the compact document")
 	}
-	if err := identitydoc.VerifyInline(jres.GetDocumentJson()); err != nil {
+	if err := identitydoc.VerifyInline([]byte(jres.GetDocument())); err != nil {
 		t.Fatal(err)
 	}
 
 	// 72, 73: ?format=certificate is the Genesis, verifiable on its own.
 	cres, _ := document(t, e.a.client, g.AgentID, "certificate")
-	if string(cres.GetDocumentJson()) != string(g.Bytes()) || cres.GetContentType() != "application/vnd.agtp+json" {
+	if string([]byte(cres.GetDocument())) != string(g.Bytes()) || cres.GetContentType() != "application/vnd.agtp+json" {
 		t.Fatal("72: certificate format must be the Genesis as registered")
 	}
-	cg, err := genesis.Load(cres.GetDocumentJson())
+	cg, err := genesis.Load([]byte(cres.GetDocument()))
 	if err != nil || cg.ComputeAgentID() != g.AgentID {
 		t.Fatalf("73: %v", err)
 	}
@@ -262,7 +265,7 @@ func TestIdentityDocumentAssertions(t *testing.T) {
 		sdoc["agent_label"] != "orders-bot" || sdoc["generated_at"] == nil {
 		t.Fatalf("76: %v", sdoc)
 	}
-	if err := identitydoc.VerifyInline(sres.GetDocumentJson()); err != nil {
+	if err := identitydoc.VerifyInline([]byte(sres.GetDocument())); err != nil {
 		t.Fatal(err)
 	}
 
@@ -315,7 +318,7 @@ func TestIdentityDocumentTier1AndLifecycleSignals(t *testing.T) {
 func TestPendingAgentHasNoDocuments(t *testing.T) {
 	e := newEnv(t, Options{})
 	g := newGenesis(t, 2)
-	if _, err := e.a.client.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{GenesisJson: g.Bytes()}); err != nil {
+	if _, err := e.a.client.RegisterGenesis(context.Background(), &identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes())}); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"", "certificate", "status"} {
@@ -344,11 +347,11 @@ func TestNamespaceDocument(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := identitydoc.VerifyNamespace(res.GetDocumentJson(), suiteKey.Public().(ed25519.PublicKey)); err != nil {
+		if err := identitydoc.VerifyNamespace([]byte(res.GetDocument()), suiteKey.Public().(ed25519.PublicKey)); err != nil {
 			t.Fatalf("62: %v", err)
 		}
 		var doc map[string]any
-		if err := json.Unmarshal(res.GetDocumentJson(), &doc); err != nil {
+		if err := json.Unmarshal([]byte(res.GetDocument()), &doc); err != nil {
 			t.Fatal(err)
 		}
 		return doc
@@ -403,7 +406,7 @@ func TestNamespaceDocument(t *testing.T) {
 
 	// A replayed document fails verification once edited.
 	res, _ := e.a.client.GetNamespaceDocument(ctx, &identityv1.GetNamespaceDocumentRequest{})
-	forged := strings.Replace(string(res.GetDocumentJson()), `"total_active":1`, `"total_active":2`, 1)
+	forged := strings.Replace(string([]byte(res.GetDocument())), `"total_active":1`, `"total_active":2`, 1)
 	if identitydoc.VerifyNamespace([]byte(forged), suiteKey.Public().(ed25519.PublicKey)) == nil {
 		t.Fatal("an edited namespace document verified")
 	}
@@ -821,7 +824,7 @@ func TestIdentityDocumentListsTheFrontDoorsMethods(t *testing.T) {
 			return nil, err
 		}
 		var doc map[string]any
-		if err := json.Unmarshal(res.GetDocumentJson(), &doc); err != nil {
+		if err := json.Unmarshal([]byte(res.GetDocument()), &doc); err != nil {
 			t.Fatal(err)
 		}
 		return doc, nil
@@ -858,6 +861,50 @@ func TestIdentityDocumentListsTheFrontDoorsMethods(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := get(tc.c, "json", tc.methods...)
 			wantReason(t, err, codes.InvalidArgument, tc.reason)
+		})
+	}
+}
+
+// TestSessionStatusAndCheckpoint: SUSPEND and RESUME answer the status as
+// the SessionStatus enum and as the first release's string, and the
+// checkpoint comes back as it was sent, whichever field carried it.
+func TestSessionStatusAndCheckpoint(t *testing.T) {
+	e := newEnv(t, Options{})
+	ctx := context.Background()
+	g := newGenesis(t, 2)
+	register(t, e.a.client, g, "sleeper")
+	const checkpoint = `{"step": 3, "notes": ["a", "b"]}`
+	for i, tc := range []struct {
+		name string
+		req  func(*identityv1.SuspendSessionRequest)
+	}{
+		{"checkpoint", func(r *identityv1.SuspendSessionRequest) { r.Checkpoint = checkpoint }},
+		//lint:ignore SA1019 the first release's field must still be honoured
+		{"checkpoint_json only", func(r *identityv1.SuspendSessionRequest) { r.CheckpointJson = []byte(checkpoint) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sid := fmt.Sprintf("sess-5mXbR2q9VvLw0kJp3sT7a%d", i)
+			if _, err := e.a.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: g.AgentID, SessionId: sid}); err != nil {
+				t.Fatal(err)
+			}
+			req := &identityv1.SuspendSessionRequest{SessionId: sid, AgentId: g.AgentID, Reason: "awaiting_input"}
+			tc.req(req)
+			s, err := e.a.client.SuspendSession(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			//lint:ignore SA1019 the first release's field must still be filled
+			if s.GetSessionStatus() != identityv1.SessionStatus_SESSION_STATUS_SUSPENDED || s.GetStatus() != "suspended" {
+				t.Fatalf("suspend: %v", s)
+			}
+			r, err := e.a.client.ResumeSession(ctx, &identityv1.ResumeSessionRequest{SessionId: sid, AgentId: g.AgentID, ResumptionNonce: s.GetResumptionNonce()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			//lint:ignore SA1019 the first release's fields must still be filled
+			if r.GetSessionStatus() != identityv1.SessionStatus_SESSION_STATUS_ACTIVE || r.GetStatus() != "active" || r.GetCheckpoint() != checkpoint || string(r.GetCheckpointJson()) != checkpoint {
+				t.Fatalf("resume: %v", r)
+			}
 		})
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -19,15 +21,20 @@ func (s *Server) SuspendSession(ctx context.Context, req *identityv1.SuspendSess
 	if req.GetResumeBy() != nil {
 		resumeBy = req.GetResumeBy().AsTime()
 	}
-	susp, err := s.binder.Suspend(ctx, req.GetSessionId(), req.GetAgentId(), req.GetReason(), resumeBy, req.GetCheckpointJson())
+	//lint:ignore SA1019 the first release's front door sends the checkpoint only as bytes
+	checkpoint := jsondoc.PreferString(req.GetCheckpoint(), req.GetCheckpointJson())
+	susp, err := s.binder.Suspend(ctx, req.GetSessionId(), req.GetAgentId(), req.GetReason(), resumeBy, checkpoint)
 	if err != nil {
 		return nil, err
 	}
 	s.publishSession(ctx, req.GetAgentId(), req.GetSessionId())
-	return &identityv1.SuspendSessionResponse{
+	out := &identityv1.SuspendSessionResponse{
 		SuspensionId: susp.ID, SessionId: req.GetSessionId(), ResumptionNonce: susp.Nonce,
-		ResumeBy: timestamppb.New(susp.ResumeBy), Status: "suspended",
-	}, nil
+		ResumeBy: timestamppb.New(susp.ResumeBy), SessionStatus: identityv1.SessionStatus_SESSION_STATUS_SUSPENDED,
+	}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside SessionStatus
+	out.Status = enumname.Of(out.SessionStatus)
+	return out, nil
 }
 
 // ResumeSession resumes a suspended session with its single-use nonce.
@@ -40,7 +47,13 @@ func (s *Server) ResumeSession(ctx context.Context, req *identityv1.ResumeSessio
 		return nil, err
 	}
 	s.publishSession(ctx, req.GetAgentId(), req.GetSessionId())
-	return &identityv1.ResumeSessionResponse{SessionId: req.GetSessionId(), SuspensionId: id, Status: "active", CheckpointJson: checkpoint}, nil
+	out := &identityv1.ResumeSessionResponse{
+		SessionId: req.GetSessionId(), SuspensionId: id,
+		SessionStatus: identityv1.SessionStatus_SESSION_STATUS_ACTIVE, Checkpoint: string(checkpoint),
+	}
+	//lint:ignore SA1019 the first release's fields, filled for its clients beside SessionStatus and Checkpoint
+	out.Status, out.CheckpointJson = enumname.Of(out.SessionStatus), checkpoint
+	return out, nil
 }
 
 // publishSession announces a session change on the registry's event

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -51,13 +52,15 @@ func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLi
 	if s.Append != nil {
 		return s.Append(ctx, req)
 	}
+	//lint:ignore SA1019 a client of the first release sends the claims only as bytes
+	raw := jsondoc.PreferString(req.GetClaims(), req.GetClaimsJson())
 	var claims map[string]any
-	if err := json.Unmarshal(req.GetClaimsJson(), &claims); err != nil {
+	if err := json.Unmarshal(raw, &claims); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sum := sha256.Sum256(append([]byte(strconv.Itoa(len(s.events))+":"), req.GetClaimsJson()...))
+	sum := sha256.Sum256(append([]byte(strconv.Itoa(len(s.events))+":"), raw...))
 	ev := Event{AgentID: req.GetAgentId(), EventType: req.GetEventType(), AuditID: hex.EncodeToString(sum[:]), Claims: claims}
 	s.events = append(s.events, ev)
 	return &auditv1.AppendLifecycleEventResponse{Jws: "test.jws.", AuditId: ev.AuditID}, nil

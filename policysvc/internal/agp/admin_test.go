@@ -158,7 +158,7 @@ func TestKeyRevocationIsSigned(t *testing.T) {
 		t.Fatalf("events = %v, want one %s for bob", ev, EventKeyRevoked)
 	}
 	var claims map[string]any
-	if err := json.Unmarshal(ev[0].GetClaimsJson(), &claims); err != nil {
+	if err := json.Unmarshal([]byte(ev[0].GetClaims()), &claims); err != nil {
 		t.Fatal(err)
 	}
 	if claims["actor"] != "operator/console for "+person || claims["person"] != person || claims["key_id"] != bobs.GetId() {

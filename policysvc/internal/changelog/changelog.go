@@ -69,7 +69,7 @@ func (r *Recorder) Record(ctx context.Context, agentID, event string, claims map
 	actx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	res, err := auditclient.AppendLifecycleEvent(actx, r.audit, &auditv1.AppendLifecycleEventRequest{
-		AgentId: agentID, EventType: event, ClaimsJson: b, RequestId: requestID(event, agentID, access.Actor(ctx), key)})
+		AgentId: agentID, EventType: event, Claims: string(b), RequestId: requestID(event, agentID, access.Actor(ctx), key)})
 	if err != nil {
 		return "", grpcerr.Unavailable(ReasonUnavailable, "the change could not be signed into the audit chain ("+err.Error()+"); nothing was changed, retry")
 	}

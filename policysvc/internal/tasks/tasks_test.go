@@ -391,7 +391,7 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 		t.Fatalf("events = %v, want one %s in the escalating agent's stream", ev, EventEscalationResolved)
 	}
 	var claims map[string]any
-	if err := json.Unmarshal(ev[0].GetClaimsJson(), &claims); err != nil {
+	if err := json.Unmarshal([]byte(ev[0].GetClaims()), &claims); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{"actor": "operator/console for " + person, "person": person, "principal": person, "method": "CONFIRM",

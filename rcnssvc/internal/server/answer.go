@@ -20,7 +20,8 @@ func answer(outcome rcnsv1.ProposeOutcome, status int, negID string, body map[st
 		b = []byte(`{"status":500,"reason":"internal","explanation":"the response could not be encoded"}`)
 		status = agtp.StatusServerError
 	}
-	return &rcnsv1.ProposeResponse{Outcome: outcome, Status: int32(status), BodyJson: b, NegotiationId: negID}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Body
+	return &rcnsv1.ProposeResponse{Outcome: outcome, Status: int32(status), BodyJson: b, Body: string(b), NegotiationId: negID}
 }
 
 func failBody(reason, explanation string, extra map[string]any) map[string]any {

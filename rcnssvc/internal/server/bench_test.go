@@ -62,7 +62,7 @@ func BenchmarkProposeApproved(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		i++
-		r, err := e.srv.Propose(ctx, &rcnsv1.ProposeRequest{Caller: caller(agentN(i%5000), sessionA, 1, "orders:read"), ParametersJson: params})
+		r, err := e.srv.Propose(ctx, &rcnsv1.ProposeRequest{Caller: caller(agentN(i%5000), sessionA, 1, "orders:read"), Parameters: string(params)})
 		if err != nil || r.GetStatus() != 263 {
 			b.Fatal(r, err)
 		}

@@ -16,7 +16,9 @@ import (
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/paging"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
@@ -450,13 +452,13 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 			}
 			switch eff := ct.effective(s.now().UnixMilli()); {
 			case eff == stateEvicted:
-				r.Outcome = "evicted" // an earlier sweep's eviction whose event was not audited
+				r.SweepOutcome = rcnsv1.SweepOutcome_SWEEP_OUTCOME_EVICTED // an earlier sweep's eviction whose event was not audited
 			case eff != statePending && eff != stateActive:
 				continue
 			case r.CurrentVersion != nil && *r.CurrentVersion == ct.rec.RecipeVersion:
-				r.Outcome = "unchanged"
+				r.SweepOutcome = rcnsv1.SweepOutcome_SWEEP_OUTCOME_UNCHANGED
 			case mode == PolicyGrandfather:
-				r.Outcome = "grandfathered"
+				r.SweepOutcome = rcnsv1.SweepOutcome_SWEEP_OUTCOME_GRANDFATHERED
 			default:
 				changed, _, err := s.transition(ctx, ct.rec.SynthesisID, []string{statePending, stateActive}, stateEvicted, "policy-change-invalidation", actor, eventRelease)
 				if err != nil {
@@ -465,9 +467,11 @@ func (s *Server) RevokeStaleContracts(ctx context.Context, req *rcnsv1.RevokeSta
 				if !changed {
 					continue
 				}
-				r.Outcome = "evicted"
+				r.SweepOutcome = rcnsv1.SweepOutcome_SWEEP_OUTCOME_EVICTED
 			}
-			if r.Outcome == "evicted" {
+			//lint:ignore SA1019 the first release's field, filled for its clients beside SweepOutcome
+			r.Outcome = enumname.Of(r.SweepOutcome)
+			if r.SweepOutcome == rcnsv1.SweepOutcome_SWEEP_OUTCOME_EVICTED {
 				cur, err := s.load(ctx, ct.rec.SynthesisID)
 				if err != nil {
 					return nil, grpcerr.Internal(err)
@@ -501,7 +505,12 @@ func (s *Server) GetAttempt(ctx context.Context, req *rcnsv1.GetAttemptRequest) 
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("attempt load: %w", err))
 	}
-	return &rcnsv1.GetAttemptResponse{AttemptJson: b}, nil
+	attempt, err := jsondoc.Struct(b)
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("attempt %s: %w", req.GetAttemptId(), err))
+	}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Attempt
+	return &rcnsv1.GetAttemptResponse{AttemptJson: b, Attempt: attempt}, nil
 }
 
 // patternPaging is ListPatterns' page sizes.
@@ -529,7 +538,8 @@ func (s *Server) ListPatterns(_ context.Context, req *rcnsv1.ListPatternsRequest
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
-	out.BodyJson = b
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Body
+	out.BodyJson, out.Body = b, string(b)
 	return out, nil
 }
 
@@ -545,7 +555,7 @@ func (s *Server) GetRecipe(ctx context.Context, req *rcnsv1.GetRecipeRequest) (*
 		if err != nil {
 			return nil, grpcerr.Internal(err)
 		}
-		return &rcnsv1.GetRecipeResponse{RecipeJson: b, RecipeVersion: cur.RecipeVersion}, nil
+		return recipeResponse(b, cur.RecipeVersion)
 	}
 	if version == "" {
 		return nil, grpcerr.NotFound("recipe-not-found", "no such recipe")
@@ -557,7 +567,18 @@ func (s *Server) GetRecipe(ctx context.Context, req *rcnsv1.GetRecipeRequest) (*
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("recipe load: %w", err))
 	}
-	return &rcnsv1.GetRecipeResponse{RecipeJson: b, RecipeVersion: version}, nil
+	return recipeResponse(b, version)
+}
+
+// recipeResponse carries a recipe's JSON both as the Struct and as the
+// first release's bytes.
+func recipeResponse(b []byte, version string) (*rcnsv1.GetRecipeResponse, error) {
+	rec, err := jsondoc.Struct(b)
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("recipe %s: %w", version, err))
+	}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Recipe
+	return &rcnsv1.GetRecipeResponse{RecipeJson: b, Recipe: rec, RecipeVersion: version}, nil
 }
 
 // direct reports whether an operator or an internal system calls, known

@@ -47,7 +47,7 @@ func (s *Server) emit(ctx context.Context, r *record, event, reason, actor strin
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
 	defer cancel()
-	if _, err := auditclient.AppendLifecycleEvent(pctx, s.audit, &auditv1.AppendLifecycleEventRequest{AgentId: r.AgentID, EventType: event, ClaimsJson: b}); err != nil {
+	if _, err := auditclient.AppendLifecycleEvent(pctx, s.audit, &auditv1.AppendLifecycleEventRequest{AgentId: r.AgentID, EventType: event, Claims: string(b)}); err != nil {
 		s.log.ErrorContext(ctx, "contract event not audited", "event", event, "synthesis_id", r.SynthesisID, "error", err)
 		return grpcerr.Unavailable("audit-unavailable", "the contract event could not be audited; retry")
 	}

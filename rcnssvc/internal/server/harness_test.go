@@ -179,7 +179,7 @@ func (f *fakeAudit) AppendLifecycleEvent(_ context.Context, r *auditv1.AppendLif
 		}
 	}
 	var claims map[string]any
-	if err := json.Unmarshal(r.GetClaimsJson(), &claims); err != nil {
+	if err := json.Unmarshal([]byte(r.GetClaims()), &claims); err != nil {
 		return nil, grpcerr.InvalidArgument("audit-claims-invalid", err.Error())
 	}
 	f.mu.Lock()
@@ -248,7 +248,8 @@ func demoSnapshot(t testing.TB, policies *catalogv1.ManifestPolicies, dataManife
 	if dataManifest != nil {
 		manifest["data_manifest"] = dataManifest
 	}
-	snap.ManifestJson, _ = json.Marshal(manifest)
+	b, _ := json.Marshal(manifest)
+	snap.Manifest = string(b)
 	return snap
 }
 
@@ -353,11 +354,11 @@ func (e *env) propose(c *rcnsv1.Caller, params any, negID string) (*rcnsv1.Propo
 			e.t.Fatal(err)
 		}
 	}
-	resp, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: c, ParametersJson: raw, NegotiationId: negID})
+	resp, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: c, Parameters: string(raw), NegotiationId: negID})
 	if err != nil {
 		e.t.Fatalf("Propose: %v", err)
 	}
-	return resp, body(e.t, resp.GetBodyJson())
+	return resp, body(e.t, []byte(resp.GetBody()))
 }
 
 func body(t testing.TB, b []byte) map[string]any {

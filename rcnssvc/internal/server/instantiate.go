@@ -16,6 +16,7 @@ import (
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jcs"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -43,7 +44,8 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 		if s.grantsPersistence(ev) {
 			ttl = s.opts.Propose.PersistentTTL
 			pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
-			r, perr := s.catalog.PutEndpoint(pctx, &catalogv1.PutEndpointRequest{DefinitionJson: ep.JSON, Tier: catalogv1.EndpointTier_ENDPOINT_TIER_C})
+			def, _ := jsondoc.Struct(ep.JSON) // json.Marshal of the definition: an object
+			r, perr := s.catalog.PutEndpoint(pctx, &catalogv1.PutEndpointRequest{Definition: def, Tier: catalogv1.EndpointTier_ENDPOINT_TIER_C})
 			cancel()
 			if perr != nil {
 				_, reason, explanation, _ := grpcerr.Reason(perr)

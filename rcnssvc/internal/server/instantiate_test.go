@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -48,8 +47,12 @@ func TestProposeComposableIs263WithBothShapes(t *testing.T) {
 		t.Errorf("the composite does not require its steps' scopes: %v", epm["required_scopes"])
 	}
 	// The front door compiles the contract's endpoint like any snapshot endpoint.
-	if ep, err := endpoint.FromJSON(resp.GetContract().GetEndpointJson()); err != nil || ep.Def.Handler.Recipe != "order-summary" {
-		t.Errorf("endpoint.FromJSON(endpoint_json): %v", err)
+	if ep, err := endpoint.FromJSON([]byte(resp.GetContract().GetEndpoint())); err != nil || ep.Def.Handler.Recipe != "order-summary" {
+		t.Errorf("endpoint.FromJSON(endpoint): %v", err)
+	}
+	//lint:ignore SA1019 the first release's fields must still carry the same documents
+	if c := resp.GetContract(); string(c.GetEndpointJson()) != c.GetEndpoint() || string(c.GetRecipeJson()) != c.GetRecipe() || string(resp.GetBodyJson()) != resp.GetBody() {
+		t.Errorf("the deprecated bytes fields differ from the strings")
 	}
 	inst, _ := b["instantiated_endpoint"].(map[string]any)
 	if inst["proposed"] != true || inst["expires"] != "session" || inst["input"] == nil || inst["output"] == nil || inst["semantic"] == nil {
@@ -117,8 +120,7 @@ func TestProposePersistent(t *testing.T) {
 	if len(e.catalog.puts) != 1 || e.catalog.puts[0].GetTier() != catalogv1.EndpointTier_ENDPOINT_TIER_C {
 		t.Fatalf("catalog puts %v", e.catalog.puts)
 	}
-	var put map[string]any
-	_ = json.Unmarshal(e.catalog.puts[0].GetDefinitionJson(), &put)
+	put := e.catalog.puts[0].GetDefinition().AsMap()
 	if put["method"] != "SUMMARIZE" || put["path"] != "/orders/{order_id}" {
 		t.Errorf("promoted definition %v", put)
 	}
@@ -173,12 +175,26 @@ func TestContractCapPerAgent(t *testing.T) {
 func TestProposeWithAuditDownLeavesNoContract(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	e.audit.fail = func(*auditv1AppendReq) error { return status.Error(codes.Unavailable, "down") }
-	_, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: reader(), ParametersJson: mustJSON(orderSummary())})
+	_, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: reader(), Parameters: string(mustJSON(orderSummary()))})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v", err)
 	}
 	r, err := e.client.ListContracts(context.Background(), &rcnsv1.ListContractsRequest{Caller: reader()})
 	if err != nil || len(r.GetContracts()) != 0 {
 		t.Fatalf("contracts after a refused audit: %v %v", r.GetContracts(), err)
+	}
+}
+
+// A front door of the first release sends the parameters only as
+// parameters_json; the proposal is evaluated the same.
+func TestProposeFromAFirstReleaseFrontDoor(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	//lint:ignore SA1019 the first release's field must still be honoured
+	resp, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: reader(), ParametersJson: mustJSON(orderSummary())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOutcome() != rcnsv1.ProposeOutcome_PROPOSE_OUTCOME_APPROVED || resp.GetContract().GetEndpoint() == "" || resp.GetBody() == "" {
+		t.Fatalf("Propose with parameters_json: %v", resp)
 	}
 }

@@ -96,7 +96,7 @@ func TestRedisCrashLosesNoAcknowledgedContract(t *testing.T) {
 				}
 				id = r.GetContract().GetSynthesisId()
 			} else {
-				r, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: c, ParametersJson: mustJSON(orderSummary())})
+				r, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: c, Parameters: string(mustJSON(orderSummary()))})
 				if err != nil || r.GetStatus() != 263 {
 					t.Errorf("propose %d: %v %v", i, r, err)
 					return

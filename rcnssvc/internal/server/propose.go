@@ -8,6 +8,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -22,7 +23,9 @@ func (s *Server) Propose(ctx context.Context, req *rcnsv1.ProposeRequest) (*rcns
 		return nil, grpcerr.InvalidArgument("caller-required", "PROPOSE needs the caller's canonical Agent-ID")
 	}
 	negID := canonicalUUID(req.GetNegotiationId())
-	if len(req.GetParametersJson()) > s.opts.Propose.MaxBodyBytes {
+	//lint:ignore SA1019 the first release's front door sends the parameters only as bytes
+	params := jsondoc.PreferString(req.GetParameters(), req.GetParametersJson())
+	if len(params) > s.opts.Propose.MaxBodyBytes {
 		return invalid(agtp.StatusBadRequest, negID, agtp.ReasonBodyTooLarge, fmt.Sprintf("the PROPOSE parameters exceed %d bytes", s.opts.Propose.MaxBodyBytes), nil), nil
 	}
 	st, err := s.state(ctx)
@@ -33,7 +36,7 @@ func (s *Server) Propose(ctx context.Context, req *rcnsv1.ProposeRequest) (*rcns
 	if !st.policies.GetSynthesisEnabled() {
 		return rejected(negID, agtp.ReasonSynthesisDisabled, "this server does not synthesize endpoints (policies.synthesis_enabled is false)", nil), nil
 	}
-	p, berr := parseProposal(req.GetParametersJson())
+	p, berr := parseProposal(params)
 	if berr != nil {
 		return invalid(agtp.StatusBadRequest, negID, berr.reason, berr.explanation, nil), nil
 	}

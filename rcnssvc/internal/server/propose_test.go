@@ -134,7 +134,7 @@ func TestProposeSlowEvaluationIs261ThenPollable(t *testing.T) {
 		}
 		return false
 	})
-	fb := body(t, final.GetBodyJson())
+	fb := body(t, []byte(final.GetBody()))
 	if final.GetStatus() != 263 || fb["persistent"] != true || fb["negotiation_id"] != resp.GetNegotiationId() {
 		t.Fatalf("final %d %v", final.GetStatus(), fb)
 	}
@@ -203,7 +203,7 @@ func TestConcurrentProposalsFromManyAgents(t *testing.T) {
 		for k := 0; k < each; k++ {
 			wg.Go(func() {
 				agent := agentN(a)
-				resp, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: caller(agent, sessionA, 1, "orders:read"), ParametersJson: mustJSON(orderSummary())})
+				resp, err := e.client.Propose(context.Background(), &rcnsv1.ProposeRequest{Caller: caller(agent, sessionA, 1, "orders:read"), Parameters: string(mustJSON(orderSummary()))})
 				if err != nil || resp.GetStatus() != 263 {
 					errs <- fmt.Errorf("agent %d: %v %v", a, err, resp.GetStatus())
 					return

@@ -35,6 +35,7 @@ import (
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // Server implements rcnsv1.RcnsServiceServer.
@@ -216,13 +217,14 @@ func newCatalogState(snap *catalogv1.Snapshot) (*catalogState, error) {
 	for _, m := range snap.GetMethods() {
 		st.methods[m.GetName()] = m.GetCategories()
 	}
-	if len(snap.GetManifestJson()) > 0 {
+	//lint:ignore SA1019 the first release's catalogsvc sends the manifest only as bytes
+	if manifest := jsondoc.PreferString(snap.GetManifest(), snap.GetManifestJson()); len(manifest) > 0 {
 		var doc struct {
 			DataManifest *struct {
 				AvailableData []dataClass `json:"available_data"`
 			} `json:"data_manifest"`
 		}
-		if err := json.Unmarshal(snap.GetManifestJson(), &doc); err != nil {
+		if err := json.Unmarshal(manifest, &doc); err != nil {
 			return nil, fmt.Errorf("catalog snapshot %d: manifest: %w", snap.GetRevision(), err)
 		}
 		if doc.DataManifest != nil {

@@ -97,12 +97,12 @@ func (c *contract) proto(nowMs int64) *rcnsv1.Contract {
 		ExpiresAt:          timestamppb.New(time.UnixMilli(r.ExpiresMs)),
 		Persistent:         r.Persistent,
 		ContractState:      rcnsv1.ContractState(enumname.Number(rcnsv1.ContractState(0).Descriptor(), state)),
-		EndpointJson:       r.Endpoint,
-		RecipeJson:         r.Recipe,
+		Endpoint:           string(r.Endpoint),
+		Recipe:             string(r.Recipe),
 		StateReason:        c.reason,
 	}
-	//lint:ignore SA1019 the first release's field, filled for its clients
-	p.State = state
+	//lint:ignore SA1019 the first release's fields, filled for its clients
+	p.State, p.EndpointJson, p.RecipeJson = state, r.Endpoint, r.Recipe
 	if state == stateExpired && p.StateReason == "" {
 		p.StateReason = "expired"
 	}

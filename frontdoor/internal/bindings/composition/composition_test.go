@@ -13,12 +13,15 @@ import (
 	"testing/fstest"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -281,7 +284,7 @@ func TestResolveFallsBackToRCNS(t *testing.T) {
 			return nil, grpcerr.NotFound("recipe-not-found", "no such recipe")
 		}
 		return &rcnsv1.GetRecipeResponse{RecipeVersion: "3",
-			RecipeJson: []byte(`{"recipe_name":"promoted","recipe_version":"3","steps":[{"method":"QUERY","path":"/x"}]}`)}, nil
+			Recipe: recipeStruct(t, `{"recipe_name":"promoted","recipe_version":"3","steps":[{"method":"QUERY","path":"/x"}]}`)}, nil
 	}}
 	r := demoRunner(t, composition.Options{RCNS: stub.Serve(t)})
 	ctx := context.Background()
@@ -340,4 +343,14 @@ func TestDemoEndpointsCompile(t *testing.T) {
 	if len(eps) != 3 || !kinds[endpoint.HandlerComposition] || !kinds[endpoint.HandlerExternalService] {
 		t.Fatalf("%d endpoints, kinds %v", len(eps), kinds)
 	}
+}
+
+// recipeStruct is a recipe as GetRecipeResponse.recipe.
+func recipeStruct(t testing.TB, js string) *structpb.Struct {
+	t.Helper()
+	s, err := jsondoc.Struct([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // ErrorName is the named error of a failed composition (AGTP-API §12.1);
@@ -98,8 +99,13 @@ func (r *Runner) Resolve(ctx context.Context, name string) (*recipe.Recipe, erro
 	if err != nil {
 		return nil, fmt.Errorf("composition: recipe %q from rcnssvc: %w", name, err)
 	}
+	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
+	raw, err := jsondoc.PreferStruct(resp.GetRecipe(), resp.GetRecipeJson())
+	if err != nil {
+		return nil, fmt.Errorf("composition: recipe %q from rcnssvc: %w", name, err)
+	}
 	rec := &recipe.Recipe{}
-	if err := json.Unmarshal(resp.GetRecipeJson(), rec); err != nil {
+	if err := json.Unmarshal(raw, rec); err != nil {
 		return nil, fmt.Errorf("composition: recipe %q from rcnssvc: %w", name, err)
 	}
 	if err := Validate(rec); err != nil {

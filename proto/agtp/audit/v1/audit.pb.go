@@ -743,14 +743,21 @@ func (x *SignAndAppendResponse) GetReplayed() bool {
 
 // AppendLifecycleEventRequest carries one lifecycle event.
 type AppendLifecycleEventRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	AgentId    string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	EventType  string                 `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	ClaimsJson []byte                 `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	EventType string                 `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// The payload members as JSON bytes; honoured when claims is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
+	ClaimsJson []byte `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
 	// Optional: names this append so that a retried request appends once,
 	// as SignAndAppendRequest.request_id (event_type is part of the content
 	// a retry must repeat).
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The payload members (a JSON object) except previous_audit_id; taken
+	// over claims_json. A string, not a google.protobuf.Struct: the members
+	// are signed as sent (a Struct would turn every number into a double).
+	Claims        string `protobuf:"bytes,5,opt,name=claims,proto3" json:"claims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -799,6 +806,7 @@ func (x *AppendLifecycleEventRequest) GetEventType() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 func (x *AppendLifecycleEventRequest) GetClaimsJson() []byte {
 	if x != nil {
 		return x.ClaimsJson
@@ -809,6 +817,13 @@ func (x *AppendLifecycleEventRequest) GetClaimsJson() []byte {
 func (x *AppendLifecycleEventRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AppendLifecycleEventRequest) GetClaims() string {
+	if x != nil {
+		return x.Claims
 	}
 	return ""
 }
@@ -1590,8 +1605,13 @@ func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
 
 // GetSigningKeysResponse carries the JWKS JSON.
 type GetSigningKeysResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JwksJson      []byte                 `protobuf:"bytes,1,opt,name=jwks_json,json=jwksJson,proto3" json:"jwks_json,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The JWKS as JSON bytes; jwks is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
+	JwksJson []byte `protobuf:"bytes,1,opt,name=jwks_json,json=jwksJson,proto3" json:"jwks_json,omitempty"`
+	// The JWKS (RFC 7517 §5).
+	Jwks          *structpb.Struct `protobuf:"bytes,2,opt,name=jwks,proto3" json:"jwks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1626,9 +1646,17 @@ func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_audit_v1_audit_proto_rawDescGZIP(), []int{18}
 }
 
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 func (x *GetSigningKeysResponse) GetJwksJson() []byte {
 	if x != nil {
 		return x.JwksJson
+	}
+	return nil
+}
+
+func (x *GetSigningKeysResponse) GetJwks() *structpb.Struct {
+	if x != nil {
+		return x.Jwks
 	}
 	return nil
 }
@@ -1640,12 +1668,17 @@ type AppendSignedRecordRequest struct {
 	AgentId string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	// Lowercase token: "confirm", "rcns-attempt", ...
 	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	// The payload members (a JSON object) except previous_audit_id.
+	// The payload members as JSON bytes; honoured when claims is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 	ClaimsJson []byte `protobuf:"bytes,3,opt,name=claims_json,json=claimsJson,proto3" json:"claims_json,omitempty"`
 	// Optional: names this append so that a retried request appends once,
 	// as SignAndAppendRequest.request_id (per stream: the same request_id
 	// on two streams names two appends).
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The payload members (a JSON object) except previous_audit_id, signed
+	// as sent; taken over claims_json.
+	Claims        string `protobuf:"bytes,5,opt,name=claims,proto3" json:"claims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1694,6 +1727,7 @@ func (x *AppendSignedRecordRequest) GetStream() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/audit/v1/audit.proto.
 func (x *AppendSignedRecordRequest) GetClaimsJson() []byte {
 	if x != nil {
 		return x.ClaimsJson
@@ -1704,6 +1738,13 @@ func (x *AppendSignedRecordRequest) GetClaimsJson() []byte {
 func (x *AppendSignedRecordRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AppendSignedRecordRequest) GetClaims() string {
+	if x != nil {
+		return x.Claims
 	}
 	return ""
 }
@@ -2436,15 +2477,16 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x11previous_audit_id\x18\x03 \x01(\tR\x0fpreviousAuditId\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\x04R\bsequence\x12%\n" +
 	"\x0eoutcome_stored\x18\x05 \x01(\bR\routcomeStored\x12\x1a\n" +
-	"\breplayed\x18\x06 \x01(\bR\breplayed\"\x97\x01\n" +
+	"\breplayed\x18\x06 \x01(\bR\breplayed\"\xb3\x01\n" +
 	"\x1bAppendLifecycleEventRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
-	"event_type\x18\x02 \x01(\tR\teventType\x12\x1f\n" +
-	"\vclaims_json\x18\x03 \x01(\fR\n" +
+	"event_type\x18\x02 \x01(\tR\teventType\x12#\n" +
+	"\vclaims_json\x18\x03 \x01(\fB\x02\x18\x01R\n" +
 	"claimsJson\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\xaf\x01\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06claims\x18\x05 \x01(\tR\x06claims\"\xaf\x01\n" +
 	"\x1cAppendLifecycleEventResponse\x12\x10\n" +
 	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
@@ -2496,16 +2538,18 @@ const file_agtp_audit_v1_audit_proto_rawDesc = "" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\x123\n" +
 	"\x16first_invalid_audit_id\x18\x03 \x01(\tR\x13firstInvalidAuditId\x12\x18\n" +
 	"\aproblem\x18\x04 \x01(\tR\aproblem\"\x17\n" +
-	"\x15GetSigningKeysRequest\"5\n" +
-	"\x16GetSigningKeysResponse\x12\x1b\n" +
-	"\tjwks_json\x18\x01 \x01(\fR\bjwksJson\"\x8e\x01\n" +
+	"\x15GetSigningKeysRequest\"f\n" +
+	"\x16GetSigningKeysResponse\x12\x1f\n" +
+	"\tjwks_json\x18\x01 \x01(\fB\x02\x18\x01R\bjwksJson\x12+\n" +
+	"\x04jwks\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x04jwks\"\xaa\x01\n" +
 	"\x19AppendSignedRecordRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1f\n" +
-	"\vclaims_json\x18\x03 \x01(\fR\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12#\n" +
+	"\vclaims_json\x18\x03 \x01(\fB\x02\x18\x01R\n" +
 	"claimsJson\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\xad\x01\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06claims\x18\x05 \x01(\tR\x06claims\"\xad\x01\n" +
 	"\x1aAppendSignedRecordResponse\x12\x10\n" +
 	"\x03jws\x18\x01 \x01(\tR\x03jws\x12\x19\n" +
 	"\baudit_id\x18\x02 \x01(\tR\aauditId\x12*\n" +
@@ -2621,40 +2665,41 @@ var file_agtp_audit_v1_audit_proto_depIdxs = []int32{
 	30, // 7: agtp.audit.v1.LifecycleEvent.stored_at:type_name -> google.protobuf.Timestamp
 	31, // 8: agtp.audit.v1.LifecycleEvent.payload:type_name -> google.protobuf.Struct
 	12, // 9: agtp.audit.v1.ListLifecycleEventsResponse.events:type_name -> agtp.audit.v1.LifecycleEvent
-	1,  // 10: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
-	23, // 11: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
-	4,  // 12: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
-	30, // 13: agtp.audit.v1.ExportChainRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 14: agtp.audit.v1.ExportChainRequest.until:type_name -> google.protobuf.Timestamp
-	30, // 15: agtp.audit.v1.ExportedRecord.stored_at:type_name -> google.protobuf.Timestamp
-	26, // 16: agtp.audit.v1.ExportChainStart.checkpoint:type_name -> agtp.audit.v1.ExportCheckpoint
-	27, // 17: agtp.audit.v1.ExportChainResponse.start:type_name -> agtp.audit.v1.ExportChainStart
-	25, // 18: agtp.audit.v1.ExportChainResponse.records:type_name -> agtp.audit.v1.ExportedRecord
-	1,  // 19: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
-	5,  // 20: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
-	8,  // 21: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
-	10, // 22: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
-	13, // 23: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
-	15, // 24: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
-	17, // 25: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
-	19, // 26: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
-	21, // 27: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
-	24, // 28: agtp.audit.v1.AuditService.ExportChain:input_type -> agtp.audit.v1.ExportChainRequest
-	4,  // 29: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
-	6,  // 30: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
-	9,  // 31: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
-	11, // 32: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
-	14, // 33: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
-	16, // 34: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
-	18, // 35: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
-	20, // 36: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
-	22, // 37: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
-	28, // 38: agtp.audit.v1.AuditService.ExportChain:output_type -> agtp.audit.v1.ExportChainResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	31, // 10: agtp.audit.v1.GetSigningKeysResponse.jwks:type_name -> google.protobuf.Struct
+	1,  // 11: agtp.audit.v1.SignAndAppendBatchRequest.items:type_name -> agtp.audit.v1.SignAndAppendRequest
+	23, // 12: agtp.audit.v1.SignAndAppendBatchResponse.results:type_name -> agtp.audit.v1.SignAndAppendBatchResult
+	4,  // 13: agtp.audit.v1.SignAndAppendBatchResult.response:type_name -> agtp.audit.v1.SignAndAppendResponse
+	30, // 14: agtp.audit.v1.ExportChainRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 15: agtp.audit.v1.ExportChainRequest.until:type_name -> google.protobuf.Timestamp
+	30, // 16: agtp.audit.v1.ExportedRecord.stored_at:type_name -> google.protobuf.Timestamp
+	26, // 17: agtp.audit.v1.ExportChainStart.checkpoint:type_name -> agtp.audit.v1.ExportCheckpoint
+	27, // 18: agtp.audit.v1.ExportChainResponse.start:type_name -> agtp.audit.v1.ExportChainStart
+	25, // 19: agtp.audit.v1.ExportChainResponse.records:type_name -> agtp.audit.v1.ExportedRecord
+	1,  // 20: agtp.audit.v1.AuditService.SignAndAppend:input_type -> agtp.audit.v1.SignAndAppendRequest
+	5,  // 21: agtp.audit.v1.AuditService.AppendLifecycleEvent:input_type -> agtp.audit.v1.AppendLifecycleEventRequest
+	8,  // 22: agtp.audit.v1.AuditService.GetRecord:input_type -> agtp.audit.v1.GetRecordRequest
+	10, // 23: agtp.audit.v1.AuditService.GetChainHead:input_type -> agtp.audit.v1.GetChainHeadRequest
+	13, // 24: agtp.audit.v1.AuditService.ListLifecycleEvents:input_type -> agtp.audit.v1.ListLifecycleEventsRequest
+	15, // 25: agtp.audit.v1.AuditService.VerifyChain:input_type -> agtp.audit.v1.VerifyChainRequest
+	17, // 26: agtp.audit.v1.AuditService.GetSigningKeys:input_type -> agtp.audit.v1.GetSigningKeysRequest
+	19, // 27: agtp.audit.v1.AuditService.AppendSignedRecord:input_type -> agtp.audit.v1.AppendSignedRecordRequest
+	21, // 28: agtp.audit.v1.AuditService.SignAndAppendBatch:input_type -> agtp.audit.v1.SignAndAppendBatchRequest
+	24, // 29: agtp.audit.v1.AuditService.ExportChain:input_type -> agtp.audit.v1.ExportChainRequest
+	4,  // 30: agtp.audit.v1.AuditService.SignAndAppend:output_type -> agtp.audit.v1.SignAndAppendResponse
+	6,  // 31: agtp.audit.v1.AuditService.AppendLifecycleEvent:output_type -> agtp.audit.v1.AppendLifecycleEventResponse
+	9,  // 32: agtp.audit.v1.AuditService.GetRecord:output_type -> agtp.audit.v1.GetRecordResponse
+	11, // 33: agtp.audit.v1.AuditService.GetChainHead:output_type -> agtp.audit.v1.GetChainHeadResponse
+	14, // 34: agtp.audit.v1.AuditService.ListLifecycleEvents:output_type -> agtp.audit.v1.ListLifecycleEventsResponse
+	16, // 35: agtp.audit.v1.AuditService.VerifyChain:output_type -> agtp.audit.v1.VerifyChainResponse
+	18, // 36: agtp.audit.v1.AuditService.GetSigningKeys:output_type -> agtp.audit.v1.GetSigningKeysResponse
+	20, // 37: agtp.audit.v1.AuditService.AppendSignedRecord:output_type -> agtp.audit.v1.AppendSignedRecordResponse
+	22, // 38: agtp.audit.v1.AuditService.SignAndAppendBatch:output_type -> agtp.audit.v1.SignAndAppendBatchResponse
+	28, // 39: agtp.audit.v1.AuditService.ExportChain:output_type -> agtp.audit.v1.ExportChainResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_agtp_audit_v1_audit_proto_init() }

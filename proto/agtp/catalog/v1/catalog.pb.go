@@ -9,6 +9,7 @@ package catalogv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -260,11 +261,16 @@ type Endpoint struct {
 	DeprecationMessage     string       `protobuf:"bytes,9,opt,name=deprecation_message,json=deprecationMessage,proto3" json:"deprecation_message,omitempty"`
 	MaxBodyBytes           int64        `protobuf:"varint,10,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
 	IdempotencyKeyRequired bool         `protobuf:"varint,11,opt,name=idempotency_key_required,json=idempotencyKeyRequired,proto3" json:"idempotency_key_required,omitempty"`
-	// The full AGTP-API endpoint definition as JSON.
+	// The full AGTP-API endpoint definition as JSON bytes; definition is the
+	// same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 	DefinitionJson []byte `protobuf:"bytes,12,opt,name=definition_json,json=definitionJson,proto3" json:"definition_json,omitempty"`
 	// The handler binding kind: registered_function, external_service, composition.
-	HandlerKind   string `protobuf:"bytes,13,opt,name=handler_kind,json=handlerKind,proto3" json:"handler_kind,omitempty"`
-	HandlerName   string `protobuf:"bytes,14,opt,name=handler_name,json=handlerName,proto3" json:"handler_name,omitempty"`
+	HandlerKind string `protobuf:"bytes,13,opt,name=handler_kind,json=handlerKind,proto3" json:"handler_kind,omitempty"`
+	HandlerName string `protobuf:"bytes,14,opt,name=handler_name,json=handlerName,proto3" json:"handler_name,omitempty"`
+	// The full AGTP-API endpoint definition.
+	Definition    *structpb.Struct `protobuf:"bytes,15,opt,name=definition,proto3" json:"definition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +382,7 @@ func (x *Endpoint) GetIdempotencyKeyRequired() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 func (x *Endpoint) GetDefinitionJson() []byte {
 	if x != nil {
 		return x.DefinitionJson
@@ -395,6 +402,13 @@ func (x *Endpoint) GetHandlerName() string {
 		return x.HandlerName
 	}
 	return ""
+}
+
+func (x *Endpoint) GetDefinition() *structpb.Struct {
+	if x != nil {
+		return x.Definition
+	}
+	return nil
 }
 
 // MethodPolicy is the manifest's policies.methods block (AGTP-API §9).
@@ -563,14 +577,21 @@ type Snapshot struct {
 	Endpoints    []*Endpoint            `protobuf:"bytes,5,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	MethodPolicy *MethodPolicy          `protobuf:"bytes,6,opt,name=method_policy,json=methodPolicy,proto3" json:"method_policy,omitempty"`
 	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// The signed manifest document (application/vnd.agtp.manifest+json).
+	// The signed manifest document (application/vnd.agtp.manifest+json) as
+	// bytes; manifest is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 	ManifestJson []byte `protobuf:"bytes,8,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
 	// The manifest's document_version (AGTP-API §8.2).
 	DocumentVersion string `protobuf:"bytes,9,opt,name=document_version,json=documentVersion,proto3" json:"document_version,omitempty"`
 	// The manifest's ETag, quoted (AGTP-API §8.11).
 	ManifestEtag string `protobuf:"bytes,10,opt,name=manifest_etag,json=manifestEtag,proto3" json:"manifest_etag,omitempty"`
 	// The manifest's operational toggles (AGTP-API §8.7).
-	Policies      *ManifestPolicies `protobuf:"bytes,11,opt,name=policies,proto3" json:"policies,omitempty"`
+	Policies *ManifestPolicies `protobuf:"bytes,11,opt,name=policies,proto3" json:"policies,omitempty"`
+	// The signed manifest document (application/vnd.agtp.manifest+json),
+	// exactly as signed: its signature and manifest_etag cover these bytes,
+	// so it is a string, not a google.protobuf.Struct.
+	Manifest      string `protobuf:"bytes,12,opt,name=manifest,proto3" json:"manifest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +675,7 @@ func (x *Snapshot) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 func (x *Snapshot) GetManifestJson() []byte {
 	if x != nil {
 		return x.ManifestJson
@@ -680,6 +702,13 @@ func (x *Snapshot) GetPolicies() *ManifestPolicies {
 		return x.Policies
 	}
 	return nil
+}
+
+func (x *Snapshot) GetManifest() string {
+	if x != nil {
+		return x.Manifest
+	}
+	return ""
 }
 
 // ManifestPolicies is the manifest's policies block without methods
@@ -1154,15 +1183,20 @@ func (*GetManifestRequest) Descriptor() ([]byte, []int) {
 
 // GetManifestResponse carries the manifest document.
 type GetManifestResponse struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	ContentType  string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	ManifestJson []byte                 `protobuf:"bytes,2,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
-	ApiVersion   string                 `protobuf:"bytes,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	// Quoted ETag of manifest_json (AGTP-API §8.11).
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContentType string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The manifest as bytes; manifest is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
+	ManifestJson []byte `protobuf:"bytes,2,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
+	ApiVersion   string `protobuf:"bytes,3,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	// Quoted ETag of the manifest's bytes (AGTP-API §8.11).
 	Etag            string `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
 	DocumentVersion string `protobuf:"bytes,5,opt,name=document_version,json=documentVersion,proto3" json:"document_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The signed manifest exactly as signed (its ETag covers these bytes).
+	Manifest      string `protobuf:"bytes,6,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetManifestResponse) Reset() {
@@ -1202,6 +1236,7 @@ func (x *GetManifestResponse) GetContentType() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 func (x *GetManifestResponse) GetManifestJson() []byte {
 	if x != nil {
 		return x.ManifestJson
@@ -1226,6 +1261,13 @@ func (x *GetManifestResponse) GetEtag() string {
 func (x *GetManifestResponse) GetDocumentVersion() string {
 	if x != nil {
 		return x.DocumentVersion
+	}
+	return ""
+}
+
+func (x *GetManifestResponse) GetManifest() string {
+	if x != nil {
+		return x.Manifest
 	}
 	return ""
 }
@@ -1358,11 +1400,16 @@ func (x *ListMethodsResponse) GetNextPageToken() string {
 
 // PutEndpointRequest carries a full endpoint definition.
 type PutEndpointRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	DefinitionJson []byte                 `protobuf:"bytes,1,opt,name=definition_json,json=definitionJson,proto3" json:"definition_json,omitempty"`
-	Tier           EndpointTier           `protobuf:"varint,2,opt,name=tier,proto3,enum=agtp.catalog.v1.EndpointTier" json:"tier,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The definition as JSON bytes; honoured when definition is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
+	DefinitionJson []byte       `protobuf:"bytes,1,opt,name=definition_json,json=definitionJson,proto3" json:"definition_json,omitempty"`
+	Tier           EndpointTier `protobuf:"varint,2,opt,name=tier,proto3,enum=agtp.catalog.v1.EndpointTier" json:"tier,omitempty"`
+	// The full AGTP-API endpoint definition; taken over definition_json.
+	Definition    *structpb.Struct `protobuf:"bytes,3,opt,name=definition,proto3" json:"definition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutEndpointRequest) Reset() {
@@ -1395,6 +1442,7 @@ func (*PutEndpointRequest) Descriptor() ([]byte, []int) {
 	return file_agtp_catalog_v1_catalog_proto_rawDescGZIP(), []int{16}
 }
 
+// Deprecated: Marked as deprecated in agtp/catalog/v1/catalog.proto.
 func (x *PutEndpointRequest) GetDefinitionJson() []byte {
 	if x != nil {
 		return x.DefinitionJson
@@ -1407,6 +1455,13 @@ func (x *PutEndpointRequest) GetTier() EndpointTier {
 		return x.Tier
 	}
 	return EndpointTier_ENDPOINT_TIER_UNSPECIFIED
+}
+
+func (x *PutEndpointRequest) GetDefinition() *structpb.Struct {
+	if x != nil {
+		return x.Definition
+	}
+	return nil
 }
 
 // PutEndpointResponse returns the stored projection.
@@ -1580,7 +1635,7 @@ var File_agtp_catalog_v1_catalog_proto protoreflect.FileDescriptor
 
 const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\n" +
-	"\x1dagtp/catalog/v1/catalog.proto\x12\x0fagtp.catalog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x01\n" +
+	"\x1dagtp/catalog/v1/catalog.proto\x12\x0fagtp.catalog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x01\n" +
 	"\x06Method\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1592,7 +1647,7 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"removed_in\x18\x05 \x01(\tR\tremovedIn\x12\x1c\n" +
 	"\tsuccessor\x18\x06 \x01(\tR\tsuccessor\x12\x14\n" +
 	"\x05floor\x18\a \x01(\bR\x05floor\x12\x16\n" +
-	"\x06custom\x18\b \x01(\bR\x06custom\"\x97\x04\n" +
+	"\x06custom\x18\b \x01(\bR\x06custom\"\xd4\x04\n" +
 	"\bEndpoint\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x121\n" +
@@ -1607,10 +1662,13 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\x13deprecation_message\x18\t \x01(\tR\x12deprecationMessage\x12$\n" +
 	"\x0emax_body_bytes\x18\n" +
 	" \x01(\x03R\fmaxBodyBytes\x128\n" +
-	"\x18idempotency_key_required\x18\v \x01(\bR\x16idempotencyKeyRequired\x12'\n" +
-	"\x0fdefinition_json\x18\f \x01(\fR\x0edefinitionJson\x12!\n" +
+	"\x18idempotency_key_required\x18\v \x01(\bR\x16idempotencyKeyRequired\x12+\n" +
+	"\x0fdefinition_json\x18\f \x01(\fB\x02\x18\x01R\x0edefinitionJson\x12!\n" +
 	"\fhandler_kind\x18\r \x01(\tR\vhandlerKind\x12!\n" +
-	"\fhandler_name\x18\x0e \x01(\tR\vhandlerName\"\xab\x02\n" +
+	"\fhandler_name\x18\x0e \x01(\tR\vhandlerName\x127\n" +
+	"\n" +
+	"definition\x18\x0f \x01(\v2\x17.google.protobuf.StructR\n" +
+	"definition\"\xab\x02\n" +
 	"\fMethodPolicy\x12\x14\n" +
 	"\x05allow\x18\x01 \x03(\tR\x05allow\x12\x1a\n" +
 	"\bdisallow\x18\x02 \x03(\tR\bdisallow\x12\x16\n" +
@@ -1626,7 +1684,7 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"fromMethod\x12\x1b\n" +
 	"\tfrom_path\x18\x02 \x01(\tR\bfromPath\x12\x1b\n" +
 	"\tto_method\x18\x03 \x01(\tR\btoMethod\x12\x17\n" +
-	"\ato_path\x18\x04 \x01(\tR\x06toPath\"\x8f\x04\n" +
+	"\ato_path\x18\x04 \x01(\tR\x06toPath\"\xaf\x04\n" +
 	"\bSnapshot\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12'\n" +
 	"\x0fcatalog_version\x18\x02 \x01(\tR\x0ecatalogVersion\x12\x1f\n" +
@@ -1636,12 +1694,13 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\tendpoints\x18\x05 \x03(\v2\x19.agtp.catalog.v1.EndpointR\tendpoints\x12B\n" +
 	"\rmethod_policy\x18\x06 \x01(\v2\x1d.agtp.catalog.v1.MethodPolicyR\fmethodPolicy\x129\n" +
 	"\n" +
-	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12#\n" +
-	"\rmanifest_json\x18\b \x01(\fR\fmanifestJson\x12)\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12'\n" +
+	"\rmanifest_json\x18\b \x01(\fB\x02\x18\x01R\fmanifestJson\x12)\n" +
 	"\x10document_version\x18\t \x01(\tR\x0fdocumentVersion\x12#\n" +
 	"\rmanifest_etag\x18\n" +
 	" \x01(\tR\fmanifestEtag\x12=\n" +
-	"\bpolicies\x18\v \x01(\v2!.agtp.catalog.v1.ManifestPoliciesR\bpolicies\"\x92\x02\n" +
+	"\bpolicies\x18\v \x01(\v2!.agtp.catalog.v1.ManifestPoliciesR\bpolicies\x12\x1a\n" +
+	"\bmanifest\x18\f \x01(\tR\bmanifest\"\x92\x02\n" +
 	"\x10ManifestPolicies\x12-\n" +
 	"\x12wildcards_accepted\x18\x01 \x01(\bR\x11wildcardsAccepted\x12/\n" +
 	"\x13anonymous_discovery\x18\x02 \x01(\bR\x12anonymousDiscovery\x12A\n" +
@@ -1678,14 +1737,15 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\x15RedirectsForPathEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x14\n" +
-	"\x12GetManifestRequest\"\xbd\x01\n" +
+	"\x12GetManifestRequest\"\xdd\x01\n" +
 	"\x13GetManifestResponse\x12!\n" +
-	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
-	"\rmanifest_json\x18\x02 \x01(\fR\fmanifestJson\x12\x1f\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12'\n" +
+	"\rmanifest_json\x18\x02 \x01(\fB\x02\x18\x01R\fmanifestJson\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\tR\n" +
 	"apiVersion\x12\x12\n" +
 	"\x04etag\x18\x04 \x01(\tR\x04etag\x12)\n" +
-	"\x10document_version\x18\x05 \x01(\tR\x0fdocumentVersion\"l\n" +
+	"\x10document_version\x18\x05 \x01(\tR\x0fdocumentVersion\x12\x1a\n" +
+	"\bmanifest\x18\x06 \x01(\tR\bmanifest\"l\n" +
 	"\x12ListMethodsRequest\x12\x1a\n" +
 	"\bcategory\x18\x01 \x01(\tR\bcategory\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1694,10 +1754,13 @@ const file_agtp_catalog_v1_catalog_proto_rawDesc = "" +
 	"\x13ListMethodsResponse\x12'\n" +
 	"\x0fcatalog_version\x18\x01 \x01(\tR\x0ecatalogVersion\x121\n" +
 	"\amethods\x18\x02 \x03(\v2\x17.agtp.catalog.v1.MethodR\amethods\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"p\n" +
-	"\x12PutEndpointRequest\x12'\n" +
-	"\x0fdefinition_json\x18\x01 \x01(\fR\x0edefinitionJson\x121\n" +
-	"\x04tier\x18\x02 \x01(\x0e2\x1d.agtp.catalog.v1.EndpointTierR\x04tier\"\x89\x01\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xad\x01\n" +
+	"\x12PutEndpointRequest\x12+\n" +
+	"\x0fdefinition_json\x18\x01 \x01(\fB\x02\x18\x01R\x0edefinitionJson\x121\n" +
+	"\x04tier\x18\x02 \x01(\x0e2\x1d.agtp.catalog.v1.EndpointTierR\x04tier\x127\n" +
+	"\n" +
+	"definition\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"definition\"\x89\x01\n" +
 	"\x13PutEndpointResponse\x125\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x19.agtp.catalog.v1.EndpointR\bendpoint\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1f\n" +
@@ -1771,45 +1834,48 @@ var file_agtp_catalog_v1_catalog_proto_goTypes = []any{
 	nil,                            // 22: agtp.catalog.v1.MethodPolicy.AliasesEntry
 	nil,                            // 23: agtp.catalog.v1.ResolveRouteResponse.PathParamsEntry
 	nil,                            // 24: agtp.catalog.v1.ResolveRouteResponse.RedirectsForPathEntry
-	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),        // 25: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_agtp_catalog_v1_catalog_proto_depIdxs = []int32{
 	0,  // 0: agtp.catalog.v1.Endpoint.tier:type_name -> agtp.catalog.v1.EndpointTier
-	22, // 1: agtp.catalog.v1.MethodPolicy.aliases:type_name -> agtp.catalog.v1.MethodPolicy.AliasesEntry
-	5,  // 2: agtp.catalog.v1.MethodPolicy.redirects:type_name -> agtp.catalog.v1.Redirect
-	2,  // 3: agtp.catalog.v1.Snapshot.methods:type_name -> agtp.catalog.v1.Method
-	3,  // 4: agtp.catalog.v1.Snapshot.endpoints:type_name -> agtp.catalog.v1.Endpoint
-	4,  // 5: agtp.catalog.v1.Snapshot.method_policy:type_name -> agtp.catalog.v1.MethodPolicy
-	25, // 6: agtp.catalog.v1.Snapshot.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 7: agtp.catalog.v1.Snapshot.policies:type_name -> agtp.catalog.v1.ManifestPolicies
-	6,  // 8: agtp.catalog.v1.GetSnapshotResponse.snapshot:type_name -> agtp.catalog.v1.Snapshot
-	6,  // 9: agtp.catalog.v1.WatchSnapshotResponse.snapshot:type_name -> agtp.catalog.v1.Snapshot
-	1,  // 10: agtp.catalog.v1.ResolveRouteResponse.outcome:type_name -> agtp.catalog.v1.RouteOutcome
-	3,  // 11: agtp.catalog.v1.ResolveRouteResponse.endpoint:type_name -> agtp.catalog.v1.Endpoint
-	23, // 12: agtp.catalog.v1.ResolveRouteResponse.path_params:type_name -> agtp.catalog.v1.ResolveRouteResponse.PathParamsEntry
-	24, // 13: agtp.catalog.v1.ResolveRouteResponse.redirects_for_path:type_name -> agtp.catalog.v1.ResolveRouteResponse.RedirectsForPathEntry
-	2,  // 14: agtp.catalog.v1.ListMethodsResponse.methods:type_name -> agtp.catalog.v1.Method
-	0,  // 15: agtp.catalog.v1.PutEndpointRequest.tier:type_name -> agtp.catalog.v1.EndpointTier
-	3,  // 16: agtp.catalog.v1.PutEndpointResponse.endpoint:type_name -> agtp.catalog.v1.Endpoint
-	8,  // 17: agtp.catalog.v1.CatalogService.GetSnapshot:input_type -> agtp.catalog.v1.GetSnapshotRequest
-	10, // 18: agtp.catalog.v1.CatalogService.WatchSnapshot:input_type -> agtp.catalog.v1.WatchSnapshotRequest
-	12, // 19: agtp.catalog.v1.CatalogService.ResolveRoute:input_type -> agtp.catalog.v1.ResolveRouteRequest
-	14, // 20: agtp.catalog.v1.CatalogService.GetManifest:input_type -> agtp.catalog.v1.GetManifestRequest
-	16, // 21: agtp.catalog.v1.CatalogService.ListMethods:input_type -> agtp.catalog.v1.ListMethodsRequest
-	18, // 22: agtp.catalog.v1.CatalogService.PutEndpoint:input_type -> agtp.catalog.v1.PutEndpointRequest
-	20, // 23: agtp.catalog.v1.CatalogService.DeleteEndpoint:input_type -> agtp.catalog.v1.DeleteEndpointRequest
-	9,  // 24: agtp.catalog.v1.CatalogService.GetSnapshot:output_type -> agtp.catalog.v1.GetSnapshotResponse
-	11, // 25: agtp.catalog.v1.CatalogService.WatchSnapshot:output_type -> agtp.catalog.v1.WatchSnapshotResponse
-	13, // 26: agtp.catalog.v1.CatalogService.ResolveRoute:output_type -> agtp.catalog.v1.ResolveRouteResponse
-	15, // 27: agtp.catalog.v1.CatalogService.GetManifest:output_type -> agtp.catalog.v1.GetManifestResponse
-	17, // 28: agtp.catalog.v1.CatalogService.ListMethods:output_type -> agtp.catalog.v1.ListMethodsResponse
-	19, // 29: agtp.catalog.v1.CatalogService.PutEndpoint:output_type -> agtp.catalog.v1.PutEndpointResponse
-	21, // 30: agtp.catalog.v1.CatalogService.DeleteEndpoint:output_type -> agtp.catalog.v1.DeleteEndpointResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	25, // 1: agtp.catalog.v1.Endpoint.definition:type_name -> google.protobuf.Struct
+	22, // 2: agtp.catalog.v1.MethodPolicy.aliases:type_name -> agtp.catalog.v1.MethodPolicy.AliasesEntry
+	5,  // 3: agtp.catalog.v1.MethodPolicy.redirects:type_name -> agtp.catalog.v1.Redirect
+	2,  // 4: agtp.catalog.v1.Snapshot.methods:type_name -> agtp.catalog.v1.Method
+	3,  // 5: agtp.catalog.v1.Snapshot.endpoints:type_name -> agtp.catalog.v1.Endpoint
+	4,  // 6: agtp.catalog.v1.Snapshot.method_policy:type_name -> agtp.catalog.v1.MethodPolicy
+	26, // 7: agtp.catalog.v1.Snapshot.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 8: agtp.catalog.v1.Snapshot.policies:type_name -> agtp.catalog.v1.ManifestPolicies
+	6,  // 9: agtp.catalog.v1.GetSnapshotResponse.snapshot:type_name -> agtp.catalog.v1.Snapshot
+	6,  // 10: agtp.catalog.v1.WatchSnapshotResponse.snapshot:type_name -> agtp.catalog.v1.Snapshot
+	1,  // 11: agtp.catalog.v1.ResolveRouteResponse.outcome:type_name -> agtp.catalog.v1.RouteOutcome
+	3,  // 12: agtp.catalog.v1.ResolveRouteResponse.endpoint:type_name -> agtp.catalog.v1.Endpoint
+	23, // 13: agtp.catalog.v1.ResolveRouteResponse.path_params:type_name -> agtp.catalog.v1.ResolveRouteResponse.PathParamsEntry
+	24, // 14: agtp.catalog.v1.ResolveRouteResponse.redirects_for_path:type_name -> agtp.catalog.v1.ResolveRouteResponse.RedirectsForPathEntry
+	2,  // 15: agtp.catalog.v1.ListMethodsResponse.methods:type_name -> agtp.catalog.v1.Method
+	0,  // 16: agtp.catalog.v1.PutEndpointRequest.tier:type_name -> agtp.catalog.v1.EndpointTier
+	25, // 17: agtp.catalog.v1.PutEndpointRequest.definition:type_name -> google.protobuf.Struct
+	3,  // 18: agtp.catalog.v1.PutEndpointResponse.endpoint:type_name -> agtp.catalog.v1.Endpoint
+	8,  // 19: agtp.catalog.v1.CatalogService.GetSnapshot:input_type -> agtp.catalog.v1.GetSnapshotRequest
+	10, // 20: agtp.catalog.v1.CatalogService.WatchSnapshot:input_type -> agtp.catalog.v1.WatchSnapshotRequest
+	12, // 21: agtp.catalog.v1.CatalogService.ResolveRoute:input_type -> agtp.catalog.v1.ResolveRouteRequest
+	14, // 22: agtp.catalog.v1.CatalogService.GetManifest:input_type -> agtp.catalog.v1.GetManifestRequest
+	16, // 23: agtp.catalog.v1.CatalogService.ListMethods:input_type -> agtp.catalog.v1.ListMethodsRequest
+	18, // 24: agtp.catalog.v1.CatalogService.PutEndpoint:input_type -> agtp.catalog.v1.PutEndpointRequest
+	20, // 25: agtp.catalog.v1.CatalogService.DeleteEndpoint:input_type -> agtp.catalog.v1.DeleteEndpointRequest
+	9,  // 26: agtp.catalog.v1.CatalogService.GetSnapshot:output_type -> agtp.catalog.v1.GetSnapshotResponse
+	11, // 27: agtp.catalog.v1.CatalogService.WatchSnapshot:output_type -> agtp.catalog.v1.WatchSnapshotResponse
+	13, // 28: agtp.catalog.v1.CatalogService.ResolveRoute:output_type -> agtp.catalog.v1.ResolveRouteResponse
+	15, // 29: agtp.catalog.v1.CatalogService.GetManifest:output_type -> agtp.catalog.v1.GetManifestResponse
+	17, // 30: agtp.catalog.v1.CatalogService.ListMethods:output_type -> agtp.catalog.v1.ListMethodsResponse
+	19, // 31: agtp.catalog.v1.CatalogService.PutEndpoint:output_type -> agtp.catalog.v1.PutEndpointResponse
+	21, // 32: agtp.catalog.v1.CatalogService.DeleteEndpoint:output_type -> agtp.catalog.v1.DeleteEndpointResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_agtp_catalog_v1_catalog_proto_init() }

@@ -137,6 +137,56 @@ func (LifecycleTransition) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{1}
 }
 
+// SessionStatus is where a session stands after SUSPEND or RESUME.
+type SessionStatus int32
+
+const (
+	SessionStatus_SESSION_STATUS_UNSPECIFIED SessionStatus = 0
+	SessionStatus_SESSION_STATUS_ACTIVE      SessionStatus = 1
+	SessionStatus_SESSION_STATUS_SUSPENDED   SessionStatus = 2
+)
+
+// Enum value maps for SessionStatus.
+var (
+	SessionStatus_name = map[int32]string{
+		0: "SESSION_STATUS_UNSPECIFIED",
+		1: "SESSION_STATUS_ACTIVE",
+		2: "SESSION_STATUS_SUSPENDED",
+	}
+	SessionStatus_value = map[string]int32{
+		"SESSION_STATUS_UNSPECIFIED": 0,
+		"SESSION_STATUS_ACTIVE":      1,
+		"SESSION_STATUS_SUSPENDED":   2,
+	}
+)
+
+func (x SessionStatus) Enum() *SessionStatus {
+	p := new(SessionStatus)
+	*p = x
+	return p
+}
+
+func (x SessionStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_identity_v1_identity_proto_enumTypes[2].Descriptor()
+}
+
+func (SessionStatus) Type() protoreflect.EnumType {
+	return &file_agtp_identity_v1_identity_proto_enumTypes[2]
+}
+
+func (x SessionStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionStatus.Descriptor instead.
+func (SessionStatus) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{2}
+}
+
 // AgentRecord is the registry's view of one agent.
 type AgentRecord struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -340,12 +390,19 @@ func (x *AgentRecord) GetIssuerPublicKey() []byte {
 
 // RegisterGenesisRequest carries a signed Agent Genesis as JSON.
 type RegisterGenesisRequest struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	GenesisJson []byte                 `protobuf:"bytes,1,opt,name=genesis_json,json=genesisJson,proto3" json:"genesis_json,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Genesis as bytes; honoured when genesis is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	GenesisJson []byte `protobuf:"bytes,1,opt,name=genesis_json,json=genesisJson,proto3" json:"genesis_json,omitempty"`
 	// The agent label (Form 3/4 name).
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Registers in state active at once (an implicit ACTIVATE).
-	Activate      bool `protobuf:"varint,3,opt,name=activate,proto3" json:"activate,omitempty"`
+	Activate bool `protobuf:"varint,3,opt,name=activate,proto3" json:"activate,omitempty"`
+	// The signed Agent Genesis, exactly as signed (a string, not a
+	// google.protobuf.Struct: the signature covers these bytes); taken over
+	// genesis_json.
+	Genesis       string `protobuf:"bytes,4,opt,name=genesis,proto3" json:"genesis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +437,7 @@ func (*RegisterGenesisRequest) Descriptor() ([]byte, []int) {
 	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{1}
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *RegisterGenesisRequest) GetGenesisJson() []byte {
 	if x != nil {
 		return x.GenesisJson
@@ -399,6 +457,13 @@ func (x *RegisterGenesisRequest) GetActivate() bool {
 		return x.Activate
 	}
 	return false
+}
+
+func (x *RegisterGenesisRequest) GetGenesis() string {
+	if x != nil {
+		return x.Genesis
+	}
+	return ""
 }
 
 // RegisterGenesisResponse returns the canonical Agent-ID and record.
@@ -645,9 +710,14 @@ func (x *GetIdentityDocumentRequest) GetMethods() []string {
 
 // GetIdentityDocumentResponse carries the signed document.
 type GetIdentityDocumentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContentType   string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	DocumentJson  []byte                 `protobuf:"bytes,2,opt,name=document_json,json=documentJson,proto3" json:"document_json,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContentType string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The document as bytes; document is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	DocumentJson []byte `protobuf:"bytes,2,opt,name=document_json,json=documentJson,proto3" json:"document_json,omitempty"`
+	// The signed document exactly as signed.
+	Document      string `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,11 +759,19 @@ func (x *GetIdentityDocumentResponse) GetContentType() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *GetIdentityDocumentResponse) GetDocumentJson() []byte {
 	if x != nil {
 		return x.DocumentJson
 	}
 	return nil
+}
+
+func (x *GetIdentityDocumentResponse) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
 }
 
 // GetGenesisRequest names an agent.
@@ -743,8 +821,13 @@ func (x *GetGenesisRequest) GetAgentId() string {
 
 // GetGenesisResponse carries the Genesis exactly as registered.
 type GetGenesisResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GenesisJson   []byte                 `protobuf:"bytes,1,opt,name=genesis_json,json=genesisJson,proto3" json:"genesis_json,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Genesis as bytes; genesis is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	GenesisJson []byte `protobuf:"bytes,1,opt,name=genesis_json,json=genesisJson,proto3" json:"genesis_json,omitempty"`
+	// The signed Genesis exactly as registered.
+	Genesis       string `protobuf:"bytes,2,opt,name=genesis,proto3" json:"genesis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,11 +862,19 @@ func (*GetGenesisResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_identity_v1_identity_proto_rawDescGZIP(), []int{8}
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *GetGenesisResponse) GetGenesisJson() []byte {
 	if x != nil {
 		return x.GenesisJson
 	}
 	return nil
+}
+
+func (x *GetGenesisResponse) GetGenesis() string {
+	if x != nil {
+		return x.Genesis
+	}
+	return ""
 }
 
 // ListAgentsRequest filters the directory.
@@ -1243,9 +1334,14 @@ func (*GetNamespaceDocumentRequest) Descriptor() ([]byte, []int) {
 
 // GetNamespaceDocumentResponse carries the signed namespace document.
 type GetNamespaceDocumentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContentType   string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	DocumentJson  []byte                 `protobuf:"bytes,2,opt,name=document_json,json=documentJson,proto3" json:"document_json,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContentType string                 `protobuf:"bytes,1,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The document as bytes; document is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	DocumentJson []byte `protobuf:"bytes,2,opt,name=document_json,json=documentJson,proto3" json:"document_json,omitempty"`
+	// The signed document exactly as signed.
+	Document      string `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1287,11 +1383,19 @@ func (x *GetNamespaceDocumentResponse) GetContentType() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *GetNamespaceDocumentResponse) GetDocumentJson() []byte {
 	if x != nil {
 		return x.DocumentJson
 	}
 	return nil
+}
+
+func (x *GetNamespaceDocumentResponse) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
 }
 
 // SuspendSessionRequest names a session of the calling agent.
@@ -1304,10 +1408,16 @@ type SuspendSessionRequest struct {
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When the session expires unless resumed; empty means the default.
 	ResumeBy *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resume_by,json=resumeBy,proto3" json:"resume_by,omitempty"`
-	// Kept for the suspension's duration and returned on resume.
+	// The checkpoint as bytes; honoured when checkpoint is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 	CheckpointJson []byte `protobuf:"bytes,5,opt,name=checkpoint_json,json=checkpointJson,proto3" json:"checkpoint_json,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A JSON value, kept for the suspension's duration and returned on
+	// resume as it was sent (any JSON value, so a string rather than a
+	// google.protobuf.Struct); taken over checkpoint_json.
+	Checkpoint    string `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SuspendSessionRequest) Reset() {
@@ -1368,11 +1478,19 @@ func (x *SuspendSessionRequest) GetResumeBy() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *SuspendSessionRequest) GetCheckpointJson() []byte {
 	if x != nil {
 		return x.CheckpointJson
 	}
 	return nil
+}
+
+func (x *SuspendSessionRequest) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
 }
 
 // SuspendSessionResponse is core §7.2.12's response body.
@@ -1383,9 +1501,14 @@ type SuspendSessionResponse struct {
 	// 128 CSPRNG bits, base64url; single use. Only its hash is stored.
 	ResumptionNonce string                 `protobuf:"bytes,3,opt,name=resumption_nonce,json=resumptionNonce,proto3" json:"resumption_nonce,omitempty"`
 	ResumeBy        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=resume_by,json=resumeBy,proto3" json:"resume_by,omitempty"`
-	Status          string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// "suspended"; session_status is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// SESSION_STATUS_SUSPENDED.
+	SessionStatus SessionStatus `protobuf:"varint,6,opt,name=session_status,json=sessionStatus,proto3,enum=agtp.identity.v1.SessionStatus" json:"session_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SuspendSessionResponse) Reset() {
@@ -1446,11 +1569,19 @@ func (x *SuspendSessionResponse) GetResumeBy() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *SuspendSessionResponse) GetStatus() string {
 	if x != nil {
 		return x.Status
 	}
 	return ""
+}
+
+func (x *SuspendSessionResponse) GetSessionStatus() SessionStatus {
+	if x != nil {
+		return x.SessionStatus
+	}
+	return SessionStatus_SESSION_STATUS_UNSPECIFIED
 }
 
 // ResumeSessionRequest presents the nonce of a suspension.
@@ -1516,13 +1647,23 @@ func (x *ResumeSessionRequest) GetResumptionNonce() string {
 
 // ResumeSessionResponse returns the checkpoint kept for the session.
 type ResumeSessionResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	SuspensionId   string                 `protobuf:"bytes,2,opt,name=suspension_id,json=suspensionId,proto3" json:"suspension_id,omitempty"`
-	Status         string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	CheckpointJson []byte                 `protobuf:"bytes,4,opt,name=checkpoint_json,json=checkpointJson,proto3" json:"checkpoint_json,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SuspensionId string                 `protobuf:"bytes,2,opt,name=suspension_id,json=suspensionId,proto3" json:"suspension_id,omitempty"`
+	// "active"; session_status is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	Status string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// The checkpoint as bytes; checkpoint is the same value.
+	//
+	// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
+	CheckpointJson []byte `protobuf:"bytes,4,opt,name=checkpoint_json,json=checkpointJson,proto3" json:"checkpoint_json,omitempty"`
+	// SESSION_STATUS_ACTIVE.
+	SessionStatus SessionStatus `protobuf:"varint,5,opt,name=session_status,json=sessionStatus,proto3,enum=agtp.identity.v1.SessionStatus" json:"session_status,omitempty"`
+	// The checkpoint SUSPEND kept, as it was sent; empty when none.
+	Checkpoint    string `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeSessionResponse) Reset() {
@@ -1569,6 +1710,7 @@ func (x *ResumeSessionResponse) GetSuspensionId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *ResumeSessionResponse) GetStatus() string {
 	if x != nil {
 		return x.Status
@@ -1576,11 +1718,26 @@ func (x *ResumeSessionResponse) GetStatus() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/identity/v1/identity.proto.
 func (x *ResumeSessionResponse) GetCheckpointJson() []byte {
 	if x != nil {
 		return x.CheckpointJson
 	}
 	return nil
+}
+
+func (x *ResumeSessionResponse) GetSessionStatus() SessionStatus {
+	if x != nil {
+		return x.SessionStatus
+	}
+	return SessionStatus_SESSION_STATUS_UNSPECIFIED
+}
+
+func (x *ResumeSessionResponse) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
 }
 
 // IssueAgentCertificateRequest asks for an Agent Certificate for the key
@@ -1757,11 +1914,12 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\twildcards\x18\x11 \x01(\bR\twildcards\x12\x12\n" +
 	"\x04role\x18\x12 \x01(\tR\x04role\x12\x1a\n" +
 	"\brevision\x18\x13 \x01(\x04R\brevision\x12*\n" +
-	"\x11issuer_public_key\x18\x14 \x01(\fR\x0fissuerPublicKey\"k\n" +
-	"\x16RegisterGenesisRequest\x12!\n" +
-	"\fgenesis_json\x18\x01 \x01(\fR\vgenesisJson\x12\x12\n" +
+	"\x11issuer_public_key\x18\x14 \x01(\fR\x0fissuerPublicKey\"\x89\x01\n" +
+	"\x16RegisterGenesisRequest\x12%\n" +
+	"\fgenesis_json\x18\x01 \x01(\fB\x02\x18\x01R\vgenesisJson\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bactivate\x18\x03 \x01(\bR\bactivate\"N\n" +
+	"\bactivate\x18\x03 \x01(\bR\bactivate\x12\x18\n" +
+	"\agenesis\x18\x04 \x01(\tR\agenesis\"N\n" +
 	"\x17RegisterGenesisResponse\x123\n" +
 	"\x05agent\x18\x01 \x01(\v2\x1d.agtp.identity.v1.AgentRecordR\x05agent\"\xab\x01\n" +
 	"\x13ResolveAgentRequest\x12\x19\n" +
@@ -1776,14 +1934,16 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1aGetIdentityDocumentRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x18\n" +
-	"\amethods\x18\x03 \x03(\tR\amethods\"e\n" +
+	"\amethods\x18\x03 \x03(\tR\amethods\"\x85\x01\n" +
 	"\x1bGetIdentityDocumentResponse\x12!\n" +
-	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
-	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson\".\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12'\n" +
+	"\rdocument_json\x18\x02 \x01(\fB\x02\x18\x01R\fdocumentJson\x12\x1a\n" +
+	"\bdocument\x18\x03 \x01(\tR\bdocument\".\n" +
 	"\x11GetGenesisRequest\x12\x19\n" +
-	"\bagent_id\x18\x01 \x01(\tR\aagentId\"7\n" +
-	"\x12GetGenesisResponse\x12!\n" +
-	"\fgenesis_json\x18\x01 \x01(\fR\vgenesisJson\"p\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\"U\n" +
+	"\x12GetGenesisResponse\x12%\n" +
+	"\fgenesis_json\x18\x01 \x01(\fB\x02\x18\x01R\vgenesisJson\x12\x18\n" +
+	"\agenesis\x18\x02 \x01(\tR\agenesis\"p\n" +
 	"\x11ListAgentsRequest\x12\x1f\n" +
 	"\vactive_only\x18\x01 \x01(\bR\n" +
 	"activeOnly\x12\x1b\n" +
@@ -1819,35 +1979,44 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x06resync\x18\x03 \x01(\bR\x06resync\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\"\x1d\n" +
-	"\x1bGetNamespaceDocumentRequest\"f\n" +
+	"\x1bGetNamespaceDocumentRequest\"\x86\x01\n" +
 	"\x1cGetNamespaceDocumentResponse\x12!\n" +
-	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12#\n" +
-	"\rdocument_json\x18\x02 \x01(\fR\fdocumentJson\"\xcb\x01\n" +
+	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12'\n" +
+	"\rdocument_json\x18\x02 \x01(\fB\x02\x18\x01R\fdocumentJson\x12\x1a\n" +
+	"\bdocument\x18\x03 \x01(\tR\bdocument\"\xef\x01\n" +
 	"\x15SuspendSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x127\n" +
-	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12'\n" +
-	"\x0fcheckpoint_json\x18\x05 \x01(\fR\x0echeckpointJson\"\xd8\x01\n" +
+	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12+\n" +
+	"\x0fcheckpoint_json\x18\x05 \x01(\fB\x02\x18\x01R\x0echeckpointJson\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\tR\n" +
+	"checkpoint\"\xa4\x02\n" +
 	"\x16SuspendSessionResponse\x12#\n" +
 	"\rsuspension_id\x18\x01 \x01(\tR\fsuspensionId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12)\n" +
 	"\x10resumption_nonce\x18\x03 \x01(\tR\x0fresumptionNonce\x127\n" +
-	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12\x16\n" +
-	"\x06status\x18\x05 \x01(\tR\x06status\"{\n" +
+	"\tresume_by\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bresumeBy\x12\x1a\n" +
+	"\x06status\x18\x05 \x01(\tB\x02\x18\x01R\x06status\x12F\n" +
+	"\x0esession_status\x18\x06 \x01(\x0e2\x1f.agtp.identity.v1.SessionStatusR\rsessionStatus\"{\n" +
 	"\x14ResumeSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12)\n" +
-	"\x10resumption_nonce\x18\x03 \x01(\tR\x0fresumptionNonce\"\x9c\x01\n" +
+	"\x10resumption_nonce\x18\x03 \x01(\tR\x0fresumptionNonce\"\x8c\x02\n" +
 	"\x15ResumeSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
-	"\rsuspension_id\x18\x02 \x01(\tR\fsuspensionId\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\tR\x06status\x12'\n" +
-	"\x0fcheckpoint_json\x18\x04 \x01(\fR\x0echeckpointJson\"\xa1\x01\n" +
+	"\rsuspension_id\x18\x02 \x01(\tR\fsuspensionId\x12\x1a\n" +
+	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12+\n" +
+	"\x0fcheckpoint_json\x18\x04 \x01(\fB\x02\x18\x01R\x0echeckpointJson\x12F\n" +
+	"\x0esession_status\x18\x05 \x01(\x0e2\x1f.agtp.identity.v1.SessionStatusR\rsessionStatus\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\tR\n" +
+	"checkpoint\"\xa1\x01\n" +
 	"\x1cIssueAgentCertificateRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x10\n" +
 	"\x03csr\x18\x02 \x01(\fR\x03csr\x12)\n" +
@@ -1869,7 +2038,11 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1fLIFECYCLE_TRANSITION_DEACTIVATE\x10\x02\x12\"\n" +
 	"\x1eLIFECYCLE_TRANSITION_REINSTATE\x10\x03\x12\x1f\n" +
 	"\x1bLIFECYCLE_TRANSITION_REVOKE\x10\x04\x12\"\n" +
-	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x052\x88\t\n" +
+	"\x1eLIFECYCLE_TRANSITION_DEPRECATE\x10\x05*h\n" +
+	"\rSessionStatus\x12\x1e\n" +
+	"\x1aSESSION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SESSION_STATUS_ACTIVE\x10\x01\x12\x1c\n" +
+	"\x18SESSION_STATUS_SUSPENDED\x10\x022\x88\t\n" +
 	"\x0fIdentityService\x12f\n" +
 	"\x0fRegisterGenesis\x12(.agtp.identity.v1.RegisterGenesisRequest\x1a).agtp.identity.v1.RegisterGenesisResponse\x12]\n" +
 	"\fResolveAgent\x12%.agtp.identity.v1.ResolveAgentRequest\x1a&.agtp.identity.v1.ResolveAgentResponse\x12r\n" +
@@ -1897,80 +2070,83 @@ func file_agtp_identity_v1_identity_proto_rawDescGZIP() []byte {
 	return file_agtp_identity_v1_identity_proto_rawDescData
 }
 
-var file_agtp_identity_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agtp_identity_v1_identity_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_agtp_identity_v1_identity_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_agtp_identity_v1_identity_proto_goTypes = []any{
 	(AgentStatus)(0),                      // 0: agtp.identity.v1.AgentStatus
 	(LifecycleTransition)(0),              // 1: agtp.identity.v1.LifecycleTransition
-	(*AgentRecord)(nil),                   // 2: agtp.identity.v1.AgentRecord
-	(*RegisterGenesisRequest)(nil),        // 3: agtp.identity.v1.RegisterGenesisRequest
-	(*RegisterGenesisResponse)(nil),       // 4: agtp.identity.v1.RegisterGenesisResponse
-	(*ResolveAgentRequest)(nil),           // 5: agtp.identity.v1.ResolveAgentRequest
-	(*ResolveAgentResponse)(nil),          // 6: agtp.identity.v1.ResolveAgentResponse
-	(*GetIdentityDocumentRequest)(nil),    // 7: agtp.identity.v1.GetIdentityDocumentRequest
-	(*GetIdentityDocumentResponse)(nil),   // 8: agtp.identity.v1.GetIdentityDocumentResponse
-	(*GetGenesisRequest)(nil),             // 9: agtp.identity.v1.GetGenesisRequest
-	(*GetGenesisResponse)(nil),            // 10: agtp.identity.v1.GetGenesisResponse
-	(*ListAgentsRequest)(nil),             // 11: agtp.identity.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),            // 12: agtp.identity.v1.ListAgentsResponse
-	(*TransitionLifecycleRequest)(nil),    // 13: agtp.identity.v1.TransitionLifecycleRequest
-	(*TransitionLifecycleResponse)(nil),   // 14: agtp.identity.v1.TransitionLifecycleResponse
-	(*WatchAgentsRequest)(nil),            // 15: agtp.identity.v1.WatchAgentsRequest
-	(*WatchAgentsResponse)(nil),           // 16: agtp.identity.v1.WatchAgentsResponse
-	(*GetNamespaceDocumentRequest)(nil),   // 17: agtp.identity.v1.GetNamespaceDocumentRequest
-	(*GetNamespaceDocumentResponse)(nil),  // 18: agtp.identity.v1.GetNamespaceDocumentResponse
-	(*SuspendSessionRequest)(nil),         // 19: agtp.identity.v1.SuspendSessionRequest
-	(*SuspendSessionResponse)(nil),        // 20: agtp.identity.v1.SuspendSessionResponse
-	(*ResumeSessionRequest)(nil),          // 21: agtp.identity.v1.ResumeSessionRequest
-	(*ResumeSessionResponse)(nil),         // 22: agtp.identity.v1.ResumeSessionResponse
-	(*IssueAgentCertificateRequest)(nil),  // 23: agtp.identity.v1.IssueAgentCertificateRequest
-	(*IssueAgentCertificateResponse)(nil), // 24: agtp.identity.v1.IssueAgentCertificateResponse
-	(*timestamppb.Timestamp)(nil),         // 25: google.protobuf.Timestamp
+	(SessionStatus)(0),                    // 2: agtp.identity.v1.SessionStatus
+	(*AgentRecord)(nil),                   // 3: agtp.identity.v1.AgentRecord
+	(*RegisterGenesisRequest)(nil),        // 4: agtp.identity.v1.RegisterGenesisRequest
+	(*RegisterGenesisResponse)(nil),       // 5: agtp.identity.v1.RegisterGenesisResponse
+	(*ResolveAgentRequest)(nil),           // 6: agtp.identity.v1.ResolveAgentRequest
+	(*ResolveAgentResponse)(nil),          // 7: agtp.identity.v1.ResolveAgentResponse
+	(*GetIdentityDocumentRequest)(nil),    // 8: agtp.identity.v1.GetIdentityDocumentRequest
+	(*GetIdentityDocumentResponse)(nil),   // 9: agtp.identity.v1.GetIdentityDocumentResponse
+	(*GetGenesisRequest)(nil),             // 10: agtp.identity.v1.GetGenesisRequest
+	(*GetGenesisResponse)(nil),            // 11: agtp.identity.v1.GetGenesisResponse
+	(*ListAgentsRequest)(nil),             // 12: agtp.identity.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),            // 13: agtp.identity.v1.ListAgentsResponse
+	(*TransitionLifecycleRequest)(nil),    // 14: agtp.identity.v1.TransitionLifecycleRequest
+	(*TransitionLifecycleResponse)(nil),   // 15: agtp.identity.v1.TransitionLifecycleResponse
+	(*WatchAgentsRequest)(nil),            // 16: agtp.identity.v1.WatchAgentsRequest
+	(*WatchAgentsResponse)(nil),           // 17: agtp.identity.v1.WatchAgentsResponse
+	(*GetNamespaceDocumentRequest)(nil),   // 18: agtp.identity.v1.GetNamespaceDocumentRequest
+	(*GetNamespaceDocumentResponse)(nil),  // 19: agtp.identity.v1.GetNamespaceDocumentResponse
+	(*SuspendSessionRequest)(nil),         // 20: agtp.identity.v1.SuspendSessionRequest
+	(*SuspendSessionResponse)(nil),        // 21: agtp.identity.v1.SuspendSessionResponse
+	(*ResumeSessionRequest)(nil),          // 22: agtp.identity.v1.ResumeSessionRequest
+	(*ResumeSessionResponse)(nil),         // 23: agtp.identity.v1.ResumeSessionResponse
+	(*IssueAgentCertificateRequest)(nil),  // 24: agtp.identity.v1.IssueAgentCertificateRequest
+	(*IssueAgentCertificateResponse)(nil), // 25: agtp.identity.v1.IssueAgentCertificateResponse
+	(*timestamppb.Timestamp)(nil),         // 26: google.protobuf.Timestamp
 }
 var file_agtp_identity_v1_identity_proto_depIdxs = []int32{
 	0,  // 0: agtp.identity.v1.AgentRecord.status:type_name -> agtp.identity.v1.AgentStatus
-	25, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
-	25, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
-	25, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
-	2,  // 4: agtp.identity.v1.RegisterGenesisResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	2,  // 5: agtp.identity.v1.ResolveAgentResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	2,  // 6: agtp.identity.v1.ListAgentsResponse.agents:type_name -> agtp.identity.v1.AgentRecord
+	26, // 1: agtp.identity.v1.AgentRecord.issued_at:type_name -> google.protobuf.Timestamp
+	26, // 2: agtp.identity.v1.AgentRecord.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 3: agtp.identity.v1.AgentRecord.revoked_at:type_name -> google.protobuf.Timestamp
+	3,  // 4: agtp.identity.v1.RegisterGenesisResponse.agent:type_name -> agtp.identity.v1.AgentRecord
+	3,  // 5: agtp.identity.v1.ResolveAgentResponse.agent:type_name -> agtp.identity.v1.AgentRecord
+	3,  // 6: agtp.identity.v1.ListAgentsResponse.agents:type_name -> agtp.identity.v1.AgentRecord
 	1,  // 7: agtp.identity.v1.TransitionLifecycleRequest.transition:type_name -> agtp.identity.v1.LifecycleTransition
-	25, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
+	26, // 8: agtp.identity.v1.TransitionLifecycleRequest.migration_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 9: agtp.identity.v1.TransitionLifecycleResponse.status:type_name -> agtp.identity.v1.AgentStatus
 	0,  // 10: agtp.identity.v1.TransitionLifecycleResponse.previous_status:type_name -> agtp.identity.v1.AgentStatus
-	2,  // 11: agtp.identity.v1.TransitionLifecycleResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	2,  // 12: agtp.identity.v1.WatchAgentsResponse.agent:type_name -> agtp.identity.v1.AgentRecord
-	25, // 13: agtp.identity.v1.SuspendSessionRequest.resume_by:type_name -> google.protobuf.Timestamp
-	25, // 14: agtp.identity.v1.SuspendSessionResponse.resume_by:type_name -> google.protobuf.Timestamp
-	25, // 15: agtp.identity.v1.IssueAgentCertificateResponse.not_after:type_name -> google.protobuf.Timestamp
-	3,  // 16: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
-	5,  // 17: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
-	7,  // 18: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
-	9,  // 19: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
-	11, // 20: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
-	13, // 21: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
-	15, // 22: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
-	19, // 23: agtp.identity.v1.IdentityService.SuspendSession:input_type -> agtp.identity.v1.SuspendSessionRequest
-	21, // 24: agtp.identity.v1.IdentityService.ResumeSession:input_type -> agtp.identity.v1.ResumeSessionRequest
-	17, // 25: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
-	23, // 26: agtp.identity.v1.IdentityService.IssueAgentCertificate:input_type -> agtp.identity.v1.IssueAgentCertificateRequest
-	4,  // 27: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
-	6,  // 28: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
-	8,  // 29: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
-	10, // 30: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
-	12, // 31: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
-	14, // 32: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
-	16, // 33: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
-	20, // 34: agtp.identity.v1.IdentityService.SuspendSession:output_type -> agtp.identity.v1.SuspendSessionResponse
-	22, // 35: agtp.identity.v1.IdentityService.ResumeSession:output_type -> agtp.identity.v1.ResumeSessionResponse
-	18, // 36: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
-	24, // 37: agtp.identity.v1.IdentityService.IssueAgentCertificate:output_type -> agtp.identity.v1.IssueAgentCertificateResponse
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	3,  // 11: agtp.identity.v1.TransitionLifecycleResponse.agent:type_name -> agtp.identity.v1.AgentRecord
+	3,  // 12: agtp.identity.v1.WatchAgentsResponse.agent:type_name -> agtp.identity.v1.AgentRecord
+	26, // 13: agtp.identity.v1.SuspendSessionRequest.resume_by:type_name -> google.protobuf.Timestamp
+	26, // 14: agtp.identity.v1.SuspendSessionResponse.resume_by:type_name -> google.protobuf.Timestamp
+	2,  // 15: agtp.identity.v1.SuspendSessionResponse.session_status:type_name -> agtp.identity.v1.SessionStatus
+	2,  // 16: agtp.identity.v1.ResumeSessionResponse.session_status:type_name -> agtp.identity.v1.SessionStatus
+	26, // 17: agtp.identity.v1.IssueAgentCertificateResponse.not_after:type_name -> google.protobuf.Timestamp
+	4,  // 18: agtp.identity.v1.IdentityService.RegisterGenesis:input_type -> agtp.identity.v1.RegisterGenesisRequest
+	6,  // 19: agtp.identity.v1.IdentityService.ResolveAgent:input_type -> agtp.identity.v1.ResolveAgentRequest
+	8,  // 20: agtp.identity.v1.IdentityService.GetIdentityDocument:input_type -> agtp.identity.v1.GetIdentityDocumentRequest
+	10, // 21: agtp.identity.v1.IdentityService.GetGenesis:input_type -> agtp.identity.v1.GetGenesisRequest
+	12, // 22: agtp.identity.v1.IdentityService.ListAgents:input_type -> agtp.identity.v1.ListAgentsRequest
+	14, // 23: agtp.identity.v1.IdentityService.TransitionLifecycle:input_type -> agtp.identity.v1.TransitionLifecycleRequest
+	16, // 24: agtp.identity.v1.IdentityService.WatchAgents:input_type -> agtp.identity.v1.WatchAgentsRequest
+	20, // 25: agtp.identity.v1.IdentityService.SuspendSession:input_type -> agtp.identity.v1.SuspendSessionRequest
+	22, // 26: agtp.identity.v1.IdentityService.ResumeSession:input_type -> agtp.identity.v1.ResumeSessionRequest
+	18, // 27: agtp.identity.v1.IdentityService.GetNamespaceDocument:input_type -> agtp.identity.v1.GetNamespaceDocumentRequest
+	24, // 28: agtp.identity.v1.IdentityService.IssueAgentCertificate:input_type -> agtp.identity.v1.IssueAgentCertificateRequest
+	5,  // 29: agtp.identity.v1.IdentityService.RegisterGenesis:output_type -> agtp.identity.v1.RegisterGenesisResponse
+	7,  // 30: agtp.identity.v1.IdentityService.ResolveAgent:output_type -> agtp.identity.v1.ResolveAgentResponse
+	9,  // 31: agtp.identity.v1.IdentityService.GetIdentityDocument:output_type -> agtp.identity.v1.GetIdentityDocumentResponse
+	11, // 32: agtp.identity.v1.IdentityService.GetGenesis:output_type -> agtp.identity.v1.GetGenesisResponse
+	13, // 33: agtp.identity.v1.IdentityService.ListAgents:output_type -> agtp.identity.v1.ListAgentsResponse
+	15, // 34: agtp.identity.v1.IdentityService.TransitionLifecycle:output_type -> agtp.identity.v1.TransitionLifecycleResponse
+	17, // 35: agtp.identity.v1.IdentityService.WatchAgents:output_type -> agtp.identity.v1.WatchAgentsResponse
+	21, // 36: agtp.identity.v1.IdentityService.SuspendSession:output_type -> agtp.identity.v1.SuspendSessionResponse
+	23, // 37: agtp.identity.v1.IdentityService.ResumeSession:output_type -> agtp.identity.v1.ResumeSessionResponse
+	19, // 38: agtp.identity.v1.IdentityService.GetNamespaceDocument:output_type -> agtp.identity.v1.GetNamespaceDocumentResponse
+	25, // 39: agtp.identity.v1.IdentityService.IssueAgentCertificate:output_type -> agtp.identity.v1.IssueAgentCertificateResponse
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_agtp_identity_v1_identity_proto_init() }
@@ -1983,7 +2159,7 @@ func file_agtp_identity_v1_identity_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_identity_v1_identity_proto_rawDesc), len(file_agtp_identity_v1_identity_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -9,6 +9,7 @@ package rcnsv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -214,6 +215,60 @@ func (GateOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{2}
 }
 
+// SweepOutcome is what a stale sweep did to one contract
+// (AGTP-API §10.1.4.1).
+type SweepOutcome int32
+
+const (
+	SweepOutcome_SWEEP_OUTCOME_UNSPECIFIED   SweepOutcome = 0
+	SweepOutcome_SWEEP_OUTCOME_UNCHANGED     SweepOutcome = 1
+	SweepOutcome_SWEEP_OUTCOME_GRANDFATHERED SweepOutcome = 2
+	SweepOutcome_SWEEP_OUTCOME_EVICTED       SweepOutcome = 3
+)
+
+// Enum value maps for SweepOutcome.
+var (
+	SweepOutcome_name = map[int32]string{
+		0: "SWEEP_OUTCOME_UNSPECIFIED",
+		1: "SWEEP_OUTCOME_UNCHANGED",
+		2: "SWEEP_OUTCOME_GRANDFATHERED",
+		3: "SWEEP_OUTCOME_EVICTED",
+	}
+	SweepOutcome_value = map[string]int32{
+		"SWEEP_OUTCOME_UNSPECIFIED":   0,
+		"SWEEP_OUTCOME_UNCHANGED":     1,
+		"SWEEP_OUTCOME_GRANDFATHERED": 2,
+		"SWEEP_OUTCOME_EVICTED":       3,
+	}
+)
+
+func (x SweepOutcome) Enum() *SweepOutcome {
+	p := new(SweepOutcome)
+	*p = x
+	return p
+}
+
+func (x SweepOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SweepOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_rcns_v1_rcns_proto_enumTypes[3].Descriptor()
+}
+
+func (SweepOutcome) Type() protoreflect.EnumType {
+	return &file_agtp_rcns_v1_rcns_proto_enumTypes[3]
+}
+
+func (x SweepOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SweepOutcome.Descriptor instead.
+func (SweepOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{3}
+}
+
 // Caller is what rcnssvc needs to know about the requesting agent.
 type Caller struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -312,17 +367,28 @@ type Contract struct {
 	//
 	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	State string `protobuf:"bytes,13,opt,name=state,proto3" json:"state,omitempty"`
-	// The instantiated AGTP-API endpoint definition.
+	// The instantiated AGTP-API endpoint definition as bytes; endpoint is
+	// the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	EndpointJson []byte `protobuf:"bytes,14,opt,name=endpoint_json,json=endpointJson,proto3" json:"endpoint_json,omitempty"`
 	// The recipe captured at synthesis time (the steps to run); the contract
 	// keeps running under it even after the recipe is edited (AGTP-API §10.5).
 	// Format: rcnssvc/recipe.Recipe.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	RecipeJson []byte `protobuf:"bytes,15,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
 	// Why the contract left the active state (revoke or release reason,
 	// expired, policy-change-invalidation).
 	StateReason string `protobuf:"bytes,16,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	// The state (state as an enum).
 	ContractState ContractState `protobuf:"varint,17,opt,name=contract_state,json=contractState,proto3,enum=agtp.rcns.v1.ContractState" json:"contract_state,omitempty"`
+	// The instantiated AGTP-API endpoint definition, exactly as captured:
+	// the front door compiles it when the contract is presented, so it
+	// travels as the bytes it is read from rather than a Struct.
+	Endpoint string `protobuf:"bytes,18,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// The recipe captured at synthesis time (recipe_json), as captured.
+	Recipe        string `protobuf:"bytes,19,opt,name=recipe,proto3" json:"recipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +515,7 @@ func (x *Contract) GetState() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *Contract) GetEndpointJson() []byte {
 	if x != nil {
 		return x.EndpointJson
@@ -456,6 +523,7 @@ func (x *Contract) GetEndpointJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *Contract) GetRecipeJson() []byte {
 	if x != nil {
 		return x.RecipeJson
@@ -477,15 +545,35 @@ func (x *Contract) GetContractState() ContractState {
 	return ContractState_CONTRACT_STATE_UNSPECIFIED
 }
 
+func (x *Contract) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *Contract) GetRecipe() string {
+	if x != nil {
+		return x.Recipe
+	}
+	return ""
+}
+
 // ProposeRequest carries a PROPOSE body.
 type ProposeRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Caller *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	// The request's parameters object as JSON (either parameter set).
+	// The request's parameters object as JSON bytes; honoured when
+	// parameters is unset.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	ParametersJson []byte `protobuf:"bytes,2,opt,name=parameters_json,json=parametersJson,proto3" json:"parameters_json,omitempty"`
 	NegotiationId  string `protobuf:"bytes,3,opt,name=negotiation_id,json=negotiationId,proto3" json:"negotiation_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The request's parameters object as JSON (either parameter set), as
+	// the agent sent it; taken over parameters_json.
+	Parameters    string `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProposeRequest) Reset() {
@@ -525,6 +613,7 @@ func (x *ProposeRequest) GetCaller() *Caller {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *ProposeRequest) GetParametersJson() []byte {
 	if x != nil {
 		return x.ParametersJson
@@ -539,16 +628,28 @@ func (x *ProposeRequest) GetNegotiationId() string {
 	return ""
 }
 
+func (x *ProposeRequest) GetParameters() string {
+	if x != nil {
+		return x.Parameters
+	}
+	return ""
+}
+
 // ProposeResponse is the evaluation.
 type ProposeResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Outcome ProposeOutcome         `protobuf:"varint,1,opt,name=outcome,proto3,enum=agtp.rcns.v1.ProposeOutcome" json:"outcome,omitempty"`
 	Status  int32                  `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
-	// The full response body as JSON.
+	// The full response body as JSON bytes; body is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	BodyJson      []byte    `protobuf:"bytes,3,opt,name=body_json,json=bodyJson,proto3" json:"body_json,omitempty"`
 	NegotiationId string    `protobuf:"bytes,4,opt,name=negotiation_id,json=negotiationId,proto3" json:"negotiation_id,omitempty"`
 	Contract      *Contract `protobuf:"bytes,5,opt,name=contract,proto3" json:"contract,omitempty"`
 	ProposalId    string    `protobuf:"bytes,6,opt,name=proposal_id,json=proposalId,proto3" json:"proposal_id,omitempty"`
+	// The full AGTP response body as JSON, exactly as the front door sends
+	// it to the agent.
+	Body          string `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,6 +698,7 @@ func (x *ProposeResponse) GetStatus() int32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *ProposeResponse) GetBodyJson() []byte {
 	if x != nil {
 		return x.BodyJson
@@ -621,6 +723,13 @@ func (x *ProposeResponse) GetContract() *Contract {
 func (x *ProposeResponse) GetProposalId() string {
 	if x != nil {
 		return x.ProposalId
+	}
+	return ""
+}
+
+func (x *ProposeResponse) GetBody() string {
+	if x != nil {
+		return x.Body
 	}
 	return ""
 }
@@ -1428,7 +1537,10 @@ func (x *RevokeStaleContractsResponse) GetMode() string {
 type StaleContract struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	SynthesisId string                 `protobuf:"bytes,1,opt,name=synthesis_id,json=synthesisId,proto3" json:"synthesis_id,omitempty"`
-	// unchanged, grandfathered or evicted.
+	// unchanged, grandfathered or evicted; sweep_outcome is the same as an
+	// enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	Outcome    string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	RecipeName string `protobuf:"bytes,3,opt,name=recipe_name,json=recipeName,proto3" json:"recipe_name,omitempty"`
 	// The recipe version the contract captured.
@@ -1439,8 +1551,10 @@ type StaleContract struct {
 	// yet: the eviction stands (a presentation gets 404) and the next sweep
 	// emits the event.
 	ReleasePending bool `protobuf:"varint,6,opt,name=release_pending,json=releasePending,proto3" json:"release_pending,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The outcome (outcome as an enum).
+	SweepOutcome  SweepOutcome `protobuf:"varint,7,opt,name=sweep_outcome,json=sweepOutcome,proto3,enum=agtp.rcns.v1.SweepOutcome" json:"sweep_outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StaleContract) Reset() {
@@ -1480,6 +1594,7 @@ func (x *StaleContract) GetSynthesisId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *StaleContract) GetOutcome() string {
 	if x != nil {
 		return x.Outcome
@@ -1513,6 +1628,13 @@ func (x *StaleContract) GetReleasePending() bool {
 		return x.ReleasePending
 	}
 	return false
+}
+
+func (x *StaleContract) GetSweepOutcome() SweepOutcome {
+	if x != nil {
+		return x.SweepOutcome
+	}
+	return SweepOutcome_SWEEP_OUTCOME_UNSPECIFIED
 }
 
 // GetAttemptRequest names an attempt.
@@ -1562,8 +1684,13 @@ func (x *GetAttemptRequest) GetAttemptId() string {
 
 // GetAttemptResponse returns the attempt record as JSON.
 type GetAttemptResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AttemptJson   []byte                 `protobuf:"bytes,1,opt,name=attempt_json,json=attemptJson,proto3" json:"attempt_json,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt as JSON bytes; attempt is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
+	AttemptJson []byte `protobuf:"bytes,1,opt,name=attempt_json,json=attemptJson,proto3" json:"attempt_json,omitempty"`
+	// The attempt record.
+	Attempt       *structpb.Struct `protobuf:"bytes,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1598,9 +1725,17 @@ func (*GetAttemptResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{18}
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *GetAttemptResponse) GetAttemptJson() []byte {
 	if x != nil {
 		return x.AttemptJson
+	}
+	return nil
+}
+
+func (x *GetAttemptResponse) GetAttempt() *structpb.Struct {
+	if x != nil {
+		return x.Attempt
 	}
 	return nil
 }
@@ -1665,11 +1800,15 @@ type ListPatternsResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RcnsEnabled bool                   `protobuf:"varint,1,opt,name=rcns_enabled,json=rcnsEnabled,proto3" json:"rcns_enabled,omitempty"`
 	Patterns    []*Pattern             `protobuf:"bytes,2,rep,name=patterns,proto3" json:"patterns,omitempty"`
-	// The DISCOVER /patterns body of this page as JSON:
-	// {"rcns_enabled", "patterns"}.
+	// The DISCOVER /patterns body as JSON bytes; body is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 	BodyJson []byte `protobuf:"bytes,3,opt,name=body_json,json=bodyJson,proto3" json:"body_json,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The DISCOVER /patterns body of this page as JSON:
+	// {"rcns_enabled", "patterns"}, exactly as the front door sends it.
+	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1718,6 +1857,7 @@ func (x *ListPatternsResponse) GetPatterns() []*Pattern {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *ListPatternsResponse) GetBodyJson() []byte {
 	if x != nil {
 		return x.BodyJson
@@ -1728,6 +1868,13 @@ func (x *ListPatternsResponse) GetBodyJson() []byte {
 func (x *ListPatternsResponse) GetNextPageToken() string {
 	if x != nil {
 		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListPatternsResponse) GetBody() string {
+	if x != nil {
+		return x.Body
 	}
 	return ""
 }
@@ -1907,9 +2054,14 @@ func (x *GetRecipeRequest) GetRecipeVersion() string {
 
 // GetRecipeResponse carries the recipe (rcnssvc/recipe.Recipe as JSON).
 type GetRecipeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RecipeJson    []byte                 `protobuf:"bytes,1,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
-	RecipeVersion string                 `protobuf:"bytes,2,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The recipe as JSON bytes; recipe is the same document.
+	//
+	// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
+	RecipeJson    []byte `protobuf:"bytes,1,opt,name=recipe_json,json=recipeJson,proto3" json:"recipe_json,omitempty"`
+	RecipeVersion string `protobuf:"bytes,2,opt,name=recipe_version,json=recipeVersion,proto3" json:"recipe_version,omitempty"`
+	// The recipe (rcnssvc/recipe.Recipe).
+	Recipe        *structpb.Struct `protobuf:"bytes,3,opt,name=recipe,proto3" json:"recipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1944,6 +2096,7 @@ func (*GetRecipeResponse) Descriptor() ([]byte, []int) {
 	return file_agtp_rcns_v1_rcns_proto_rawDescGZIP(), []int{23}
 }
 
+// Deprecated: Marked as deprecated in agtp/rcns/v1/rcns.proto.
 func (x *GetRecipeResponse) GetRecipeJson() []byte {
 	if x != nil {
 		return x.RecipeJson
@@ -1958,11 +2111,18 @@ func (x *GetRecipeResponse) GetRecipeVersion() string {
 	return ""
 }
 
+func (x *GetRecipeResponse) GetRecipe() *structpb.Struct {
+	if x != nil {
+		return x.Recipe
+	}
+	return nil
+}
+
 var File_agtp_rcns_v1_rcns_proto protoreflect.FileDescriptor
 
 const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\n" +
-	"\x17agtp/rcns/v1/rcns.proto\x12\fagtp.rcns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n" +
+	"\x17agtp/rcns/v1/rcns.proto\x12\fagtp.rcns.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n" +
 	"\x06Caller\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
@@ -1970,7 +2130,7 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x1d\n" +
 	"\n" +
 	"trust_tier\x18\x04 \x01(\x05R\ttrustTier\x12\x1a\n" +
-	"\boperator\x18\x05 \x01(\bR\boperator\"\xa1\x05\n" +
+	"\boperator\x18\x05 \x01(\bR\boperator\"\xdd\x05\n" +
 	"\bContract\x12!\n" +
 	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
@@ -1990,24 +2150,30 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\n" +
 	"persistent\x18\f \x01(\bR\n" +
 	"persistent\x12\x18\n" +
-	"\x05state\x18\r \x01(\tB\x02\x18\x01R\x05state\x12#\n" +
-	"\rendpoint_json\x18\x0e \x01(\fR\fendpointJson\x12\x1f\n" +
-	"\vrecipe_json\x18\x0f \x01(\fR\n" +
+	"\x05state\x18\r \x01(\tB\x02\x18\x01R\x05state\x12'\n" +
+	"\rendpoint_json\x18\x0e \x01(\fB\x02\x18\x01R\fendpointJson\x12#\n" +
+	"\vrecipe_json\x18\x0f \x01(\fB\x02\x18\x01R\n" +
 	"recipeJson\x12!\n" +
 	"\fstate_reason\x18\x10 \x01(\tR\vstateReason\x12B\n" +
-	"\x0econtract_state\x18\x11 \x01(\x0e2\x1b.agtp.rcns.v1.ContractStateR\rcontractState\"\x8e\x01\n" +
+	"\x0econtract_state\x18\x11 \x01(\x0e2\x1b.agtp.rcns.v1.ContractStateR\rcontractState\x12\x1a\n" +
+	"\bendpoint\x18\x12 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06recipe\x18\x13 \x01(\tR\x06recipe\"\xb2\x01\n" +
 	"\x0eProposeRequest\x12,\n" +
-	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12'\n" +
-	"\x0fparameters_json\x18\x02 \x01(\fR\x0eparametersJson\x12%\n" +
-	"\x0enegotiation_id\x18\x03 \x01(\tR\rnegotiationId\"\xfa\x01\n" +
+	"\x06caller\x18\x01 \x01(\v2\x14.agtp.rcns.v1.CallerR\x06caller\x12+\n" +
+	"\x0fparameters_json\x18\x02 \x01(\fB\x02\x18\x01R\x0eparametersJson\x12%\n" +
+	"\x0enegotiation_id\x18\x03 \x01(\tR\rnegotiationId\x12\x1e\n" +
+	"\n" +
+	"parameters\x18\x04 \x01(\tR\n" +
+	"parameters\"\x92\x02\n" +
 	"\x0fProposeResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.agtp.rcns.v1.ProposeOutcomeR\aoutcome\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1b\n" +
-	"\tbody_json\x18\x03 \x01(\fR\bbodyJson\x12%\n" +
+	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x1f\n" +
+	"\tbody_json\x18\x03 \x01(\fB\x02\x18\x01R\bbodyJson\x12%\n" +
 	"\x0enegotiation_id\x18\x04 \x01(\tR\rnegotiationId\x122\n" +
 	"\bcontract\x18\x05 \x01(\v2\x16.agtp.rcns.v1.ContractR\bcontract\x12\x1f\n" +
 	"\vproposal_id\x18\x06 \x01(\tR\n" +
-	"proposalId\"P\n" +
+	"proposalId\x12\x12\n" +
+	"\x04body\x18\a \x01(\tR\x04body\"P\n" +
 	"\x12GetProposalRequest\x12\x1f\n" +
 	"\vproposal_id\x18\x01 \x01(\tR\n" +
 	"proposalId\x12\x19\n" +
@@ -2065,30 +2231,33 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\aevicted\x18\x01 \x01(\x05R\aevicted\x12#\n" +
 	"\rsynthesis_ids\x18\x02 \x03(\tR\fsynthesisIds\x129\n" +
 	"\tcontracts\x18\x03 \x03(\v2\x1b.agtp.rcns.v1.StaleContractR\tcontracts\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\tR\x04mode\"\xff\x01\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"\xc4\x02\n" +
 	"\rStaleContract\x12!\n" +
-	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x18\n" +
-	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x1f\n" +
+	"\fsynthesis_id\x18\x01 \x01(\tR\vsynthesisId\x12\x1c\n" +
+	"\aoutcome\x18\x02 \x01(\tB\x02\x18\x01R\aoutcome\x12\x1f\n" +
 	"\vrecipe_name\x18\x03 \x01(\tR\n" +
 	"recipeName\x12%\n" +
 	"\x0erecipe_version\x18\x04 \x01(\tR\rrecipeVersion\x12,\n" +
 	"\x0fcurrent_version\x18\x05 \x01(\tH\x00R\x0ecurrentVersion\x88\x01\x01\x12'\n" +
-	"\x0frelease_pending\x18\x06 \x01(\bR\x0ereleasePendingB\x12\n" +
+	"\x0frelease_pending\x18\x06 \x01(\bR\x0ereleasePending\x12?\n" +
+	"\rsweep_outcome\x18\a \x01(\x0e2\x1a.agtp.rcns.v1.SweepOutcomeR\fsweepOutcomeB\x12\n" +
 	"\x10_current_version\"2\n" +
 	"\x11GetAttemptRequest\x12\x1d\n" +
 	"\n" +
-	"attempt_id\x18\x01 \x01(\tR\tattemptId\"7\n" +
-	"\x12GetAttemptResponse\x12!\n" +
-	"\fattempt_json\x18\x01 \x01(\fR\vattemptJson\"Q\n" +
+	"attempt_id\x18\x01 \x01(\tR\tattemptId\"n\n" +
+	"\x12GetAttemptResponse\x12%\n" +
+	"\fattempt_json\x18\x01 \x01(\fB\x02\x18\x01R\vattemptJson\x121\n" +
+	"\aattempt\x18\x02 \x01(\v2\x17.google.protobuf.StructR\aattempt\"Q\n" +
 	"\x13ListPatternsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\xb1\x01\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\xc9\x01\n" +
 	"\x14ListPatternsResponse\x12!\n" +
 	"\frcns_enabled\x18\x01 \x01(\bR\vrcnsEnabled\x121\n" +
-	"\bpatterns\x18\x02 \x03(\v2\x15.agtp.rcns.v1.PatternR\bpatterns\x12\x1b\n" +
-	"\tbody_json\x18\x03 \x01(\fR\bbodyJson\x12&\n" +
-	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\xd1\x02\n" +
+	"\bpatterns\x18\x02 \x03(\v2\x15.agtp.rcns.v1.PatternR\bpatterns\x12\x1f\n" +
+	"\tbody_json\x18\x03 \x01(\fB\x02\x18\x01R\bbodyJson\x12&\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\"\xd1\x02\n" +
 	"\aPattern\x12\x1f\n" +
 	"\vrecipe_name\x18\x01 \x01(\tR\n" +
 	"recipeName\x12%\n" +
@@ -2107,11 +2276,12 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x10GetRecipeRequest\x12\x1f\n" +
 	"\vrecipe_name\x18\x01 \x01(\tR\n" +
 	"recipeName\x12%\n" +
-	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion\"[\n" +
-	"\x11GetRecipeResponse\x12\x1f\n" +
-	"\vrecipe_json\x18\x01 \x01(\fR\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion\"\x90\x01\n" +
+	"\x11GetRecipeResponse\x12#\n" +
+	"\vrecipe_json\x18\x01 \x01(\fB\x02\x18\x01R\n" +
 	"recipeJson\x12%\n" +
-	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion*\xbb\x01\n" +
+	"\x0erecipe_version\x18\x02 \x01(\tR\rrecipeVersion\x12/\n" +
+	"\x06recipe\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06recipe*\xbb\x01\n" +
 	"\rContractState\x12\x1e\n" +
 	"\x1aCONTRACT_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CONTRACT_STATE_PENDING\x10\x01\x12\x19\n" +
@@ -2133,7 +2303,12 @@ const file_agtp_rcns_v1_rcns_proto_rawDesc = "" +
 	"\x17GATE_OUTCOME_OPTIMISTIC\x10\x02\x12\x1c\n" +
 	"\x18GATE_OUTCOME_NO_CONTRACT\x10\x03\x12'\n" +
 	"#GATE_OUTCOME_AUTHORIZATION_REQUIRED\x10\x04\x12\x1d\n" +
-	"\x19GATE_OUTCOME_RATE_LIMITED\x10\x052\xd8\x06\n" +
+	"\x19GATE_OUTCOME_RATE_LIMITED\x10\x05*\x86\x01\n" +
+	"\fSweepOutcome\x12\x1d\n" +
+	"\x19SWEEP_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SWEEP_OUTCOME_UNCHANGED\x10\x01\x12\x1f\n" +
+	"\x1bSWEEP_OUTCOME_GRANDFATHERED\x10\x02\x12\x19\n" +
+	"\x15SWEEP_OUTCOME_EVICTED\x10\x032\xd8\x06\n" +
 	"\vRcnsService\x12F\n" +
 	"\aPropose\x12\x1c.agtp.rcns.v1.ProposeRequest\x1a\x1d.agtp.rcns.v1.ProposeResponse\x12R\n" +
 	"\vGetProposal\x12 .agtp.rcns.v1.GetProposalRequest\x1a!.agtp.rcns.v1.GetProposalResponse\x12=\n" +
@@ -2159,83 +2334,88 @@ func file_agtp_rcns_v1_rcns_proto_rawDescGZIP() []byte {
 	return file_agtp_rcns_v1_rcns_proto_rawDescData
 }
 
-var file_agtp_rcns_v1_rcns_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agtp_rcns_v1_rcns_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_agtp_rcns_v1_rcns_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agtp_rcns_v1_rcns_proto_goTypes = []any{
 	(ContractState)(0),                   // 0: agtp.rcns.v1.ContractState
 	(ProposeOutcome)(0),                  // 1: agtp.rcns.v1.ProposeOutcome
 	(GateOutcome)(0),                     // 2: agtp.rcns.v1.GateOutcome
-	(*Caller)(nil),                       // 3: agtp.rcns.v1.Caller
-	(*Contract)(nil),                     // 4: agtp.rcns.v1.Contract
-	(*ProposeRequest)(nil),               // 5: agtp.rcns.v1.ProposeRequest
-	(*ProposeResponse)(nil),              // 6: agtp.rcns.v1.ProposeResponse
-	(*GetProposalRequest)(nil),           // 7: agtp.rcns.v1.GetProposalRequest
-	(*GetProposalResponse)(nil),          // 8: agtp.rcns.v1.GetProposalResponse
-	(*GateRequest)(nil),                  // 9: agtp.rcns.v1.GateRequest
-	(*GateResponse)(nil),                 // 10: agtp.rcns.v1.GateResponse
-	(*GetContractRequest)(nil),           // 11: agtp.rcns.v1.GetContractRequest
-	(*GetContractResponse)(nil),          // 12: agtp.rcns.v1.GetContractResponse
-	(*ListContractsRequest)(nil),         // 13: agtp.rcns.v1.ListContractsRequest
-	(*ListContractsResponse)(nil),        // 14: agtp.rcns.v1.ListContractsResponse
-	(*RevokeContractRequest)(nil),        // 15: agtp.rcns.v1.RevokeContractRequest
-	(*RevokeContractResponse)(nil),       // 16: agtp.rcns.v1.RevokeContractResponse
-	(*RevokeStaleContractsRequest)(nil),  // 17: agtp.rcns.v1.RevokeStaleContractsRequest
-	(*RevokeStaleContractsResponse)(nil), // 18: agtp.rcns.v1.RevokeStaleContractsResponse
-	(*StaleContract)(nil),                // 19: agtp.rcns.v1.StaleContract
-	(*GetAttemptRequest)(nil),            // 20: agtp.rcns.v1.GetAttemptRequest
-	(*GetAttemptResponse)(nil),           // 21: agtp.rcns.v1.GetAttemptResponse
-	(*ListPatternsRequest)(nil),          // 22: agtp.rcns.v1.ListPatternsRequest
-	(*ListPatternsResponse)(nil),         // 23: agtp.rcns.v1.ListPatternsResponse
-	(*Pattern)(nil),                      // 24: agtp.rcns.v1.Pattern
-	(*GetRecipeRequest)(nil),             // 25: agtp.rcns.v1.GetRecipeRequest
-	(*GetRecipeResponse)(nil),            // 26: agtp.rcns.v1.GetRecipeResponse
-	(*timestamppb.Timestamp)(nil),        // 27: google.protobuf.Timestamp
+	(SweepOutcome)(0),                    // 3: agtp.rcns.v1.SweepOutcome
+	(*Caller)(nil),                       // 4: agtp.rcns.v1.Caller
+	(*Contract)(nil),                     // 5: agtp.rcns.v1.Contract
+	(*ProposeRequest)(nil),               // 6: agtp.rcns.v1.ProposeRequest
+	(*ProposeResponse)(nil),              // 7: agtp.rcns.v1.ProposeResponse
+	(*GetProposalRequest)(nil),           // 8: agtp.rcns.v1.GetProposalRequest
+	(*GetProposalResponse)(nil),          // 9: agtp.rcns.v1.GetProposalResponse
+	(*GateRequest)(nil),                  // 10: agtp.rcns.v1.GateRequest
+	(*GateResponse)(nil),                 // 11: agtp.rcns.v1.GateResponse
+	(*GetContractRequest)(nil),           // 12: agtp.rcns.v1.GetContractRequest
+	(*GetContractResponse)(nil),          // 13: agtp.rcns.v1.GetContractResponse
+	(*ListContractsRequest)(nil),         // 14: agtp.rcns.v1.ListContractsRequest
+	(*ListContractsResponse)(nil),        // 15: agtp.rcns.v1.ListContractsResponse
+	(*RevokeContractRequest)(nil),        // 16: agtp.rcns.v1.RevokeContractRequest
+	(*RevokeContractResponse)(nil),       // 17: agtp.rcns.v1.RevokeContractResponse
+	(*RevokeStaleContractsRequest)(nil),  // 18: agtp.rcns.v1.RevokeStaleContractsRequest
+	(*RevokeStaleContractsResponse)(nil), // 19: agtp.rcns.v1.RevokeStaleContractsResponse
+	(*StaleContract)(nil),                // 20: agtp.rcns.v1.StaleContract
+	(*GetAttemptRequest)(nil),            // 21: agtp.rcns.v1.GetAttemptRequest
+	(*GetAttemptResponse)(nil),           // 22: agtp.rcns.v1.GetAttemptResponse
+	(*ListPatternsRequest)(nil),          // 23: agtp.rcns.v1.ListPatternsRequest
+	(*ListPatternsResponse)(nil),         // 24: agtp.rcns.v1.ListPatternsResponse
+	(*Pattern)(nil),                      // 25: agtp.rcns.v1.Pattern
+	(*GetRecipeRequest)(nil),             // 26: agtp.rcns.v1.GetRecipeRequest
+	(*GetRecipeResponse)(nil),            // 27: agtp.rcns.v1.GetRecipeResponse
+	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),              // 29: google.protobuf.Struct
 }
 var file_agtp_rcns_v1_rcns_proto_depIdxs = []int32{
-	27, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
-	27, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 0: agtp.rcns.v1.Contract.issued_at:type_name -> google.protobuf.Timestamp
+	28, // 1: agtp.rcns.v1.Contract.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: agtp.rcns.v1.Contract.contract_state:type_name -> agtp.rcns.v1.ContractState
-	3,  // 3: agtp.rcns.v1.ProposeRequest.caller:type_name -> agtp.rcns.v1.Caller
+	4,  // 3: agtp.rcns.v1.ProposeRequest.caller:type_name -> agtp.rcns.v1.Caller
 	1,  // 4: agtp.rcns.v1.ProposeResponse.outcome:type_name -> agtp.rcns.v1.ProposeOutcome
-	4,  // 5: agtp.rcns.v1.ProposeResponse.contract:type_name -> agtp.rcns.v1.Contract
-	6,  // 6: agtp.rcns.v1.GetProposalResponse.result:type_name -> agtp.rcns.v1.ProposeResponse
-	3,  // 7: agtp.rcns.v1.GateRequest.caller:type_name -> agtp.rcns.v1.Caller
+	5,  // 5: agtp.rcns.v1.ProposeResponse.contract:type_name -> agtp.rcns.v1.Contract
+	7,  // 6: agtp.rcns.v1.GetProposalResponse.result:type_name -> agtp.rcns.v1.ProposeResponse
+	4,  // 7: agtp.rcns.v1.GateRequest.caller:type_name -> agtp.rcns.v1.Caller
 	2,  // 8: agtp.rcns.v1.GateResponse.outcome:type_name -> agtp.rcns.v1.GateOutcome
-	4,  // 9: agtp.rcns.v1.GateResponse.contract:type_name -> agtp.rcns.v1.Contract
-	3,  // 10: agtp.rcns.v1.GetContractRequest.caller:type_name -> agtp.rcns.v1.Caller
-	4,  // 11: agtp.rcns.v1.GetContractResponse.contract:type_name -> agtp.rcns.v1.Contract
-	3,  // 12: agtp.rcns.v1.ListContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
-	4,  // 13: agtp.rcns.v1.ListContractsResponse.contracts:type_name -> agtp.rcns.v1.Contract
-	3,  // 14: agtp.rcns.v1.RevokeContractRequest.caller:type_name -> agtp.rcns.v1.Caller
-	4,  // 15: agtp.rcns.v1.RevokeContractResponse.contract:type_name -> agtp.rcns.v1.Contract
-	3,  // 16: agtp.rcns.v1.RevokeStaleContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
-	19, // 17: agtp.rcns.v1.RevokeStaleContractsResponse.contracts:type_name -> agtp.rcns.v1.StaleContract
-	24, // 18: agtp.rcns.v1.ListPatternsResponse.patterns:type_name -> agtp.rcns.v1.Pattern
-	5,  // 19: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
-	7,  // 20: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
-	9,  // 21: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
-	11, // 22: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
-	13, // 23: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
-	15, // 24: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
-	17, // 25: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
-	20, // 26: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
-	22, // 27: agtp.rcns.v1.RcnsService.ListPatterns:input_type -> agtp.rcns.v1.ListPatternsRequest
-	25, // 28: agtp.rcns.v1.RcnsService.GetRecipe:input_type -> agtp.rcns.v1.GetRecipeRequest
-	6,  // 29: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
-	8,  // 30: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
-	10, // 31: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
-	12, // 32: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
-	14, // 33: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
-	16, // 34: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
-	18, // 35: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
-	21, // 36: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
-	23, // 37: agtp.rcns.v1.RcnsService.ListPatterns:output_type -> agtp.rcns.v1.ListPatternsResponse
-	26, // 38: agtp.rcns.v1.RcnsService.GetRecipe:output_type -> agtp.rcns.v1.GetRecipeResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	5,  // 9: agtp.rcns.v1.GateResponse.contract:type_name -> agtp.rcns.v1.Contract
+	4,  // 10: agtp.rcns.v1.GetContractRequest.caller:type_name -> agtp.rcns.v1.Caller
+	5,  // 11: agtp.rcns.v1.GetContractResponse.contract:type_name -> agtp.rcns.v1.Contract
+	4,  // 12: agtp.rcns.v1.ListContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
+	5,  // 13: agtp.rcns.v1.ListContractsResponse.contracts:type_name -> agtp.rcns.v1.Contract
+	4,  // 14: agtp.rcns.v1.RevokeContractRequest.caller:type_name -> agtp.rcns.v1.Caller
+	5,  // 15: agtp.rcns.v1.RevokeContractResponse.contract:type_name -> agtp.rcns.v1.Contract
+	4,  // 16: agtp.rcns.v1.RevokeStaleContractsRequest.caller:type_name -> agtp.rcns.v1.Caller
+	20, // 17: agtp.rcns.v1.RevokeStaleContractsResponse.contracts:type_name -> agtp.rcns.v1.StaleContract
+	3,  // 18: agtp.rcns.v1.StaleContract.sweep_outcome:type_name -> agtp.rcns.v1.SweepOutcome
+	29, // 19: agtp.rcns.v1.GetAttemptResponse.attempt:type_name -> google.protobuf.Struct
+	25, // 20: agtp.rcns.v1.ListPatternsResponse.patterns:type_name -> agtp.rcns.v1.Pattern
+	29, // 21: agtp.rcns.v1.GetRecipeResponse.recipe:type_name -> google.protobuf.Struct
+	6,  // 22: agtp.rcns.v1.RcnsService.Propose:input_type -> agtp.rcns.v1.ProposeRequest
+	8,  // 23: agtp.rcns.v1.RcnsService.GetProposal:input_type -> agtp.rcns.v1.GetProposalRequest
+	10, // 24: agtp.rcns.v1.RcnsService.Gate:input_type -> agtp.rcns.v1.GateRequest
+	12, // 25: agtp.rcns.v1.RcnsService.GetContract:input_type -> agtp.rcns.v1.GetContractRequest
+	14, // 26: agtp.rcns.v1.RcnsService.ListContracts:input_type -> agtp.rcns.v1.ListContractsRequest
+	16, // 27: agtp.rcns.v1.RcnsService.RevokeContract:input_type -> agtp.rcns.v1.RevokeContractRequest
+	18, // 28: agtp.rcns.v1.RcnsService.RevokeStaleContracts:input_type -> agtp.rcns.v1.RevokeStaleContractsRequest
+	21, // 29: agtp.rcns.v1.RcnsService.GetAttempt:input_type -> agtp.rcns.v1.GetAttemptRequest
+	23, // 30: agtp.rcns.v1.RcnsService.ListPatterns:input_type -> agtp.rcns.v1.ListPatternsRequest
+	26, // 31: agtp.rcns.v1.RcnsService.GetRecipe:input_type -> agtp.rcns.v1.GetRecipeRequest
+	7,  // 32: agtp.rcns.v1.RcnsService.Propose:output_type -> agtp.rcns.v1.ProposeResponse
+	9,  // 33: agtp.rcns.v1.RcnsService.GetProposal:output_type -> agtp.rcns.v1.GetProposalResponse
+	11, // 34: agtp.rcns.v1.RcnsService.Gate:output_type -> agtp.rcns.v1.GateResponse
+	13, // 35: agtp.rcns.v1.RcnsService.GetContract:output_type -> agtp.rcns.v1.GetContractResponse
+	15, // 36: agtp.rcns.v1.RcnsService.ListContracts:output_type -> agtp.rcns.v1.ListContractsResponse
+	17, // 37: agtp.rcns.v1.RcnsService.RevokeContract:output_type -> agtp.rcns.v1.RevokeContractResponse
+	19, // 38: agtp.rcns.v1.RcnsService.RevokeStaleContracts:output_type -> agtp.rcns.v1.RevokeStaleContractsResponse
+	22, // 39: agtp.rcns.v1.RcnsService.GetAttempt:output_type -> agtp.rcns.v1.GetAttemptResponse
+	24, // 40: agtp.rcns.v1.RcnsService.ListPatterns:output_type -> agtp.rcns.v1.ListPatternsResponse
+	27, // 41: agtp.rcns.v1.RcnsService.GetRecipe:output_type -> agtp.rcns.v1.GetRecipeResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_agtp_rcns_v1_rcns_proto_init() }
@@ -2249,7 +2429,7 @@ func file_agtp_rcns_v1_rcns_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_rcns_v1_rcns_proto_rawDesc), len(file_agtp_rcns_v1_rcns_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -831,7 +831,7 @@ type EscalateRequest struct {
 	CallerAgentId string                 `protobuf:"bytes,1,opt,name=caller_agent_id,json=callerAgentId,proto3" json:"caller_agent_id,omitempty"`
 	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Replaced by context; read when context is empty.
+	// Replaced by context; read when context is unset.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContextJson []byte `protobuf:"bytes,4,opt,name=context_json,json=contextJson,proto3" json:"context_json,omitempty"`
@@ -1962,7 +1962,7 @@ type NotifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SenderAgentId string                 `protobuf:"bytes,1,opt,name=sender_agent_id,json=senderAgentId,proto3" json:"sender_agent_id,omitempty"`
 	Recipient     string                 `protobuf:"bytes,2,opt,name=recipient,proto3" json:"recipient,omitempty"`
-	// Replaced by content; read when content is empty.
+	// Replaced by content; read when content is unset.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`

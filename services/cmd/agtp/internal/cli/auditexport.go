@@ -17,6 +17,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
 // DefaultReconnects bounds the reconnects of a streamed verification
@@ -98,7 +99,12 @@ func signingKeys(ctx context.Context, c auditv1.AuditServiceClient, timeout time
 	if err != nil {
 		return nil, fmt.Errorf("GetSigningKeys: %w", err)
 	}
-	keys, err := attribution.ParseJWKS(resp.GetJwksJson())
+	//lint:ignore SA1019 the first release's auditsvc sends the JWKS only as bytes
+	jwks, err := jsondoc.PreferStruct(resp.GetJwks(), resp.GetJwksJson())
+	if err != nil {
+		return nil, fmt.Errorf("GetSigningKeys: %w", err)
+	}
+	keys, err := attribution.ParseJWKS(jwks)
 	if err != nil {
 		return nil, fmt.Errorf("GetSigningKeys: %w", err)
 	}

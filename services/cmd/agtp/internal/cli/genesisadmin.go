@@ -21,6 +21,7 @@ import (
 
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
+	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
@@ -178,7 +179,8 @@ func (a *grpcAdmin) resolve(ctx context.Context, id string) (*identityv1.AgentRe
 
 func (a *grpcAdmin) genesis(ctx context.Context, id string) ([]byte, error) {
 	resp, err := a.c.GetGenesis(ctx, &identityv1.GetGenesisRequest{AgentId: id})
-	return resp.GetGenesisJson(), err
+	//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+	return jsondoc.PreferString(resp.GetGenesis(), resp.GetGenesisJson()), err
 }
 
 func (a *grpcAdmin) close() { _ = a.conn.Close() }
@@ -259,7 +261,8 @@ func (a *restAdmin) resolve(ctx context.Context, id string) (*identityv1.AgentRe
 func (a *restAdmin) genesis(ctx context.Context, id string) ([]byte, error) {
 	var resp identityv1.GetGenesisResponse
 	err := a.call(ctx, http.MethodGet, "/v1/identity/agents/"+url.PathEscape(id)+"/genesis", nil, &resp)
-	return resp.GetGenesisJson(), err
+	//lint:ignore SA1019 the first release's identitysvc sends the Genesis only as bytes
+	return jsondoc.PreferString(resp.GetGenesis(), resp.GetGenesisJson()), err
 }
 
 func (a *restAdmin) close() { a.hc.CloseIdleConnections() }

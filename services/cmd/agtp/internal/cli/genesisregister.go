@@ -83,7 +83,7 @@ func runGenesisRegister(ctx context.Context, args []string, env Env) int {
 
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	rec, err := admin.register(ctx, &identityv1.RegisterGenesisRequest{GenesisJson: data, Name: o.name, Activate: o.activate})
+	rec, err := admin.register(ctx, &identityv1.RegisterGenesisRequest{Genesis: string(data), Name: o.name, Activate: o.activate})
 	if err != nil {
 		return registerFailed(ctx, env, admin, where, g, data, err)
 	}
