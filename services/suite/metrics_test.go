@@ -80,9 +80,26 @@ func TestPrometheusEndpointServesTheSuiteMetrics(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the demo business to be served", func() bool {
 		return !strings.Contains(agp(), "BUSINESS_NOT_FOUND")
 	})
-	for range 3 {
-		agp()
+	// The key cache keeps keys only while its watch of policysvc is up,
+	// which a loaded machine may take a while to establish: call until a
+	// lookup is a hit.
+	admin := scraper(t, l, devpki.Admin)
+	scrape := func(name string) map[string]*dto.MetricFamily {
+		status, body := admin(name, s.Gateways[name])
+		if status != http.StatusOK {
+			t.Fatalf("%s /metrics = %d %s", name, status, body)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s /metrics does not parse: %v", name, err)
+		}
+		return fams
 	}
+	testkit.WaitFor(t, 30*time.Second, "an AGP key served from the cache", func() bool {
+		agp()
+		return value(scrape("frontdoor"), "agtp_frontdoor_cache_lookups_total", map[string]string{"agtp_cache": "agp_keys", "agtp_result": "hit"}) >= 1
+	})
 	ac, err := client.New(client.Options{RootCAs: roots})
 	if err != nil {
 		t.Fatal(err)
@@ -98,22 +115,12 @@ func TestPrometheusEndpointServesTheSuiteMetrics(t *testing.T) {
 		}
 	}
 
-	admin := scraper(t, l, devpki.Admin)
 	families := map[string]map[string]*dto.MetricFamily{}
 	for _, name := range []string{"frontdoor", "catalogsvc", "policysvc", "rcnssvc", "identitysvc", "auditsvc"} {
-		addr := s.Gateways[name]
-		if addr == "" {
+		if s.Gateways[name] == "" {
 			t.Fatalf("%s has no admin listener", name)
 		}
-		status, body := admin(name, addr)
-		if status != http.StatusOK {
-			t.Fatalf("%s /metrics = %d %s", name, status, body)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
-		if err != nil {
-			t.Fatalf("%s /metrics does not parse: %v", name, err)
-		}
+		fams := scrape(name)
 		families[name] = fams
 		info := fams["target_info"]
 		if info == nil || len(info.GetMetric()) != 1 {
