@@ -621,11 +621,9 @@ func (s *Server) ConsumeConfirmation(ctx context.Context, in *agpv1.ConsumeConfi
 	return refuse(ReasonInvalid, "Invalid confirmation token.")
 }
 
-// Transaction operations and statuses (AGP §5.1, §6.5).
-var (
-	operations = []string{"discover", "query", "execute"}
-	statuses   = []string{"pending", "succeeded", "failed"}
-)
+// Transaction operations (AGP §5.1); the statuses (§6.5) are the
+// TransactionStatus enum's names.
+var operations = []string{"discover", "query", "execute"}
 
 // PutTransaction stores a record under its owner. The record is stored
 // in the first release's form (status and JSON bytes), which every
@@ -647,8 +645,8 @@ func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionReq
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "id must be a UUID")
 	case !slices.Contains(operations, t.GetOperation()):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be discover, query or execute")
-	case !slices.Contains(statuses, st):
-		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be pending, succeeded or failed")
+	case enumname.Value[agpv1.TransactionStatus](st) == 0:
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be one of "+strings.Join(enumname.Names(agpv1.TransactionStatus(0).Descriptor()), ", "))
 	case len(t.GetBusinessId()) > maxBusiness:
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "business_id is too long")
 	case len(input) > maxJSON || len(result) > maxJSON || len(t.GetError()) > maxError:

@@ -124,12 +124,11 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	}
 	//lint:ignore SA1019 a client of the first release sends the priority as a string only
 	priority := enumname.Requested(in.GetPriorityLevel(), in.GetPriority())
-	switch priority {
-	case "":
+	switch {
+	case priority == "":
 		priority = "normal"
-	case "urgent", "normal", "low":
-	default:
-		return nil, grpcerr.InvalidArgument("priority-invalid", "priority must be urgent, normal or low")
+	case enumname.Value[taskv1.EscalationPriority](priority) == 0:
+		return nil, grpcerr.InvalidArgument("priority-invalid", "priority must be one of "+strings.Join(enumname.Names(taskv1.EscalationPriority(0).Descriptor()), ", "))
 	}
 	routed := in.GetRecipient()
 	if len(routed) > maxRecipient {
