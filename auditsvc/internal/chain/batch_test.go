@@ -186,49 +186,68 @@ func carriesBatch(cmds []redis.Cmder) bool {
 }
 
 // A re-sent script call of several records makes them all look like a
-// conflict with our own head. The store must recognise its own records
-// and answer them, not re-sign and append them a second time.
+// conflict with our own head, or, when the records carry request IDs, like
+// a retry of the first. The store must recognise its own records and
+// answer them, not re-sign and append them a second time, and every
+// acknowledged record keeps its index entry.
 func TestResentBatchScriptIsRecognisedAsOwnAppends(t *testing.T) {
-	ctx := context.Background()
-	srv := testkit.StartRedis(t)
-	ks := testKeys(t)
-	rdb := srv.Client(t)
-	if err := appendScript.Load(ctx, rdb).Err(); err != nil {
-		t.Fatal(err)
-	}
-	hold, resend := newHoldHook(), &resendBatchHook{}
-	rdb.AddHook(hold)
-	rdb.AddHook(resend)
-	s := newStore(t, rdb, ks, Options{})
-	const chainID = "resent-batch"
-	hold.armed.Store(true)
-	lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, Request{})
-	<-hold.entered
-	var pend []Pending
-	for i := range 3 {
-		pend = append(pend, s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1+i), nil, Request{}))
-	}
-	close(hold.gate)
-	if _, err := lead.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	var last Appended
-	for i, p := range pend {
-		a, err := p.Wait()
-		if err != nil || a.Sequence != uint64(2+i) {
-			t.Fatalf("record %d: sequence %d, %v; want %d", i, a.Sequence, err, 2+i)
-		}
-		last = a
-	}
-	if !resend.done.Load() {
-		t.Fatal("no script call of several records was sent")
-	}
-	head, n, err := s.Head(ctx, attribution.StreamAttribution, chainID)
-	if err != nil || n != 4 || head != last.AuditID {
-		t.Fatalf("chain has %d records (head %s), want exactly the 4 acknowledged: %v", n, head, err)
-	}
-	r, err := s.Verify(ctx, attribution.StreamAttribution, chainID, verifyOpts(ks, chainID), 0)
-	if err != nil || !r.Valid || r.Checked != 4 {
-		t.Fatalf("verify: %v %+v", err, r)
+	for _, tc := range []struct {
+		name string
+		req  func(i int) Request
+	}{
+		{"without request IDs", func(int) Request { return Request{} }},
+		{"with request IDs", func(i int) Request { return Request{ID: fmt.Sprint("req-", i), Fingerprint: fmt.Sprint("fp-", i)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := testkit.StartRedis(t)
+			ks := testKeys(t)
+			rdb := srv.Client(t)
+			if err := appendScript.Load(ctx, rdb).Err(); err != nil {
+				t.Fatal(err)
+			}
+			hold, resend := newHoldHook(), &resendBatchHook{}
+			rdb.AddHook(hold)
+			rdb.AddHook(resend)
+			s := newStore(t, rdb, ks, Options{})
+			const chainID = "resent-batch"
+			hold.armed.Store(true)
+			lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, tc.req(0))
+			<-hold.entered
+			var pend []Pending
+			for i := range 3 {
+				pend = append(pend, s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1+i), nil, tc.req(1+i)))
+			}
+			close(hold.gate)
+			first, err := lead.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked := []Appended{first}
+			for i, p := range pend {
+				a, err := p.Wait()
+				if err != nil || a.Sequence != uint64(2+i) {
+					t.Fatalf("record %d: sequence %d, %v; want %d", i, a.Sequence, err, 2+i)
+				}
+				acked = append(acked, a)
+			}
+			if !resend.done.Load() {
+				t.Fatal("no script call of several records was sent")
+			}
+			last := acked[len(acked)-1]
+			head, n, err := s.Head(ctx, attribution.StreamAttribution, chainID)
+			if err != nil || n != 4 || head != last.AuditID {
+				t.Fatalf("chain has %d records (head %s), want exactly the 4 acknowledged: %v", n, head, err)
+			}
+			for _, a := range acked {
+				if e, err := s.Get(ctx, a.AuditID); err != nil || e.Sequence != a.Sequence {
+					t.Errorf("acknowledged record %d (%s): Get = %+v, %v", a.Sequence, a.AuditID, e, err)
+				}
+			}
+			r, err := s.Verify(ctx, attribution.StreamAttribution, chainID, verifyOpts(ks, chainID), 0)
+			if err != nil || !r.Valid || r.Checked != 4 {
+				t.Fatalf("verify: %v %+v", err, r)
+			}
+		})
 	}
 }
