@@ -144,6 +144,14 @@ endpoints:
     input_schema: {type: object, properties: {mode: {type: string}}, additionalProperties: false}
     output_schema: {type: object}
     errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
+    handler: {type: external_service, url: "https://127.0.0.1:UPSTREAM_PORT/things", method: POST, timeout_seconds: 10}
+  - method: EXECUTE
+    path: /slow-remote-things
+    description: Creates a thing upstream, waiting one second at most.
+    semantic: {intent: Create a thing upstream., actor: agent, outcome: A thing exists upstream., capability: creation, confidence: 0.9, impact: reversible, is_idempotent: false}
+    input_schema: {type: object, properties: {mode: {type: string}}, additionalProperties: false}
+    output_schema: {type: object}
+    errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
     handler: {type: external_service, url: "https://127.0.0.1:UPSTREAM_PORT/things", method: POST, timeout_seconds: 1}
   - method: EXECUTE
     path: /misbound-things
@@ -328,7 +336,7 @@ func TestClaimSettlement(t *testing.T) {
 		{name: "an idempotent endpoint's unrecorded answer is released", method: "QUERY", path: "/things", auditDown: true, wantStatus: 503, wantReason: "audit-unavailable", wantFate: "released"},
 		{name: "an unbound handler never ran", path: "/unbound-things", wantStatus: 500, wantReason: "handler-unbound", wantFate: "released"},
 		{name: "an unusable binding never called its upstream", path: "/misbound-things", wantStatus: 500, wantReason: "internal", wantFate: "released"},
-		{name: "an upstream timeout is released", path: "/remote-things", mode: "slow", wantStatus: 504, wantReason: "upstream_timeout", wantFate: "released"},
+		{name: "an upstream timeout is released", path: "/slow-remote-things", mode: "slow", wantStatus: 504, wantReason: "upstream_timeout", wantFate: "released"},
 		{name: "an upstream 5xx is released", path: "/remote-things", mode: "fail", wantStatus: 502, wantReason: "upstream_error", wantFate: "released"},
 		{name: "an upstream success is stored", path: "/remote-things", wantStatus: 200},
 		{name: "an answer whose outcome the audit store could not keep holds the key unknown", path: "/things", lostClaim: true, wantStatus: 200, wantFate: "unknown"},
