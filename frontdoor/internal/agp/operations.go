@@ -11,6 +11,7 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/enumname"
 )
 
 // discover serves POST /agp/discover (AGP §6.1) as DISCOVER /methods: the
@@ -140,7 +141,8 @@ func (h *Handler) operate(w http.ResponseWriter, r *http.Request, op string) {
 			}
 			if !res.GetAllowed() {
 				return (&apiError{Status: http.StatusForbidden, Code: codeOf(res.GetReason()), Error: res.GetMessage(), Message: res.GetMessage(),
-					Details: map[string]any{"transactionId": tx.id, "policy": res.GetPolicy()}}).response(c.rid)
+					//lint:ignore SA1019 the first release's policysvc sends the policy only as a string
+					Details: map[string]any{"transactionId": tx.id, "policy": enumname.Prefer(res.GetExecutePolicy(), res.GetPolicy())}}).response(c.rid)
 			}
 			return nil
 		},
@@ -196,7 +198,8 @@ func (h *Handler) prepare(w http.ResponseWriter, r *http.Request) {
 				"confirmationToken": res.GetToken(),
 				"expiresAt":         res.GetExpiresAt().AsTime().UTC().Format("2006-01-02T15:04:05.000Z"),
 				"summary":           summary,
-				"policy":            res.GetPolicy(),
+				//lint:ignore SA1019 the first release's policysvc sends the policy only as a string
+				"policy": enumname.Prefer(res.GetExecutePolicy(), res.GetPolicy()),
 			})
 			return agtp.NewResponse(http.StatusOK, ContentType, b)
 		},

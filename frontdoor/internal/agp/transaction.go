@@ -68,7 +68,7 @@ func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 	resp := out.Response
 	st := txStatus(resp.Status)
 	rec := &agpv1.Transaction{
-		Id: tx.id, AgentId: out.AgentID, Operation: tx.op, BusinessId: tx.business,
+		Id: tx.id, AgentId: out.AgentID, AgpOperation: enumname.Value[agpv1.AgpOperation](tx.op), BusinessId: tx.business,
 		CreatedAt: timestamppb.New(tx.created), UpdatedAt: timestamppb.Now(),
 		Input: input, AuditId: out.AuditID, ApiKeyId: c.key.GetId(), State: enumname.Value[agpv1.TransactionStatus](st),
 	}
@@ -169,8 +169,10 @@ func transactionView(t *agpv1.Transaction) map[string]any {
 	if t.GetError() != "" {
 		errv = t.GetError()
 	}
-	// The first release's policysvc sends the status and the documents in
-	// the deprecated fields only.
+	// The first release's policysvc sends the operation, the status and
+	// the documents in the deprecated fields only.
+	//lint:ignore SA1019 read when the enum is unset
+	op := enumname.Prefer(t.GetAgpOperation(), t.GetOperation())
 	//lint:ignore SA1019 read when the enum is unset
 	status := enumname.Prefer(t.GetState(), t.GetStatus())
 	//lint:ignore SA1019 read when the Struct is unset
@@ -178,7 +180,7 @@ func transactionView(t *agpv1.Transaction) map[string]any {
 	//lint:ignore SA1019 read when the Value is unset
 	result, _ := jsondoc.PreferValue(t.GetResult(), t.GetResultJson())
 	return map[string]any{
-		"id": t.GetId(), "operation": t.GetOperation(), "businessId": t.GetBusinessId(), "status": status,
+		"id": t.GetId(), "operation": op, "businessId": t.GetBusinessId(), "status": status,
 		"createdAt": t.GetCreatedAt().AsTime().UTC().Format(time.RFC3339Nano), "updatedAt": t.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
 		"input": raw(input), "result": raw(result), "error": errv, "auditId": t.GetAuditId(),
 	}

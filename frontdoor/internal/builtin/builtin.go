@@ -308,8 +308,9 @@ func valueParam(params map[string]any, name string) *structpb.Value {
 
 // enumParam is a string parameter as the value of enum E it names (as
 // enumname names values), the zero value when it is absent. A name E
-// does not have is refused here with 400 <name>-invalid, the reason
-// policysvc gives: sent as the zero value it would read as absent.
+// does not have is refused here with 400 <name>-invalid (underscores as
+// hyphens: delivery-guarantee-invalid), the reason policysvc gives: sent
+// as the zero value it would read as absent.
 func enumParam[E interface {
 	~int32
 	protoreflect.Enum
@@ -317,7 +318,7 @@ func enumParam[E interface {
 	s := str(call.Params, name)
 	v := enumname.Value[E](s)
 	if s != "" && v == 0 {
-		return 0, call.Fail(agtp.StatusBadRequest, name+"-invalid", name+" must be one of "+strings.Join(enumname.Names(v.Descriptor()), ", "), nil)
+		return 0, call.Fail(agtp.StatusBadRequest, strings.ReplaceAll(name, "_", "-")+"-invalid", name+" must be one of "+strings.Join(enumname.Names(v.Descriptor()), ", "), nil)
 	}
 	return v, nil
 }

@@ -118,7 +118,8 @@ func (bi *Registry) confirm(ctx context.Context, call *Call) *agtp.Response {
 	}
 	now := time.Now().UTC()
 	claims := map[string]any{
-		"method": "CONFIRM", "type": "confirm", "target_id": targetID, "target_kind": begin.GetTargetKind(), "task_id": begin.GetTaskId(),
+		//lint:ignore SA1019 the first release's policysvc sends the target kind only as a string
+		"method": "CONFIRM", "type": "confirm", "target_id": targetID, "target_kind": enumname.Prefer(begin.GetTarget(), begin.GetTargetKind()), "task_id": begin.GetTaskId(),
 		"confirm_status": status, "confirmer_agent_id": call.AgentID, "timestamp": now.Format(time.RFC3339Nano),
 	}
 	if reason != "" {
@@ -149,7 +150,8 @@ func (bi *Registry) confirmed(ctx context.Context, call *Call, c *taskv1.Confirm
 		"attestation_id": c.GetAttestationId(),
 		"timestamp":      timeString(c.GetConfirmedAt()),
 		"target_id":      c.GetTargetId(),
-		"target_kind":    c.GetTargetKind(),
+		//lint:ignore SA1019 the first release's policysvc sends the target kind only as a string
+		"target_kind": enumname.Prefer(c.GetTarget(), c.GetTargetKind()),
 		//lint:ignore SA1019 the first release's policysvc sends the status only as a string
 		"status":  enumname.Prefer(c.GetOutcome(), c.GetStatus()),
 		"task_id": c.GetTaskId(),
@@ -181,12 +183,20 @@ func (bi *Registry) notify(ctx context.Context, call *Call) *agtp.Response {
 	if resp := bi.checkLocalRecipient(ctx, call, rcpt); resp != nil {
 		return resp
 	}
+	urgency, bad := enumParam[taskv1.NotificationUrgency](call, "urgency")
+	if bad != nil {
+		return bad
+	}
+	guarantee, bad := enumParam[taskv1.DeliveryGuarantee](call, "delivery_guarantee")
+	if bad != nil {
+		return bad
+	}
 	// A Notification-ID is a delivery another server relays (its retry
 	// worker); policysvc de-duplicates it for the recipient.
 	relayedID := call.Header.Get(headerNotificationID)
 	r, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{
 		SenderAgentId: call.AgentID, Recipient: rcpt, Content: valueParam(params, "content"),
-		Urgency: str(params, "urgency"), DeliveryGuarantee: str(params, "delivery_guarantee"), Expiry: expiry,
+		UrgencyLevel: urgency, Guarantee: guarantee, Expiry: expiry,
 		NotificationId: relayedID,
 	})
 	if err != nil {
@@ -199,9 +209,14 @@ func notificationJSON(n *taskv1.Notification) map[string]any {
 	out := map[string]any{
 		"notification_id": n.GetNotificationId(), "recipient": redactURL(n.GetRecipient()),
 		//lint:ignore SA1019 the first release's policysvc sends the status only as a string
-		"status":  enumname.Prefer(n.GetState(), n.GetStatus()),
-		"urgency": n.GetUrgency(), "delivery_guarantee": n.GetDeliveryGuarantee(), "expiry": timeString(n.GetExpiry()),
-		"attempts": n.GetAttempts(), "recipient_kind": n.GetRecipientKind(),
+		"status": enumname.Prefer(n.GetState(), n.GetStatus()),
+		//lint:ignore SA1019 the first release's policysvc sends the urgency only as a string
+		"urgency": enumname.Prefer(n.GetUrgencyLevel(), n.GetUrgency()),
+		//lint:ignore SA1019 the first release's policysvc sends the guarantee only as a string
+		"delivery_guarantee": enumname.Prefer(n.GetGuarantee(), n.GetDeliveryGuarantee()),
+		"expiry":             timeString(n.GetExpiry()), "attempts": n.GetAttempts(),
+		//lint:ignore SA1019 the first release's policysvc sends the recipient kind only as a string
+		"recipient_kind": enumname.Prefer(n.GetRecipientType(), n.GetRecipientKind()),
 	}
 	if d := timeString(n.GetDeliveredAt()); d != "" {
 		out["delivered_at"] = d
@@ -295,8 +310,11 @@ func (bi *Registry) queryInbox(ctx context.Context, call *Call) *agtp.Response {
 		}
 		entry := map[string]any{
 			"notification_id": e.GetNotificationId(), "sender_agent_id": e.GetSenderAgentId(),
-			"urgency": e.GetUrgency(), "delivery_guarantee": e.GetDeliveryGuarantee(),
-			"received_at": e.GetReceivedAt().AsTime().UTC().Format(time.RFC3339Nano),
+			//lint:ignore SA1019 the first release's policysvc sends the urgency only as a string
+			"urgency": enumname.Prefer(e.GetUrgencyLevel(), e.GetUrgency()),
+			//lint:ignore SA1019 the first release's policysvc sends the guarantee only as a string
+			"delivery_guarantee": enumname.Prefer(e.GetGuarantee(), e.GetDeliveryGuarantee()),
+			"received_at":        e.GetReceivedAt().AsTime().UTC().Format(time.RFC3339Nano),
 		}
 		//lint:ignore SA1019 the first release's policysvc sends the content only as bytes
 		if content, err := jsondoc.PreferValue(e.GetContent(), e.GetContentJson()); err == nil && json.Valid(content) {

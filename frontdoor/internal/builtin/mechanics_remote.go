@@ -228,9 +228,12 @@ func (bi *Registry) escalationToInbox(ctx context.Context, call *Call, e *taskv1
 	if err != nil {
 		return routingListed
 	}
-	urgency := map[string]string{"urgent": "critical", "low": "background"}[escalationPriority(e)]
+	urgency := map[string]taskv1.NotificationUrgency{
+		"urgent": taskv1.NotificationUrgency_NOTIFICATION_URGENCY_CRITICAL,
+		"low":    taskv1.NotificationUrgency_NOTIFICATION_URGENCY_BACKGROUND,
+	}[escalationPriority(e)]
 	if _, err := bi.Tasks.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: e.GetOwnerAgentId(), Recipient: rcpt, Content: content,
-		Urgency: urgency, NotificationId: e.GetEscalationId()}); err != nil {
+		UrgencyLevel: urgency, NotificationId: e.GetEscalationId()}); err != nil {
 		bi.Log.WarnContext(ctx, "escalation not put in the recipient's inbox; it stays listed", "escalation_id", e.GetEscalationId(), "error", err)
 		return routingListed
 	}

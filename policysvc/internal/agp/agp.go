@@ -37,11 +37,11 @@ import (
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
-// Execute policies (AGP §8.1).
+// Execute policies (AGP §8.1) the code acts on; the whole set is the
+// ExecutePolicy enum's names.
 const (
-	PolicyOpen    = "open"
-	PolicyConfirm = "confirm"
-	PolicyStrict  = "strict"
+	PolicyOpen   = "open"
+	PolicyStrict = "strict"
 )
 
 // Scopes an API key may hold (AGP §4.5); "*" grants all of them.
@@ -102,10 +102,8 @@ func (o *Options) defaults() {
 
 // Validate checks the options after defaults.
 func (o Options) Validate() error {
-	switch o.ExecutePolicy {
-	case PolicyOpen, PolicyConfirm, PolicyStrict:
-	default:
-		return fmt.Errorf("agp execute policy %q: want open, confirm or strict", o.ExecutePolicy)
+	if enumname.Value[agpv1.ExecutePolicy](o.ExecutePolicy) == 0 {
+		return fmt.Errorf("agp execute policy %q: want one of %s", o.ExecutePolicy, strings.Join(enumname.Names(agpv1.ExecutePolicy(0).Descriptor()), ", "))
 	}
 	if o.MaxExecuteAmountCents < 0 || math.IsNaN(o.MaxExecuteAmountCents) || math.IsInf(o.MaxExecuteAmountCents, 0) {
 		return errors.New("agp max execute amount must be a non-negative number of cents")
@@ -562,7 +560,9 @@ func (s *Server) IssueConfirmation(ctx context.Context, in *agpv1.IssueConfirmat
 	if err != nil {
 		return nil, storeErr("issue confirmation", err)
 	}
-	return &agpv1.IssueConfirmationResponse{Token: token, ExpiresAt: timestamppb.New(expires), Policy: s.opts.ExecutePolicy}, nil
+	return &agpv1.IssueConfirmationResponse{Token: token, ExpiresAt: timestamppb.New(expires),
+		//lint:ignore SA1019 the first release's field, filled for its clients beside ExecutePolicy
+		Policy: s.opts.ExecutePolicy, ExecutePolicy: enumname.Value[agpv1.ExecutePolicy](s.opts.ExecutePolicy)}, nil
 }
 
 // consumeScript checks a token and deletes it only when it matches: a
@@ -587,12 +587,17 @@ func (s *Server) ConsumeConfirmation(ctx context.Context, in *agpv1.ConsumeConfi
 		return nil, err
 	}
 	pol := s.opts.ExecutePolicy
+	allow := func() (*agpv1.ConsumeConfirmationResponse, error) {
+		//lint:ignore SA1019 the first release's field, filled for its clients beside ExecutePolicy
+		return &agpv1.ConsumeConfirmationResponse{Allowed: true, Policy: pol, ExecutePolicy: enumname.Value[agpv1.ExecutePolicy](pol)}, nil
+	}
 	refuse := func(reason, msg string) (*agpv1.ConsumeConfirmationResponse, error) {
 		s.log.InfoContext(ctx, "agp execute refused", "reason", reason, "agent_id", in.GetAgentId(), "business_id", in.GetBusinessId())
-		return &agpv1.ConsumeConfirmationResponse{Policy: pol, Reason: reason, Message: msg}, nil
+		//lint:ignore SA1019 the first release's field, filled for its clients beside ExecutePolicy
+		return &agpv1.ConsumeConfirmationResponse{Policy: pol, ExecutePolicy: enumname.Value[agpv1.ExecutePolicy](pol), Reason: reason, Message: msg}, nil
 	}
 	if pol == PolicyOpen {
-		return &agpv1.ConsumeConfirmationResponse{Allowed: true, Policy: pol}, nil
+		return allow()
 	}
 	// The ceiling is checked before the token, so a refused amount does
 	// not use the token up.
@@ -612,7 +617,7 @@ func (s *Server) ConsumeConfirmation(ctx context.Context, in *agpv1.ConsumeConfi
 	}
 	switch res {
 	case "ok":
-		return &agpv1.ConsumeConfirmationResponse{Allowed: true, Policy: pol}, nil
+		return allow()
 	case "expired":
 		return refuse(ReasonExpired, "Confirmation token expired. Prepare a new token.")
 	case "mismatch":
@@ -621,14 +626,11 @@ func (s *Server) ConsumeConfirmation(ctx context.Context, in *agpv1.ConsumeConfi
 	return refuse(ReasonInvalid, "Invalid confirmation token.")
 }
 
-// Transaction operations (AGP §5.1); the statuses (§6.5) are the
-// TransactionStatus enum's names.
-var operations = []string{"discover", "query", "execute"}
-
-// PutTransaction stores a record under its owner. The record is stored
-// in the first release's form (status and JSON bytes), which every
-// release reads; GetTransaction serves the enum and the documents beside
-// it.
+// PutTransaction stores a record under its owner. Its operation (AGP
+// §5.1) and status (§6.5) must each name a value of their enum. The
+// record is stored in the first release's form (operation and status
+// strings, JSON bytes), which every release reads; GetTransaction serves
+// the enums and the documents beside it.
 func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionRequest) (*agpv1.PutTransactionResponse, error) {
 	t := in.GetTransaction()
 	if t == nil {
@@ -639,12 +641,12 @@ func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionReq
 		return nil, err
 	}
 	//lint:ignore SA1019 the stored form is the first release's (storedForm)
-	st, input, result := t.GetStatus(), t.GetInputJson(), t.GetResultJson()
+	op, st, input, result := t.GetOperation(), t.GetStatus(), t.GetInputJson(), t.GetResultJson()
 	switch {
 	case !isUUID(t.GetId()):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "id must be a UUID")
-	case !slices.Contains(operations, t.GetOperation()):
-		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be discover, query or execute")
+	case enumname.Value[agpv1.AgpOperation](op) == 0:
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be one of "+strings.Join(enumname.Names(agpv1.AgpOperation(0).Descriptor()), ", "))
 	case enumname.Value[agpv1.TransactionStatus](st) == 0:
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be one of "+strings.Join(enumname.Names(agpv1.TransactionStatus(0).Descriptor()), ", "))
 	case len(t.GetBusinessId()) > maxBusiness:
@@ -690,7 +692,7 @@ func (s *Server) GetTransaction(ctx context.Context, in *agpv1.GetTransactionReq
 	return &agpv1.GetTransactionResponse{Transaction: t}, nil
 }
 
-// storedForm is t with the enum and the documents a current client sends
+// storedForm is t with the enums and the documents a current client sends
 // moved to the first release's fields (a client of that release sends
 // those only), so that every record is stored one way, once.
 func storedForm(t *agpv1.Transaction) (*agpv1.Transaction, error) {
@@ -706,19 +708,19 @@ func storedForm(t *agpv1.Transaction) (*agpv1.Transaction, error) {
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "result: "+err.Error())
 	}
 	//lint:ignore SA1019 the stored form is the first release's
-	t.Status, t.InputJson, t.ResultJson = enumname.Requested(t.GetState(), t.GetStatus()), input, result
-	t.State, t.Input, t.Result = 0, nil, nil
+	t.Operation, t.Status, t.InputJson, t.ResultJson = enumname.Requested(t.GetAgpOperation(), t.GetOperation()), enumname.Requested(t.GetState(), t.GetStatus()), input, result
+	t.AgpOperation, t.State, t.Input, t.Result = 0, 0, nil, nil
 	return t, nil
 }
 
-// servedForm fills the enum and the documents of a stored record beside
+// servedForm fills the enums and the documents of a stored record beside
 // the first release's fields, for clients of either release. A document
 // with no Struct or Value form (a number beyond float64, from a client
 // that sent bytes) is served in the bytes field only.
 func servedForm(t *agpv1.Transaction) {
 	//lint:ignore SA1019 the stored form is the first release's
-	st, input, result := t.GetStatus(), t.GetInputJson(), t.GetResultJson()
-	t.State = enumname.Value[agpv1.TransactionStatus](st)
+	op, st, input, result := t.GetOperation(), t.GetStatus(), t.GetInputJson(), t.GetResultJson()
+	t.AgpOperation, t.State = enumname.Value[agpv1.AgpOperation](op), enumname.Value[agpv1.TransactionStatus](st)
 	t.Input, _ = jsondoc.Struct(input)
 	t.Result, _ = jsondoc.Value(result)
 }

@@ -79,7 +79,9 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{Options{}, true},
 		{Options{ExecutePolicy: "strict", MaxExecuteAmountCents: 5000}, true},
+		{Options{ExecutePolicy: "confirm"}, true},
 		{Options{ExecutePolicy: "sometimes"}, false},
+		{Options{ExecutePolicy: "STRICT"}, false},
 		{Options{ExecutePolicy: "strict", MaxExecuteAmountCents: -1}, false},
 	} {
 		o := tc.opts
@@ -186,6 +188,10 @@ func TestConfirmationPolicies(t *testing.T) {
 		if d := r.GetExpiresAt().AsTime().Sub(clk.now()); d < 4*time.Minute || d > 5*time.Minute {
 			t.Errorf("token expires in %v, want 5m", d)
 		}
+		//lint:ignore SA1019 the first release's field, still filled
+		if c == strict && (r.GetExecutePolicy() != agpv1.ExecutePolicy_EXECUTE_POLICY_STRICT || r.GetPolicy() != PolicyStrict) {
+			t.Errorf("issued under %v / %q, want strict in both forms", r.GetExecutePolicy(), r.GetPolicy())
+		}
 		return r.GetToken()
 	}
 	consume := func(c agpv1.AgpServiceClient, in *agpv1.ConsumeConfirmationRequest) *agpv1.ConsumeConfirmationResponse {
@@ -197,7 +203,9 @@ func TestConfirmationPolicies(t *testing.T) {
 	}
 
 	t.Run("open ignores the token", func(t *testing.T) {
-		if r := consume(open, req(alice, "orders", hashA, "")); !r.GetAllowed() || r.GetPolicy() != PolicyOpen {
+		r := consume(open, req(alice, "orders", hashA, ""))
+		//lint:ignore SA1019 the first release's field, still filled
+		if !r.GetAllowed() || r.GetExecutePolicy() != agpv1.ExecutePolicy_EXECUTE_POLICY_OPEN || r.GetPolicy() != PolicyOpen {
 			t.Errorf("open without token = %v", r)
 		}
 		if r := consume(open, req(alice, "orders", hashA, "not-a-token")); !r.GetAllowed() {
@@ -205,7 +213,9 @@ func TestConfirmationPolicies(t *testing.T) {
 		}
 	})
 	t.Run("missing and unknown", func(t *testing.T) {
-		if r := consume(strict, req(alice, "orders", hashA, "")); r.GetAllowed() || r.GetReason() != ReasonRequired {
+		r := consume(strict, req(alice, "orders", hashA, ""))
+		//lint:ignore SA1019 the first release's field, still filled
+		if r.GetAllowed() || r.GetReason() != ReasonRequired || r.GetExecutePolicy() != agpv1.ExecutePolicy_EXECUTE_POLICY_STRICT || r.GetPolicy() != PolicyStrict {
 			t.Errorf("no token = %v", r)
 		}
 		if r := consume(strict, req(alice, "orders", hashA, "0b0e7c1e-8d4c-4a55-9d1e-2f0f6c1d2e3f")); r.GetAllowed() || r.GetReason() != ReasonInvalid {
@@ -303,18 +313,19 @@ func TestTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &agpv1.Transaction{Id: id, AgentId: alice, Operation: "execute", BusinessId: "orders", State: agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED,
+	rec := &agpv1.Transaction{Id: id, AgentId: alice, AgpOperation: agpv1.AgpOperation_AGP_OPERATION_EXECUTE, BusinessId: "orders", State: agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED,
 		Input: input, Result: testkit.JSONValue(`{"order_id":"ord-1"}`), AuditId: hashA}
 	must(c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: rec}))(t)
 	got := must(c.GetTransaction(ctx(), &agpv1.GetTransactionRequest{AgentId: alice, TransactionId: id}))(t).GetTransaction()
-	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED || string(testkit.ValueJSON(got.GetResult())) != `{"order_id":"ord-1"}` ||
+	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_SUCCEEDED || got.GetAgpOperation() != agpv1.AgpOperation_AGP_OPERATION_EXECUTE ||
+		string(testkit.ValueJSON(got.GetResult())) != `{"order_id":"ord-1"}` ||
 		got.GetInput().GetFields()["businessId"].GetStringValue() != "orders" || got.GetAuditId() != hashA {
 		t.Errorf("read back %v", got)
 	}
 	// A client of the first release sends and reads the status string and
 	// the JSON bytes; either client reads both forms of either's record.
 	//lint:ignore SA1019 the first release's fields
-	if got.GetStatus() != "succeeded" || string(got.GetResultJson()) != `{"order_id":"ord-1"}` || string(got.GetInputJson()) != `{"businessId":"orders"}` {
+	if got.GetStatus() != "succeeded" || got.GetOperation() != "execute" || string(got.GetResultJson()) != `{"order_id":"ord-1"}` || string(got.GetInputJson()) != `{"businessId":"orders"}` {
 		t.Errorf("first release's fields of a current client's record: %v", got)
 	}
 	oldID := "0b6f3b8e-6a61-4d53-9d7c-3f3f0a0e51a1"
@@ -322,7 +333,8 @@ func TestTransactions(t *testing.T) {
 	old := &agpv1.Transaction{Id: oldID, AgentId: alice, Operation: "query", Status: "failed", InputJson: []byte(`{"q":[1,2]}`), ResultJson: []byte(`"none"`)}
 	must(c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: old}))(t)
 	got = must(c.GetTransaction(ctx(), &agpv1.GetTransactionRequest{AgentId: alice, TransactionId: oldID}))(t).GetTransaction()
-	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_FAILED || got.GetResult().GetStringValue() != "none" ||
+	if got.GetState() != agpv1.TransactionStatus_TRANSACTION_STATUS_FAILED || got.GetAgpOperation() != agpv1.AgpOperation_AGP_OPERATION_QUERY ||
+		got.GetResult().GetStringValue() != "none" ||
 		len(got.GetInput().GetFields()["q"].GetListValue().GetValues()) != 2 {
 		t.Errorf("a first-release record read back %v", got)
 	}
@@ -342,12 +354,14 @@ func TestTransactions(t *testing.T) {
 		}
 	}
 	for name, bad := range map[string]*agpv1.Transaction{
-		"id":               {Id: "tx-1", AgentId: alice, Operation: "query", Status: "failed"},
-		"operation":        {Id: id, AgentId: alice, Operation: "generate", Status: "failed"},
-		"status":           {Id: id, AgentId: alice, Operation: "query", Status: "done"},
-		"agent":            {Id: id, AgentId: "alice", Operation: "query", Status: "failed"},
-		"size":             {Id: id, AgentId: alice, Operation: "query", Status: "failed", ResultJson: make([]byte, maxJSON+1)},
-		"undeclared state": {Id: id, AgentId: alice, Operation: "query", State: 99},
+		"id":                   {Id: "tx-1", AgentId: alice, Operation: "query", Status: "failed"},
+		"operation":            {Id: id, AgentId: alice, Operation: "generate", Status: "failed"},
+		"status":               {Id: id, AgentId: alice, Operation: "query", Status: "done"},
+		"agent":                {Id: id, AgentId: "alice", Operation: "query", Status: "failed"},
+		"size":                 {Id: id, AgentId: alice, Operation: "query", Status: "failed", ResultJson: make([]byte, maxJSON+1)},
+		"undeclared state":     {Id: id, AgentId: alice, Operation: "query", State: 99},
+		"undeclared operation": {Id: id, AgentId: alice, AgpOperation: 99, State: agpv1.TransactionStatus_TRANSACTION_STATUS_FAILED},
+		"operation name case":  {Id: id, AgentId: alice, Operation: "QUERY", State: agpv1.TransactionStatus_TRANSACTION_STATUS_FAILED},
 	} {
 		if _, err := c.PutTransaction(ctx(), &agpv1.PutTransactionRequest{Transaction: bad}); code(err) != codes.InvalidArgument {
 			t.Errorf("bad %s: %v, want InvalidArgument", name, err)

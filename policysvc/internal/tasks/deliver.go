@@ -20,6 +20,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jsondoc"
 	"github.com/agtpsuite/agtp/services/outbound"
@@ -285,7 +286,11 @@ func (s *Server) ListInbox(ctx context.Context, in *taskv1.ListInboxRequest) (*t
 		value, _ := jsondoc.Value(content) // unset when it has no Value form: ContentJson carries it
 		e := &taskv1.InboxEntry{NotificationId: field("notification_id"), SenderAgentId: field("sender"),
 			//lint:ignore SA1019 the first release's field, filled for its clients beside Content
-			ContentJson: content, Content: value, Urgency: field("urgency"), DeliveryGuarantee: field("delivery_guarantee")}
+			ContentJson: content, Content: value,
+			//lint:ignore SA1019 the first release's field, filled for its clients beside UrgencyLevel
+			Urgency: field("urgency"), UrgencyLevel: enumname.Value[taskv1.NotificationUrgency](field("urgency")),
+			//lint:ignore SA1019 the first release's field, filled for its clients beside Guarantee
+			DeliveryGuarantee: field("delivery_guarantee"), Guarantee: enumname.Value[taskv1.DeliveryGuarantee](field("delivery_guarantee"))}
 		if t, err := time.Parse(time.RFC3339Nano, field("expiry")); err == nil {
 			e.Expiry = timestamppb.New(t)
 		}

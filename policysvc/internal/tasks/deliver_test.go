@@ -85,7 +85,7 @@ func TestNotifyToAnAgentHostedHereLandsInItsInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := r.GetNotification()
-	if enumname.Of(n.GetState()) != NotifyDelivered || n.GetRecipientKind() != KindAgent || n.GetAttempts() != 1 {
+	if enumname.Of(n.GetState()) != NotifyDelivered || enumname.Of(n.GetRecipientType()) != KindAgent || n.GetAttempts() != 1 {
 		t.Fatalf("notification = %v, want delivered at once", n)
 	}
 	got := inbox(t, c, reviewer)
@@ -226,12 +226,12 @@ func TestNotifyToARemoteAgentGoesOverAGTPWithRetries(t *testing.T) {
 	c, srv := start(t, Options{CAFile: testkit.PKI(t).CA(), Outbound: loopbackPeers, NotifyPoll: 10 * time.Millisecond, NotifyBackoff: 20 * time.Millisecond, NotifyMaxBackoff: 50 * time.Millisecond})
 	runWorker(t, srv)
 	rcpt := "agtp://" + reviewer + "@" + rcv.ln.Addr().String()
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: rcpt, Content: testkit.JSONValue(`{"msg":"hi"}`), Urgency: "critical"})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: rcpt, Content: testkit.JSONValue(`{"msg":"hi"}`), UrgencyLevel: taskv1.NotificationUrgency_NOTIFICATION_URGENCY_CRITICAL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := r.GetNotification().GetNotificationId()
-	if n := waitSettled(t, c, id); enumname.Of(n.GetState()) != NotifyDelivered || n.GetAttempts() != 3 || n.GetRecipientKind() != KindRemoteAgent {
+	if n := waitSettled(t, c, id); enumname.Of(n.GetState()) != NotifyDelivered || n.GetAttempts() != 3 || enumname.Of(n.GetRecipientType()) != KindRemoteAgent {
 		t.Fatalf("notification = %v, want delivered on attempt 3", n)
 	}
 	rcv.mu.Lock()
@@ -304,7 +304,7 @@ func TestNotifyToAGroupDeliversToEveryMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := r.GetNotification()
-	if n.GetRecipientKind() != KindGroup || len(n.GetDeliveries()) != 2 || enumname.Of(n.GetDeliveries()[0].GetState()) != NotifyDelivered {
+	if enumname.Of(n.GetRecipientType()) != KindGroup || len(n.GetDeliveries()) != 2 || enumname.Of(n.GetDeliveries()[0].GetState()) != NotifyDelivered {
 		t.Fatalf("receipt = %v", n)
 	}
 	n = waitSettled(t, c, n.GetNotificationId())

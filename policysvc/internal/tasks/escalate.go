@@ -93,7 +93,9 @@ type confirmation struct {
 }
 
 func (c *confirmation) proto() *taskv1.Confirmation {
-	return &taskv1.Confirmation{TargetId: c.TargetID, TargetKind: c.TargetKind, TaskId: c.TaskID,
+	return &taskv1.Confirmation{TargetId: c.TargetID, TaskId: c.TaskID,
+		//lint:ignore SA1019 the first release's field, filled for its clients beside Target
+		TargetKind: c.TargetKind, Target: enumname.Value[taskv1.ConfirmationTarget](c.TargetKind),
 		//lint:ignore SA1019 the first release's field, filled for its clients beside Outcome
 		Status: c.Status, Outcome: enumname.Value[taskv1.ConfirmationOutcome](c.Status),
 		Reason: c.Reason, ConfirmerAgentId: c.Confirmer, AttestationId: c.Attestation, ConfirmedAt: timestamppb.New(c.At)}
@@ -308,7 +310,8 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 	if escKey != "" {
 		keys = append(keys, escKey)
 	}
-	out := &taskv1.BeginConfirmResponse{TargetKind: tg.kind, TaskId: tg.taskID}
+	//lint:ignore SA1019 the first release's field, filled for its clients beside Target
+	out := &taskv1.BeginConfirmResponse{TargetKind: tg.kind, Target: enumname.Value[taskv1.ConfirmationTarget](tg.kind), TaskId: tg.taskID}
 	err = s.watch(ctx, func(tx *redis.Tx) error {
 		var t task
 		ok, err := getJSON(ctx, tx, taskKey, &t)

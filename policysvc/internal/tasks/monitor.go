@@ -423,7 +423,7 @@ func (s *Server) enqueueMonitorNotification(ctx context.Context, sub *monitorSub
 		return err
 	}
 	n := &notification{ID: MonitorNotificationID(sub.ID, rev), Sender: sub.Target, Recipient: sub.Callback, Content: content,
-		Urgency: "informational", Guarantee: AtLeastOnce, Expiry: now.Add(s.opts.NotifyDefaultExpiry), Status: NotifyQueued, Created: now}
+		Urgency: informational, Guarantee: AtLeastOnce, Expiry: now.Add(s.opts.NotifyDefaultExpiry), Status: NotifyQueued, Created: now}
 	ttl := n.Expiry.Sub(now) + s.opts.TaskTTL
 	first, err := s.rdb.SetNX(ctx, rediskeys.Notification(n.ID), mustJSON(n), ttl).Result()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,12 +23,15 @@ import (
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
-// Delivery guarantees (core §7.2.13).
+// Delivery guarantees (core §7.2.13) the code acts on; the whole set is
+// the DeliveryGuarantee enum's names.
 const (
 	AtMostOnce  = "at_most_once"
 	AtLeastOnce = "at_least_once"
-	ExactlyOnce = "exactly_once"
 )
+
+// informational is the urgency a NOTIFY without one gets (core §7.2.13).
+const informational = "informational"
 
 // Notification statuses.
 const (
@@ -80,10 +84,16 @@ func (n *notification) proto() *taskv1.Notification {
 	out := &taskv1.Notification{NotificationId: n.ID, SenderAgentId: n.Sender, Recipient: n.Recipient,
 		//lint:ignore SA1019 the first release's field, filled for its clients
 		ContentJson: n.Content, Content: content,
-		Urgency: n.Urgency, DeliveryGuarantee: n.Guarantee, Expiry: timestamppb.New(n.Expiry),
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		Urgency: n.Urgency, UrgencyLevel: enumname.Value[taskv1.NotificationUrgency](n.Urgency),
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		DeliveryGuarantee: n.Guarantee, Guarantee: enumname.Value[taskv1.DeliveryGuarantee](n.Guarantee),
+		Expiry: timestamppb.New(n.Expiry),
 		//lint:ignore SA1019 the first release's field, filled for its clients
 		Status: n.Status, State: enumname.Value[taskv1.NotificationStatus](n.Status),
-		Attempts: int32(n.Attempts), LastError: n.LastError, CreatedAt: timestamppb.New(n.Created), RecipientKind: n.kind()}
+		Attempts: int32(n.Attempts), LastError: n.LastError, CreatedAt: timestamppb.New(n.Created),
+		//lint:ignore SA1019 the first release's field, filled for its clients
+		RecipientKind: n.kind(), RecipientType: enumname.Value[taskv1.RecipientKind](n.kind())}
 	if !n.Delivered.IsZero() {
 		out.DeliveredAt = timestamppb.New(n.Delivered)
 	}
@@ -111,21 +121,21 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 	if !ok {
 		return nil, grpcerr.InvalidArgument("content-invalid", fmt.Sprintf("content is required: a JSON value of at most %d bytes", maxContext))
 	}
-	urgency := in.GetUrgency()
-	switch urgency {
-	case "":
-		urgency = "informational"
-	case "critical", "informational", "background":
-	default:
-		return nil, grpcerr.InvalidArgument("urgency-invalid", "urgency must be critical, informational or background")
+	//lint:ignore SA1019 a client of the first release sends the urgency as a string only
+	urgency := enumname.Requested(in.GetUrgencyLevel(), in.GetUrgency())
+	switch {
+	case urgency == "":
+		urgency = informational
+	case enumname.Value[taskv1.NotificationUrgency](urgency) == 0:
+		return nil, grpcerr.InvalidArgument("urgency-invalid", "urgency must be one of "+strings.Join(enumname.Names(taskv1.NotificationUrgency(0).Descriptor()), ", "))
 	}
-	g := in.GetDeliveryGuarantee()
-	switch g {
-	case "":
+	//lint:ignore SA1019 a client of the first release sends the guarantee as a string only
+	g := enumname.Requested(in.GetGuarantee(), in.GetDeliveryGuarantee())
+	switch {
+	case g == "":
 		g = AtLeastOnce
-	case AtMostOnce, AtLeastOnce, ExactlyOnce:
-	default:
-		return nil, grpcerr.InvalidArgument("delivery-guarantee-invalid", "delivery_guarantee must be at_most_once, at_least_once or exactly_once")
+	case enumname.Value[taskv1.DeliveryGuarantee](g) == 0:
+		return nil, grpcerr.InvalidArgument("delivery-guarantee-invalid", "delivery_guarantee must be one of "+strings.Join(enumname.Names(taskv1.DeliveryGuarantee(0).Descriptor()), ", "))
 	}
 	now := s.opts.Now().UTC()
 	expiry := now.Add(s.opts.NotifyDefaultExpiry)

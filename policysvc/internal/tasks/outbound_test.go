@@ -142,7 +142,7 @@ func TestOperatorRecipientsMayBeInternal(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	c, srv := start(t, Options{Groups: map[string][]string{"ops": {"https://127.0.0.1:" + port + "/hook", "agtp://" + reviewer + "@127.0.0.1:" + port}}})
 	ctx := context.Background()
-	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", Content: testkit.JSONValue(`1`), DeliveryGuarantee: AtMostOnce}); err != nil {
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", Content: testkit.JSONValue(`1`), Guarantee: taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.deliverDue(ctx); err != nil {

@@ -241,7 +241,7 @@ func TestNotifyAtLeastOnceSurvivesADownRecipient(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL + "/hook",
-		Content: testkit.JSONValue(`{"msg":"hi"}`), DeliveryGuarantee: AtLeastOnce})
+		Content: testkit.JSONValue(`{"msg":"hi"}`), Guarantee: taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_LEAST_ONCE})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestNotifyAtMostOnceIsOneAttemptAndExpiryIsRespected(t *testing.T) {
 	t.Cleanup(ts.Close)
 	now := time.Now()
 	c, srv := start(t, Options{HTTPClient: ts.Client(), Outbound: loopbackPeers, Now: func() time.Time { return now }})
-	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, Content: testkit.JSONValue(`1`), DeliveryGuarantee: AtMostOnce})
+	r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL, Content: testkit.JSONValue(`1`), Guarantee: taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE})
 	if err != nil {
 		t.Fatal(err)
 	}

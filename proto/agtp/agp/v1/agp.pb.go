@@ -77,6 +77,115 @@ func (ApiKeyChange) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{0}
 }
 
+// ExecutePolicy is the operator's execute confirmation policy (AGP §8.1).
+type ExecutePolicy int32
+
+const (
+	ExecutePolicy_EXECUTE_POLICY_UNSPECIFIED ExecutePolicy = 0
+	// No token is needed.
+	ExecutePolicy_EXECUTE_POLICY_OPEN ExecutePolicy = 1
+	// A valid confirmation token is needed.
+	ExecutePolicy_EXECUTE_POLICY_CONFIRM ExecutePolicy = 2
+	// confirm, plus an amount ceiling.
+	ExecutePolicy_EXECUTE_POLICY_STRICT ExecutePolicy = 3
+)
+
+// Enum value maps for ExecutePolicy.
+var (
+	ExecutePolicy_name = map[int32]string{
+		0: "EXECUTE_POLICY_UNSPECIFIED",
+		1: "EXECUTE_POLICY_OPEN",
+		2: "EXECUTE_POLICY_CONFIRM",
+		3: "EXECUTE_POLICY_STRICT",
+	}
+	ExecutePolicy_value = map[string]int32{
+		"EXECUTE_POLICY_UNSPECIFIED": 0,
+		"EXECUTE_POLICY_OPEN":        1,
+		"EXECUTE_POLICY_CONFIRM":     2,
+		"EXECUTE_POLICY_STRICT":      3,
+	}
+)
+
+func (x ExecutePolicy) Enum() *ExecutePolicy {
+	p := new(ExecutePolicy)
+	*p = x
+	return p
+}
+
+func (x ExecutePolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExecutePolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_agp_v1_agp_proto_enumTypes[1].Descriptor()
+}
+
+func (ExecutePolicy) Type() protoreflect.EnumType {
+	return &file_agtp_agp_v1_agp_proto_enumTypes[1]
+}
+
+func (x ExecutePolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExecutePolicy.Descriptor instead.
+func (ExecutePolicy) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{1}
+}
+
+// AgpOperation is one of AGP's three core operations (AGP §1, §5.1).
+type AgpOperation int32
+
+const (
+	AgpOperation_AGP_OPERATION_UNSPECIFIED AgpOperation = 0
+	AgpOperation_AGP_OPERATION_DISCOVER    AgpOperation = 1
+	AgpOperation_AGP_OPERATION_QUERY       AgpOperation = 2
+	AgpOperation_AGP_OPERATION_EXECUTE     AgpOperation = 3
+)
+
+// Enum value maps for AgpOperation.
+var (
+	AgpOperation_name = map[int32]string{
+		0: "AGP_OPERATION_UNSPECIFIED",
+		1: "AGP_OPERATION_DISCOVER",
+		2: "AGP_OPERATION_QUERY",
+		3: "AGP_OPERATION_EXECUTE",
+	}
+	AgpOperation_value = map[string]int32{
+		"AGP_OPERATION_UNSPECIFIED": 0,
+		"AGP_OPERATION_DISCOVER":    1,
+		"AGP_OPERATION_QUERY":       2,
+		"AGP_OPERATION_EXECUTE":     3,
+	}
+)
+
+func (x AgpOperation) Enum() *AgpOperation {
+	p := new(AgpOperation)
+	*p = x
+	return p
+}
+
+func (x AgpOperation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AgpOperation) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_agp_v1_agp_proto_enumTypes[2].Descriptor()
+}
+
+func (AgpOperation) Type() protoreflect.EnumType {
+	return &file_agtp_agp_v1_agp_proto_enumTypes[2]
+}
+
+func (x AgpOperation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AgpOperation.Descriptor instead.
+func (AgpOperation) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{2}
+}
+
 // TransactionStatus is a transaction's status (AGP §5.1).
 type TransactionStatus int32
 
@@ -115,11 +224,11 @@ func (x TransactionStatus) String() string {
 }
 
 func (TransactionStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_agp_v1_agp_proto_enumTypes[1].Descriptor()
+	return file_agtp_agp_v1_agp_proto_enumTypes[3].Descriptor()
 }
 
 func (TransactionStatus) Type() protoreflect.EnumType {
-	return &file_agtp_agp_v1_agp_proto_enumTypes[1]
+	return &file_agtp_agp_v1_agp_proto_enumTypes[3]
 }
 
 func (x TransactionStatus) Number() protoreflect.EnumNumber {
@@ -128,7 +237,7 @@ func (x TransactionStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransactionStatus.Descriptor instead.
 func (TransactionStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{1}
+	return file_agtp_agp_v1_agp_proto_rawDescGZIP(), []int{3}
 }
 
 // ApiKey is a stored key, without its secret.
@@ -973,8 +1082,13 @@ type IssueConfirmationResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Token     string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	// The execute policy in force: open, confirm or strict.
-	Policy        string `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The execute policy in force: open, confirm or strict;
+	// execute_policy is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
+	Policy string `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The execute policy in force (policy as an enum).
+	ExecutePolicy ExecutePolicy `protobuf:"varint,4,opt,name=execute_policy,json=executePolicy,proto3,enum=agtp.agp.v1.ExecutePolicy" json:"execute_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1023,11 +1137,19 @@ func (x *IssueConfirmationResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *IssueConfirmationResponse) GetPolicy() string {
 	if x != nil {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *IssueConfirmationResponse) GetExecutePolicy() ExecutePolicy {
+	if x != nil {
+		return x.ExecutePolicy
+	}
+	return ExecutePolicy_EXECUTE_POLICY_UNSPECIFIED
 }
 
 // ConsumeConfirmationRequest is an execute about to run.
@@ -1122,12 +1244,17 @@ func (x *ConsumeConfirmationRequest) GetAmountCents() float64 {
 type ConsumeConfirmationResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	Policy  string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// execute_policy is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
+	Policy string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	// On refusal: confirmation-required, confirmation-invalid,
 	// confirmation-expired, confirmation-mismatch or amount-exceeds-limit.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// On refusal: AGP's message for it.
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The execute policy in force (policy as an enum).
+	ExecutePolicy ExecutePolicy `protobuf:"varint,5,opt,name=execute_policy,json=executePolicy,proto3,enum=agtp.agp.v1.ExecutePolicy" json:"execute_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1169,6 +1296,7 @@ func (x *ConsumeConfirmationResponse) GetAllowed() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *ConsumeConfirmationResponse) GetPolicy() string {
 	if x != nil {
 		return x.Policy
@@ -1190,6 +1318,13 @@ func (x *ConsumeConfirmationResponse) GetMessage() string {
 	return ""
 }
 
+func (x *ConsumeConfirmationResponse) GetExecutePolicy() ExecutePolicy {
+	if x != nil {
+		return x.ExecutePolicy
+	}
+	return ExecutePolicy_EXECUTE_POLICY_UNSPECIFIED
+}
+
 // Transaction is one AGP operation's record (AGP §6.5).
 type Transaction struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1197,7 +1332,10 @@ type Transaction struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The owner: the Agent-ID the caller's key maps to.
 	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// discover, query or execute.
+	// discover, query or execute; agp_operation is the same as an enum.
+	// Replaced by agp_operation; read when agp_operation is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 	Operation  string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
 	BusinessId string `protobuf:"bytes,4,opt,name=business_id,json=businessId,proto3" json:"business_id,omitempty"`
 	// pending, succeeded or failed; state is the same as an enum. Replaced
@@ -1223,7 +1361,9 @@ type Transaction struct {
 	// The operation's parameters.
 	Input *structpb.Struct `protobuf:"bytes,14,opt,name=input,proto3" json:"input,omitempty"`
 	// The operation's result, any JSON value (unset when it has none).
-	Result        *structpb.Value `protobuf:"bytes,15,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Value `protobuf:"bytes,15,opt,name=result,proto3" json:"result,omitempty"`
+	// The operation (operation as an enum).
+	AgpOperation  AgpOperation `protobuf:"varint,16,opt,name=agp_operation,json=agpOperation,proto3,enum=agtp.agp.v1.AgpOperation" json:"agp_operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1412,7 @@ func (x *Transaction) GetAgentId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/agp/v1/agp.proto.
 func (x *Transaction) GetOperation() string {
 	if x != nil {
 		return x.Operation
@@ -1364,6 +1505,13 @@ func (x *Transaction) GetResult() *structpb.Value {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *Transaction) GetAgpOperation() AgpOperation {
+	if x != nil {
+		return x.AgpOperation
+	}
+	return AgpOperation_AGP_OPERATION_UNSPECIFIED
 }
 
 // PutTransactionRequest stores a record.
@@ -1610,12 +1758,13 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vbusiness_id\x18\x02 \x01(\tR\n" +
 	"businessId\x12%\n" +
-	"\x0erequest_sha256\x18\x03 \x01(\tR\rrequestSha256\"\x84\x01\n" +
+	"\x0erequest_sha256\x18\x03 \x01(\tR\rrequestSha256\"\xcb\x01\n" +
 	"\x19IssueConfirmationResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x16\n" +
-	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xdf\x01\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1a\n" +
+	"\x06policy\x18\x03 \x01(\tB\x02\x18\x01R\x06policy\x12A\n" +
+	"\x0eexecute_policy\x18\x04 \x01(\x0e2\x1a.agtp.agp.v1.ExecutePolicyR\rexecutePolicy\"\xdf\x01\n" +
 	"\x1aConsumeConfirmationRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vbusiness_id\x18\x02 \x01(\tR\n" +
@@ -1623,16 +1772,17 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\x0erequest_sha256\x18\x03 \x01(\tR\rrequestSha256\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\tR\x05token\x12%\n" +
 	"\x0eamount_present\x18\x05 \x01(\bR\ramountPresent\x12!\n" +
-	"\famount_cents\x18\x06 \x01(\x01R\vamountCents\"\x81\x01\n" +
+	"\famount_cents\x18\x06 \x01(\x01R\vamountCents\"\xc8\x01\n" +
 	"\x1bConsumeConfirmationResponse\x12\x18\n" +
-	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
-	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
+	"\x06policy\x18\x02 \x01(\tB\x02\x18\x01R\x06policy\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xb5\x04\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12A\n" +
+	"\x0eexecute_policy\x18\x05 \x01(\x0e2\x1a.agtp.agp.v1.ExecutePolicyR\rexecutePolicy\"\xf9\x04\n" +
 	"\vTransaction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
-	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1c\n" +
-	"\toperation\x18\x03 \x01(\tR\toperation\x12\x1f\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12 \n" +
+	"\toperation\x18\x03 \x01(\tB\x02\x18\x01R\toperation\x12\x1f\n" +
 	"\vbusiness_id\x18\x04 \x01(\tR\n" +
 	"businessId\x12\x1a\n" +
 	"\x06status\x18\x05 \x01(\tB\x02\x18\x01R\x06status\x129\n" +
@@ -1651,7 +1801,8 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"api_key_id\x18\f \x01(\tR\bapiKeyId\x124\n" +
 	"\x05state\x18\r \x01(\x0e2\x1e.agtp.agp.v1.TransactionStatusR\x05state\x12-\n" +
 	"\x05input\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x05input\x12.\n" +
-	"\x06result\x18\x0f \x01(\v2\x16.google.protobuf.ValueR\x06result\"S\n" +
+	"\x06result\x18\x0f \x01(\v2\x16.google.protobuf.ValueR\x06result\x12>\n" +
+	"\ragp_operation\x18\x10 \x01(\x0e2\x19.agtp.agp.v1.AgpOperationR\fagpOperation\"S\n" +
 	"\x15PutTransactionRequest\x12:\n" +
 	"\vtransaction\x18\x01 \x01(\v2\x18.agtp.agp.v1.TransactionR\vtransaction\"\x18\n" +
 	"\x16PutTransactionResponse\"Y\n" +
@@ -1663,7 +1814,17 @@ const file_agtp_agp_v1_agp_proto_rawDesc = "" +
 	"\fApiKeyChange\x12\x1e\n" +
 	"\x1aAPI_KEY_CHANGE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16API_KEY_CHANGE_REVOKED\x10\x01\x12\x1b\n" +
-	"\x17API_KEY_CHANGE_REPLACED\x10\x02*\x98\x01\n" +
+	"\x17API_KEY_CHANGE_REPLACED\x10\x02*\x7f\n" +
+	"\rExecutePolicy\x12\x1e\n" +
+	"\x1aEXECUTE_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13EXECUTE_POLICY_OPEN\x10\x01\x12\x1a\n" +
+	"\x16EXECUTE_POLICY_CONFIRM\x10\x02\x12\x19\n" +
+	"\x15EXECUTE_POLICY_STRICT\x10\x03*}\n" +
+	"\fAgpOperation\x12\x1d\n" +
+	"\x19AGP_OPERATION_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16AGP_OPERATION_DISCOVER\x10\x01\x12\x17\n" +
+	"\x13AGP_OPERATION_QUERY\x10\x02\x12\x19\n" +
+	"\x15AGP_OPERATION_EXECUTE\x10\x03*\x98\x01\n" +
 	"\x11TransactionStatus\x12\"\n" +
 	"\x1eTRANSACTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aTRANSACTION_STATUS_PENDING\x10\x01\x12 \n" +
@@ -1694,78 +1855,83 @@ func file_agtp_agp_v1_agp_proto_rawDescGZIP() []byte {
 	return file_agtp_agp_v1_agp_proto_rawDescData
 }
 
-var file_agtp_agp_v1_agp_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_agtp_agp_v1_agp_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_agtp_agp_v1_agp_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agtp_agp_v1_agp_proto_goTypes = []any{
 	(ApiKeyChange)(0),                   // 0: agtp.agp.v1.ApiKeyChange
-	(TransactionStatus)(0),              // 1: agtp.agp.v1.TransactionStatus
-	(*ApiKey)(nil),                      // 2: agtp.agp.v1.ApiKey
-	(*CreateApiKeyRequest)(nil),         // 3: agtp.agp.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),        // 4: agtp.agp.v1.CreateApiKeyResponse
-	(*ImportApiKeyRequest)(nil),         // 5: agtp.agp.v1.ImportApiKeyRequest
-	(*ImportApiKeyResponse)(nil),        // 6: agtp.agp.v1.ImportApiKeyResponse
-	(*ListApiKeysRequest)(nil),          // 7: agtp.agp.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),         // 8: agtp.agp.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),         // 9: agtp.agp.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),        // 10: agtp.agp.v1.RevokeApiKeyResponse
-	(*WatchKeyEventsRequest)(nil),       // 11: agtp.agp.v1.WatchKeyEventsRequest
-	(*WatchKeyEventsResponse)(nil),      // 12: agtp.agp.v1.WatchKeyEventsResponse
-	(*ResolveApiKeyRequest)(nil),        // 13: agtp.agp.v1.ResolveApiKeyRequest
-	(*ResolveApiKeyResponse)(nil),       // 14: agtp.agp.v1.ResolveApiKeyResponse
-	(*IssueConfirmationRequest)(nil),    // 15: agtp.agp.v1.IssueConfirmationRequest
-	(*IssueConfirmationResponse)(nil),   // 16: agtp.agp.v1.IssueConfirmationResponse
-	(*ConsumeConfirmationRequest)(nil),  // 17: agtp.agp.v1.ConsumeConfirmationRequest
-	(*ConsumeConfirmationResponse)(nil), // 18: agtp.agp.v1.ConsumeConfirmationResponse
-	(*Transaction)(nil),                 // 19: agtp.agp.v1.Transaction
-	(*PutTransactionRequest)(nil),       // 20: agtp.agp.v1.PutTransactionRequest
-	(*PutTransactionResponse)(nil),      // 21: agtp.agp.v1.PutTransactionResponse
-	(*GetTransactionRequest)(nil),       // 22: agtp.agp.v1.GetTransactionRequest
-	(*GetTransactionResponse)(nil),      // 23: agtp.agp.v1.GetTransactionResponse
-	(*timestamppb.Timestamp)(nil),       // 24: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 25: google.protobuf.Struct
-	(*structpb.Value)(nil),              // 26: google.protobuf.Value
+	(ExecutePolicy)(0),                  // 1: agtp.agp.v1.ExecutePolicy
+	(AgpOperation)(0),                   // 2: agtp.agp.v1.AgpOperation
+	(TransactionStatus)(0),              // 3: agtp.agp.v1.TransactionStatus
+	(*ApiKey)(nil),                      // 4: agtp.agp.v1.ApiKey
+	(*CreateApiKeyRequest)(nil),         // 5: agtp.agp.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),        // 6: agtp.agp.v1.CreateApiKeyResponse
+	(*ImportApiKeyRequest)(nil),         // 7: agtp.agp.v1.ImportApiKeyRequest
+	(*ImportApiKeyResponse)(nil),        // 8: agtp.agp.v1.ImportApiKeyResponse
+	(*ListApiKeysRequest)(nil),          // 9: agtp.agp.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),         // 10: agtp.agp.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),         // 11: agtp.agp.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),        // 12: agtp.agp.v1.RevokeApiKeyResponse
+	(*WatchKeyEventsRequest)(nil),       // 13: agtp.agp.v1.WatchKeyEventsRequest
+	(*WatchKeyEventsResponse)(nil),      // 14: agtp.agp.v1.WatchKeyEventsResponse
+	(*ResolveApiKeyRequest)(nil),        // 15: agtp.agp.v1.ResolveApiKeyRequest
+	(*ResolveApiKeyResponse)(nil),       // 16: agtp.agp.v1.ResolveApiKeyResponse
+	(*IssueConfirmationRequest)(nil),    // 17: agtp.agp.v1.IssueConfirmationRequest
+	(*IssueConfirmationResponse)(nil),   // 18: agtp.agp.v1.IssueConfirmationResponse
+	(*ConsumeConfirmationRequest)(nil),  // 19: agtp.agp.v1.ConsumeConfirmationRequest
+	(*ConsumeConfirmationResponse)(nil), // 20: agtp.agp.v1.ConsumeConfirmationResponse
+	(*Transaction)(nil),                 // 21: agtp.agp.v1.Transaction
+	(*PutTransactionRequest)(nil),       // 22: agtp.agp.v1.PutTransactionRequest
+	(*PutTransactionResponse)(nil),      // 23: agtp.agp.v1.PutTransactionResponse
+	(*GetTransactionRequest)(nil),       // 24: agtp.agp.v1.GetTransactionRequest
+	(*GetTransactionResponse)(nil),      // 25: agtp.agp.v1.GetTransactionResponse
+	(*timestamppb.Timestamp)(nil),       // 26: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 27: google.protobuf.Struct
+	(*structpb.Value)(nil),              // 28: google.protobuf.Value
 }
 var file_agtp_agp_v1_agp_proto_depIdxs = []int32{
-	24, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	2,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	2,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
+	26, // 0: agtp.agp.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 1: agtp.agp.v1.CreateApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	4,  // 2: agtp.agp.v1.ImportApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	4,  // 3: agtp.agp.v1.ListApiKeysResponse.keys:type_name -> agtp.agp.v1.ApiKey
 	0,  // 4: agtp.agp.v1.WatchKeyEventsResponse.change:type_name -> agtp.agp.v1.ApiKeyChange
-	24, // 5: agtp.agp.v1.WatchKeyEventsResponse.changed_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
-	24, // 7: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 8: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
-	24, // 9: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: agtp.agp.v1.Transaction.state:type_name -> agtp.agp.v1.TransactionStatus
-	25, // 11: agtp.agp.v1.Transaction.input:type_name -> google.protobuf.Struct
-	26, // 12: agtp.agp.v1.Transaction.result:type_name -> google.protobuf.Value
-	19, // 13: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
-	19, // 14: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
-	3,  // 15: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
-	5,  // 16: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
-	7,  // 17: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
-	9,  // 18: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
-	11, // 19: agtp.agp.v1.AgpService.WatchKeyEvents:input_type -> agtp.agp.v1.WatchKeyEventsRequest
-	13, // 20: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
-	15, // 21: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
-	17, // 22: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
-	20, // 23: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
-	22, // 24: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
-	4,  // 25: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
-	6,  // 26: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
-	8,  // 27: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
-	10, // 28: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
-	12, // 29: agtp.agp.v1.AgpService.WatchKeyEvents:output_type -> agtp.agp.v1.WatchKeyEventsResponse
-	14, // 30: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
-	16, // 31: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
-	18, // 32: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
-	21, // 33: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
-	23, // 34: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	26, // 5: agtp.agp.v1.WatchKeyEventsResponse.changed_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: agtp.agp.v1.ResolveApiKeyResponse.key:type_name -> agtp.agp.v1.ApiKey
+	26, // 7: agtp.agp.v1.IssueConfirmationResponse.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 8: agtp.agp.v1.IssueConfirmationResponse.execute_policy:type_name -> agtp.agp.v1.ExecutePolicy
+	1,  // 9: agtp.agp.v1.ConsumeConfirmationResponse.execute_policy:type_name -> agtp.agp.v1.ExecutePolicy
+	26, // 10: agtp.agp.v1.Transaction.created_at:type_name -> google.protobuf.Timestamp
+	26, // 11: agtp.agp.v1.Transaction.updated_at:type_name -> google.protobuf.Timestamp
+	3,  // 12: agtp.agp.v1.Transaction.state:type_name -> agtp.agp.v1.TransactionStatus
+	27, // 13: agtp.agp.v1.Transaction.input:type_name -> google.protobuf.Struct
+	28, // 14: agtp.agp.v1.Transaction.result:type_name -> google.protobuf.Value
+	2,  // 15: agtp.agp.v1.Transaction.agp_operation:type_name -> agtp.agp.v1.AgpOperation
+	21, // 16: agtp.agp.v1.PutTransactionRequest.transaction:type_name -> agtp.agp.v1.Transaction
+	21, // 17: agtp.agp.v1.GetTransactionResponse.transaction:type_name -> agtp.agp.v1.Transaction
+	5,  // 18: agtp.agp.v1.AgpService.CreateApiKey:input_type -> agtp.agp.v1.CreateApiKeyRequest
+	7,  // 19: agtp.agp.v1.AgpService.ImportApiKey:input_type -> agtp.agp.v1.ImportApiKeyRequest
+	9,  // 20: agtp.agp.v1.AgpService.ListApiKeys:input_type -> agtp.agp.v1.ListApiKeysRequest
+	11, // 21: agtp.agp.v1.AgpService.RevokeApiKey:input_type -> agtp.agp.v1.RevokeApiKeyRequest
+	13, // 22: agtp.agp.v1.AgpService.WatchKeyEvents:input_type -> agtp.agp.v1.WatchKeyEventsRequest
+	15, // 23: agtp.agp.v1.AgpService.ResolveApiKey:input_type -> agtp.agp.v1.ResolveApiKeyRequest
+	17, // 24: agtp.agp.v1.AgpService.IssueConfirmation:input_type -> agtp.agp.v1.IssueConfirmationRequest
+	19, // 25: agtp.agp.v1.AgpService.ConsumeConfirmation:input_type -> agtp.agp.v1.ConsumeConfirmationRequest
+	22, // 26: agtp.agp.v1.AgpService.PutTransaction:input_type -> agtp.agp.v1.PutTransactionRequest
+	24, // 27: agtp.agp.v1.AgpService.GetTransaction:input_type -> agtp.agp.v1.GetTransactionRequest
+	6,  // 28: agtp.agp.v1.AgpService.CreateApiKey:output_type -> agtp.agp.v1.CreateApiKeyResponse
+	8,  // 29: agtp.agp.v1.AgpService.ImportApiKey:output_type -> agtp.agp.v1.ImportApiKeyResponse
+	10, // 30: agtp.agp.v1.AgpService.ListApiKeys:output_type -> agtp.agp.v1.ListApiKeysResponse
+	12, // 31: agtp.agp.v1.AgpService.RevokeApiKey:output_type -> agtp.agp.v1.RevokeApiKeyResponse
+	14, // 32: agtp.agp.v1.AgpService.WatchKeyEvents:output_type -> agtp.agp.v1.WatchKeyEventsResponse
+	16, // 33: agtp.agp.v1.AgpService.ResolveApiKey:output_type -> agtp.agp.v1.ResolveApiKeyResponse
+	18, // 34: agtp.agp.v1.AgpService.IssueConfirmation:output_type -> agtp.agp.v1.IssueConfirmationResponse
+	20, // 35: agtp.agp.v1.AgpService.ConsumeConfirmation:output_type -> agtp.agp.v1.ConsumeConfirmationResponse
+	23, // 36: agtp.agp.v1.AgpService.PutTransaction:output_type -> agtp.agp.v1.PutTransactionResponse
+	25, // 37: agtp.agp.v1.AgpService.GetTransaction:output_type -> agtp.agp.v1.GetTransactionResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_agtp_agp_v1_agp_proto_init() }
@@ -1778,7 +1944,7 @@ func file_agtp_agp_v1_agp_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_agp_v1_agp_proto_rawDesc), len(file_agtp_agp_v1_agp_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      4,
 			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,

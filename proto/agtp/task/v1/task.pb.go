@@ -369,6 +369,224 @@ func (NotificationStatus) EnumDescriptor() ([]byte, []int) {
 	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
+// ConfirmationTarget is what a CONFIRM's target_id names (core §7.2.11):
+// an escalation, or a task the caller owns.
+type ConfirmationTarget int32
+
+const (
+	ConfirmationTarget_CONFIRMATION_TARGET_UNSPECIFIED ConfirmationTarget = 0
+	ConfirmationTarget_CONFIRMATION_TARGET_ESCALATION  ConfirmationTarget = 1
+	ConfirmationTarget_CONFIRMATION_TARGET_TASK        ConfirmationTarget = 2
+)
+
+// Enum value maps for ConfirmationTarget.
+var (
+	ConfirmationTarget_name = map[int32]string{
+		0: "CONFIRMATION_TARGET_UNSPECIFIED",
+		1: "CONFIRMATION_TARGET_ESCALATION",
+		2: "CONFIRMATION_TARGET_TASK",
+	}
+	ConfirmationTarget_value = map[string]int32{
+		"CONFIRMATION_TARGET_UNSPECIFIED": 0,
+		"CONFIRMATION_TARGET_ESCALATION":  1,
+		"CONFIRMATION_TARGET_TASK":        2,
+	}
+)
+
+func (x ConfirmationTarget) Enum() *ConfirmationTarget {
+	p := new(ConfirmationTarget)
+	*p = x
+	return p
+}
+
+func (x ConfirmationTarget) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConfirmationTarget) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[6].Descriptor()
+}
+
+func (ConfirmationTarget) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[6]
+}
+
+func (x ConfirmationTarget) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConfirmationTarget.Descriptor instead.
+func (ConfirmationTarget) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+// NotificationUrgency is NOTIFY's urgency parameter (core §7.2.13).
+type NotificationUrgency int32
+
+const (
+	NotificationUrgency_NOTIFICATION_URGENCY_UNSPECIFIED   NotificationUrgency = 0
+	NotificationUrgency_NOTIFICATION_URGENCY_CRITICAL      NotificationUrgency = 1
+	NotificationUrgency_NOTIFICATION_URGENCY_INFORMATIONAL NotificationUrgency = 2
+	NotificationUrgency_NOTIFICATION_URGENCY_BACKGROUND    NotificationUrgency = 3
+)
+
+// Enum value maps for NotificationUrgency.
+var (
+	NotificationUrgency_name = map[int32]string{
+		0: "NOTIFICATION_URGENCY_UNSPECIFIED",
+		1: "NOTIFICATION_URGENCY_CRITICAL",
+		2: "NOTIFICATION_URGENCY_INFORMATIONAL",
+		3: "NOTIFICATION_URGENCY_BACKGROUND",
+	}
+	NotificationUrgency_value = map[string]int32{
+		"NOTIFICATION_URGENCY_UNSPECIFIED":   0,
+		"NOTIFICATION_URGENCY_CRITICAL":      1,
+		"NOTIFICATION_URGENCY_INFORMATIONAL": 2,
+		"NOTIFICATION_URGENCY_BACKGROUND":    3,
+	}
+)
+
+func (x NotificationUrgency) Enum() *NotificationUrgency {
+	p := new(NotificationUrgency)
+	*p = x
+	return p
+}
+
+func (x NotificationUrgency) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NotificationUrgency) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[7].Descriptor()
+}
+
+func (NotificationUrgency) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[7]
+}
+
+func (x NotificationUrgency) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NotificationUrgency.Descriptor instead.
+func (NotificationUrgency) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{7}
+}
+
+// DeliveryGuarantee is NOTIFY's delivery_guarantee parameter (core
+// §7.2.13).
+type DeliveryGuarantee int32
+
+const (
+	DeliveryGuarantee_DELIVERY_GUARANTEE_UNSPECIFIED   DeliveryGuarantee = 0
+	DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE  DeliveryGuarantee = 1
+	DeliveryGuarantee_DELIVERY_GUARANTEE_AT_LEAST_ONCE DeliveryGuarantee = 2
+	DeliveryGuarantee_DELIVERY_GUARANTEE_EXACTLY_ONCE  DeliveryGuarantee = 3
+)
+
+// Enum value maps for DeliveryGuarantee.
+var (
+	DeliveryGuarantee_name = map[int32]string{
+		0: "DELIVERY_GUARANTEE_UNSPECIFIED",
+		1: "DELIVERY_GUARANTEE_AT_MOST_ONCE",
+		2: "DELIVERY_GUARANTEE_AT_LEAST_ONCE",
+		3: "DELIVERY_GUARANTEE_EXACTLY_ONCE",
+	}
+	DeliveryGuarantee_value = map[string]int32{
+		"DELIVERY_GUARANTEE_UNSPECIFIED":   0,
+		"DELIVERY_GUARANTEE_AT_MOST_ONCE":  1,
+		"DELIVERY_GUARANTEE_AT_LEAST_ONCE": 2,
+		"DELIVERY_GUARANTEE_EXACTLY_ONCE":  3,
+	}
+)
+
+func (x DeliveryGuarantee) Enum() *DeliveryGuarantee {
+	p := new(DeliveryGuarantee)
+	*p = x
+	return p
+}
+
+func (x DeliveryGuarantee) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DeliveryGuarantee) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[8].Descriptor()
+}
+
+func (DeliveryGuarantee) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[8]
+}
+
+func (x DeliveryGuarantee) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DeliveryGuarantee.Descriptor instead.
+func (DeliveryGuarantee) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{8}
+}
+
+// RecipientKind is how a notification's recipient is reached.
+type RecipientKind int32
+
+const (
+	RecipientKind_RECIPIENT_KIND_UNSPECIFIED RecipientKind = 0
+	// An https:// endpoint, POSTed to.
+	RecipientKind_RECIPIENT_KIND_WEBHOOK RecipientKind = 1
+	// An agent hosted here: its inbox.
+	RecipientKind_RECIPIENT_KIND_AGENT RecipientKind = 2
+	// An agent on another server, over AGTP.
+	RecipientKind_RECIPIENT_KIND_REMOTE_AGENT RecipientKind = 3
+	// A broadcast group, one delivery per member.
+	RecipientKind_RECIPIENT_KIND_GROUP RecipientKind = 4
+)
+
+// Enum value maps for RecipientKind.
+var (
+	RecipientKind_name = map[int32]string{
+		0: "RECIPIENT_KIND_UNSPECIFIED",
+		1: "RECIPIENT_KIND_WEBHOOK",
+		2: "RECIPIENT_KIND_AGENT",
+		3: "RECIPIENT_KIND_REMOTE_AGENT",
+		4: "RECIPIENT_KIND_GROUP",
+	}
+	RecipientKind_value = map[string]int32{
+		"RECIPIENT_KIND_UNSPECIFIED":  0,
+		"RECIPIENT_KIND_WEBHOOK":      1,
+		"RECIPIENT_KIND_AGENT":        2,
+		"RECIPIENT_KIND_REMOTE_AGENT": 3,
+		"RECIPIENT_KIND_GROUP":        4,
+	}
+)
+
+func (x RecipientKind) Enum() *RecipientKind {
+	p := new(RecipientKind)
+	*p = x
+	return p
+}
+
+func (x RecipientKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RecipientKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_agtp_task_v1_task_proto_enumTypes[9].Descriptor()
+}
+
+func (RecipientKind) Type() protoreflect.EnumType {
+	return &file_agtp_task_v1_task_proto_enumTypes[9]
+}
+
+func (x RecipientKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RecipientKind.Descriptor instead.
+func (RecipientKind) EnumDescriptor() ([]byte, []int) {
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{9}
+}
+
 // DelegationOutcome is how a DELEGATE hop ended.
 type DelegationOutcome int32
 
@@ -403,11 +621,11 @@ func (x DelegationOutcome) String() string {
 }
 
 func (DelegationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_agtp_task_v1_task_proto_enumTypes[6].Descriptor()
+	return file_agtp_task_v1_task_proto_enumTypes[10].Descriptor()
 }
 
 func (DelegationOutcome) Type() protoreflect.EnumType {
-	return &file_agtp_task_v1_task_proto_enumTypes[6]
+	return &file_agtp_task_v1_task_proto_enumTypes[10]
 }
 
 func (x DelegationOutcome) Number() protoreflect.EnumNumber {
@@ -416,7 +634,7 @@ func (x DelegationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DelegationOutcome.Descriptor instead.
 func (DelegationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_agtp_task_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 // TaskEvent is one entry of a task's history.
@@ -1087,9 +1305,13 @@ type BeginConfirmResponse struct {
 	Confirmation *Confirmation `protobuf:"bytes,1,opt,name=confirmation,proto3" json:"confirmation,omitempty"`
 	// Set when the caller holds the claim: sign, then CompleteConfirm.
 	ClaimToken string `protobuf:"bytes,2,opt,name=claim_token,json=claimToken,proto3" json:"claim_token,omitempty"`
-	// escalation or task.
-	TargetKind    string `protobuf:"bytes,3,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
-	TaskId        string `protobuf:"bytes,4,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// escalation or task; target is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	TargetKind string `protobuf:"bytes,3,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
+	TaskId     string `protobuf:"bytes,4,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// What target_id names (target_kind as an enum).
+	Target        ConfirmationTarget `protobuf:"varint,5,opt,name=target,proto3,enum=agtp.task.v1.ConfirmationTarget" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1138,6 +1360,7 @@ func (x *BeginConfirmResponse) GetClaimToken() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *BeginConfirmResponse) GetTargetKind() string {
 	if x != nil {
 		return x.TargetKind
@@ -1152,12 +1375,22 @@ func (x *BeginConfirmResponse) GetTaskId() string {
 	return ""
 }
 
+func (x *BeginConfirmResponse) GetTarget() ConfirmationTarget {
+	if x != nil {
+		return x.Target
+	}
+	return ConfirmationTarget_CONFIRMATION_TARGET_UNSPECIFIED
+}
+
 // Confirmation is a stored CONFIRM.
 type Confirmation struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	TargetId   string                 `protobuf:"bytes,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
-	TargetKind string                 `protobuf:"bytes,2,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
-	TaskId     string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TargetId string                 `protobuf:"bytes,1,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	// target is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	TargetKind string `protobuf:"bytes,2,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`
+	TaskId     string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// outcome is the same as an enum.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
@@ -1167,7 +1400,9 @@ type Confirmation struct {
 	AttestationId    string                 `protobuf:"bytes,7,opt,name=attestation_id,json=attestationId,proto3" json:"attestation_id,omitempty"`
 	ConfirmedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=confirmed_at,json=confirmedAt,proto3" json:"confirmed_at,omitempty"`
 	// The CONFIRM status (status as an enum).
-	Outcome       ConfirmationOutcome `protobuf:"varint,9,opt,name=outcome,proto3,enum=agtp.task.v1.ConfirmationOutcome" json:"outcome,omitempty"`
+	Outcome ConfirmationOutcome `protobuf:"varint,9,opt,name=outcome,proto3,enum=agtp.task.v1.ConfirmationOutcome" json:"outcome,omitempty"`
+	// What target_id names (target_kind as an enum).
+	Target        ConfirmationTarget `protobuf:"varint,10,opt,name=target,proto3,enum=agtp.task.v1.ConfirmationTarget" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1209,6 +1444,7 @@ func (x *Confirmation) GetTargetId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Confirmation) GetTargetKind() string {
 	if x != nil {
 		return x.TargetKind
@@ -1264,6 +1500,13 @@ func (x *Confirmation) GetOutcome() ConfirmationOutcome {
 		return x.Outcome
 	}
 	return ConfirmationOutcome_CONFIRMATION_OUTCOME_UNSPECIFIED
+}
+
+func (x *Confirmation) GetTarget() ConfirmationTarget {
+	if x != nil {
+		return x.Target
+	}
+	return ConfirmationTarget_CONFIRMATION_TARGET_UNSPECIFIED
 }
 
 // CompleteConfirmRequest stores the attestation.
@@ -1779,8 +2022,14 @@ type Notification struct {
 	// content is the same value.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
-	ContentJson       []byte                 `protobuf:"bytes,4,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
-	Urgency           string                 `protobuf:"bytes,5,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	ContentJson []byte `protobuf:"bytes,4,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
+	// urgency_level is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Urgency string `protobuf:"bytes,5,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	// guarantee is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	DeliveryGuarantee string                 `protobuf:"bytes,6,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expiry,proto3" json:"expiry,omitempty"`
 	// queued, delivered, failed, expired; state is the same as an enum.
@@ -1791,7 +2040,10 @@ type Notification struct {
 	LastError   string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	DeliveredAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
-	// webhook, agent (an inbox here), remote_agent (over AGTP) or group.
+	// webhook, agent (an inbox here), remote_agent (over AGTP) or group;
+	// recipient_type is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	RecipientKind string `protobuf:"bytes,13,opt,name=recipient_kind,json=recipientKind,proto3" json:"recipient_kind,omitempty"`
 	// A group's deliveries, one per member.
 	Deliveries []*Notification `protobuf:"bytes,14,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
@@ -1801,7 +2053,13 @@ type Notification struct {
 	// The content parameter (content_json as a JSON value).
 	Content *structpb.Value `protobuf:"bytes,16,opt,name=content,proto3" json:"content,omitempty"`
 	// The delivery state (status as an enum).
-	State         NotificationStatus `protobuf:"varint,17,opt,name=state,proto3,enum=agtp.task.v1.NotificationStatus" json:"state,omitempty"`
+	State NotificationStatus `protobuf:"varint,17,opt,name=state,proto3,enum=agtp.task.v1.NotificationStatus" json:"state,omitempty"`
+	// The urgency parameter (urgency as an enum).
+	UrgencyLevel NotificationUrgency `protobuf:"varint,18,opt,name=urgency_level,json=urgencyLevel,proto3,enum=agtp.task.v1.NotificationUrgency" json:"urgency_level,omitempty"`
+	// The delivery_guarantee parameter (delivery_guarantee as an enum).
+	Guarantee DeliveryGuarantee `protobuf:"varint,19,opt,name=guarantee,proto3,enum=agtp.task.v1.DeliveryGuarantee" json:"guarantee,omitempty"`
+	// How the recipient is reached (recipient_kind as an enum).
+	RecipientType RecipientKind `protobuf:"varint,20,opt,name=recipient_type,json=recipientType,proto3,enum=agtp.task.v1.RecipientKind" json:"recipient_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1865,6 +2123,7 @@ func (x *Notification) GetContentJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Notification) GetUrgency() string {
 	if x != nil {
 		return x.Urgency
@@ -1872,6 +2131,7 @@ func (x *Notification) GetUrgency() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Notification) GetDeliveryGuarantee() string {
 	if x != nil {
 		return x.DeliveryGuarantee
@@ -1922,6 +2182,7 @@ func (x *Notification) GetDeliveredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *Notification) GetRecipientKind() string {
 	if x != nil {
 		return x.RecipientKind
@@ -1957,6 +2218,27 @@ func (x *Notification) GetState() NotificationStatus {
 	return NotificationStatus_NOTIFICATION_STATUS_UNSPECIFIED
 }
 
+func (x *Notification) GetUrgencyLevel() NotificationUrgency {
+	if x != nil {
+		return x.UrgencyLevel
+	}
+	return NotificationUrgency_NOTIFICATION_URGENCY_UNSPECIFIED
+}
+
+func (x *Notification) GetGuarantee() DeliveryGuarantee {
+	if x != nil {
+		return x.Guarantee
+	}
+	return DeliveryGuarantee_DELIVERY_GUARANTEE_UNSPECIFIED
+}
+
+func (x *Notification) GetRecipientType() RecipientKind {
+	if x != nil {
+		return x.RecipientType
+	}
+	return RecipientKind_RECIPIENT_KIND_UNSPECIFIED
+}
+
 // NotifyRequest carries NOTIFY's parameters.
 type NotifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1965,8 +2247,16 @@ type NotifyRequest struct {
 	// Replaced by content; read when content is unset.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
-	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
-	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	ContentJson []byte `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
+	// critical, informational (the default) or background. Replaced by
+	// urgency_level; read when urgency_level is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Urgency string `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	// at_most_once, at_least_once (the default) or exactly_once. Replaced
+	// by guarantee; read when guarantee is unspecified.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expiry,proto3" json:"expiry,omitempty"`
 	// Set on an inbound delivery relayed by another server (its
@@ -1975,7 +2265,11 @@ type NotifyRequest struct {
 	// again.
 	NotificationId string `protobuf:"bytes,7,opt,name=notification_id,json=notificationId,proto3" json:"notification_id,omitempty"`
 	// The content parameter, any JSON value.
-	Content       *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	Content *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	// The urgency parameter; unspecified is informational.
+	UrgencyLevel NotificationUrgency `protobuf:"varint,9,opt,name=urgency_level,json=urgencyLevel,proto3,enum=agtp.task.v1.NotificationUrgency" json:"urgency_level,omitempty"`
+	// The delivery_guarantee parameter; unspecified is at_least_once.
+	Guarantee     DeliveryGuarantee `protobuf:"varint,10,opt,name=guarantee,proto3,enum=agtp.task.v1.DeliveryGuarantee" json:"guarantee,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2032,6 +2326,7 @@ func (x *NotifyRequest) GetContentJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *NotifyRequest) GetUrgency() string {
 	if x != nil {
 		return x.Urgency
@@ -2039,6 +2334,7 @@ func (x *NotifyRequest) GetUrgency() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *NotifyRequest) GetDeliveryGuarantee() string {
 	if x != nil {
 		return x.DeliveryGuarantee
@@ -2065,6 +2361,20 @@ func (x *NotifyRequest) GetContent() *structpb.Value {
 		return x.Content
 	}
 	return nil
+}
+
+func (x *NotifyRequest) GetUrgencyLevel() NotificationUrgency {
+	if x != nil {
+		return x.UrgencyLevel
+	}
+	return NotificationUrgency_NOTIFICATION_URGENCY_UNSPECIFIED
+}
+
+func (x *NotifyRequest) GetGuarantee() DeliveryGuarantee {
+	if x != nil {
+		return x.Guarantee
+	}
+	return DeliveryGuarantee_DELIVERY_GUARANTEE_UNSPECIFIED
 }
 
 // NotifyResponse is the delivery receipt.
@@ -2508,13 +2818,23 @@ type InboxEntry struct {
 	// content is the same value.
 	//
 	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
-	ContentJson       []byte                 `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
-	Urgency           string                 `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	ContentJson []byte `protobuf:"bytes,3,opt,name=content_json,json=contentJson,proto3" json:"content_json,omitempty"`
+	// urgency_level is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
+	Urgency string `protobuf:"bytes,4,opt,name=urgency,proto3" json:"urgency,omitempty"`
+	// guarantee is the same as an enum.
+	//
+	// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 	DeliveryGuarantee string                 `protobuf:"bytes,5,opt,name=delivery_guarantee,json=deliveryGuarantee,proto3" json:"delivery_guarantee,omitempty"`
 	Expiry            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expiry,proto3" json:"expiry,omitempty"`
 	ReceivedAt        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
 	// The content parameter (content_json as a JSON value).
-	Content       *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	Content *structpb.Value `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	// The urgency parameter (urgency as an enum).
+	UrgencyLevel NotificationUrgency `protobuf:"varint,9,opt,name=urgency_level,json=urgencyLevel,proto3,enum=agtp.task.v1.NotificationUrgency" json:"urgency_level,omitempty"`
+	// The delivery_guarantee parameter (delivery_guarantee as an enum).
+	Guarantee     DeliveryGuarantee `protobuf:"varint,10,opt,name=guarantee,proto3,enum=agtp.task.v1.DeliveryGuarantee" json:"guarantee,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2571,6 +2891,7 @@ func (x *InboxEntry) GetContentJson() []byte {
 	return nil
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *InboxEntry) GetUrgency() string {
 	if x != nil {
 		return x.Urgency
@@ -2578,6 +2899,7 @@ func (x *InboxEntry) GetUrgency() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in agtp/task/v1/task.proto.
 func (x *InboxEntry) GetDeliveryGuarantee() string {
 	if x != nil {
 		return x.DeliveryGuarantee
@@ -2604,6 +2926,20 @@ func (x *InboxEntry) GetContent() *structpb.Value {
 		return x.Content
 	}
 	return nil
+}
+
+func (x *InboxEntry) GetUrgencyLevel() NotificationUrgency {
+	if x != nil {
+		return x.UrgencyLevel
+	}
+	return NotificationUrgency_NOTIFICATION_URGENCY_UNSPECIFIED
+}
+
+func (x *InboxEntry) GetGuarantee() DeliveryGuarantee {
+	if x != nil {
+		return x.Guarantee
+	}
+	return DeliveryGuarantee_DELIVERY_GUARANTEE_UNSPECIFIED
 }
 
 // ListInboxRequest pages an agent's inbox.
@@ -3175,17 +3511,18 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x1a\n" +
 	"\x06status\x18\x03 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12;\n" +
-	"\aoutcome\x18\x05 \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"\xb1\x01\n" +
+	"\aoutcome\x18\x05 \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"\xef\x01\n" +
 	"\x14BeginConfirmResponse\x12>\n" +
 	"\fconfirmation\x18\x01 \x01(\v2\x1a.agtp.task.v1.ConfirmationR\fconfirmation\x12\x1f\n" +
 	"\vclaim_token\x18\x02 \x01(\tR\n" +
-	"claimToken\x12\x1f\n" +
-	"\vtarget_kind\x18\x03 \x01(\tR\n" +
+	"claimToken\x12#\n" +
+	"\vtarget_kind\x18\x03 \x01(\tB\x02\x18\x01R\n" +
 	"targetKind\x12\x17\n" +
-	"\atask_id\x18\x04 \x01(\tR\x06taskId\"\xea\x02\n" +
+	"\atask_id\x18\x04 \x01(\tR\x06taskId\x128\n" +
+	"\x06target\x18\x05 \x01(\x0e2 .agtp.task.v1.ConfirmationTargetR\x06target\"\xa8\x03\n" +
 	"\fConfirmation\x12\x1b\n" +
-	"\ttarget_id\x18\x01 \x01(\tR\btargetId\x12\x1f\n" +
-	"\vtarget_kind\x18\x02 \x01(\tR\n" +
+	"\ttarget_id\x18\x01 \x01(\tR\btargetId\x12#\n" +
+	"\vtarget_kind\x18\x02 \x01(\tB\x02\x18\x01R\n" +
 	"targetKind\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x1a\n" +
 	"\x06status\x18\x04 \x01(\tB\x02\x18\x01R\x06status\x12\x16\n" +
@@ -3193,7 +3530,9 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x12confirmer_agent_id\x18\x06 \x01(\tR\x10confirmerAgentId\x12%\n" +
 	"\x0eattestation_id\x18\a \x01(\tR\rattestationId\x12=\n" +
 	"\fconfirmed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vconfirmedAt\x12;\n" +
-	"\aoutcome\x18\t \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\"\xe4\x01\n" +
+	"\aoutcome\x18\t \x01(\x0e2!.agtp.task.v1.ConfirmationOutcomeR\aoutcome\x128\n" +
+	"\x06target\x18\n" +
+	" \x01(\x0e2 .agtp.task.v1.ConfirmationTargetR\x06target\"\xe4\x01\n" +
 	"\x16CompleteConfirmRequest\x12\x1b\n" +
 	"\ttarget_id\x18\x01 \x01(\tR\btargetId\x12\x1f\n" +
 	"\vclaim_token\x18\x02 \x01(\tR\n" +
@@ -3229,14 +3568,14 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
 	"escalation\x12&\n" +
-	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xdd\x05\n" +
+	"\x04task\x18\x02 \x01(\v2\x12.agtp.task.v1.TaskR\x04task\"\xb4\a\n" +
 	"\fNotification\x12'\n" +
 	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
 	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12\x1c\n" +
 	"\trecipient\x18\x03 \x01(\tR\trecipient\x12%\n" +
-	"\fcontent_json\x18\x04 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
-	"\aurgency\x18\x05 \x01(\tR\aurgency\x12-\n" +
-	"\x12delivery_guarantee\x18\x06 \x01(\tR\x11deliveryGuarantee\x122\n" +
+	"\fcontent_json\x18\x04 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x1c\n" +
+	"\aurgency\x18\x05 \x01(\tB\x02\x18\x01R\aurgency\x121\n" +
+	"\x12delivery_guarantee\x18\x06 \x01(\tB\x02\x18\x01R\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12\x1a\n" +
 	"\x06status\x18\b \x01(\tB\x02\x18\x01R\x06status\x12\x1a\n" +
 	"\battempts\x18\t \x01(\x05R\battempts\x12\x1d\n" +
@@ -3245,23 +3584,29 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	" \x01(\tR\tlastError\x129\n" +
 	"\n" +
 	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
-	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12%\n" +
-	"\x0erecipient_kind\x18\r \x01(\tR\rrecipientKind\x12:\n" +
+	"\fdelivered_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12)\n" +
+	"\x0erecipient_kind\x18\r \x01(\tB\x02\x18\x01R\rrecipientKind\x12:\n" +
 	"\n" +
 	"deliveries\x18\x0e \x03(\v2\x1a.agtp.task.v1.NotificationR\n" +
 	"deliveries\x12\x1c\n" +
 	"\tduplicate\x18\x0f \x01(\bR\tduplicate\x120\n" +
 	"\acontent\x18\x10 \x01(\v2\x16.google.protobuf.ValueR\acontent\x126\n" +
-	"\x05state\x18\x11 \x01(\x0e2 .agtp.task.v1.NotificationStatusR\x05state\"\xd4\x02\n" +
+	"\x05state\x18\x11 \x01(\x0e2 .agtp.task.v1.NotificationStatusR\x05state\x12F\n" +
+	"\rurgency_level\x18\x12 \x01(\x0e2!.agtp.task.v1.NotificationUrgencyR\furgencyLevel\x12=\n" +
+	"\tguarantee\x18\x13 \x01(\x0e2\x1f.agtp.task.v1.DeliveryGuaranteeR\tguarantee\x12B\n" +
+	"\x0erecipient_type\x18\x14 \x01(\x0e2\x1b.agtp.task.v1.RecipientKindR\rrecipientType\"\xe3\x03\n" +
 	"\rNotifyRequest\x12&\n" +
 	"\x0fsender_agent_id\x18\x01 \x01(\tR\rsenderAgentId\x12\x1c\n" +
 	"\trecipient\x18\x02 \x01(\tR\trecipient\x12%\n" +
-	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
-	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
-	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
+	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x1c\n" +
+	"\aurgency\x18\x04 \x01(\tB\x02\x18\x01R\aurgency\x121\n" +
+	"\x12delivery_guarantee\x18\x05 \x01(\tB\x02\x18\x01R\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12'\n" +
 	"\x0fnotification_id\x18\a \x01(\tR\x0enotificationId\x120\n" +
-	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\"P\n" +
+	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\x12F\n" +
+	"\rurgency_level\x18\t \x01(\x0e2!.agtp.task.v1.NotificationUrgencyR\furgencyLevel\x12=\n" +
+	"\tguarantee\x18\n" +
+	" \x01(\x0e2\x1f.agtp.task.v1.DeliveryGuaranteeR\tguarantee\"P\n" +
 	"\x0eNotifyResponse\x12>\n" +
 	"\fnotification\x18\x01 \x01(\v2\x1a.agtp.task.v1.NotificationR\fnotification\"i\n" +
 	"\x16GetNotificationRequest\x12&\n" +
@@ -3290,18 +3635,21 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x1fRecordEscalationRoutingResponse\x128\n" +
 	"\n" +
 	"escalation\x18\x01 \x01(\v2\x18.agtp.task.v1.EscalationR\n" +
-	"escalation\"\xf0\x02\n" +
+	"escalation\"\xff\x03\n" +
 	"\n" +
 	"InboxEntry\x12'\n" +
 	"\x0fnotification_id\x18\x01 \x01(\tR\x0enotificationId\x12&\n" +
 	"\x0fsender_agent_id\x18\x02 \x01(\tR\rsenderAgentId\x12%\n" +
-	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x18\n" +
-	"\aurgency\x18\x04 \x01(\tR\aurgency\x12-\n" +
-	"\x12delivery_guarantee\x18\x05 \x01(\tR\x11deliveryGuarantee\x122\n" +
+	"\fcontent_json\x18\x03 \x01(\fB\x02\x18\x01R\vcontentJson\x12\x1c\n" +
+	"\aurgency\x18\x04 \x01(\tB\x02\x18\x01R\aurgency\x121\n" +
+	"\x12delivery_guarantee\x18\x05 \x01(\tB\x02\x18\x01R\x11deliveryGuarantee\x122\n" +
 	"\x06expiry\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x06expiry\x12;\n" +
 	"\vreceived_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\x120\n" +
-	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\"\x9f\x01\n" +
+	"\acontent\x18\b \x01(\v2\x16.google.protobuf.ValueR\acontent\x12F\n" +
+	"\rurgency_level\x18\t \x01(\x0e2!.agtp.task.v1.NotificationUrgencyR\furgencyLevel\x12=\n" +
+	"\tguarantee\x18\n" +
+	" \x01(\x0e2\x1f.agtp.task.v1.DeliveryGuaranteeR\tguarantee\"\x9f\x01\n" +
 	"\x10ListInboxRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\x06cursor\x18\x02 \x01(\tB\x02\x18\x01R\x06cursor\x12\x18\n" +
@@ -3379,7 +3727,27 @@ const file_agtp_task_v1_task_proto_rawDesc = "" +
 	"\x1aNOTIFICATION_STATUS_QUEUED\x10\x01\x12!\n" +
 	"\x1dNOTIFICATION_STATUS_DELIVERED\x10\x02\x12\x1e\n" +
 	"\x1aNOTIFICATION_STATUS_FAILED\x10\x03\x12\x1f\n" +
-	"\x1bNOTIFICATION_STATUS_EXPIRED\x10\x04*x\n" +
+	"\x1bNOTIFICATION_STATUS_EXPIRED\x10\x04*{\n" +
+	"\x12ConfirmationTarget\x12#\n" +
+	"\x1fCONFIRMATION_TARGET_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eCONFIRMATION_TARGET_ESCALATION\x10\x01\x12\x1c\n" +
+	"\x18CONFIRMATION_TARGET_TASK\x10\x02*\xab\x01\n" +
+	"\x13NotificationUrgency\x12$\n" +
+	" NOTIFICATION_URGENCY_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dNOTIFICATION_URGENCY_CRITICAL\x10\x01\x12&\n" +
+	"\"NOTIFICATION_URGENCY_INFORMATIONAL\x10\x02\x12#\n" +
+	"\x1fNOTIFICATION_URGENCY_BACKGROUND\x10\x03*\xa7\x01\n" +
+	"\x11DeliveryGuarantee\x12\"\n" +
+	"\x1eDELIVERY_GUARANTEE_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fDELIVERY_GUARANTEE_AT_MOST_ONCE\x10\x01\x12$\n" +
+	" DELIVERY_GUARANTEE_AT_LEAST_ONCE\x10\x02\x12#\n" +
+	"\x1fDELIVERY_GUARANTEE_EXACTLY_ONCE\x10\x03*\xa0\x01\n" +
+	"\rRecipientKind\x12\x1e\n" +
+	"\x1aRECIPIENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16RECIPIENT_KIND_WEBHOOK\x10\x01\x12\x18\n" +
+	"\x14RECIPIENT_KIND_AGENT\x10\x02\x12\x1f\n" +
+	"\x1bRECIPIENT_KIND_REMOTE_AGENT\x10\x03\x12\x18\n" +
+	"\x14RECIPIENT_KIND_GROUP\x10\x04*x\n" +
 	"\x11DelegationOutcome\x12\"\n" +
 	"\x1eDELEGATION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cDELEGATION_OUTCOME_DELEGATED\x10\x01\x12\x1d\n" +
@@ -3411,7 +3779,7 @@ func file_agtp_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_agtp_task_v1_task_proto_rawDescData
 }
 
-var file_agtp_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_agtp_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
 var file_agtp_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_agtp_task_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),                         // 0: agtp.task.v1.TaskStatus
@@ -3420,130 +3788,143 @@ var file_agtp_task_v1_task_proto_goTypes = []any{
 	(EscalationRouting)(0),                  // 3: agtp.task.v1.EscalationRouting
 	(ConfirmationOutcome)(0),                // 4: agtp.task.v1.ConfirmationOutcome
 	(NotificationStatus)(0),                 // 5: agtp.task.v1.NotificationStatus
-	(DelegationOutcome)(0),                  // 6: agtp.task.v1.DelegationOutcome
-	(*TaskEvent)(nil),                       // 7: agtp.task.v1.TaskEvent
-	(*Task)(nil),                            // 8: agtp.task.v1.Task
-	(*Escalation)(nil),                      // 9: agtp.task.v1.Escalation
-	(*EscalateRequest)(nil),                 // 10: agtp.task.v1.EscalateRequest
-	(*EscalateResponse)(nil),                // 11: agtp.task.v1.EscalateResponse
-	(*BeginConfirmRequest)(nil),             // 12: agtp.task.v1.BeginConfirmRequest
-	(*BeginConfirmResponse)(nil),            // 13: agtp.task.v1.BeginConfirmResponse
-	(*Confirmation)(nil),                    // 14: agtp.task.v1.Confirmation
-	(*CompleteConfirmRequest)(nil),          // 15: agtp.task.v1.CompleteConfirmRequest
-	(*CompleteConfirmResponse)(nil),         // 16: agtp.task.v1.CompleteConfirmResponse
-	(*GetTaskRequest)(nil),                  // 17: agtp.task.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),                 // 18: agtp.task.v1.GetTaskResponse
-	(*ListEscalationsRequest)(nil),          // 19: agtp.task.v1.ListEscalationsRequest
-	(*ListEscalationsResponse)(nil),         // 20: agtp.task.v1.ListEscalationsResponse
-	(*ResolveEscalationRequest)(nil),        // 21: agtp.task.v1.ResolveEscalationRequest
-	(*ResolveEscalationResponse)(nil),       // 22: agtp.task.v1.ResolveEscalationResponse
-	(*Notification)(nil),                    // 23: agtp.task.v1.Notification
-	(*NotifyRequest)(nil),                   // 24: agtp.task.v1.NotifyRequest
-	(*NotifyResponse)(nil),                  // 25: agtp.task.v1.NotifyResponse
-	(*GetNotificationRequest)(nil),          // 26: agtp.task.v1.GetNotificationRequest
-	(*GetNotificationResponse)(nil),         // 27: agtp.task.v1.GetNotificationResponse
-	(*RecordDelegationRequest)(nil),         // 28: agtp.task.v1.RecordDelegationRequest
-	(*RecordDelegationResponse)(nil),        // 29: agtp.task.v1.RecordDelegationResponse
-	(*RecordEscalationRoutingRequest)(nil),  // 30: agtp.task.v1.RecordEscalationRoutingRequest
-	(*RecordEscalationRoutingResponse)(nil), // 31: agtp.task.v1.RecordEscalationRoutingResponse
-	(*InboxEntry)(nil),                      // 32: agtp.task.v1.InboxEntry
-	(*ListInboxRequest)(nil),                // 33: agtp.task.v1.ListInboxRequest
-	(*ListInboxResponse)(nil),               // 34: agtp.task.v1.ListInboxResponse
-	(*MonitorRequest)(nil),                  // 35: agtp.task.v1.MonitorRequest
-	(*MonitorSubscription)(nil),             // 36: agtp.task.v1.MonitorSubscription
-	(*MonitorResponse)(nil),                 // 37: agtp.task.v1.MonitorResponse
-	(*CancelMonitorRequest)(nil),            // 38: agtp.task.v1.CancelMonitorRequest
-	(*CancelMonitorResponse)(nil),           // 39: agtp.task.v1.CancelMonitorResponse
-	(*timestamppb.Timestamp)(nil),           // 40: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                  // 41: google.protobuf.Value
-	(v1.AgentStatus)(0),                     // 42: agtp.identity.v1.AgentStatus
+	(ConfirmationTarget)(0),                 // 6: agtp.task.v1.ConfirmationTarget
+	(NotificationUrgency)(0),                // 7: agtp.task.v1.NotificationUrgency
+	(DeliveryGuarantee)(0),                  // 8: agtp.task.v1.DeliveryGuarantee
+	(RecipientKind)(0),                      // 9: agtp.task.v1.RecipientKind
+	(DelegationOutcome)(0),                  // 10: agtp.task.v1.DelegationOutcome
+	(*TaskEvent)(nil),                       // 11: agtp.task.v1.TaskEvent
+	(*Task)(nil),                            // 12: agtp.task.v1.Task
+	(*Escalation)(nil),                      // 13: agtp.task.v1.Escalation
+	(*EscalateRequest)(nil),                 // 14: agtp.task.v1.EscalateRequest
+	(*EscalateResponse)(nil),                // 15: agtp.task.v1.EscalateResponse
+	(*BeginConfirmRequest)(nil),             // 16: agtp.task.v1.BeginConfirmRequest
+	(*BeginConfirmResponse)(nil),            // 17: agtp.task.v1.BeginConfirmResponse
+	(*Confirmation)(nil),                    // 18: agtp.task.v1.Confirmation
+	(*CompleteConfirmRequest)(nil),          // 19: agtp.task.v1.CompleteConfirmRequest
+	(*CompleteConfirmResponse)(nil),         // 20: agtp.task.v1.CompleteConfirmResponse
+	(*GetTaskRequest)(nil),                  // 21: agtp.task.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),                 // 22: agtp.task.v1.GetTaskResponse
+	(*ListEscalationsRequest)(nil),          // 23: agtp.task.v1.ListEscalationsRequest
+	(*ListEscalationsResponse)(nil),         // 24: agtp.task.v1.ListEscalationsResponse
+	(*ResolveEscalationRequest)(nil),        // 25: agtp.task.v1.ResolveEscalationRequest
+	(*ResolveEscalationResponse)(nil),       // 26: agtp.task.v1.ResolveEscalationResponse
+	(*Notification)(nil),                    // 27: agtp.task.v1.Notification
+	(*NotifyRequest)(nil),                   // 28: agtp.task.v1.NotifyRequest
+	(*NotifyResponse)(nil),                  // 29: agtp.task.v1.NotifyResponse
+	(*GetNotificationRequest)(nil),          // 30: agtp.task.v1.GetNotificationRequest
+	(*GetNotificationResponse)(nil),         // 31: agtp.task.v1.GetNotificationResponse
+	(*RecordDelegationRequest)(nil),         // 32: agtp.task.v1.RecordDelegationRequest
+	(*RecordDelegationResponse)(nil),        // 33: agtp.task.v1.RecordDelegationResponse
+	(*RecordEscalationRoutingRequest)(nil),  // 34: agtp.task.v1.RecordEscalationRoutingRequest
+	(*RecordEscalationRoutingResponse)(nil), // 35: agtp.task.v1.RecordEscalationRoutingResponse
+	(*InboxEntry)(nil),                      // 36: agtp.task.v1.InboxEntry
+	(*ListInboxRequest)(nil),                // 37: agtp.task.v1.ListInboxRequest
+	(*ListInboxResponse)(nil),               // 38: agtp.task.v1.ListInboxResponse
+	(*MonitorRequest)(nil),                  // 39: agtp.task.v1.MonitorRequest
+	(*MonitorSubscription)(nil),             // 40: agtp.task.v1.MonitorSubscription
+	(*MonitorResponse)(nil),                 // 41: agtp.task.v1.MonitorResponse
+	(*CancelMonitorRequest)(nil),            // 42: agtp.task.v1.CancelMonitorRequest
+	(*CancelMonitorResponse)(nil),           // 43: agtp.task.v1.CancelMonitorResponse
+	(*timestamppb.Timestamp)(nil),           // 44: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                  // 45: google.protobuf.Value
+	(v1.AgentStatus)(0),                     // 46: agtp.identity.v1.AgentStatus
 }
 var file_agtp_task_v1_task_proto_depIdxs = []int32{
-	40, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
+	44, // 0: agtp.task.v1.TaskEvent.at:type_name -> google.protobuf.Timestamp
 	0,  // 1: agtp.task.v1.TaskEvent.state:type_name -> agtp.task.v1.TaskStatus
-	40, // 2: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	40, // 3: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 4: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
+	44, // 2: agtp.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	44, // 3: agtp.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 4: agtp.task.v1.Task.history:type_name -> agtp.task.v1.TaskEvent
 	0,  // 5: agtp.task.v1.Task.state:type_name -> agtp.task.v1.TaskStatus
-	40, // 6: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
-	40, // 7: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
-	40, // 8: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
-	40, // 9: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
+	44, // 6: agtp.task.v1.Escalation.deadline:type_name -> google.protobuf.Timestamp
+	44, // 7: agtp.task.v1.Escalation.created_at:type_name -> google.protobuf.Timestamp
+	44, // 8: agtp.task.v1.Escalation.estimated_review_by:type_name -> google.protobuf.Timestamp
+	44, // 9: agtp.task.v1.Escalation.routed_at:type_name -> google.protobuf.Timestamp
 	1,  // 10: agtp.task.v1.Escalation.state:type_name -> agtp.task.v1.EscalationState
 	2,  // 11: agtp.task.v1.Escalation.priority_level:type_name -> agtp.task.v1.EscalationPriority
 	3,  // 12: agtp.task.v1.Escalation.routing:type_name -> agtp.task.v1.EscalationRouting
-	41, // 13: agtp.task.v1.Escalation.context:type_name -> google.protobuf.Value
-	40, // 14: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
-	41, // 15: agtp.task.v1.EscalateRequest.context:type_name -> google.protobuf.Value
+	45, // 13: agtp.task.v1.Escalation.context:type_name -> google.protobuf.Value
+	44, // 14: agtp.task.v1.EscalateRequest.deadline:type_name -> google.protobuf.Timestamp
+	45, // 15: agtp.task.v1.EscalateRequest.context:type_name -> google.protobuf.Value
 	2,  // 16: agtp.task.v1.EscalateRequest.priority_level:type_name -> agtp.task.v1.EscalationPriority
-	9,  // 17: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
-	8,  // 18: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
+	13, // 17: agtp.task.v1.EscalateResponse.escalation:type_name -> agtp.task.v1.Escalation
+	12, // 18: agtp.task.v1.EscalateResponse.task:type_name -> agtp.task.v1.Task
 	4,  // 19: agtp.task.v1.BeginConfirmRequest.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
-	14, // 20: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	40, // 21: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
-	4,  // 22: agtp.task.v1.Confirmation.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
-	40, // 23: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
-	14, // 24: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
-	8,  // 25: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
-	8,  // 26: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
-	9,  // 27: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
-	4,  // 28: agtp.task.v1.ResolveEscalationRequest.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
-	9,  // 29: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
-	8,  // 30: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
-	40, // 31: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
-	40, // 32: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
-	40, // 33: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
-	23, // 34: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
-	41, // 35: agtp.task.v1.Notification.content:type_name -> google.protobuf.Value
-	5,  // 36: agtp.task.v1.Notification.state:type_name -> agtp.task.v1.NotificationStatus
-	40, // 37: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
-	41, // 38: agtp.task.v1.NotifyRequest.content:type_name -> google.protobuf.Value
-	23, // 39: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
-	23, // 40: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
-	6,  // 41: agtp.task.v1.RecordDelegationRequest.outcome:type_name -> agtp.task.v1.DelegationOutcome
-	8,  // 42: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
-	3,  // 43: agtp.task.v1.RecordEscalationRoutingRequest.routing:type_name -> agtp.task.v1.EscalationRouting
-	9,  // 44: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
-	40, // 45: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
-	40, // 46: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
-	41, // 47: agtp.task.v1.InboxEntry.content:type_name -> google.protobuf.Value
-	32, // 48: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
-	42, // 49: agtp.task.v1.MonitorRequest.target_agent_status:type_name -> agtp.identity.v1.AgentStatus
-	40, // 50: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
-	40, // 51: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 52: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	36, // 53: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
-	10, // 54: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
-	12, // 55: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
-	15, // 56: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
-	17, // 57: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
-	19, // 58: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
-	21, // 59: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
-	24, // 60: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
-	26, // 61: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
-	28, // 62: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
-	30, // 63: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
-	33, // 64: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
-	35, // 65: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
-	38, // 66: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
-	11, // 67: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
-	13, // 68: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
-	16, // 69: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
-	18, // 70: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
-	20, // 71: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
-	22, // 72: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
-	25, // 73: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
-	27, // 74: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
-	29, // 75: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
-	31, // 76: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
-	34, // 77: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
-	37, // 78: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
-	39, // 79: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
-	67, // [67:80] is the sub-list for method output_type
-	54, // [54:67] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	18, // 20: agtp.task.v1.BeginConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	6,  // 21: agtp.task.v1.BeginConfirmResponse.target:type_name -> agtp.task.v1.ConfirmationTarget
+	44, // 22: agtp.task.v1.Confirmation.confirmed_at:type_name -> google.protobuf.Timestamp
+	4,  // 23: agtp.task.v1.Confirmation.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
+	6,  // 24: agtp.task.v1.Confirmation.target:type_name -> agtp.task.v1.ConfirmationTarget
+	44, // 25: agtp.task.v1.CompleteConfirmRequest.confirmed_at:type_name -> google.protobuf.Timestamp
+	18, // 26: agtp.task.v1.CompleteConfirmResponse.confirmation:type_name -> agtp.task.v1.Confirmation
+	12, // 27: agtp.task.v1.CompleteConfirmResponse.task:type_name -> agtp.task.v1.Task
+	12, // 28: agtp.task.v1.GetTaskResponse.task:type_name -> agtp.task.v1.Task
+	13, // 29: agtp.task.v1.ListEscalationsResponse.escalations:type_name -> agtp.task.v1.Escalation
+	4,  // 30: agtp.task.v1.ResolveEscalationRequest.outcome:type_name -> agtp.task.v1.ConfirmationOutcome
+	13, // 31: agtp.task.v1.ResolveEscalationResponse.escalation:type_name -> agtp.task.v1.Escalation
+	12, // 32: agtp.task.v1.ResolveEscalationResponse.task:type_name -> agtp.task.v1.Task
+	44, // 33: agtp.task.v1.Notification.expiry:type_name -> google.protobuf.Timestamp
+	44, // 34: agtp.task.v1.Notification.created_at:type_name -> google.protobuf.Timestamp
+	44, // 35: agtp.task.v1.Notification.delivered_at:type_name -> google.protobuf.Timestamp
+	27, // 36: agtp.task.v1.Notification.deliveries:type_name -> agtp.task.v1.Notification
+	45, // 37: agtp.task.v1.Notification.content:type_name -> google.protobuf.Value
+	5,  // 38: agtp.task.v1.Notification.state:type_name -> agtp.task.v1.NotificationStatus
+	7,  // 39: agtp.task.v1.Notification.urgency_level:type_name -> agtp.task.v1.NotificationUrgency
+	8,  // 40: agtp.task.v1.Notification.guarantee:type_name -> agtp.task.v1.DeliveryGuarantee
+	9,  // 41: agtp.task.v1.Notification.recipient_type:type_name -> agtp.task.v1.RecipientKind
+	44, // 42: agtp.task.v1.NotifyRequest.expiry:type_name -> google.protobuf.Timestamp
+	45, // 43: agtp.task.v1.NotifyRequest.content:type_name -> google.protobuf.Value
+	7,  // 44: agtp.task.v1.NotifyRequest.urgency_level:type_name -> agtp.task.v1.NotificationUrgency
+	8,  // 45: agtp.task.v1.NotifyRequest.guarantee:type_name -> agtp.task.v1.DeliveryGuarantee
+	27, // 46: agtp.task.v1.NotifyResponse.notification:type_name -> agtp.task.v1.Notification
+	27, // 47: agtp.task.v1.GetNotificationResponse.notification:type_name -> agtp.task.v1.Notification
+	10, // 48: agtp.task.v1.RecordDelegationRequest.outcome:type_name -> agtp.task.v1.DelegationOutcome
+	12, // 49: agtp.task.v1.RecordDelegationResponse.task:type_name -> agtp.task.v1.Task
+	3,  // 50: agtp.task.v1.RecordEscalationRoutingRequest.routing:type_name -> agtp.task.v1.EscalationRouting
+	13, // 51: agtp.task.v1.RecordEscalationRoutingResponse.escalation:type_name -> agtp.task.v1.Escalation
+	44, // 52: agtp.task.v1.InboxEntry.expiry:type_name -> google.protobuf.Timestamp
+	44, // 53: agtp.task.v1.InboxEntry.received_at:type_name -> google.protobuf.Timestamp
+	45, // 54: agtp.task.v1.InboxEntry.content:type_name -> google.protobuf.Value
+	7,  // 55: agtp.task.v1.InboxEntry.urgency_level:type_name -> agtp.task.v1.NotificationUrgency
+	8,  // 56: agtp.task.v1.InboxEntry.guarantee:type_name -> agtp.task.v1.DeliveryGuarantee
+	36, // 57: agtp.task.v1.ListInboxResponse.entries:type_name -> agtp.task.v1.InboxEntry
+	46, // 58: agtp.task.v1.MonitorRequest.target_agent_status:type_name -> agtp.identity.v1.AgentStatus
+	44, // 59: agtp.task.v1.MonitorSubscription.created_at:type_name -> google.protobuf.Timestamp
+	44, // 60: agtp.task.v1.MonitorSubscription.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 61: agtp.task.v1.MonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	40, // 62: agtp.task.v1.CancelMonitorResponse.subscription:type_name -> agtp.task.v1.MonitorSubscription
+	14, // 63: agtp.task.v1.TaskService.Escalate:input_type -> agtp.task.v1.EscalateRequest
+	16, // 64: agtp.task.v1.TaskService.BeginConfirm:input_type -> agtp.task.v1.BeginConfirmRequest
+	19, // 65: agtp.task.v1.TaskService.CompleteConfirm:input_type -> agtp.task.v1.CompleteConfirmRequest
+	21, // 66: agtp.task.v1.TaskService.GetTask:input_type -> agtp.task.v1.GetTaskRequest
+	23, // 67: agtp.task.v1.TaskService.ListEscalations:input_type -> agtp.task.v1.ListEscalationsRequest
+	25, // 68: agtp.task.v1.TaskService.ResolveEscalation:input_type -> agtp.task.v1.ResolveEscalationRequest
+	28, // 69: agtp.task.v1.TaskService.Notify:input_type -> agtp.task.v1.NotifyRequest
+	30, // 70: agtp.task.v1.TaskService.GetNotification:input_type -> agtp.task.v1.GetNotificationRequest
+	32, // 71: agtp.task.v1.TaskService.RecordDelegation:input_type -> agtp.task.v1.RecordDelegationRequest
+	34, // 72: agtp.task.v1.TaskService.RecordEscalationRouting:input_type -> agtp.task.v1.RecordEscalationRoutingRequest
+	37, // 73: agtp.task.v1.TaskService.ListInbox:input_type -> agtp.task.v1.ListInboxRequest
+	39, // 74: agtp.task.v1.TaskService.Monitor:input_type -> agtp.task.v1.MonitorRequest
+	42, // 75: agtp.task.v1.TaskService.CancelMonitor:input_type -> agtp.task.v1.CancelMonitorRequest
+	15, // 76: agtp.task.v1.TaskService.Escalate:output_type -> agtp.task.v1.EscalateResponse
+	17, // 77: agtp.task.v1.TaskService.BeginConfirm:output_type -> agtp.task.v1.BeginConfirmResponse
+	20, // 78: agtp.task.v1.TaskService.CompleteConfirm:output_type -> agtp.task.v1.CompleteConfirmResponse
+	22, // 79: agtp.task.v1.TaskService.GetTask:output_type -> agtp.task.v1.GetTaskResponse
+	24, // 80: agtp.task.v1.TaskService.ListEscalations:output_type -> agtp.task.v1.ListEscalationsResponse
+	26, // 81: agtp.task.v1.TaskService.ResolveEscalation:output_type -> agtp.task.v1.ResolveEscalationResponse
+	29, // 82: agtp.task.v1.TaskService.Notify:output_type -> agtp.task.v1.NotifyResponse
+	31, // 83: agtp.task.v1.TaskService.GetNotification:output_type -> agtp.task.v1.GetNotificationResponse
+	33, // 84: agtp.task.v1.TaskService.RecordDelegation:output_type -> agtp.task.v1.RecordDelegationResponse
+	35, // 85: agtp.task.v1.TaskService.RecordEscalationRouting:output_type -> agtp.task.v1.RecordEscalationRoutingResponse
+	38, // 86: agtp.task.v1.TaskService.ListInbox:output_type -> agtp.task.v1.ListInboxResponse
+	41, // 87: agtp.task.v1.TaskService.Monitor:output_type -> agtp.task.v1.MonitorResponse
+	43, // 88: agtp.task.v1.TaskService.CancelMonitor:output_type -> agtp.task.v1.CancelMonitorResponse
+	76, // [76:89] is the sub-list for method output_type
+	63, // [63:76] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_agtp_task_v1_task_proto_init() }
@@ -3556,7 +3937,7 @@ func file_agtp_task_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agtp_task_v1_task_proto_rawDesc), len(file_agtp_task_v1_task_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      11,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
