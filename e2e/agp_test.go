@@ -162,7 +162,7 @@ func TestAGP(t *testing.T) {
 	prepare := func(t *testing.T, cl *agpClient, body string) string {
 		t.Helper()
 		res := cl.do("POST", "/agp/execute/prepare", body)
-		if res.status != 200 || res.str("confirmationToken") == "" || res.str("expiresAt") == "" || res.str("summary") == "" {
+		if res.status != 200 || res.str("confirmationToken") == "" || res.str("expiresAt") == "" || res.str("summary") == "" || res.str("policy") != "strict" {
 			t.Fatalf("prepare = %d %s", res.status, res.body)
 		}
 		exp, err := time.Parse(time.RFC3339, res.str("expiresAt"))
@@ -349,6 +349,40 @@ func TestAGP(t *testing.T) {
 			t.Errorf("another owner's record is told apart from a missing one: %s vs %s", stranger.body, unknown.body)
 		}
 		agpError(t, anon.do("GET", "/agp/status/"+orderTx, ""), 401, "UNAUTHORIZED")
+	})
+
+	t.Run("over the REST gateway the operation and the execute policy read as enum names beside the first release's strings", func(t *testing.T) {
+		// docs/operations.md, "Enums and documents".
+		path := "/v1/agp/agents/" + buyer + "/transactions/"
+		code, got := restJSON(t, c, devpki.Admin, "GET", path+orderTx, "")
+		tx, _ := got["transaction"].(map[string]any)
+		if code != http.StatusOK || tx["agpOperation"] != "AGP_OPERATION_EXECUTE" || tx["operation"] != "execute" || tx["state"] != "TRANSACTION_STATUS_SUCCEEDED" {
+			t.Fatalf("GET %s%s = %d %v", path, orderTx, code, got)
+		}
+		// A client of the first release sends the operation as a string
+		// only; a number the enum does not declare is refused.
+		oldTx := uuid.NewString()
+		if code, got := restJSON(t, c, "frontdoor", "POST", "/v1/agp/transactions",
+			`{"transaction":{"id":"`+oldTx+`","agentId":"`+buyer+`","operation":"query","status":"failed"}}`); code != http.StatusOK {
+			t.Fatalf("PUT of a first-release record = %d %v", code, got)
+		}
+		code, got = restJSON(t, c, devpki.Admin, "GET", path+oldTx, "")
+		if tx, _ := got["transaction"].(map[string]any); code != http.StatusOK || tx["agpOperation"] != "AGP_OPERATION_QUERY" || tx["operation"] != "query" {
+			t.Fatalf("GET %s%s = %d %v", path, oldTx, code, got)
+		}
+		if code, got := restJSON(t, c, "frontdoor", "POST", "/v1/agp/transactions",
+			`{"transaction":{"id":"`+uuid.NewString()+`","agentId":"`+buyer+`","agpOperation":9,"state":"TRANSACTION_STATUS_FAILED"}}`); code != http.StatusBadRequest {
+			t.Fatalf("PUT with an undeclared operation = %d %v, want 400", code, got)
+		}
+		hash := strings.Repeat("ab", 32)
+		code, got = restJSON(t, c, "frontdoor", "POST", "/v1/agp/confirmations", `{"agentId":"`+buyer+`","businessId":"orders","requestSha256":"`+hash+`"}`)
+		if code != http.StatusOK || got["executePolicy"] != "EXECUTE_POLICY_STRICT" || got["policy"] != "strict" || got["token"] == nil {
+			t.Fatalf("POST /v1/agp/confirmations = %d %v", code, got)
+		}
+		code, got = restJSON(t, c, "frontdoor", "POST", "/v1/agp/confirmations:consume", `{"agentId":"`+buyer+`","businessId":"orders","requestSha256":"`+hash+`"}`)
+		if code != http.StatusOK || got["allowed"] == true || got["executePolicy"] != "EXECUTE_POLICY_STRICT" || got["policy"] != "strict" {
+			t.Fatalf("POST /v1/agp/confirmations:consume = %d %v", code, got)
+		}
 	})
 
 	t.Run("AGP records are on the caller's chain and visible through INSPECT", func(t *testing.T) {

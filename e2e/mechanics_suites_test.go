@@ -200,8 +200,23 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatalf("reviewer's inbox = %v, %v (routing %v)", inbox.GetEntries(), err, esc["routing"])
 		}
 		resp, conf := call(a, reviewer, "CONFIRM", "/", `{"target_id":"`+escID+`","status":"accepted"}`)
-		if resp.Status != agtp.StatusOK || conf["task_status"] != "running" || conf["attestation_id"] == nil {
+		if resp.Status != agtp.StatusOK || conf["task_status"] != "running" || conf["attestation_id"] == nil || conf["target_kind"] != "escalation" {
 			t.Fatalf("CONFIRM = %d %v", resp.Status, conf)
+		}
+		// Over the REST gateway the stored confirmation is replayed with
+		// its target as the enum's name beside the first release's
+		// string, to a client of either release (docs/operations.md,
+		// "Enums and documents").
+		for _, body := range []string{
+			`{"callerAgentId":"` + reviewer + `","targetId":"` + escID + `","outcome":"CONFIRMATION_OUTCOME_ACCEPTED"}`,
+			`{"callerAgentId":"` + reviewer + `","targetId":"` + escID + `","status":"accepted"}`,
+		} {
+			code, begin := restJSON(t, a, "frontdoor", "POST", "/v1/confirmations:begin", body)
+			rc, _ := begin["confirmation"].(map[string]any)
+			if code != http.StatusOK || rc["target"] != "CONFIRMATION_TARGET_ESCALATION" || rc["targetKind"] != "escalation" ||
+				rc["outcome"] != "CONFIRMATION_OUTCOME_ACCEPTED" || rc["status"] != "accepted" {
+				t.Fatalf("POST /v1/confirmations:begin %s = %d %v", body, code, begin)
+			}
 		}
 		if _, tk := call(a, worker.id, "QUERY", "/tasks/x-refund", ""); tk["status"] != "running" || tk["paused"] != false {
 			t.Fatalf("task after CONFIRM = %v", tk)
@@ -334,8 +349,51 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 			t.Fatal(err)
 		}
 		last := inbox.GetEntries()[len(inbox.GetEntries())-1]
-		if last.GetNotificationId() != id+".0" || last.GetUrgency() != "background" {
+		if last.GetNotificationId() != id+".0" || last.GetUrgencyLevel() != taskv1.NotificationUrgency_NOTIFICATION_URGENCY_BACKGROUND {
 			t.Fatalf("agent member's inbox = %v", inbox.GetEntries())
+		}
+		// Over the REST gateway the urgency, the guarantee and the
+		// recipient kind read as the enums' names beside the first
+		// release's strings.
+		code, got := restJSON(t, a, devpki.Admin, "GET", "/v1/notifications/"+id+"?callerAgentId="+worker.id, "")
+		rn, _ := got["notification"].(map[string]any)
+		if code != http.StatusOK || rn["urgencyLevel"] != "NOTIFICATION_URGENCY_BACKGROUND" || rn["urgency"] != "background" ||
+			rn["guarantee"] != "DELIVERY_GUARANTEE_AT_LEAST_ONCE" || rn["deliveryGuarantee"] != "at_least_once" ||
+			rn["recipientType"] != "RECIPIENT_KIND_GROUP" || rn["recipientKind"] != "group" {
+			t.Fatalf("GET /v1/notifications/%s = %d %v", id, code, got)
+		}
+		ds, _ := rn["deliveries"].([]any)
+		if d, _ := ds[0].(map[string]any); len(ds) != 2 || d["recipientType"] != "RECIPIENT_KIND_REMOTE_AGENT" || d["recipientKind"] != "remote_agent" {
+			t.Fatalf("GET /v1/notifications/%s deliveries = %v", id, ds)
+		}
+		code, got = restJSON(t, b, devpki.Admin, "GET", "/v1/agents/"+rcpt.id+"/inbox", "")
+		entries, _ := got["entries"].([]any)
+		if re, _ := entries[len(entries)-1].(map[string]any); code != http.StatusOK || re["notificationId"] != id+".0" ||
+			re["urgencyLevel"] != "NOTIFICATION_URGENCY_BACKGROUND" || re["urgency"] != "background" ||
+			re["guarantee"] != "DELIVERY_GUARANTEE_AT_LEAST_ONCE" || re["deliveryGuarantee"] != "at_least_once" {
+			t.Fatalf("GET /v1/agents/%s/inbox = %d %v", rcpt.id, code, got)
+		}
+	})
+
+	t.Run("NOTIFY over the REST gateway: the enums, the first release's strings, and an undeclared number", func(t *testing.T) {
+		for _, tc := range []struct {
+			body, urgency, guarantee string
+		}{
+			{`"urgencyLevel":"NOTIFICATION_URGENCY_CRITICAL","guarantee":"DELIVERY_GUARANTEE_EXACTLY_ONCE"`, "critical", "exactly_once"},
+			{`"urgency":"background","deliveryGuarantee":"at_most_once"`, "background", "at_most_once"},
+		} {
+			code, got := restJSON(t, a, "frontdoor", "POST", "/v1/notifications", `{"senderAgentId":"`+worker.id+`","recipient":"`+reviewer+`","content":{"n":1},`+tc.body+`}`)
+			rn, _ := got["notification"].(map[string]any)
+			if code != http.StatusOK || rn["urgency"] != tc.urgency || rn["urgencyLevel"] != "NOTIFICATION_URGENCY_"+strings.ToUpper(tc.urgency) ||
+				rn["deliveryGuarantee"] != tc.guarantee || rn["guarantee"] != "DELIVERY_GUARANTEE_"+strings.ToUpper(tc.guarantee) ||
+				rn["recipientType"] != "RECIPIENT_KIND_AGENT" || rn["recipientKind"] != "agent" {
+				t.Fatalf("POST /v1/notifications with %s = %d %v", tc.body, code, got)
+			}
+		}
+		for _, field := range []string{"urgencyLevel", "guarantee"} {
+			if code, got := restJSON(t, a, "frontdoor", "POST", "/v1/notifications", `{"senderAgentId":"`+worker.id+`","recipient":"`+reviewer+`","content":1,"`+field+`":9}`); code != http.StatusBadRequest {
+				t.Fatalf("POST /v1/notifications with %s 9 = %d %v, want 400", field, code, got)
+			}
 		}
 	})
 
@@ -429,28 +487,46 @@ func mustJSON(t *testing.T, v any) []byte {
 // gateway lists it to an operator, decoded from the gateway's JSON.
 func restEscalation(t *testing.T, c *Cluster, id string) map[string]any {
 	t.Helper()
-	admin, err := tls.LoadX509KeyPair(c.PKI.Cert(devpki.Admin), c.PKI.Key(devpki.Admin))
+	code, page := restJSON(t, c, devpki.Admin, "GET", "/v1/escalations?principal=ops@example.test", "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/escalations = %d %v", code, page)
+	}
+	list, _ := page["escalations"].([]any)
+	for _, e := range list {
+		if e, _ := e.(map[string]any); e["escalationId"] == id {
+			return e
+		}
+	}
+	t.Fatalf("GET /v1/escalations does not list %s: %v", id, list)
+	return nil
+}
+
+// restJSON calls path on c's policysvc REST gateway with the client
+// certificate named cert (devpki.Admin, or a service's to call what only
+// that service may) and decodes the JSON answer.
+func restJSON(t *testing.T, c *Cluster, cert, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	kp, err := tls.LoadX509KeyPair(c.PKI.Cert(cert), c.PKI.Key(cert))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{admin}}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: c.Admin.Pool(), Certificates: []tls.Certificate{kp}}}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + c.Procs["policysvc"].HTTPAddr + "/v1/escalations?principal=ops@example.test")
+	req, err := http.NewRequest(method, "https://"+c.Procs["policysvc"].HTTPAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var page struct {
-		Escalations []map[string]any `json:"escalations"`
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s = %d, not JSON: %v", method, path, resp.StatusCode, err)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/escalations = %d, %v", resp.StatusCode, err)
-	}
-	for _, e := range page.Escalations {
-		if e["escalationId"] == id {
-			return e
-		}
-	}
-	t.Fatalf("GET /v1/escalations does not list %s: %v", id, page.Escalations)
-	return nil
+	return resp.StatusCode, out
 }
