@@ -125,12 +125,9 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 		return nil, grpcerr.InvalidArgument("context-invalid", fmt.Sprintf("context is required: a JSON value of at most %d bytes", maxContext))
 	}
 	//lint:ignore SA1019 a client of the first release sends the priority as a string only
-	priority := enumname.Requested(in.GetPriorityLevel(), in.GetPriority())
-	switch {
-	case priority == "":
-		priority = "normal"
-	case enumname.Value[taskv1.EscalationPriority](priority) == 0:
-		return nil, grpcerr.InvalidArgument("priority-invalid", "priority must be one of "+strings.Join(enumname.Names(taskv1.EscalationPriority(0).Descriptor()), ", "))
+	priority, err := requestedName(in.GetPriorityLevel(), in.GetPriority(), "normal", "priority")
+	if err != nil {
+		return nil, err
 	}
 	routed := in.GetRecipient()
 	if len(routed) > maxRecipient {
@@ -164,7 +161,7 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	taskKey := rediskeys.Task(owner, e.TaskID)
 	var t task
 	var out *escalation
-	err := s.watch(ctx, func(tx *redis.Tx) error {
+	err = s.watch(ctx, func(tx *redis.Tx) error {
 		t = task{}
 		found, err := getJSON(ctx, tx, taskKey, &t)
 		if err != nil {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,20 +121,14 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 		return nil, grpcerr.InvalidArgument("content-invalid", fmt.Sprintf("content is required: a JSON value of at most %d bytes", maxContext))
 	}
 	//lint:ignore SA1019 a client of the first release sends the urgency as a string only
-	urgency := enumname.Requested(in.GetUrgencyLevel(), in.GetUrgency())
-	switch {
-	case urgency == "":
-		urgency = informational
-	case enumname.Value[taskv1.NotificationUrgency](urgency) == 0:
-		return nil, grpcerr.InvalidArgument("urgency-invalid", "urgency must be one of "+strings.Join(enumname.Names(taskv1.NotificationUrgency(0).Descriptor()), ", "))
+	urgency, err := requestedName(in.GetUrgencyLevel(), in.GetUrgency(), informational, "urgency")
+	if err != nil {
+		return nil, err
 	}
 	//lint:ignore SA1019 a client of the first release sends the guarantee as a string only
-	g := enumname.Requested(in.GetGuarantee(), in.GetDeliveryGuarantee())
-	switch {
-	case g == "":
-		g = AtLeastOnce
-	case enumname.Value[taskv1.DeliveryGuarantee](g) == 0:
-		return nil, grpcerr.InvalidArgument("delivery-guarantee-invalid", "delivery_guarantee must be one of "+strings.Join(enumname.Names(taskv1.DeliveryGuarantee(0).Descriptor()), ", "))
+	g, err := requestedName(in.GetGuarantee(), in.GetDeliveryGuarantee(), AtLeastOnce, "delivery_guarantee")
+	if err != nil {
+		return nil, err
 	}
 	now := s.opts.Now().UTC()
 	expiry := now.Add(s.opts.NotifyDefaultExpiry)
