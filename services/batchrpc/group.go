@@ -17,6 +17,9 @@ type Group[T any] struct {
 	mu       sync.Mutex
 	pending  []*groupItem[T]
 	flushers int
+	// held counts Holds without their Release: while any is open, queuing
+	// an item starts no send.
+	held int
 }
 
 type groupItem[T any] struct {
@@ -47,7 +50,7 @@ func (g *Group[T]) enqueue(v T) (*groupItem[T], bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pending = append(g.pending, it)
-	if g.flushers < g.maxFlushers {
+	if g.held == 0 && g.flushers < g.maxFlushers {
 		g.flushers++
 		return it, true
 	}
@@ -67,11 +70,37 @@ func (g *Group[T]) Start(v T) <-chan struct{} {
 	return it.done
 }
 
-// Idle reports whether nothing is queued or being executed.
+// Hold keeps the items queued from now on from starting a send until the
+// matching Release, so that a caller with several items (a batch request
+// that carries many records of one chain) has them go out in one batch
+// instead of the first alone. A send already in flight still takes what is
+// queued when it next looks. Every Hold needs its Release, or the queue
+// waits for ever.
+func (g *Group[T]) Hold() {
+	g.mu.Lock()
+	g.held++
+	g.mu.Unlock()
+}
+
+// Release ends a Hold; once none is open, what is queued is sent.
+func (g *Group[T]) Release() {
+	g.mu.Lock()
+	g.held--
+	send := g.held == 0 && len(g.pending) > 0 && g.flushers < g.maxFlushers
+	if send {
+		g.flushers++
+	}
+	g.mu.Unlock()
+	if send {
+		go g.flush(nil)
+	}
+}
+
+// Idle reports whether nothing is queued, held or being executed.
 func (g *Group[T]) Idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.flushers == 0 && len(g.pending) == 0
+	return g.flushers == 0 && len(g.pending) == 0 && g.held == 0
 }
 
 // flush sends batches until own is done (own == nil: until the queue is

@@ -103,3 +103,48 @@ func TestGroupStartKeepsOrderWithOneFlusher(t *testing.T) {
 		runtime.Gosched() // the last flusher is returning
 	}
 }
+
+// Items queued under a Hold wait for its Release, then go out in one
+// batch; a Do queued meanwhile waits with them.
+func TestGroupSendsHeldItemsTogether(t *testing.T) {
+	var mu sync.Mutex
+	var batches [][]int
+	g := NewGroup(func(vs []int) {
+		mu.Lock()
+		batches = append(batches, append([]int(nil), vs...))
+		mu.Unlock()
+	}, 1, 100)
+	g.Hold()
+	if g.Idle() {
+		t.Fatal("a held group reports itself idle")
+	}
+	var done []<-chan struct{}
+	for i := range 4 {
+		done = append(done, g.Start(i))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { g.Do(4) })
+	for {
+		g.mu.Lock()
+		n := len(g.pending)
+		g.mu.Unlock()
+		if n == 5 {
+			break
+		}
+		runtime.Gosched()
+	}
+	mu.Lock()
+	sent := len(batches)
+	mu.Unlock()
+	if sent != 0 {
+		t.Fatalf("%d batches sent during the hold", sent)
+	}
+	g.Release()
+	for _, d := range done {
+		<-d
+	}
+	wg.Wait()
+	if len(batches) != 1 || len(batches[0]) != 5 {
+		t.Fatalf("batches %v, want the five held items in one", batches)
+	}
+}

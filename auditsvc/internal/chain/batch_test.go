@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -249,5 +250,83 @@ func TestResentBatchScriptIsRecognisedAsOwnAppends(t *testing.T) {
 				t.Fatalf("verify: %v %+v", err, r)
 			}
 		})
+	}
+}
+
+// scriptSizesHook records the records each appendLua call carries.
+type scriptSizesHook struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (*scriptSizesHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*scriptSizesHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *scriptSizesHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			a := c.Args()
+			if len(a) < 3 || fmt.Sprint(a[0]) != "evalsha" {
+				continue
+			}
+			nkeys, _ := strconv.Atoi(fmt.Sprint(a[2]))
+			if i := 3 + nkeys + 7; i < len(a) {
+				n, _ := strconv.Atoi(fmt.Sprint(a[i]))
+				h.mu.Lock()
+				h.sizes = append(h.sizes, n)
+				h.mu.Unlock()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// The records a Batch starts on one chain go to Redis in one script call,
+// in the order they were started, where the chain's queue would otherwise
+// have sent the first alone; nothing is sent before Send.
+func TestBatchSendsEachChainsRecordsInOneScript(t *testing.T) {
+	ctx := context.Background()
+	rdb := testkit.StartRedis(t).Client(t)
+	if err := appendScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sizes := &scriptSizesHook{}
+	rdb.AddHook(sizes)
+	ks := testKeys(t)
+	s := newStore(t, rdb, ks, Options{})
+	chains := map[string]int{"batch-a": 6, "batch-b": 3}
+	b := s.NewBatch()
+	pend := map[string][]Pending{}
+	for i := range 6 {
+		for id, n := range chains {
+			if i < n {
+				pend[id] = append(pend[id], b.Start(ctx, attribution.StreamAttribution, id, payload(id, i), nil,
+					Request{ID: fmt.Sprintf("0190b7c2-0000-7000-8000-%012x", len(id)*100+i), Fingerprint: "fp"}))
+			}
+		}
+	}
+	sizes.mu.Lock()
+	early := len(sizes.sizes)
+	sizes.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d script calls before Send", early)
+	}
+	b.Send()
+	for id, ps := range pend {
+		for i, p := range ps {
+			a, err := p.Wait()
+			if err != nil || a.Sequence != uint64(i+1) {
+				t.Fatalf("%s record %d: sequence %d, %v", id, i, a.Sequence, err)
+			}
+		}
+		r, err := s.Verify(ctx, attribution.StreamAttribution, id, verifyOpts(ks, id), 0)
+		if err != nil || !r.Valid || r.Checked != uint64(chains[id]) {
+			t.Fatalf("verify %s: %v %+v", id, err, r)
+		}
+	}
+	sizes.mu.Lock()
+	defer sizes.mu.Unlock()
+	slices.Sort(sizes.sizes)
+	if !slices.Equal(sizes.sizes, []int{3, 6}) {
+		t.Fatalf("script calls carried %v records, want one call per chain (3 and 6)", sizes.sizes)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -402,6 +403,42 @@ func (s *Store) Start(ctx context.Context, stream, chain string, p attribution.P
 	return s.start(ctx, stream, chain, p, outcome, req, false)
 }
 
+// Batch starts appends that go to Redis together: the records a Batch
+// starts on one chain are not sent until Send, so they share one script
+// call instead of the first going alone and the rest after it. A caller
+// with records of several chains (SignAndAppendBatch) starts them all
+// through one Batch, calls Send, then waits for each. A Batch belongs to
+// one goroutine, and every Batch must be sent (defer Send): until then, the
+// chains it started records on send nothing.
+type Batch struct {
+	s    *Store
+	held []*headState
+}
+
+// NewBatch returns an empty Batch.
+func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
+
+// Start queues an append as Store.Start does, held until Send.
+func (b *Batch) Start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) Pending {
+	j, st, ok := b.s.prepare(ctx, stream, chain, p, outcome, req)
+	if !ok {
+		return Pending{j, closed}
+	}
+	if !slices.Contains(b.held, st) {
+		st.queue.Hold()
+		b.held = append(b.held, st)
+	}
+	return Pending{j, st.queue.Start(j)}
+}
+
+// Send sends what the Batch started; calling it again does nothing.
+func (b *Batch) Send() {
+	for _, st := range b.held {
+		st.queue.Release()
+	}
+	b.held = nil
+}
+
 // Wait returns the append's result, as AppendOnce would have.
 func (p Pending) Wait() (Appended, error) {
 	<-p.done
@@ -436,20 +473,29 @@ type job struct {
 }
 
 func (s *Store) start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request, inline bool) Pending {
-	j := &job{ctx: ctx, start: time.Now(), p: p, outcome: outcome, req: req}
-	if err := s.check(stream, chain, &j.p, outcome, req); err != nil {
-		s.answer(nil, j, Appended{}, err)
+	j, st, ok := s.prepare(ctx, stream, chain, p, outcome, req)
+	if !ok {
 		return Pending{j, closed}
 	}
-	if req.ID != "" {
-		j.reqKey, j.oldReqKey = requestKey(stream, chain, req.ID), firstReleaseRequestKey(stream, chain, req.ID)
-	}
-	st := s.heads.get(stream, chain)
 	if inline {
 		st.queue.Do(j)
 		return Pending{j, closed}
 	}
 	return Pending{j, st.queue.Start(j)}
+}
+
+// prepare makes the job of an append and finds its chain's queue; when the
+// append cannot be made, the job is answered already and ok is false.
+func (s *Store) prepare(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (j *job, st *headState, ok bool) {
+	j = &job{ctx: ctx, start: time.Now(), p: p, outcome: outcome, req: req}
+	if err := s.check(stream, chain, &j.p, outcome, req); err != nil {
+		s.answer(nil, j, Appended{}, err)
+		return j, nil, false
+	}
+	if req.ID != "" {
+		j.reqKey, j.oldReqKey = requestKey(stream, chain, req.ID), firstReleaseRequestKey(stream, chain, req.ID)
+	}
+	return j, s.heads.get(stream, chain), true
 }
 
 // closed is the done channel of an append answered already.

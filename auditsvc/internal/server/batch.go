@@ -10,7 +10,7 @@ import (
 // SignAndAppendBatch decides every item as SignAndAppend would, in one
 // call (docs/audit.md, "Batched appends"). Items of one chain are appended
 // in item order, each signed against the head the one before it made, and
-// go to Redis together in one script call (chain.Store.Start); items of
+// go to Redis together in one script call (chain.Batch); items of
 // different chains share the store's pipelines, and each signature is
 // computed while other chains' round trips are in flight. Every item keeps
 // SignAndAppend's guarantees: its request ID's idempotency, its outcome
@@ -23,9 +23,12 @@ func (s *Server) SignAndAppendBatch(ctx context.Context, req *auditv1.SignAndApp
 	}
 	pend := make([]*pendingAppend, len(items))
 	errs := make([]error, len(items))
+	batch := s.store.NewBatch()
+	defer batch.Send()
 	for i, it := range items {
-		pend[i], errs[i] = s.startAppend(ctx, it, false)
+		pend[i], errs[i] = s.startAppend(ctx, it, batch)
 	}
+	batch.Send()
 	out := &auditv1.SignAndAppendBatchResponse{Results: make([]*auditv1.SignAndAppendBatchResult, len(items))}
 	for i := range items {
 		var resp *auditv1.SignAndAppendResponse

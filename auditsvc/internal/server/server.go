@@ -395,7 +395,7 @@ func requestOf(id string, req proto.Message) (chain.Request, error) {
 // SignAndAppend signs an Attribution-Record and appends it to its chain,
 // storing the idempotent outcome in the same atomic step.
 func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRequest) (*auditv1.SignAndAppendResponse, error) {
-	a, err := s.startAppend(ctx, req, true)
+	a, err := s.startAppend(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -412,10 +412,10 @@ type pendingAppend struct {
 }
 
 // startAppend checks req and queues its record, or answers it (unchained
-// records are signed, not stored). inline appends in the caller's
-// goroutine when the chain is idle (a lone call); a batch queues its
-// items and waits for them together.
-func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequest, inline bool) (*pendingAppend, error) {
+// records are signed, not stored). Without a batch it appends in the
+// caller's goroutine when the chain is idle (a lone call); a batch request
+// starts its items through one chain.Batch and waits for them together.
+func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequest, batch *chain.Batch) (*pendingAppend, error) {
 	c, err := chainOf(req.GetChainAgentId())
 	if err != nil {
 		return nil, err
@@ -464,7 +464,7 @@ func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequ
 		return nil, err
 	}
 	pa := &pendingAppend{s: s, chain: c}
-	if inline {
+	if batch == nil {
 		a, err := s.store.AppendOnce(ctx, attribution.StreamAttribution, c, p, outcome, r)
 		pa.resp, err = appendedResponse(a, err)
 		if err != nil {
@@ -472,7 +472,7 @@ func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequ
 		}
 		return pa, nil
 	}
-	pa.p = s.store.Start(ctx, attribution.StreamAttribution, c, p, outcome, r)
+	pa.p = batch.Start(ctx, attribution.StreamAttribution, c, p, outcome, r)
 	return pa, nil
 }
 
