@@ -59,13 +59,16 @@ func prefix(d protoreflect.EnumDescriptor) string {
 	return strings.TrimSuffix(string(d.Values().Get(0).Name()), "UNSPECIFIED")
 }
 
+// Enum is a generated protobuf enum type.
+type Enum interface {
+	~int32
+	protoreflect.Enum
+}
+
 // Value is the value of enum type E named name (as Of names it), the
 // zero value when E has none: what a writer that keeps the name sets the
 // enum field to.
-func Value[E interface {
-	~int32
-	protoreflect.Enum
-}](name string) E {
+func Value[E Enum](name string) E {
 	var zero E
 	return E(Number(zero.Descriptor(), name))
 }
@@ -84,8 +87,23 @@ func Requested(v protoreflect.Enum, old string) string {
 	return strconv.Itoa(int(v.Number()))
 }
 
+// Choices is E's names but the zero value's, comma-separated: what an
+// error message offers.
+func Choices[E Enum]() string {
+	var zero E
+	return strings.Join(Names(zero.Descriptor()), ", ")
+}
+
+// Refusal is the reason and message that refuse a value of parameter
+// param naming none of E's values: <param>-invalid, underscores as
+// hyphens (delivery-guarantee-invalid), the same whether the front door
+// refuses it (400) or a service does (InvalidArgument).
+func Refusal[E Enum](param string) (reason, message string) {
+	return strings.ReplaceAll(param, "_", "-") + "-invalid", param + " must be one of " + Choices[E]()
+}
+
 // Names lists the names of d's values but the zero value, in number
-// order: what an error message offers.
+// order.
 func Names(d protoreflect.EnumDescriptor) []string {
 	vs := d.Values()
 	out := make([]string, 0, vs.Len())

@@ -92,3 +92,14 @@ func TestNames(t *testing.T) {
 		t.Errorf("Names = %v", got)
 	}
 }
+
+// A refusal names the parameter with hyphens and offers every name.
+func TestRefusal(t *testing.T) {
+	reason, msg := Refusal[taskv1.DeliveryGuarantee]("delivery_guarantee")
+	if reason != "delivery-guarantee-invalid" || msg != "delivery_guarantee must be one of at_most_once, at_least_once, exactly_once" {
+		t.Errorf("Refusal = %q, %q", reason, msg)
+	}
+	if got := Choices[taskv1.EscalationPriority](); got != "urgent, normal, low" {
+		t.Errorf("Choices = %q", got)
+	}
+}

@@ -13,11 +13,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -311,14 +309,12 @@ func valueParam(params map[string]any, name string) *structpb.Value {
 // does not have is refused here with 400 <name>-invalid (underscores as
 // hyphens: delivery-guarantee-invalid), the reason policysvc gives: sent
 // as the zero value it would read as absent.
-func enumParam[E interface {
-	~int32
-	protoreflect.Enum
-}](call *Call, name string) (E, *agtp.Response) {
+func enumParam[E enumname.Enum](call *Call, name string) (E, *agtp.Response) {
 	s := str(call.Params, name)
 	v := enumname.Value[E](s)
 	if s != "" && v == 0 {
-		return 0, call.Fail(agtp.StatusBadRequest, strings.ReplaceAll(name, "_", "-")+"-invalid", name+" must be one of "+strings.Join(enumname.Names(v.Descriptor()), ", "), nil)
+		reason, msg := enumname.Refusal[E](name)
+		return 0, call.Fail(agtp.StatusBadRequest, reason, msg, nil)
 	}
 	return v, nil
 }

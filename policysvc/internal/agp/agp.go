@@ -103,7 +103,7 @@ func (o *Options) defaults() {
 // Validate checks the options after defaults.
 func (o Options) Validate() error {
 	if enumname.Value[agpv1.ExecutePolicy](o.ExecutePolicy) == 0 {
-		return fmt.Errorf("agp execute policy %q: want one of %s", o.ExecutePolicy, strings.Join(enumname.Names(agpv1.ExecutePolicy(0).Descriptor()), ", "))
+		return fmt.Errorf("agp execute policy %q: want one of %s", o.ExecutePolicy, enumname.Choices[agpv1.ExecutePolicy]())
 	}
 	if o.MaxExecuteAmountCents < 0 || math.IsNaN(o.MaxExecuteAmountCents) || math.IsInf(o.MaxExecuteAmountCents, 0) {
 		return errors.New("agp max execute amount must be a non-negative number of cents")
@@ -646,9 +646,9 @@ func (s *Server) PutTransaction(ctx context.Context, in *agpv1.PutTransactionReq
 	case !isUUID(t.GetId()):
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "id must be a UUID")
 	case enumname.Value[agpv1.AgpOperation](op) == 0:
-		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be one of "+strings.Join(enumname.Names(agpv1.AgpOperation(0).Descriptor()), ", "))
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "operation must be one of "+enumname.Choices[agpv1.AgpOperation]())
 	case enumname.Value[agpv1.TransactionStatus](st) == 0:
-		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be one of "+strings.Join(enumname.Names(agpv1.TransactionStatus(0).Descriptor()), ", "))
+		return nil, grpcerr.InvalidArgument("invalid-transaction", "status must be one of "+enumname.Choices[agpv1.TransactionStatus]())
 	case len(t.GetBusinessId()) > maxBusiness:
 		return nil, grpcerr.InvalidArgument("invalid-transaction", "business_id is too long")
 	case len(input) > maxJSON || len(result) > maxJSON || len(t.GetError()) > maxError:

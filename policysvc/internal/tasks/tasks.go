@@ -13,13 +13,11 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -223,17 +221,13 @@ func validID(s string) bool { return len(s) <= maxID && idPattern.MatchString(s)
 // it is set, else old, else def. A name E does not have, or a number it
 // does not declare, is refused with <param>-invalid (underscores as
 // hyphens), the reason the front door gives for the same parameter.
-func requestedName[E interface {
-	~int32
-	protoreflect.Enum
-}](v E, old, def, param string) (string, error) {
+func requestedName[E enumname.Enum](v E, old, def, param string) (string, error) {
 	name := enumname.Requested(v, old)
 	switch {
 	case name == "":
 		return def, nil
 	case enumname.Value[E](name) == 0:
-		return "", grpcerr.InvalidArgument(strings.ReplaceAll(param, "_", "-")+"-invalid",
-			param+" must be one of "+strings.Join(enumname.Names(v.Descriptor()), ", "))
+		return "", grpcerr.InvalidArgument(enumname.Refusal[E](param))
 	}
 	return name, nil
 }
