@@ -91,11 +91,11 @@ func TestQueuedRecordsOfOneChainShareOneScript(t *testing.T) {
 				// An append in flight, held; the cases' records queue
 				// behind it.
 				hold.armed.Store(true)
-				lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1), nil, Request{})
+				lead := startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 1), Request{})
 				<-hold.entered
 				pend := make([]Pending, len(tc.items))
 				for i, it := range tc.items {
-					pend[i] = s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 10+i), nil, it.req)
+					pend[i] = startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 10+i), it.req)
 				}
 				close(hold.gate)
 				if _, err := lead.Wait(); err != nil {
@@ -213,11 +213,11 @@ func TestResentBatchScriptIsRecognisedAsOwnAppends(t *testing.T) {
 			s := newStore(t, rdb, ks, Options{})
 			const chainID = "resent-batch"
 			hold.armed.Store(true)
-			lead := s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, tc.req(0))
+			lead := startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 0), tc.req(0))
 			<-hold.entered
 			var pend []Pending
 			for i := range 3 {
-				pend = append(pend, s.Start(ctx, attribution.StreamAttribution, chainID, payload(chainID, 1+i), nil, tc.req(1+i)))
+				pend = append(pend, startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 1+i), tc.req(1+i)))
 			}
 			close(hold.gate)
 			first, err := lead.Wait()

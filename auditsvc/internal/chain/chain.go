@@ -385,22 +385,19 @@ func (s *Store) Append(ctx context.Context, stream, chain string, p attribution.
 // unknown) can retry without attesting the response twice. A zero req is
 // Append.
 func (s *Store) AppendOnce(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) (Appended, error) {
-	return s.start(ctx, stream, chain, p, outcome, req, true).Wait()
+	j, st, ok := s.prepare(ctx, stream, chain, p, outcome, req)
+	if ok {
+		// A lone append runs in the caller's goroutine when the chain is
+		// idle.
+		st.queue.Do(j)
+	}
+	return j.res, j.err
 }
 
-// Pending is an append on its way (Start).
+// Pending is an append on its way (Batch.Start).
 type Pending struct {
 	j    *job
 	done <-chan struct{}
-}
-
-// Start queues an append as AppendOnce does and returns without waiting
-// for it. Appends started one after another on one (stream, chain) are
-// appended in that order, and those that wait together go to Redis in one
-// script call (appendLua): a caller with several records of one chain
-// (SignAndAppendBatch) starts them all, then waits for each.
-func (s *Store) Start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) Pending {
-	return s.start(ctx, stream, chain, p, outcome, req, false)
 }
 
 // Batch starts appends that go to Redis together: the records a Batch
@@ -418,7 +415,10 @@ type Batch struct {
 // NewBatch returns an empty Batch.
 func (s *Store) NewBatch() *Batch { return &Batch{s: s} }
 
-// Start queues an append as Store.Start does, held until Send.
+// Start queues an append as AppendOnce does and returns without waiting
+// for it; it goes to Redis once Send is called. Appends started one after
+// another on one (stream, chain) are appended in that order, each signed
+// against the one before it.
 func (b *Batch) Start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request) Pending {
 	j, st, ok := b.s.prepare(ctx, stream, chain, p, outcome, req)
 	if !ok {
@@ -470,18 +470,6 @@ type job struct {
 
 	res Appended
 	err error
-}
-
-func (s *Store) start(ctx context.Context, stream, chain string, p attribution.Payload, outcome *IdempotentOutcome, req Request, inline bool) Pending {
-	j, st, ok := s.prepare(ctx, stream, chain, p, outcome, req)
-	if !ok {
-		return Pending{j, closed}
-	}
-	if inline {
-		st.queue.Do(j)
-		return Pending{j, closed}
-	}
-	return Pending{j, st.queue.Start(j)}
 }
 
 // prepare makes the job of an append and finds its chain's queue; when the

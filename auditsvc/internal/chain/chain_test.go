@@ -645,3 +645,12 @@ func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// startNow starts one append and sends it at once, as a batch of one: it
+// goes out at once if its chain is idle, else with the records that queue
+// behind the append in flight.
+func startNow(ctx context.Context, s *Store, stream, chain string, p attribution.Payload, req Request) Pending {
+	b := s.NewBatch()
+	defer b.Send()
+	return b.Start(ctx, stream, chain, p, nil, req)
+}

@@ -207,8 +207,8 @@ func TestFirstReleaseRequestEntriesAreHonoured(t *testing.T) {
 			rdb.PExpire(ctx, legacy, time.Hour)
 			// Queued together with a new request, so both kinds of entry
 			// are read in one script call.
-			pNew := s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 1), nil, Request{ID: "new", Fingerprint: "fp"})
-			pOld := s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil, Request{ID: "old", Fingerprint: "fp"})
+			pNew := startNow(ctx, s, attribution.StreamAttribution, "x", payload("x", 1), Request{ID: "new", Fingerprint: "fp"})
+			pOld := startNow(ctx, s, attribution.StreamAttribution, "x", payload("x", 0), Request{ID: "old", Fingerprint: "fp"})
 			if a, err := pNew.Wait(); err != nil || a.Replayed || a.Sequence != 2 {
 				t.Fatalf("new request: %v %+v", err, a)
 			}
@@ -236,11 +236,11 @@ func TestRequestIDTwiceInOneBatchAppendsOnce(t *testing.T) {
 	req := Request{ID: "req", Fingerprint: "fp"}
 	// A first record keeps the chain's queue busy, so the rest wait and go
 	// out together.
-	ps := []Pending{s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 0), nil, Request{})}
+	ps := []Pending{startNow(ctx, s, attribution.StreamAttribution, "x", payload("x", 0), Request{})}
 	for range 2 {
-		ps = append(ps, s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 1), nil, req))
+		ps = append(ps, startNow(ctx, s, attribution.StreamAttribution, "x", payload("x", 1), req))
 	}
-	ps = append(ps, s.Start(ctx, attribution.StreamAttribution, "x", payload("x", 2), nil, Request{ID: "req", Fingerprint: "other"}))
+	ps = append(ps, startNow(ctx, s, attribution.StreamAttribution, "x", payload("x", 2), Request{ID: "req", Fingerprint: "other"}))
 	var got []Appended
 	for _, p := range ps[:3] {
 		a, err := p.Wait()

@@ -403,7 +403,7 @@ func (s *Server) SignAndAppend(ctx context.Context, req *auditv1.SignAndAppendRe
 }
 
 // pendingAppend is a SignAndAppend on its way: the record in its chain's
-// queue (chain.Store.Start), or an answer already known (resp, err).
+// queue (chain.Batch), or an answer already known (resp, err).
 type pendingAppend struct {
 	s     *Server
 	chain string
