@@ -82,8 +82,10 @@ func (g *Group[T]) Hold() {
 	g.mu.Unlock()
 }
 
-// Release ends a Hold; once none is open, what is queued is sent.
-func (g *Group[T]) Release() {
+// Release ends a Hold; once none is open, what is queued is sent. It
+// reports whether it started that send: if not, what is queued goes out
+// with a send already in flight or after another Hold's Release.
+func (g *Group[T]) Release() bool {
 	g.mu.Lock()
 	g.held--
 	send := g.held == 0 && len(g.pending) > 0 && g.flushers < g.maxFlushers
@@ -94,6 +96,29 @@ func (g *Group[T]) Release() {
 	if send {
 		go g.flush(nil)
 	}
+	return send
+}
+
+// ReleaseDo queues v and ends a Hold in one step, then returns once the
+// batch that carried v was executed. Unlike Release, it sends what is
+// queued even while other Holds are open (when a flusher slot is free), in
+// the caller's goroutine as Do does: the Holder that queues the last of its
+// items sends them without a goroutine hand-off, and Holds that overlap
+// one another cannot keep the queue from being sent.
+func (g *Group[T]) ReleaseDo(v T) {
+	it := &groupItem[T]{v: v, done: make(chan struct{})}
+	g.mu.Lock()
+	g.pending = append(g.pending, it)
+	g.held--
+	send := g.flushers < g.maxFlushers
+	if send {
+		g.flushers++
+	}
+	g.mu.Unlock()
+	if send {
+		g.flush(it)
+	}
+	<-it.done
 }
 
 // Idle reports whether nothing is queued, held or being executed.

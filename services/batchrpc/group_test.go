@@ -148,3 +148,39 @@ func TestGroupSendsHeldItemsTogether(t *testing.T) {
 		t.Fatalf("batches %v, want the five held items in one", batches)
 	}
 }
+
+// ReleaseDo sends the held items with its own in one batch, in the
+// caller's goroutine, even while another Hold is still open; that Hold's
+// Release then starts no send of its own when nothing is queued.
+func TestGroupReleaseDoSendsDespiteOtherHolds(t *testing.T) {
+	var mu sync.Mutex
+	var batches [][]int
+	g := NewGroup(func(vs []int) {
+		mu.Lock()
+		batches = append(batches, append([]int(nil), vs...))
+		mu.Unlock()
+	}, 2, 100)
+	g.Hold() // the caller of ReleaseDo
+	g.Hold() // another holder, released later
+	var done []<-chan struct{}
+	for i := range 3 {
+		done = append(done, g.Start(i))
+	}
+	g.ReleaseDo(3)
+	for _, d := range done {
+		select {
+		case <-d:
+		default:
+			t.Fatal("an item queued before ReleaseDo was not sent with it")
+		}
+	}
+	if len(batches) != 1 || len(batches[0]) != 4 {
+		t.Fatalf("batches %v, want the four items in one", batches)
+	}
+	if g.Release() {
+		t.Fatal("Release started a send with nothing queued")
+	}
+	for !g.Idle() {
+		runtime.Gosched() // the flusher is returning
+	}
+}

@@ -330,3 +330,82 @@ func TestBatchSendsEachChainsRecordsInOneScript(t *testing.T) {
 		t.Fatalf("script calls carried %v records, want one call per chain (3 and 6)", sizes.sizes)
 	}
 }
+
+// A Batch over several chains sends their script calls in one pipeline
+// (one round trip, one MSET of index entries), and a chain busy with a
+// call in flight does not hold the others' pipeline back: its records go
+// with its next call.
+func TestBatchOverSeveralChainsIsOnePipeline(t *testing.T) {
+	const perChain = 2
+	for _, be := range backends {
+		for _, busy := range []bool{false, true} {
+			name := be.name + "/idle chains"
+			if busy {
+				name = be.name + "/one chain in flight"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := context.Background()
+				rdb := be.start(t)
+				hold := newHoldHook()
+				rdb.AddHook(hold)
+				ks := testKeys(t)
+				var mu sync.Mutex
+				var pipelines []int
+				s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+				chains := []string{"multi-a", "multi-b", "multi-c", "multi-d", "multi-e"}
+				var lead Pending
+				if busy {
+					hold.armed.Store(true)
+					lead = startNow(ctx, s, attribution.StreamAttribution, "multi-busy", payload("multi-busy", 0), Request{})
+					<-hold.entered
+				}
+				b := s.NewBatch()
+				pend := map[string][]Pending{}
+				var busyPend []Pending
+				for i := range perChain {
+					for _, id := range chains {
+						pend[id] = append(pend[id], b.Start(ctx, attribution.StreamAttribution, id, payload(id, i), nil,
+							Request{ID: fmt.Sprintf("0190b7c2-0000-7000-8000-%012x", len(pend)*10+i), Fingerprint: "fp"}))
+					}
+					if busy {
+						busyPend = append(busyPend, b.Start(ctx, attribution.StreamAttribution, "multi-busy", payload("multi-busy", 1+i), nil, Request{}))
+					}
+				}
+				b.Send()
+				for _, id := range chains {
+					for i, p := range pend[id] {
+						if a, err := p.Wait(); err != nil || a.Sequence != uint64(i+1) {
+							t.Fatalf("%s record %d: sequence %d, %v", id, i, a.Sequence, err)
+						}
+					}
+				}
+				mu.Lock()
+				got := slices.Clone(pipelines)
+				mu.Unlock()
+				if want := []int{len(chains) * perChain}; !slices.Equal(got, want) {
+					t.Fatalf("pipelines carried %v records, want %v: every idle chain's call in one", got, want)
+				}
+				if busy {
+					close(hold.gate)
+					if _, err := lead.Wait(); err != nil {
+						t.Fatal(err)
+					}
+					for i, p := range busyPend {
+						if a, err := p.Wait(); err != nil || a.Sequence != uint64(i+2) {
+							t.Fatalf("busy chain record %d: sequence %d, %v", i, a.Sequence, err)
+						}
+					}
+				}
+				if busy {
+					chains = append(chains, "multi-busy")
+				}
+				for _, id := range chains {
+					r, err := s.Verify(ctx, attribution.StreamAttribution, id, verifyOpts(ks, id), 0)
+					if err != nil || !r.Valid {
+						t.Fatalf("verify %s: %v %+v", id, err, r)
+					}
+				}
+			})
+		}
+	}
+}

@@ -432,11 +432,105 @@ func (b *Batch) Start(ctx context.Context, stream, chain string, p attribution.P
 }
 
 // Send sends what the Batch started; calling it again does nothing.
+//
+// When the Batch started records on several chains, their script calls
+// share one pipeline: Send holds the store's pipeline group (a pipeGate)
+// until each chain whose queue it set going has signed its records and
+// queued its script call, and the last of them sends the pipeline. A chain
+// busy with an earlier call takes the Batch's records with its next call,
+// outside the gate, so the gate never waits on a round trip. A Batch of one
+// chain needs no gate: its records are one script call anyway, and a lone
+// record goes out as soon as it is signed.
 func (b *Batch) Send() {
+	if len(b.held) < 2 {
+		for _, st := range b.held {
+			st.queue.Release()
+		}
+		b.held = nil
+		return
+	}
+	g := &pipeGate{}
+	g.open.Store(1) // Send's own, dropped once every chain is counted
+	b.s.group.Hold()
 	for _, st := range b.held {
-		st.queue.Release()
+		g.open.Add(1)
+		st.addGate(g)
+		if !st.queue.Release() && st.dropGate(g) {
+			// The chain's queue is held by another Batch or busy with a
+			// call in flight: this gate does not wait for it.
+			g.open.Add(-1)
+		}
 	}
 	b.held = nil
+	if g.open.Add(-1) == 0 {
+		b.s.group.Release()
+	}
+}
+
+// pipeGate is one Batch.Send's Hold on the store's pipeline group: open
+// counts the chains (and Send itself) yet to queue their script call.
+type pipeGate struct {
+	open atomic.Int32
+}
+
+// addGate makes st's queue count towards g at its next script call.
+func (st *headState) addGate(g *pipeGate) {
+	st.gateMu.Lock()
+	st.gates = append(st.gates, g)
+	st.gateMu.Unlock()
+}
+
+// dropGate takes g back from st, unless st's queue has counted towards it
+// already; it reports whether it took it back.
+func (st *headState) dropGate(g *pipeGate) bool {
+	st.gateMu.Lock()
+	defer st.gateMu.Unlock()
+	if i := slices.Index(st.gates, g); i >= 0 {
+		st.gates = slices.Delete(st.gates, i, i+1)
+		return true
+	}
+	return false
+}
+
+// closeGates counts st towards every gate that waits for it and returns
+// how many of them it closed (their Holds on the pipeline group are the
+// caller's to end).
+func (st *headState) closeGates() int {
+	st.gateMu.Lock()
+	gs := st.gates
+	st.gates = nil
+	st.gateMu.Unlock()
+	n := 0
+	for _, g := range gs {
+		if g.open.Add(-1) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// sendOp queues op in the store's pipeline group and waits for its answer.
+// If op is the last script call a gate waited for, its pipeline is sent
+// now, by this goroutine.
+func (s *Store) sendOp(st *headState, op *appendOp) {
+	n := st.closeGates()
+	if n == 0 {
+		s.group.Do(op)
+		return
+	}
+	for range n - 1 {
+		s.group.Release()
+	}
+	s.group.ReleaseDo(op)
+}
+
+// leaveGates counts st towards the gates that wait for it when its queue
+// answered its records without a script call (failed head read, callers
+// gone, payloads that do not sign).
+func (s *Store) leaveGates(st *headState) {
+	for range st.closeGates() {
+		s.group.Release()
+	}
 }
 
 // Wait returns the append's result, as AppendOnce would have.
@@ -577,6 +671,7 @@ func slotPrefix(chain string) string {
 // this process's records of one chain in order and its head cache
 // consistent.
 func (s *Store) appendJobs(st *headState, jobs []*job) {
+	defer s.leaveGates(st)
 	proof := ""
 	if s.opts.ReplicaAcks > 0 {
 		proof = "1"
@@ -655,7 +750,7 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		}
 		op.args[0], op.args[1], op.args[2], op.args[3] = st.head, strconv.FormatUint(st.length, 10), s.writerID, claim
 		op.args[4], op.args[5], op.args[6], op.args[7] = leaseMillis, window, proof, len(jobs)
-		s.group.Do(op)
+		s.sendOp(st, op)
 
 		if op.evalErr != nil {
 			// The script may have run before the connection failed:
@@ -1030,6 +1125,11 @@ type headState struct {
 	stream, chain      string
 	headKey, streamKey string
 	queue              *batchrpc.Group[*job]
+
+	// gates are the Batch.Sends waiting for this queue's next script call
+	// (pipeGate).
+	gateMu sync.Mutex
+	gates  []*pipeGate
 
 	// Owned by the queue's flusher.
 	valid  bool

@@ -550,35 +550,79 @@ func TestHeadCacheIsBounded(t *testing.T) {
 // 2-core machine sustains when the benchmark has it to itself), the script
 // calls per record and the Redis commands per record (the scripts' own
 // commands included).
+//
+// batch=17 sends the records as the front door's SignAndAppendBatch does:
+// 4 goroutines each start 17 records over the 8 chains through one Batch
+// (68 in flight) and wait for them; it also reports the records per
+// Redis pipeline.
 func BenchmarkSignAndAppend(b *testing.B) {
 	for _, bc := range []struct {
 		agents   int
 		requests bool
-	}{{8, false}, {8, true}, {1000, false}, {1000, true}} {
+		batch    int
+	}{{8, false, 0}, {8, true, 0}, {1000, false, 0}, {1000, true, 0}, {8, true, 17}} {
 		name := fmt.Sprintf("agents=%d", bc.agents)
 		if bc.requests {
 			name += "/requests"
 		}
+		if bc.batch > 0 {
+			name += fmt.Sprintf("/batch=%d", bc.batch)
+		}
 		b.Run(name, func(b *testing.B) {
 			srv := testkit.StartRedis(b)
 			rdb := srv.Client(b, func(o *redis.Options) { o.PoolSize = 256 })
-			s := newStore(b, rdb, testKeys(b), Options{})
+			var pipelines, piped atomic.Int64
+			s := newStore(b, rdb, testKeys(b), Options{ObserveBatch: func(records int, _ time.Duration) {
+				pipelines.Add(1)
+				piped.Add(int64(records))
+			}})
 			var next atomic.Int64
-			b.SetParallelism(64)
+			record := func(i int) (agent string, p attribution.Payload, req Request) {
+				n := next.Add(1)
+				agent = fmt.Sprintf("agent-%d", n%int64(bc.agents))
+				if bc.requests {
+					req = Request{ID: fmt.Sprintf("0190b7c2-%04x-7000-8000-%012x", n%65536, n), Fingerprint: strings.Repeat("f", 64)}
+				}
+				return agent, payload(agent, i), req
+			}
+			if bc.batch > 0 {
+				b.SetParallelism(2)
+			} else {
+				b.SetParallelism(64)
+			}
 			b.ReportAllocs()
 			goCPU0, redisCPU0 := processCPU(b), redisCPU(b, rdb)
 			scripts0, cmds0 := commandCalls(b, rdb)
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
 				i := 0
-				for pb.Next() {
-					n := next.Add(1)
-					agent := fmt.Sprintf("agent-%d", n%int64(bc.agents))
-					var req Request
-					if bc.requests {
-						req = Request{ID: fmt.Sprintf("0190b7c2-%04x-7000-8000-%012x", n%65536, n), Fingerprint: strings.Repeat("f", 64)}
+				if bc.batch > 0 {
+					pend := make([]Pending, 0, bc.batch)
+					for more := true; more; {
+						batch := s.NewBatch()
+						pend = pend[:0]
+						for len(pend) < bc.batch {
+							if more = pb.Next(); !more {
+								break
+							}
+							agent, p, req := record(i)
+							pend = append(pend, batch.Start(ctx, attribution.StreamAttribution, agent, p, nil, req))
+							i++
+						}
+						batch.Send()
+						for _, p := range pend {
+							if _, err := p.Wait(); err != nil {
+								b.Error(err)
+								return
+							}
+						}
 					}
-					if _, err := s.AppendOnce(context.Background(), attribution.StreamAttribution, agent, payload(agent, i), nil, req); err != nil {
+					return
+				}
+				for pb.Next() {
+					agent, p, req := record(i)
+					if _, err := s.AppendOnce(ctx, attribution.StreamAttribution, agent, p, nil, req); err != nil {
 						b.Error(err)
 						return
 					}
@@ -595,6 +639,9 @@ func BenchmarkSignAndAppend(b *testing.B) {
 			b.ReportMetric(2e6/(goUS+redisUS), "records/s@2cpu")
 			b.ReportMetric(float64(scripts-scripts0)/float64(b.N), "scripts/record")
 			b.ReportMetric(float64(cmds-cmds0)/float64(b.N), "redis-cmds/record")
+			if n := pipelines.Load(); n > 0 {
+				b.ReportMetric(float64(piped.Load())/float64(n), "records/pipeline")
+			}
 		})
 	}
 }
