@@ -38,7 +38,7 @@ func NewGroup[T any](exec func([]T), maxFlushers, maxBatch int) *Group[T] {
 func (g *Group[T]) Do(v T) {
 	it, send := g.enqueue(v)
 	if send {
-		g.flush(it)
+		g.flush(it, false)
 	}
 	<-it.done
 }
@@ -65,7 +65,7 @@ func (g *Group[T]) enqueue(v T) (*groupItem[T], bool) {
 func (g *Group[T]) Start(v T) <-chan struct{} {
 	it, send := g.enqueue(v)
 	if send {
-		go g.flush(nil)
+		go g.flush(nil, false)
 	}
 	return it.done
 }
@@ -73,8 +73,8 @@ func (g *Group[T]) Start(v T) <-chan struct{} {
 // Hold keeps the items queued from now on from starting a send until the
 // matching Release, so that a caller with several items (a batch request
 // that carries many records of one chain) has them go out in one batch
-// instead of the first alone. A send already in flight still takes what is
-// queued when it next looks. Every Hold needs its Release, or the queue
+// instead of the first alone. A send in flight finishes its batch but takes
+// no more while a Hold is open. Every Hold needs its Release, or the queue
 // waits for ever.
 func (g *Group[T]) Hold() {
 	g.mu.Lock()
@@ -94,31 +94,34 @@ func (g *Group[T]) Release() bool {
 	}
 	g.mu.Unlock()
 	if send {
-		go g.flush(nil)
+		go g.flush(nil, false)
 	}
 	return send
 }
 
-// ReleaseDo queues v and ends a Hold in one step, then returns once the
-// batch that carried v was executed. Unlike Release, it sends what is
-// queued even while other Holds are open (when a flusher slot is free), in
-// the caller's goroutine as Do does: the Holder that queues the last of its
-// items sends them without a goroutine hand-off, and Holds that overlap
-// one another cannot keep the queue from being sent.
-func (g *Group[T]) ReleaseDo(v T) {
-	it := &groupItem[T]{v: v, done: make(chan struct{})}
+// ReleaseNow ends a Hold and sends what is queued in the caller's
+// goroutine, when a flusher slot is free, even while other Holds are open:
+// the Holder that queued the last of its items (with Start) sends them
+// without a goroutine hand-off, and Holds that overlap one another cannot
+// keep the queue from being sent.
+func (g *Group[T]) ReleaseNow() {
 	g.mu.Lock()
-	g.pending = append(g.pending, it)
 	g.held--
-	send := g.flushers < g.maxFlushers
+	send := len(g.pending) > 0 && g.flushers < g.maxFlushers
 	if send {
 		g.flushers++
 	}
 	g.mu.Unlock()
 	if send {
-		g.flush(it)
+		g.flush(nil, true)
 	}
-	<-it.done
+}
+
+// Queued reports whether items wait for a send.
+func (g *Group[T]) Queued() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending) > 0
 }
 
 // Idle reports whether nothing is queued, held or being executed.
@@ -129,11 +132,15 @@ func (g *Group[T]) Idle() bool {
 }
 
 // flush sends batches until own is done (own == nil: until the queue is
-// empty), then hands what is still queued to a new goroutine.
-func (g *Group[T]) flush(own *groupItem[T]) {
-	for {
+// empty), then hands what is still queued to a new goroutine. It stops
+// early while a Hold is open, except for its first batch when force is set
+// (ReleaseDo).
+func (g *Group[T]) flush(own *groupItem[T], force bool) {
+	for ; ; force = false {
 		g.mu.Lock()
-		if len(g.pending) == 0 {
+		if len(g.pending) == 0 || g.held > 0 && !force {
+			// Under a Hold, what is queued waits for its Release (or a
+			// ReleaseDo), which sends it whole.
 			g.flushers--
 			g.mu.Unlock()
 			return
@@ -154,7 +161,7 @@ func (g *Group[T]) flush(own *groupItem[T]) {
 			close(it.done)
 		}
 		if own != nil && isDone(own.done) {
-			go g.flush(nil) // keeps this flusher's slot
+			go g.flush(nil, false) // keeps this flusher's slot
 			return
 		}
 	}

@@ -149,10 +149,10 @@ func TestGroupSendsHeldItemsTogether(t *testing.T) {
 	}
 }
 
-// ReleaseDo sends the held items with its own in one batch, in the
-// caller's goroutine, even while another Hold is still open; that Hold's
-// Release then starts no send of its own when nothing is queued.
-func TestGroupReleaseDoSendsDespiteOtherHolds(t *testing.T) {
+// ReleaseNow sends the held items in one batch, in the caller's
+// goroutine, even while another Hold is still open; that Hold's Release
+// then starts no send of its own when nothing is queued.
+func TestGroupReleaseNowSendsDespiteOtherHolds(t *testing.T) {
 	var mu sync.Mutex
 	var batches [][]int
 	g := NewGroup(func(vs []int) {
@@ -160,18 +160,18 @@ func TestGroupReleaseDoSendsDespiteOtherHolds(t *testing.T) {
 		batches = append(batches, append([]int(nil), vs...))
 		mu.Unlock()
 	}, 2, 100)
-	g.Hold() // the caller of ReleaseDo
+	g.Hold() // the caller of ReleaseNow
 	g.Hold() // another holder, released later
 	var done []<-chan struct{}
-	for i := range 3 {
+	for i := range 4 {
 		done = append(done, g.Start(i))
 	}
-	g.ReleaseDo(3)
+	g.ReleaseNow()
 	for _, d := range done {
 		select {
 		case <-d:
 		default:
-			t.Fatal("an item queued before ReleaseDo was not sent with it")
+			t.Fatal("an item queued before ReleaseNow was not sent by it")
 		}
 	}
 	if len(batches) != 1 || len(batches[0]) != 4 {
@@ -180,7 +180,7 @@ func TestGroupReleaseDoSendsDespiteOtherHolds(t *testing.T) {
 	if g.Release() {
 		t.Fatal("Release started a send with nothing queued")
 	}
-	for !g.Idle() {
-		runtime.Gosched() // the flusher is returning
+	if !g.Idle() {
+		t.Fatal("the group is not idle after its last Release")
 	}
 }

@@ -21,6 +21,8 @@ type appendOp struct {
 	index   []keyWrite
 	keys    []string
 	args    []any
+	// st is the chain's queue (Store.followUp).
+	st *headState
 
 	evalVal  any
 	evalErr  error

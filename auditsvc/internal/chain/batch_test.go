@@ -409,3 +409,52 @@ func TestBatchOverSeveralChainsIsOnePipeline(t *testing.T) {
 		}
 	}
 }
+
+// Records queued on several chains behind one pipeline in flight go out
+// together in the next pipeline, when that pipeline is answered, instead
+// of the first chain's call alone and the others behind it.
+func TestQueuedCallsOfSeveralChainsFollowInOnePipeline(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.start(t)
+			hold := newHoldHook()
+			rdb.AddHook(hold)
+			ks := testKeys(t)
+			var mu sync.Mutex
+			var pipelines []int
+			s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+			chains := []string{"follow-a", "follow-b", "follow-c", "follow-d"}
+			hold.armed.Store(true)
+			lead := s.NewBatch()
+			var pend []Pending
+			for _, id := range chains {
+				pend = append(pend, lead.Start(ctx, attribution.StreamAttribution, id, payload(id, 0), nil, Request{}))
+			}
+			lead.Send()
+			<-hold.entered
+			// Each chain's queue is busy: these wait behind the pipeline
+			// in flight, each sent as a request of its own.
+			for _, id := range chains {
+				pend = append(pend, startNow(ctx, s, attribution.StreamAttribution, id, payload(id, 1), Request{}))
+			}
+			close(hold.gate)
+			for i, p := range pend {
+				if a, err := p.Wait(); err != nil || a.Sequence != uint64(i/len(chains)+1) {
+					t.Fatalf("record %d: sequence %d, %v", i, a.Sequence, err)
+				}
+			}
+			mu.Lock()
+			got := slices.Clone(pipelines)
+			mu.Unlock()
+			if want := []int{len(chains), len(chains)}; !slices.Equal(got, want) {
+				t.Fatalf("pipelines carried %v records, want %v", got, want)
+			}
+			for _, id := range chains {
+				if r, err := s.Verify(ctx, attribution.StreamAttribution, id, verifyOpts(ks, id), 0); err != nil || !r.Valid || r.Checked != 2 {
+					t.Fatalf("verify %s: %v %+v", id, err, r)
+				}
+			}
+		})
+	}
+}

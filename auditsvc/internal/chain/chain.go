@@ -186,7 +186,10 @@ func New(rdb redis.UniversalClient, signer *attribution.Signer, log *slog.Logger
 	_, single := rdb.(*redis.Client)
 	s.batch = batcher{rdb: rdb, multiKey: single, acks: s.opts.ReplicaAcks, replTimeout: s.opts.ReplicaTimeout,
 		observe: s.opts.ObserveBatch}
-	s.group = batchrpc.NewGroup(s.batch.exec, s.opts.Pipelines, s.opts.MaxBatch)
+	s.group = batchrpc.NewGroup(func(ops []*appendOp) {
+		s.batch.exec(ops)
+		s.followUp(ops)
+	}, s.opts.Pipelines, s.opts.MaxBatch)
 	return s, nil
 }
 
@@ -492,6 +495,13 @@ func (st *headState) dropGate(g *pipeGate) bool {
 	return false
 }
 
+// hasGates reports whether a gate waits for st's next script call.
+func (st *headState) hasGates() bool {
+	st.gateMu.Lock()
+	defer st.gateMu.Unlock()
+	return len(st.gates) > 0
+}
+
 // closeGates counts st towards every gate that waits for it and returns
 // how many of them it closed (their Holds on the pipeline group are the
 // caller's to end).
@@ -511,17 +521,49 @@ func (st *headState) closeGates() int {
 
 // sendOp queues op in the store's pipeline group and waits for its answer.
 // If op is the last script call a gate waited for, its pipeline is sent
-// now, by this goroutine.
+// now, by this goroutine. op is queued before the gates are counted down,
+// so the gate's pipeline carries it.
 func (s *Store) sendOp(st *headState, op *appendOp) {
-	n := st.closeGates()
-	if n == 0 {
+	if !st.hasGates() {
 		s.group.Do(op)
 		return
 	}
-	for range n - 1 {
+	// The gates hold the group: Start queues op and sends nothing.
+	done := s.group.Start(op)
+	if n := st.closeGates(); n > 0 {
+		for range n - 1 {
+			s.group.Release()
+		}
+		s.group.ReleaseNow()
+	}
+	<-done
+}
+
+// followUp gates the next script calls of the chains a pipeline carried:
+// those with records queued behind the call just answered (from the same
+// batch requests, mostly) make their next calls at the same moment, and
+// they go out in one pipeline rather than the first alone and the rest in
+// the pipelines behind it. It runs before the pipeline's callers are woken,
+// and only chains with queued records count, so each will queue its call
+// (or answer its records without one) without waiting on the pipeline
+// group first.
+func (s *Store) followUp(ops []*appendOp) {
+	var g *pipeGate
+	for _, op := range ops {
+		if op.st == nil || !op.st.queue.Queued() {
+			continue
+		}
+		if g == nil {
+			g = &pipeGate{}
+			g.open.Store(1)
+			s.group.Hold()
+		}
+		g.open.Add(1)
+		op.st.addGate(g)
+	}
+	if g != nil && g.open.Add(-1) == 0 {
 		s.group.Release()
 	}
-	s.group.ReleaseDo(op)
 }
 
 // leaveGates counts st towards the gates that wait for it when its queue
@@ -671,7 +713,14 @@ func slotPrefix(chain string) string {
 // this process's records of one chain in order and its head cache
 // consistent.
 func (s *Store) appendJobs(st *headState, jobs []*job) {
-	defer s.leaveGates(st)
+	// A call that sent a script counted towards the gates when it did; a
+	// gate added since (followUp) waits for the queue's next call.
+	sent := false
+	defer func() {
+		if !sent {
+			s.leaveGates(st)
+		}
+	}()
 	proof := ""
 	if s.opts.ReplicaAcks > 0 {
 		proof = "1"
@@ -750,7 +799,9 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		}
 		op.args[0], op.args[1], op.args[2], op.args[3] = st.head, strconv.FormatUint(st.length, 10), s.writerID, claim
 		op.args[4], op.args[5], op.args[6], op.args[7] = leaseMillis, window, proof, len(jobs)
+		op.st = st
 		s.sendOp(st, op)
+		sent = true
 
 		if op.evalErr != nil {
 			// The script may have run before the connection failed:
