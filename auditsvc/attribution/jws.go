@@ -17,8 +17,15 @@ import (
 // AuditID is the Audit-ID of a record: lowercase hex SHA-256 of the exact
 // JWS Compact string (core §5.5.4).
 func AuditID(jws string) string {
-	sum := sha256.Sum256([]byte(jws))
-	return hex.EncodeToString(sum[:])
+	return hexAuditID(sha256.Sum256([]byte(jws)))
+}
+
+// hexAuditID is the hex form of a record's SHA-256, built on the stack so that
+// the string is the only allocation.
+func hexAuditID(sum [sha256.Size]byte) string {
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 var b64 = base64.RawURLEncoding
@@ -73,6 +80,12 @@ func (s *Signer) KID() string { return s.kid }
 // Sign returns the compact JWS over payload. An alg-none record ends with
 // "." (empty signature).
 func (s *Signer) Sign(payload []byte) string {
+	return string(s.sign(payload))
+}
+
+// sign is Sign's compact JWS as bytes, so that SignPayload hashes the
+// record without copying it to a string first.
+func (s *Signer) sign(payload []byte) []byte {
 	n := len(s.header) + 1 + b64.EncodedLen(len(payload)) + 1
 	if s.key != nil {
 		n += b64.EncodedLen(ed25519.SignatureSize)
@@ -88,7 +101,7 @@ func (s *Signer) Sign(payload []byte) string {
 	} else {
 		buf = append(buf, '.')
 	}
-	return string(buf)
+	return buf
 }
 
 // SignPayload marshals p, signs it and returns the JWS and its Audit-ID.
@@ -97,8 +110,8 @@ func (s *Signer) SignPayload(p *Payload) (jws, auditID string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("attribution: marshal payload: %w", err)
 	}
-	jws = s.Sign(body)
-	return jws, AuditID(jws), nil
+	buf := s.sign(body)
+	return string(buf), hexAuditID(sha256.Sum256(buf)), nil
 }
 
 // signWithGoJose and verifyWithGoJose are the reference implementations

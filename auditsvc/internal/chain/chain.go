@@ -758,6 +758,7 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		op := &appendOp{keys: make([]string, 2, 2+3*len(jobs)), args: make([]any, 8, 8+7*len(jobs))}
 		op.keys[0], op.keys[1] = st.headKey, st.streamKey
 		now := s.opts.Now()
+		nowArg := any(now.UnixMilli()) // one boxing for every record of the call
 		prev, seq := st.head, st.length
 		signed := jobs[:0]
 		for _, j := range jobs {
@@ -791,7 +792,7 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 				op.keys = append(op.keys, j.reqKey, j.oldReqKey)
 				fp = j.req.Fingerprint
 			}
-			op.args = append(op.args, id, jws, now.UnixMilli(), tok, ttl, resp, fp)
+			op.args = append(op.args, id, jws, nowArg, tok, ttl, resp, fp)
 			signed = append(signed, j)
 		}
 		if jobs = signed; len(jobs) == 0 {
@@ -1153,7 +1154,13 @@ func (s *Store) loadHead(ctx context.Context, st *headState) error {
 }
 
 func indexValue(stream string, seq uint64, chain string) string {
-	return stream + " " + strconv.FormatUint(seq, 10) + " " + chain
+	b := make([]byte, 0, 128) // on the stack unless the chain name is long
+	b = append(b, stream...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, ' ')
+	b = append(b, chain...)
+	return string(b)
 }
 
 func parseIndexValue(v string) (stream string, seq uint64, chain string, ok bool) {
@@ -1198,22 +1205,31 @@ type headCache struct {
 	batch  int
 	shards [cacheShards]struct {
 		mu sync.Mutex
-		m  map[string]*headState
+		m  map[headKey]*headState
 	}
 }
+
+// headKey names a cached head; a struct rather than a joined string, so
+// that looking a chain up allocates nothing.
+type headKey struct{ stream, chain string }
 
 func (c *headCache) init(total, batch int, exec func(*headState, []*job)) {
 	c.exec, c.batch = exec, batch
 	c.seed = maphash.MakeSeed()
 	c.limit = max(1, total/cacheShards)
 	for i := range c.shards {
-		c.shards[i].m = map[string]*headState{}
+		c.shards[i].m = map[headKey]*headState{}
 	}
 }
 
 func (c *headCache) get(stream, chain string) *headState {
-	key := stream + "\x00" + chain
-	sh := &c.shards[maphash.String(c.seed, key)%cacheShards]
+	key := headKey{stream, chain}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(stream)
+	h.WriteByte(0)
+	h.WriteString(chain)
+	sh := &c.shards[h.Sum64()%cacheShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if st, ok := sh.m[key]; ok {
