@@ -48,7 +48,9 @@ type keyWrite struct {
 // batcher sends ops in pipelines: group commit through
 // services/batchrpc.Group, so at low load a pipeline is one op and adds no
 // latency, and under load one round trip and one pair of syscalls on each
-// side carry many chains' records.
+// side carry many chains' records. Ops that belong together (a Batch's
+// chains, the next calls of the chains a pipeline carried) are gated into
+// one pipeline (pipeGate).
 type batcher struct {
 	rdb redis.UniversalClient
 	// multiKey: rdb is one node, so a pipeline's index writes and deletes

@@ -10,9 +10,10 @@ import (
 // SignAndAppendBatch decides every item as SignAndAppend would, in one
 // call (docs/audit.md, "Batched appends"). Items of one chain are appended
 // in item order, each signed against the head the one before it made, and
-// go to Redis together in one script call (chain.Batch); items of
-// different chains share the store's pipelines, and each signature is
-// computed while other chains' round trips are in flight. Every item keeps
+// go to Redis together in one script call (chain.Batch); the script calls of
+// different chains go out in one pipeline once each chain's records are
+// signed (in a goroutine per chain; a chain busy with an earlier call sends
+// with its next one). Every item keeps
 // SignAndAppend's guarantees: its request ID's idempotency, its outcome
 // stored in the same step, and the replica acknowledgement wait
 // (chain.Options.ReplicaAcks).
