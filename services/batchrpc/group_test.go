@@ -104,16 +104,27 @@ func TestGroupStartKeepsOrderWithOneFlusher(t *testing.T) {
 	}
 }
 
+// recordingGroup is a Group of at most 100 items a batch whose exec
+// records each batch; batches returns them so far.
+func recordingGroup(maxFlushers int) (g *Group[int], batches func() [][]int) {
+	var mu sync.Mutex
+	var got [][]int
+	g = NewGroup(func(vs []int) {
+		mu.Lock()
+		got = append(got, append([]int(nil), vs...))
+		mu.Unlock()
+	}, maxFlushers, 100)
+	return g, func() [][]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]int(nil), got...)
+	}
+}
+
 // Items queued under a Hold wait for its Release, then go out in one
 // batch; a Do queued meanwhile waits with them.
 func TestGroupSendsHeldItemsTogether(t *testing.T) {
-	var mu sync.Mutex
-	var batches [][]int
-	g := NewGroup(func(vs []int) {
-		mu.Lock()
-		batches = append(batches, append([]int(nil), vs...))
-		mu.Unlock()
-	}, 1, 100)
+	g, batches := recordingGroup(1)
 	g.Hold()
 	if g.Idle() {
 		t.Fatal("a held group reports itself idle")
@@ -133,10 +144,7 @@ func TestGroupSendsHeldItemsTogether(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	mu.Lock()
-	sent := len(batches)
-	mu.Unlock()
-	if sent != 0 {
+	if sent := len(batches()); sent != 0 {
 		t.Fatalf("%d batches sent during the hold", sent)
 	}
 	g.Release()
@@ -144,8 +152,8 @@ func TestGroupSendsHeldItemsTogether(t *testing.T) {
 		<-d
 	}
 	wg.Wait()
-	if len(batches) != 1 || len(batches[0]) != 5 {
-		t.Fatalf("batches %v, want the five held items in one", batches)
+	if b := batches(); len(b) != 1 || len(b[0]) != 5 {
+		t.Fatalf("batches %v, want the five held items in one", b)
 	}
 }
 
@@ -153,13 +161,7 @@ func TestGroupSendsHeldItemsTogether(t *testing.T) {
 // goroutine, even while another Hold is still open; that Hold's Release
 // then starts no send of its own when nothing is queued.
 func TestGroupReleaseNowSendsDespiteOtherHolds(t *testing.T) {
-	var mu sync.Mutex
-	var batches [][]int
-	g := NewGroup(func(vs []int) {
-		mu.Lock()
-		batches = append(batches, append([]int(nil), vs...))
-		mu.Unlock()
-	}, 2, 100)
+	g, batches := recordingGroup(2)
 	g.Hold() // the caller of ReleaseNow
 	g.Hold() // another holder, released later
 	var done []<-chan struct{}
@@ -174,8 +176,8 @@ func TestGroupReleaseNowSendsDespiteOtherHolds(t *testing.T) {
 			t.Fatal("an item queued before ReleaseNow was not sent by it")
 		}
 	}
-	if len(batches) != 1 || len(batches[0]) != 4 {
-		t.Fatalf("batches %v, want the four items in one", batches)
+	if b := batches(); len(b) != 1 || len(b[0]) != 4 {
+		t.Fatalf("batches %v, want the four items in one", b)
 	}
 	if g.Release() {
 		t.Fatal("Release started a send with nothing queued")

@@ -77,13 +77,8 @@ func TestQueuedRecordsOfOneChainShareOneScript(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(be.name+"/"+tc.name, func(t *testing.T) {
 				ctx := context.Background()
-				rdb := be.start(t)
-				hold := newHoldHook()
-				rdb.AddHook(hold)
-				ks := testKeys(t)
-				var mu sync.Mutex
-				var pipelines []int
-				s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+				o := newObservedStore(t, be)
+				s, hold, ks := o.s, o.hold, o.ks
 				first, err := s.AppendOnce(ctx, attribution.StreamAttribution, chainID, payload(chainID, 0), nil, fresh("first"))
 				if err != nil {
 					t.Fatal(err)
@@ -134,8 +129,7 @@ func TestQueuedRecordsOfOneChainShareOneScript(t *testing.T) {
 				if err != nil || !r.Valid || r.Checked != seq || r.Length != seq {
 					t.Fatalf("verify: %v valid=%v checked=%d length=%d, want %d; break %+v", err, r.Valid, r.Checked, r.Length, seq, r.Break)
 				}
-				mu.Lock()
-				defer mu.Unlock()
+				pipelines := o.pipelines()
 				// first, the held lead, then the queued records: all of
 				// them in the first script call after the lead's.
 				if len(pipelines) < 3 || pipelines[2] != len(tc.items) {
@@ -144,6 +138,31 @@ func TestQueuedRecordsOfOneChainShareOneScript(t *testing.T) {
 			})
 		}
 	}
+}
+
+// observedStore is a store on a backend whose first pipeline after
+// hold.armed is held, and which records the records each pipeline carried.
+type observedStore struct {
+	s     *Store
+	hold  *holdHook
+	ks    *attribution.KeySet
+	mu    sync.Mutex
+	sizes []int
+}
+
+func newObservedStore(t *testing.T, be backend) *observedStore {
+	rdb := be.start(t)
+	o := &observedStore{hold: newHoldHook(), ks: testKeys(t)}
+	rdb.AddHook(o.hold)
+	o.s = newStore(t, rdb, o.ks, Options{ObserveBatch: observeInto(&o.mu, &o.sizes)})
+	return o
+}
+
+// pipelines returns the records each pipeline answered so far carried.
+func (o *observedStore) pipelines() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.sizes)
 }
 
 func observeInto(mu *sync.Mutex, sizes *[]int) func(int, time.Duration) {
@@ -345,13 +364,8 @@ func TestBatchOverSeveralChainsIsOnePipeline(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
-				rdb := be.start(t)
-				hold := newHoldHook()
-				rdb.AddHook(hold)
-				ks := testKeys(t)
-				var mu sync.Mutex
-				var pipelines []int
-				s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+				o := newObservedStore(t, be)
+				s, hold, ks := o.s, o.hold, o.ks
 				chains := []string{"multi-a", "multi-b", "multi-c", "multi-d", "multi-e"}
 				var lead Pending
 				if busy {
@@ -379,9 +393,7 @@ func TestBatchOverSeveralChainsIsOnePipeline(t *testing.T) {
 						}
 					}
 				}
-				mu.Lock()
-				got := slices.Clone(pipelines)
-				mu.Unlock()
+				got := o.pipelines()
 				if want := []int{len(chains) * perChain}; !slices.Equal(got, want) {
 					t.Fatalf("pipelines carried %v records, want %v: every idle chain's call in one", got, want)
 				}
@@ -417,13 +429,8 @@ func TestQueuedCallsOfSeveralChainsFollowInOnePipeline(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
-			rdb := be.start(t)
-			hold := newHoldHook()
-			rdb.AddHook(hold)
-			ks := testKeys(t)
-			var mu sync.Mutex
-			var pipelines []int
-			s := newStore(t, rdb, ks, Options{ObserveBatch: observeInto(&mu, &pipelines)})
+			o := newObservedStore(t, be)
+			s, hold, ks := o.s, o.hold, o.ks
 			chains := []string{"follow-a", "follow-b", "follow-c", "follow-d"}
 			hold.armed.Store(true)
 			lead := s.NewBatch()
@@ -444,9 +451,7 @@ func TestQueuedCallsOfSeveralChainsFollowInOnePipeline(t *testing.T) {
 					t.Fatalf("record %d: sequence %d, %v", i, a.Sequence, err)
 				}
 			}
-			mu.Lock()
-			got := slices.Clone(pipelines)
-			mu.Unlock()
+			got := o.pipelines()
 			if want := []int{len(chains), len(chains)}; !slices.Equal(got, want) {
 				t.Fatalf("pipelines carried %v records, want %v", got, want)
 			}
