@@ -31,17 +31,23 @@ func (s *Server) SignAndAppendBatch(ctx context.Context, req *auditv1.SignAndApp
 	}
 	batch.Send()
 	out := &auditv1.SignAndAppendBatchResponse{Results: make([]*auditv1.SignAndAppendBatchResult, len(items))}
+	// The results and their oneof wrappers come from one array each rather
+	// than two allocations an item.
+	results := make([]auditv1.SignAndAppendBatchResult, len(items))
+	oks := make([]auditv1.SignAndAppendBatchResult_Response, len(items))
 	for i := range items {
+		out.Results[i] = &results[i]
 		var resp *auditv1.SignAndAppendResponse
 		if errs[i] == nil {
 			resp, errs[i] = pend[i].wait(ctx)
 		}
 		if errs[i] != nil {
 			batchrpc.LogFailed(ctx, s.log, auditv1.AuditService_SignAndAppendBatch_FullMethodName, i, errs[i])
-			out.Results[i] = &auditv1.SignAndAppendBatchResult{Result: &auditv1.SignAndAppendBatchResult_Error{Error: batchrpc.EncodeError(errs[i])}}
+			results[i].Result = &auditv1.SignAndAppendBatchResult_Error{Error: batchrpc.EncodeError(errs[i])}
 			continue
 		}
-		out.Results[i] = &auditv1.SignAndAppendBatchResult{Result: &auditv1.SignAndAppendBatchResult_Response{Response: resp}}
+		oks[i].Response = resp
+		results[i].Result = &oks[i]
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -654,6 +655,41 @@ func BenchmarkSignAndAppendRPC(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(startT).Seconds(), "records/s")
 		})
 	}
+}
+
+// BenchmarkSignAndAppendBatchRPC is SignAndAppendBatch through gRPC
+// (loopback, insecure) as the front door sends it: batches of 17 typed
+// items with request IDs over 8 chains, 4 batches in flight. An op is one
+// batch.
+func BenchmarkSignAndAppendBatchRPC(b *testing.B) {
+	f := start(b, Options{Keys: keySet(b, genKey(b))})
+	form := claimForms[1]
+	var next atomic.Int64
+	b.SetParallelism(2)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := &auditv1.SignAndAppendBatchRequest{}
+			for range 17 {
+				n := next.Add(1)
+				chain := fmt.Sprint("agent-", n%8)
+				it := form.request(b, chain, response(chain, int(n)))
+				it.RequestId = fmt.Sprintf("0190b7c2-0000-7000-8000-%012x", n)
+				req.Items = append(req.Items, it)
+			}
+			resp, err := f.client.SignAndAppendBatch(context.Background(), req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for _, r := range resp.GetResults() {
+				if r.GetError() != nil {
+					b.Error(r.GetError())
+					return
+				}
+			}
+		}
+	})
 }
 
 // BenchmarkSignAndAppendRPCSequential is one SignAndAppend at a time on one
