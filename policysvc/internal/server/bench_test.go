@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -92,4 +93,61 @@ func BenchmarkAuthorizeGRPC(b *testing.B) {
 	runAuthorize(b, func(ctx context.Context, r *policyv1.AuthorizeRequest) (*policyv1.AuthorizeResponse, error) {
 		return c.Authorize(ctx, r)
 	}, true)
+}
+
+// batchItems is about what one AuthorizeBatch carries from the front door
+// under load (docs/performance.md, "Batched hops").
+const batchItems = 11
+
+// BenchmarkAuthorizeBatchGRPC measures the front door's hop: 11 decisions
+// in one AuthorizeBatch over loopback gRPC. "local" decides with no
+// Redis work (a read without rate limits, the suite's QUERY); "limits"
+// spends a tier and a per-IP limit per item. ns/op and allocs/op are per
+// batch.
+func BenchmarkAuthorizeBatchGRPC(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts server.Options
+	}{
+		{"local", server.Options{}},
+		{"limits", benchOptions()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := serve(b, benchRedis(b), tc.opts, nil)
+			var n atomic.Int64
+			b.SetParallelism(4)
+			b.ReportAllocs()
+			created := goroutinesCreated()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				req := &policyv1.AuthorizeBatchRequest{Items: make([]*policyv1.AuthorizeRequest, batchItems)}
+				for pb.Next() {
+					for i := range req.Items {
+						req.Items[i] = benchRequest(n.Add(1), false)
+					}
+					resp, err := c.AuthorizeBatch(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					for _, r := range resp.GetResults() {
+						if d := r.GetResponse().GetDecision(); d != policyv1.Decision_DECISION_ALLOW {
+							b.Errorf("decision %v %v", d, r.GetResponse().GetDenial())
+							return
+						}
+					}
+				}
+			})
+			// Client and server share the process: the count includes
+			// the client's goroutines per call.
+			b.ReportMetric(float64(goroutinesCreated()-created)/float64(b.N), "goroutines/op")
+		})
+	}
+}
+
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
