@@ -7,10 +7,11 @@ import (
 	"github.com/agtpsuite/agtp/services/batchrpc"
 )
 
-// AuthorizeBatch decides every item as Authorize would, concurrently, in
-// one call (docs/policy.md, "Batched decisions"): each item spends its own
-// rate limits, claims its own idempotency slot and gets its own decision
-// or error.
+// AuthorizeBatch decides every item as Authorize would, in one call
+// (docs/policy.md, "Batched decisions"): each item spends its own rate
+// limits, claims its own idempotency slot and gets its own decision or
+// error. Items that need no Redis are decided on the call's goroutine;
+// those that wait on Redis overlap (batchrpc.Blocking).
 func (s *Server) AuthorizeBatch(ctx context.Context, req *policyv1.AuthorizeBatchRequest) (*policyv1.AuthorizeBatchResponse, error) {
 	items := req.GetItems()
 	if err := batchrpc.CheckSize(len(items)); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/policysvc/internal/taskrun"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -217,6 +218,9 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	var limited *policyv1.Denial
 	var claimRes *ratelimit.Result
 	if plan.batch.Len() > 0 {
+		// In a batch, the items after this one go on while it waits on
+		// Redis, so the batch's scripts share pipelines.
+		batchrpc.Blocking(ctx)
 		err := s.gates.Exec(ctx, &plan.batch)
 		if err == nil {
 			limited, claimRes, err = s.settle(ctx, plan, resp)
@@ -409,6 +413,7 @@ func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeRe
 		for _, c := range spent {
 			refunds.Refund(c)
 		}
+		batchrpc.Blocking(ctx)
 		if err := refunds.Exec(ctx, s.rdb); err != nil {
 			// The refusal stands; a failed refund only over-counts.
 			s.log.WarnContext(ctx, "rate-limit refund failed", "err", err)
@@ -442,6 +447,7 @@ func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim,
 	out := res.Claim
 	if out.Outcome == idempotency.InFlight {
 		if s.opts.Idempotency.MaxWait > 0 {
+			batchrpc.Blocking(ctx)
 			var err error
 			out, err = idempotency.Wait(ctx, s.rdb, claim.Slot, claim.Fingerprint, claim.Token, idempotency.WaitOptions{
 				MaxWait: s.opts.Idempotency.MaxWait, Lease: claim.Lease, Rerun: claim.Rerun,
