@@ -68,6 +68,9 @@ type Server struct {
 	// endpointNames[i] names the buckets of opts.RateLimits.Endpoints[i].
 	endpointNames []string
 	costs         []agtp.Budget // parsed opts.Budget.Costs; nil for body-read costs
+	// limited is whether any limit applies to decisions; without one and
+	// without a claim, a decision plans no Redis work.
+	limited bool
 	// manifest is the Merchant Manifest Document when the options name a
 	// file; nil otherwise.
 	manifest *merchantManifest
@@ -100,8 +103,14 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 		}
 		s.oauth = v
 	}
-	for _, e := range opts.RateLimits.Endpoints {
+	rl := opts.RateLimits
+	s.limited = rl.PerIP.Enabled() || rl.PerPrincipal.Enabled()
+	for _, e := range rl.Endpoints {
 		s.endpointNames = append(s.endpointNames, "ep:"+hashName(e.Method+" "+e.Path))
+		s.limited = s.limited || e.Rate.Enabled()
+	}
+	for _, r := range rl.Tiers {
+		s.limited = s.limited || r.Enabled()
 	}
 	for _, c := range opts.Budget.Costs {
 		var b agtp.Budget
@@ -217,7 +226,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	plan := s.plan(req, acting, claim)
 	var limited *policyv1.Denial
 	var claimRes *ratelimit.Result
-	if plan.batch.Len() > 0 {
+	if plan != nil && plan.batch.Len() > 0 {
 		// In a batch, the items after this one go on while it waits on
 		// Redis, so the batch's scripts share pipelines.
 		batchrpc.Blocking(ctx)
@@ -287,8 +296,12 @@ type plan struct {
 // plan groups the buckets of a request by hash slot: the caller's own
 // buckets and its idempotency slot share the agent's tag and go into one
 // script; each shared limit (endpoint, address, principal) is its own call
-// in the same pipeline.
+// in the same pipeline. It is nil when there is nothing to send, with no
+// allocation.
 func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim) *plan {
+	if claim == nil && !s.limited {
+		return nil
+	}
 	p := &plan{}
 	p.gates = p.gateBuf[:0]
 	rl := s.opts.RateLimits
