@@ -52,7 +52,8 @@ func CheckSize(n int) error {
 //
 // Serve runs the items on the calling goroutine, one after another, until
 // one says it is about to wait (Blocking): the items not yet started then
-// go on in another goroutine while it waits, so that the waits of a batch
+// go on in another goroutine (a long-lived worker when one is idle) while
+// it waits, so that the waits of a batch
 // overlap (its Redis calls share pipelines) as if every item had its own
 // goroutine. An item that never waits costs no goroutine: a goroutine per
 // item would grow a fresh stack for each decision and wake an idle P for
@@ -124,7 +125,39 @@ func Blocking(ctx context.Context) {
 	if b == nil || b.next.Load() >= int64(b.units) {
 		return
 	}
-	b.wg.Go(b.work)
+	b.wg.Add(1)
+	select {
+	case idle <- b: // a worker waiting for a batch takes it
+		return
+	default:
+	}
+	if workers.Add(1) <= maxWorkers {
+		go worker(b)
+		return
+	}
+	workers.Add(-1)
+	go func() {
+		defer b.wg.Done()
+		b.work()
+	}()
+}
+
+// Workers outlive the batches they help, so that the stacks deciding grew
+// stay grown, as grpc-go's stream workers do for whole calls; at most
+// maxWorkers wait for work, and beyond them a goroutine serves one batch.
+var (
+	idle    = make(chan *batch)
+	workers atomic.Int32
+)
+
+const maxWorkers = 64
+
+func worker(b *batch) {
+	for {
+		b.work()
+		b.wg.Done()
+		b = <-idle
+	}
 }
 
 // LogFailed logs item i's error if the caller will see it masked

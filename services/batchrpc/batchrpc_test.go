@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"sync"
@@ -154,6 +155,33 @@ func TestServeKeepsOrderWithinAKey(t *testing.T) {
 			t.Errorf("key %s ran items %v; want %v", k, seen[k], w)
 		}
 	}
+}
+
+// Batches served at once, with items that wait, each get their own
+// answers: workers that served one batch serve the next.
+func TestServeConcurrentBatches(t *testing.T) {
+	var wg sync.WaitGroup
+	for b := range 20 {
+		wg.Go(func() {
+			for range 20 {
+				items := make([]int, 1+b%12)
+				for i := range items {
+					items[i] = b*100 + i
+				}
+				resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(ctx context.Context, v int) (int, error) {
+					Blocking(ctx)
+					runtime.Gosched()
+					return v + 1, nil
+				})
+				for i, v := range items {
+					if errs[i] != nil || resps[i] != v+1 {
+						t.Errorf("batch %d item %d: %v, %v", b, i, resps[i], errs[i])
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 type keyedItem struct {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -113,7 +115,15 @@ func BenchmarkAuthorizeBatchGRPC(b *testing.B) {
 		{"limits", benchOptions()},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := serve(b, benchRedis(b), tc.opts, nil)
+			srv, err := server.New(benchRedis(b), discard, tc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			testkit.Run(b, "Run", srv.Run)
+			// Long-lived stream workers, as services/kit serves.
+			conn := testkit.ServeGRPCWith(b, []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))},
+				func(g grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(g, srv) })
+			c := policyv1.NewPolicyServiceClient(conn)
 			var n atomic.Int64
 			b.SetParallelism(4)
 			b.ReportAllocs()
