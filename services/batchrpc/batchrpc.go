@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -64,6 +65,14 @@ func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, 
 	resps := make([]Resp, len(items))
 	errs := make([]error, len(items))
 	run := func(ctx context.Context, i int) {
+		defer func() {
+			// A panicking item fails alone, as a unary call does behind
+			// the recover interceptor, whichever goroutine it ran on.
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "batch item panic", "method", method, "item", i, "panic", r, "stack", string(debug.Stack()))
+				errs[i] = grpcerr.Internal(fmt.Errorf("panic in %s item %d: %v", method, i, r))
+			}
+		}()
 		resps[i], errs[i] = one(ctx, items[i])
 		LogFailed(ctx, log, method, i, errs[i])
 	}

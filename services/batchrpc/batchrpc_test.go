@@ -184,6 +184,35 @@ func TestServeConcurrentBatches(t *testing.T) {
 	wg.Wait()
 }
 
+// A panicking item gets an Internal error of its own; the others are
+// answered, on the calling goroutine or after a wait alike.
+func TestServePanickingItemFailsAlone(t *testing.T) {
+	for _, waits := range []bool{false, true} {
+		t.Run(fmt.Sprint("waits=", waits), func(t *testing.T) {
+			items := []int{0, 1, 2, 3}
+			resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(ctx context.Context, v int) (int, error) {
+				if waits {
+					Blocking(ctx)
+				}
+				if v == 1 {
+					panic("item one")
+				}
+				return v + 1, nil
+			})
+			for i, v := range items {
+				switch {
+				case v == 1:
+					if status.Code(errs[i]) != codes.Internal {
+						t.Errorf("panicking item: %v; want Internal", errs[i])
+					}
+				case errs[i] != nil || resps[i] != v+1:
+					t.Errorf("item %d: %v, %v", i, resps[i], errs[i])
+				}
+			}
+		})
+	}
+}
+
 type keyedItem struct {
 	key string
 	i   int
