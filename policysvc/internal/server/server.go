@@ -396,7 +396,8 @@ func (s *Server) tierRate(req *policyv1.AuthorizeRequest) (ratelimit.Rate, bool)
 // outcome, if a claim was made.
 func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeResponse) (*policyv1.Denial, *ratelimit.Result, error) {
 	var refused *policyv1.Denial
-	var spent []*ratelimit.Call
+	var spentBuf [4]*ratelimit.Call
+	spent := spentBuf[:0]
 	var claimRes *ratelimit.Result
 	var resetMax time.Duration
 	for i := range p.gates {
@@ -413,7 +414,9 @@ func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeRe
 		}
 		spent = append(spent, g.call)
 		if g.claim {
-			claimRes = &r
+			// A copy, so that only a claim's result goes to the heap.
+			res := r
+			claimRes = &res
 		}
 		if r.Remaining >= 0 && (resp.RateLimitRemaining < 0 || r.Remaining < resp.RateLimitRemaining) {
 			resp.RateLimitRemaining = r.Remaining
