@@ -54,12 +54,13 @@ func CheckSize(n int) error {
 // Serve runs the items on the calling goroutine, one after another, until
 // one says it is about to wait (Blocking): the items not yet started then
 // go on in another goroutine (a long-lived worker when one is idle) while
-// it waits, so that the waits of a batch
-// overlap (its Redis calls share pipelines) as if every item had its own
-// goroutine. An item that never waits costs no goroutine: a goroutine per
-// item would grow a fresh stack for each decision and wake an idle P for
-// each start (docs/performance.md, "Batch serving"). An item that waits
-// without saying so is still answered, but delays the items after it.
+// it waits, so that the waits of a batch overlap (its Redis calls share
+// pipelines) as if every item had its own goroutine. An item that never
+// waits costs no goroutine: a goroutine per item would grow a fresh stack
+// for each decision and wake an idle P for each start (docs/performance.md,
+// "Batch serving"). An item that waits without saying so is still
+// answered, but delays the items after it. A panicking item fails alone
+// with Internal.
 func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, items []Req,
 	key func(Req) string, one func(context.Context, Req) (Resp, error)) ([]Resp, []error) {
 	resps := make([]Resp, len(items))
