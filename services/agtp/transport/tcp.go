@@ -423,8 +423,9 @@ func (c *tcpConn) flush() error {
 }
 
 // bodyLimit is Limits.BodyLimit: agtp.ReadRequestHead calls it when the header
-// section is complete, which is where the header deadline gives way to
-// the body deadline.
+// section of a request with a body is complete, which is where the header
+// deadline gives way to the body deadline (a request without one reads
+// nothing more).
 func (c *tcpConn) bodyLimit(method, path string) int64 {
 	c.inBody = true
 	c.raw.SetReadDeadline(time.Now().Add(c.s.opts.BodyTimeout))
