@@ -31,8 +31,9 @@ type Limits struct {
 	MaxBody int64
 	// BodyLimit, when set, returns the body limit for one request in
 	// place of MaxBody, so an endpoint can accept larger (or no) bodies.
-	// It is called once per request, after the header section is read,
-	// with the method and raw path; a result <= 0 allows no body.
+	// It is called once per request that announces a body, after the
+	// header section is read, with the method and raw path; a result <= 0
+	// allows no body. A request without a body never calls it.
 	// ReadResponse does not call it.
 	BodyLimit func(method, path string) int64
 }

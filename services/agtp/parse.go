@@ -84,6 +84,11 @@ func ReadRequestHead(br *bufio.Reader, lim Limits) (Head, error) {
 	if perr != nil {
 		return Head{Request: req}, perr
 	}
+	if n == 0 {
+		// No body: no limit can refuse it, so BodyLimit (a route lookup
+		// in a server) is not asked.
+		return Head{Request: req, retired: retired}, nil
+	}
 	limit := lim.MaxBody
 	if lim.BodyLimit != nil {
 		limit = max(lim.BodyLimit(req.Method, req.Path), 0)

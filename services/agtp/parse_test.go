@@ -393,6 +393,31 @@ func TestBodyLimitPerEndpoint(t *testing.T) {
 	}
 }
 
+// A request without a body is never refused by its limit, so the server's
+// per-request lookup is not made for it.
+func TestBodyLimitAskedOnlyForABody(t *testing.T) {
+	for _, tt := range []struct {
+		name, msg string
+		asked     int
+	}{
+		{"no Content-Length", "AGTP/1.0 QUERY /orders/o-1\r\n\r\n", 0},
+		{"Content-Length 0", "AGTP/1.0 QUERY /orders/o-1\r\nContent-Length: 0\r\n\r\n", 0},
+		{"a body", "AGTP/1.0 QUERY /orders/o-1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			asked := 0
+			lim := Limits{BodyLimit: func(string, string) int64 { asked++; return 0 }}
+			_, err := ReadRequestHead(bufio.NewReader(strings.NewReader(tt.msg)), lim)
+			if asked != tt.asked {
+				t.Errorf("BodyLimit called %d times, want %d", asked, tt.asked)
+			}
+			if (err == nil) != (tt.asked == 0) {
+				t.Errorf("err = %v", err)
+			}
+		})
+	}
+}
+
 // endless yields the same byte forever and counts what was read.
 type endless struct {
 	b byte

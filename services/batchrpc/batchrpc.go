@@ -15,7 +15,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -44,45 +46,128 @@ func CheckSize(n int) error {
 // Serve decides items with one, the unary RPC's handler, and returns each
 // item's response and error in item order. Items with the same key run
 // one after another in item order (an agent's chain records keep the order
-// they were sent in); items with different keys, or with no key func, run
-// concurrently. Failed items whose error the caller will see masked
-// (Internal, Unknown, DataLoss) are logged here, as the logging interceptor
-// logs a failed unary call.
+// they were sent in); items with different keys, or with no key func, may
+// overlap. Failed items whose error the caller will see masked (Internal,
+// Unknown, DataLoss) are logged here, as the logging interceptor logs a
+// failed unary call.
+//
+// Serve runs the items on the calling goroutine, one after another, until
+// one says it is about to wait (Blocking): the items not yet started then
+// go on in another goroutine (a long-lived worker when one is idle) while
+// it waits, so that the waits of a batch overlap (its Redis calls share
+// pipelines) as if every item had its own goroutine. An item that never
+// waits costs no goroutine: a goroutine per item would grow a fresh stack
+// for each decision and wake an idle P for each start (docs/performance.md,
+// "Batch serving"). An item that waits without saying so is still
+// answered, but delays the items after it. A panicking item fails alone
+// with Internal.
 func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, items []Req,
 	key func(Req) string, one func(context.Context, Req) (Resp, error)) ([]Resp, []error) {
 	resps := make([]Resp, len(items))
 	errs := make([]error, len(items))
-	run := func(i int) {
+	run := func(ctx context.Context, i int) {
+		defer func() {
+			// A panicking item fails alone, as a unary call does behind
+			// the recover interceptor, whichever goroutine it ran on.
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "batch item panic", "method", method, "item", i, "panic", r, "stack", string(debug.Stack()))
+				errs[i] = grpcerr.Internal(fmt.Errorf("panic in %s item %d: %v", method, i, r))
+			}
+		}()
 		resps[i], errs[i] = one(ctx, items[i])
 		LogFailed(ctx, log, method, i, errs[i])
 	}
-	var wg sync.WaitGroup
-	if key == nil {
-		for i := range items {
-			wg.Go(func() { run(i) })
-		}
-		wg.Wait()
-		return resps, errs
-	}
-	groups := map[string][]int{}
-	var order []string
-	for i, it := range items {
-		k := key(it)
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], i)
-	}
-	for _, k := range order {
-		idx := groups[k]
-		wg.Go(func() {
-			for _, i := range idx {
-				run(i)
+	b := &batch{units: len(items), do: run}
+	if key != nil {
+		groups := map[string]int{}
+		var order [][]int
+		for i, it := range items {
+			k := key(it)
+			g, ok := groups[k]
+			if !ok {
+				g = len(order)
+				groups[k] = g
+				order = append(order, nil)
 			}
-		})
+			order[g] = append(order[g], i)
+		}
+		b.units = len(order)
+		b.do = func(ctx context.Context, g int) {
+			for _, i := range order[g] {
+				run(ctx, i)
+			}
+		}
 	}
-	wg.Wait()
+	b.ctx = context.WithValue(ctx, batchKey{}, b)
+	b.work()
+	b.wg.Wait()
 	return resps, errs
+}
+
+// batch is the work of one Serve: units (items, or groups of items with
+// one key) taken in order by whichever of its goroutines is free.
+type batch struct {
+	ctx   context.Context // the caller's, carrying the batch for Blocking
+	units int
+	next  atomic.Int64 // the next unit to take
+	do    func(ctx context.Context, unit int)
+	wg    sync.WaitGroup // the goroutines Blocking started
+}
+
+type batchKey struct{}
+
+func (b *batch) work() {
+	for {
+		u := int(b.next.Add(1) - 1)
+		if u >= b.units {
+			return
+		}
+		b.do(b.ctx, u)
+	}
+}
+
+// Blocking tells Serve that the item deciding on ctx is about to wait (a
+// network round trip, a lock another request holds): the batch's items
+// not yet started go on in another goroutine meanwhile. Outside Serve, or
+// when no item is left to start, it does nothing.
+func Blocking(ctx context.Context) {
+	b, _ := ctx.Value(batchKey{}).(*batch)
+	if b == nil || b.next.Load() >= int64(b.units) {
+		return
+	}
+	b.wg.Add(1)
+	select {
+	case idle <- b: // a worker waiting for a batch takes it
+		return
+	default:
+	}
+	if workers.Add(1) <= maxWorkers {
+		go worker(b)
+		return
+	}
+	workers.Add(-1)
+	go func() {
+		defer b.wg.Done()
+		b.work()
+	}()
+}
+
+// Workers outlive the batches they help, so that the stacks deciding grew
+// stay grown, as grpc-go's stream workers do for whole calls; at most
+// maxWorkers wait for work, and beyond them a goroutine serves one batch.
+var (
+	idle    = make(chan *batch)
+	workers atomic.Int32
+)
+
+const maxWorkers = 64
+
+func worker(b *batch) {
+	for {
+		b.work()
+		b.wg.Done()
+		b = <-idle
+	}
 }
 
 // LogFailed logs item i's error if the caller will see it masked

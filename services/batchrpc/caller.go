@@ -64,6 +64,10 @@ type Caller[Req, Resp any] struct {
 	inFlight int
 	pending  []*call[Req, Resp]
 
+	// calls holds answered calls for reuse: a call and its channel per
+	// request would be two allocations on every internal hop.
+	calls sync.Pool
+
 	// noBatch is set once the server answered a batch Unimplemented (one
 	// that predates the batch RPC): every call goes unary from then on.
 	noBatch atomic.Bool
@@ -71,11 +75,34 @@ type Caller[Req, Resp any] struct {
 	unary, batches, batched atomic.Uint64
 }
 
+// A call is answered exactly once, by a send on done (buffered, so the
+// sender never waits for a caller that gave up); whoever answers it does
+// not touch it afterwards. Only a call whose caller took the answer is
+// reused: one whose caller gave up may still be answered.
 type call[Req, Resp any] struct {
 	ctx  context.Context
 	req  Req
 	res  Result[Resp]
 	done chan struct{}
+}
+
+// answer delivers cl's result to its caller.
+func (cl *call[Req, Resp]) answer() { cl.done <- struct{}{} }
+
+func (c *Caller[Req, Resp]) newCall(ctx context.Context, req Req) *call[Req, Resp] {
+	cl, _ := c.calls.Get().(*call[Req, Resp])
+	if cl == nil {
+		cl = &call[Req, Resp]{done: make(chan struct{}, 1)}
+	}
+	cl.ctx, cl.req = ctx, req
+	return cl
+}
+
+// putCall keeps cl, answered and its answer taken, for a later call.
+func (c *Caller[Req, Resp]) putCall(cl *call[Req, Resp]) {
+	var zero Req
+	cl.ctx, cl.req, cl.res = nil, zero, Result[Resp]{}
+	c.calls.Put(cl)
 }
 
 // NewCaller coalesces calls of one (the unary RPC) into batch (the batch
@@ -107,7 +134,7 @@ func (c *Caller[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	if c.noBatch.Load() {
 		return c.unaryCall(ctx, req)
 	}
-	cl := &call[Req, Resp]{ctx: ctx, req: req, done: make(chan struct{})}
+	cl := c.newCall(ctx, req)
 	c.mu.Lock()
 	c.pending = append(c.pending, cl)
 	if c.inFlight >= c.opts.MaxInFlight {
@@ -133,6 +160,7 @@ func (c *Caller[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		c.unary.Add(1)
 		resp, err := c.one(ctx, req)
 		c.release()
+		c.putCall(cl) // never queued elsewhere: nobody else answers it
 		return resp, err
 	default:
 		go c.send(b)
@@ -150,7 +178,9 @@ func (c *Caller[Req, Resp]) unaryCall(ctx context.Context, req Req) (Resp, error
 func (c *Caller[Req, Resp]) wait(cl *call[Req, Resp]) (Resp, error) {
 	select {
 	case <-cl.done:
-		return cl.res.Resp, cl.res.Err
+		resp, err := cl.res.Resp, cl.res.Err
+		c.putCall(cl)
+		return resp, err
 	case <-cl.ctx.Done():
 		var zero Resp
 		return zero, status.FromContextError(cl.ctx.Err()).Err()
@@ -203,7 +233,7 @@ func (c *Caller[Req, Resp]) send(b []*call[Req, Resp]) {
 		for _, cl := range live {
 			c.unary.Add(1)
 			cl.res.Resp, cl.res.Err = c.one(cl.ctx, cl.req)
-			close(cl.done)
+			cl.answer()
 		}
 		return
 	}
@@ -227,7 +257,7 @@ func (c *Caller[Req, Resp]) send(b []*call[Req, Resp]) {
 		for _, cl := range live {
 			wg.Go(func() {
 				cl.res.Resp, cl.res.Err = c.one(cl.ctx, cl.req)
-				close(cl.done)
+				cl.answer()
 			})
 		}
 		wg.Wait()
@@ -239,7 +269,7 @@ func (c *Caller[Req, Resp]) send(b []*call[Req, Resp]) {
 		} else {
 			cl.res = res[i]
 		}
-		close(cl.done)
+		cl.answer()
 	}
 }
 

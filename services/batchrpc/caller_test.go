@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +76,7 @@ func TestQueuedCallsGoInOneBatch(t *testing.T) {
 	if len(batches) != 1 || len(batches[0]) != 3 {
 		t.Fatalf("batches %v, want one of three", batches)
 	}
+	t.Log(got)
 	for i, v := range got {
 		if i == 1 {
 			if _, reason, _, _ := grpcerr.Reason(errs[i]); reason != "two" {
@@ -188,6 +190,83 @@ func BenchmarkCallerUnary(b *testing.B) {
 // Many concurrent callers, with calls in flight most of the time: each
 // gets its own answer, and every call is sent exactly once, unary or in a
 // batch.
+// Calls are reused once answered; a call whose caller gave up while its
+// batch was out is answered later by that batch and must never carry a
+// newer caller's request, or the newer caller would get the old answer.
+func TestGivenUpCallsAreNotReused(t *testing.T) {
+	one, entered, release := held()
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	entering := make(chan int, 2)
+	var n atomic.Int32
+	batch := func(_ context.Context, rs []int) ([]Result[int], error) {
+		// Batches run one at a time (MaxInFlight 1); the first two are
+		// held until the test lets them go.
+		if i := int(n.Add(1)) - 1; i < len(gates) {
+			entering <- i
+			<-gates[i]
+		}
+		out := make([]Result[int], len(rs))
+		for i, r := range rs {
+			out[i].Resp = r * 10
+		}
+		return out, nil
+	}
+	c := NewCaller(one, batch, Options{MaxInFlight: 1})
+
+	// Calls 1..8 queue behind a held unary call and go out in one batch,
+	// which is held; their callers give up.
+	go func() { _, _ = c.Do(context.Background(), 0) }()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	var gaveUp sync.WaitGroup
+	for i := 1; i <= 8; i++ {
+		gaveUp.Go(func() {
+			if _, err := c.Do(ctx, i); status.Code(err) != codes.Canceled {
+				t.Errorf("call %d: %v, want Canceled", i, err)
+			}
+		})
+	}
+	for c.Stats().Waiting != 8 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	<-entering
+	cancel()
+	gaveUp.Wait()
+
+	// New calls queue while that batch is out. It then answers its
+	// callers, who are gone, and the new calls go out in the next batch,
+	// held until any new caller the old batch answered has returned.
+	got := make([]int, 8)
+	var returned atomic.Int32
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() {
+			v, err := c.Do(context.Background(), 100+i)
+			if err != nil {
+				t.Errorf("call %d: %v", 100+i, err)
+			}
+			got[i] = v
+			returned.Add(1)
+		})
+	}
+	for c.Stats().Waiting != 8 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gates[0])
+	<-entering
+	for end := time.Now().Add(100 * time.Millisecond); returned.Load() == 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	close(gates[1])
+	wg.Wait()
+	for i, v := range got {
+		if v != (100+i)*10 {
+			t.Errorf("call %d answered %d, want %d", 100+i, v, (100+i)*10)
+		}
+	}
+}
+
 func TestConcurrentCallersEachGetTheirOwnAnswer(t *testing.T) {
 	one := func(_ context.Context, v int) (int, error) { return v * 10, nil }
 	batch := func(_ context.Context, rs []int) ([]Result[int], error) {

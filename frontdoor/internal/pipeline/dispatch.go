@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -216,14 +219,74 @@ func envelope(x *exchange, status int, result json.RawMessage) *agtp.Response {
 	if len(result) == 0 {
 		result = json.RawMessage("null")
 	}
-	body := struct {
-		Status int             `json:"status"`
-		TaskID string          `json:"task_id,omitempty"`
-		Result json.RawMessage `json:"result"`
-	}{status, x.req.Header.Get(agtp.HeaderTaskID), result}
-	b, err := json.Marshal(body)
+	b, err := appendEnvelope(nil, status, x.req.Header.Get(agtp.HeaderTaskID), result)
 	if err != nil {
 		return x.fail(agtp.StatusServerError, "internal", "the result could not be encoded", nil)
 	}
 	return agtp.NewResponse(status, agtp.MediaTypeJSON, b)
+}
+
+// envelopeBody is the response envelope as encoding/json writes it.
+type envelopeBody struct {
+	Status int             `json:"status"`
+	TaskID string          `json:"task_id,omitempty"`
+	Result json.RawMessage `json:"result"`
+}
+
+// appendEnvelope appends the envelope's JSON to dst: the bytes
+// json.Marshal writes for envelopeBody, and its error for a result that
+// is not JSON. A result from a handler is valid JSON as a rule, and
+// its task ID a plain token, so the envelope is written around the
+// compacted result directly, without reflection, in one allocation; what
+// json.Marshal would escape (HTML characters, U+2028 and U+2029, anything
+// in the task ID that is not printable ASCII) goes through json.Marshal.
+func appendEnvelope(dst []byte, status int, taskID string, result json.RawMessage) ([]byte, error) {
+	if !plainJSONString(taskID) || htmlEscaped(result) {
+		b, err := json.Marshal(envelopeBody{status, taskID, result})
+		if err != nil || dst == nil {
+			return b, err
+		}
+		return append(dst, b...), nil
+	}
+	if dst == nil {
+		dst = make([]byte, 0, len(`{"status":000,"task_id":"","result":}`)+len(taskID)+len(result))
+	}
+	dst = append(dst, `{"status":`...)
+	dst = strconv.AppendInt(dst, int64(status), 10)
+	if taskID != "" {
+		dst = append(dst, `,"task_id":"`...)
+		dst = append(dst, taskID...)
+		dst = append(dst, '"')
+	}
+	dst = append(dst, `,"result":`...)
+	buf := bytes.NewBuffer(dst)
+	if err := json.Compact(buf, result); err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// plainJSONString reports whether json.Marshal writes s as it is between
+// quotes: printable ASCII with nothing it escapes.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// htmlEscaped reports whether raw JSON holds what json.Marshal escapes
+// when it copies a json.RawMessage: <, >, & and U+2028, U+2029 (whose
+// UTF-8 encoding starts with 0xE2).
+func htmlEscaped(raw []byte) bool {
+	for _, c := range raw {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return true
+		}
+	}
+	return false
 }

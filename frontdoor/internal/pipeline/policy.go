@@ -284,9 +284,30 @@ func clientIP(c *transport.ConnInfo) string {
 	if c == nil || c.RemoteAddr == nil {
 		return ""
 	}
+	// The transports' own addresses: the host part of String, without
+	// formatting the port only to split it off again.
+	switch a := c.RemoteAddr.(type) {
+	case *net.TCPAddr:
+		return addrHost(a.IP, a.Zone)
+	case *net.UDPAddr:
+		return addrHost(a.IP, a.Zone)
+	}
 	host, _, err := net.SplitHostPort(c.RemoteAddr.String())
 	if err != nil {
 		return c.RemoteAddr.String()
+	}
+	return host
+}
+
+// addrHost is the host that net.TCPAddr.String and net.UDPAddr.String
+// join with the port: the IP ("" when absent) and its zone.
+func addrHost(ip net.IP, zone string) string {
+	host := ""
+	if len(ip) > 0 {
+		host = ip.String()
+	}
+	if zone != "" {
+		host += "%" + zone
 	}
 	return host
 }

@@ -2,11 +2,13 @@ package pipeline
 
 import (
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
 
 func TestRequestKey(t *testing.T) {
@@ -99,5 +101,34 @@ func TestTaskRunIndexesOnlyOperatorRequestsWithTaskID(t *testing.T) {
 				t.Fatalf("taskRun = %v", run)
 			}
 		})
+	}
+}
+
+// The policy request's client_ip is the host part of the peer address as
+// net.Addr's String writes it; the transports' addresses take a shorter
+// way to it, which must agree.
+func TestClientIPIsTheHostOfTheAddress(t *testing.T) {
+	for _, a := range []net.Addr{
+		&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555},
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443},
+		&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 443, Zone: "eth0"},
+		&net.TCPAddr{IP: net.ParseIP("::ffff:10.0.0.1"), Port: 1},
+		&net.TCPAddr{Port: 80},
+		&net.TCPAddr{Zone: "lo", Port: 80},
+		&net.TCPAddr{IP: net.IP{1, 2, 3}, Port: 80},
+		&net.UDPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4433},
+		&net.UDPAddr{IP: net.ParseIP("fe80::2"), Port: 4433, Zone: "wlan0"},
+		&net.UnixAddr{Name: "/run/agtp.sock", Net: "unix"},
+	} {
+		want, _, err := net.SplitHostPort(a.String())
+		if err != nil {
+			want = a.String()
+		}
+		if got := clientIP(&transport.ConnInfo{RemoteAddr: a}); got != want {
+			t.Errorf("%T %s: client IP %q, want %q", a, a, got, want)
+		}
+	}
+	if got := clientIP(&transport.ConnInfo{}); got != "" {
+		t.Errorf("no address: %q", got)
 	}
 }

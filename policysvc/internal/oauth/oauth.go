@@ -25,6 +25,8 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/agtpsuite/agtp/services/batchrpc"
 )
 
 // Options configures the validator ([policies.oauth] in core §8.6). OAuth
@@ -382,6 +384,7 @@ func scopesOf(claims map[string]any) []string {
 // tryReload reloads the key set unless one was tried within minGap, and
 // reports whether it loaded new keys. Concurrent callers wait for one load.
 func (v *Verifier) tryReload(ctx context.Context, minGap time.Duration) bool {
+	batchrpc.Blocking(ctx)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if minGap > 0 && time.Since(v.lastLoad) < minGap {

@@ -187,18 +187,32 @@ type Call struct {
 	cmd     *redis.Cmd
 	buckets []Bucket
 	claim   *Claim
+	// Backing arrays for a gate of up to two buckets and a claim, so that
+	// a call costs one allocation rather than three; more grows as usual.
+	keyBuf [3]string
+	argBuf [1 + 3*2 + 4]any
 }
 
-// Batch is a set of script calls sent in one pipeline.
+// Batch is a set of script calls sent in one pipeline. It holds its first
+// calls in its own array: use it by pointer once a call is queued.
 type Batch struct {
-	calls []*Call
+	calls   []*Call
+	callBuf [4]*Call // what a decision queues: its own gate and shared limits
+}
+
+func (b *Batch) add(c *Call) {
+	if b.calls == nil {
+		b.calls = b.callBuf[:0]
+	}
+	b.calls = append(b.calls, c)
 }
 
 // Gate queues a gate call: spend cost from every bucket or none, then claim.
 // All keys must share a hash slot.
 func (b *Batch) Gate(buckets []Bucket, claim *Claim) *Call {
-	keys := make([]string, 0, len(buckets)+1)
-	args := make([]any, 0, 1+3*len(buckets)+4)
+	c := &Call{script: gcra, buckets: buckets, claim: claim}
+	keys := c.keyBuf[:0]
+	args := c.argBuf[:0]
 	args = append(args, len(buckets))
 	for _, bk := range buckets {
 		keys = append(keys, bk.Key)
@@ -208,8 +222,8 @@ func (b *Batch) Gate(buckets []Bucket, claim *Claim) *Call {
 		keys = append(keys, claim.Slot)
 		args = append(args, claim.Fingerprint, claim.Token, max(claim.Lease.Milliseconds(), 1), idempotency.RerunArg(claim.Rerun))
 	}
-	c := &Call{script: gcra, keys: keys, args: args, buckets: buckets, claim: claim}
-	b.calls = append(b.calls, c)
+	c.keys, c.args = keys, args
+	b.add(c)
 	return c
 }
 
@@ -227,7 +241,7 @@ func (b *Batch) Refund(spent *Call) {
 		keys = append(keys, spent.claim.Slot)
 		args = append(args, spent.claim.Token)
 	}
-	b.calls = append(b.calls, &Call{script: refund, keys: keys, args: args})
+	b.add(&Call{script: refund, keys: keys, args: args})
 }
 
 // Len is the number of queued calls.

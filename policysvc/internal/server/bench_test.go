@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
@@ -92,4 +95,69 @@ func BenchmarkAuthorizeGRPC(b *testing.B) {
 	runAuthorize(b, func(ctx context.Context, r *policyv1.AuthorizeRequest) (*policyv1.AuthorizeResponse, error) {
 		return c.Authorize(ctx, r)
 	}, true)
+}
+
+// batchItems is about what one AuthorizeBatch carries from the front door
+// under load (docs/performance.md, "Batched hops").
+const batchItems = 11
+
+// BenchmarkAuthorizeBatchGRPC measures the front door's hop: 11 decisions
+// in one AuthorizeBatch over loopback gRPC. "local" decides with no
+// Redis work (a read without rate limits, the suite's QUERY); "limits"
+// spends a tier and a per-IP limit per item. ns/op and allocs/op are per
+// batch.
+func BenchmarkAuthorizeBatchGRPC(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts server.Options
+	}{
+		{"local", server.Options{}},
+		{"limits", benchOptions()},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv, err := server.New(benchRedis(b), discard, tc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			testkit.Run(b, "Run", srv.Run)
+			// Long-lived stream workers, as services/kit serves.
+			conn := testkit.ServeGRPCWith(b, []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))},
+				func(g grpc.ServiceRegistrar) { policyv1.RegisterPolicyServiceServer(g, srv) })
+			c := policyv1.NewPolicyServiceClient(conn)
+			var n atomic.Int64
+			b.SetParallelism(4)
+			b.ReportAllocs()
+			created := goroutinesCreated()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				req := &policyv1.AuthorizeBatchRequest{Items: make([]*policyv1.AuthorizeRequest, batchItems)}
+				for pb.Next() {
+					for i := range req.Items {
+						req.Items[i] = benchRequest(n.Add(1), false)
+					}
+					resp, err := c.AuthorizeBatch(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					for _, r := range resp.GetResults() {
+						if d := r.GetResponse().GetDecision(); d != policyv1.Decision_DECISION_ALLOW {
+							b.Errorf("decision %v %v", d, r.GetResponse().GetDenial())
+							return
+						}
+					}
+				}
+			})
+			// Client and server share the process: the count includes
+			// the client's goroutines per call.
+			b.ReportMetric(float64(goroutinesCreated()-created)/float64(b.N), "goroutines/op")
+		})
+	}
+}
+
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -137,6 +137,10 @@ func checkScopes(req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeRespons
 	// is the same.
 	declared := toScopes(req.GetAgentScopes())
 	effective := declared
+	// Without a claim the effective scopes are the declared ones: the
+	// response shares the request's list (neither is changed after the
+	// decision) instead of copying it for every decision.
+	effectiveList := req.GetAgentScopes()
 	if req.GetAuthorityScopePresent() || req.GetAuthorityScope() != "" {
 		claimed, err := agtp.ParseScopes(req.GetAuthorityScope())
 		if err != nil {
@@ -153,8 +157,9 @@ func checkScopes(req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeRespons
 				"scope", string(c))
 		}
 		effective = claimed
+		effectiveList = fromScopes(claimed)
 	}
-	resp.EffectiveScopes = fromScopes(effective)
+	resp.EffectiveScopes = effectiveList
 	for _, r := range req.GetRequiredScopes() {
 		if !effective.Covers(agtp.Scope(r)) {
 			return deny(agtp.StatusAuthorizationRequired, agtp.ReasonScopeRequired,

@@ -22,6 +22,7 @@ import (
 	"github.com/agtpsuite/agtp/policysvc/internal/taskrun"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -67,6 +68,9 @@ type Server struct {
 	// endpointNames[i] names the buckets of opts.RateLimits.Endpoints[i].
 	endpointNames []string
 	costs         []agtp.Budget // parsed opts.Budget.Costs; nil for body-read costs
+	// limited is whether any limit applies to decisions; without one and
+	// without a claim, a decision plans no Redis work.
+	limited bool
 	// manifest is the Merchant Manifest Document when the options name a
 	// file; nil otherwise.
 	manifest *merchantManifest
@@ -99,8 +103,14 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 		}
 		s.oauth = v
 	}
-	for _, e := range opts.RateLimits.Endpoints {
+	rl := opts.RateLimits
+	s.limited = rl.PerIP.Enabled() || rl.PerPrincipal.Enabled()
+	for _, e := range rl.Endpoints {
 		s.endpointNames = append(s.endpointNames, "ep:"+hashName(e.Method+" "+e.Path))
+		s.limited = s.limited || e.Rate.Enabled()
+	}
+	for _, r := range rl.Tiers {
+		s.limited = s.limited || r.Enabled()
 	}
 	for _, c := range opts.Budget.Costs {
 		var b agtp.Budget
@@ -216,7 +226,10 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	plan := s.plan(req, acting, claim)
 	var limited *policyv1.Denial
 	var claimRes *ratelimit.Result
-	if plan.batch.Len() > 0 {
+	if plan != nil && plan.batch.Len() > 0 {
+		// In a batch, the items after this one go on while it waits on
+		// Redis, so the batch's scripts share pipelines.
+		batchrpc.Blocking(ctx)
 		err := s.gates.Exec(ctx, &plan.batch)
 		if err == nil {
 			limited, claimRes, err = s.settle(ctx, plan, resp)
@@ -283,8 +296,12 @@ type plan struct {
 // plan groups the buckets of a request by hash slot: the caller's own
 // buckets and its idempotency slot share the agent's tag and go into one
 // script; each shared limit (endpoint, address, principal) is its own call
-// in the same pipeline.
+// in the same pipeline. It is nil when there is nothing to send, with no
+// allocation.
 func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim) *plan {
+	if claim == nil && !s.limited {
+		return nil
+	}
 	p := &plan{}
 	p.gates = p.gateBuf[:0]
 	rl := s.opts.RateLimits
@@ -379,7 +396,8 @@ func (s *Server) tierRate(req *policyv1.AuthorizeRequest) (ratelimit.Rate, bool)
 // outcome, if a claim was made.
 func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeResponse) (*policyv1.Denial, *ratelimit.Result, error) {
 	var refused *policyv1.Denial
-	var spent []*ratelimit.Call
+	var spentBuf [4]*ratelimit.Call
+	spent := spentBuf[:0]
 	var claimRes *ratelimit.Result
 	var resetMax time.Duration
 	for i := range p.gates {
@@ -396,7 +414,9 @@ func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeRe
 		}
 		spent = append(spent, g.call)
 		if g.claim {
-			claimRes = &r
+			// A copy, so that only a claim's result goes to the heap.
+			res := r
+			claimRes = &res
 		}
 		if r.Remaining >= 0 && (resp.RateLimitRemaining < 0 || r.Remaining < resp.RateLimitRemaining) {
 			resp.RateLimitRemaining = r.Remaining
@@ -409,6 +429,7 @@ func (s *Server) settle(ctx context.Context, p *plan, resp *policyv1.AuthorizeRe
 		for _, c := range spent {
 			refunds.Refund(c)
 		}
+		batchrpc.Blocking(ctx)
 		if err := refunds.Exec(ctx, s.rdb); err != nil {
 			// The refusal stands; a failed refund only over-counts.
 			s.log.WarnContext(ctx, "rate-limit refund failed", "err", err)
@@ -442,6 +463,7 @@ func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim,
 	out := res.Claim
 	if out.Outcome == idempotency.InFlight {
 		if s.opts.Idempotency.MaxWait > 0 {
+			batchrpc.Blocking(ctx)
 			var err error
 			out, err = idempotency.Wait(ctx, s.rdb, claim.Slot, claim.Fingerprint, claim.Token, idempotency.WaitOptions{
 				MaxWait: s.opts.Idempotency.MaxWait, Lease: claim.Lease, Rerun: claim.Rerun,

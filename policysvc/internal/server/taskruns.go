@@ -8,6 +8,7 @@ import (
 	"github.com/agtpsuite/agtp/policysvc/internal/taskrun"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/batchrpc"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/idempotency"
 )
@@ -48,6 +49,7 @@ func (s *Server) indexTaskRun(ctx context.Context, req *policyv1.AuthorizeReques
 	default:
 		return
 	}
+	batchrpc.Blocking(ctx)
 	if err := s.runs.Record(ctx, req.GetAgentId(), taskRunOf(r), status, token, time.Now()); err != nil {
 		s.log.WarnContext(ctx, "task not indexed for RETRY", "err", err, "agent_id", req.GetAgentId())
 		return

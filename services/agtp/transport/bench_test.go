@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
 )
@@ -69,7 +70,26 @@ func BenchmarkTCPPipelined16(b *testing.B) {
 
 // Many persistent connections in parallel: throughput on this machine.
 func BenchmarkTCPRoundTripParallel(b *testing.B) {
-	ts := startServer(b, Options{DisableQUIC: true}, staticHandler())
+	benchParallel(b, staticHandler())
+}
+
+// As BenchmarkTCPRoundTripParallel, with a handler that derives a
+// deadline and a cancellable context from its request's, as the front
+// door's pipeline and its internal calls do: what the request context
+// costs when every connection's requests make children of it at once.
+func BenchmarkTCPRoundTripParallelDerived(b *testing.B) {
+	h := staticHandler()
+	benchParallel(b, HandlerFunc(func(ctx context.Context, ci *ConnInfo, req *agtp.Request) *agtp.Response {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		call, stop := context.WithCancel(ctx)
+		defer stop()
+		return h(call, ci, req)
+	}))
+}
+
+func benchParallel(b *testing.B, h Handler) {
+	ts := startServer(b, Options{DisableQUIC: true}, h)
 	raw := benchRequest(b)
 	b.ReportAllocs()
 	b.SetParallelism(8)

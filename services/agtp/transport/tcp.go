@@ -35,10 +35,16 @@ const (
 // tcpConn is one TLS connection. Its goroutine owns every field but state
 // (shared with Shutdown) and raw (which Shutdown may close).
 type tcpConn struct {
-	s     *Server
-	raw   net.Conn
-	tc    *tls.Conn
-	info  ConnInfo
+	s    *Server
+	raw  net.Conn
+	tc   *tls.Conn
+	info ConnInfo
+	// ctx is the context of the connection's requests, a child of the
+	// server's baseCtx: each request's own context (a handler's deadline,
+	// an internal call) registers with it, not with one context shared by
+	// every connection, whose lock and table of children they would all
+	// contend for.
+	ctx   context.Context
 	lim   agtp.Limits
 	state atomic.Int32
 
@@ -238,6 +244,9 @@ func (c *tcpConn) serve() {
 		}
 		return
 	}
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	defer cancel()
+	c.ctx = ctx
 	st := c.tc.ConnectionState()
 	c.info.TLS = &st
 	c.info.Peer = s.inspectPeer(&st)
@@ -268,7 +277,7 @@ func (c *tcpConn) serve() {
 			// The response will not fit: Write flushes as it goes.
 			c.raw.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 		}
-		if err := s.writeResponse(s.baseCtx, c.bw, resp, &c.info, req); err != nil {
+		if err := s.writeResponse(c.ctx, c.bw, resp, &c.info, req); err != nil {
 			reason = "write: " + err.Error()
 			return
 		}
@@ -301,7 +310,7 @@ func (c *tcpConn) serve() {
 // their bodies at once.
 func (c *tcpConn) request() (req *agtp.Request, resp *agtp.Response, closeAfter bool, err error) {
 	s := c.s
-	ctx := s.baseCtx
+	ctx := c.ctx
 	head, err := agtp.ReadRequestHead(c.br, c.lim)
 	if err != nil {
 		return c.protocolError(head.Request, err)
@@ -345,7 +354,7 @@ func (c *tcpConn) protocolError(req *agtp.Request, err error) (*agtp.Request, *a
 		return nil, nil, false, err
 	}
 	c.s.stats.protocolErrors.Add(1)
-	return req, c.s.errorResponse(c.s.baseCtx, &c.info, req, perr), perr.CloseConnection, nil
+	return req, c.s.errorResponse(c.ctx, &c.info, req, perr), perr.CloseConnection, nil
 }
 
 // awaitRequest flushes and releases the write buffer, then waits up to
@@ -423,8 +432,9 @@ func (c *tcpConn) flush() error {
 }
 
 // bodyLimit is Limits.BodyLimit: agtp.ReadRequestHead calls it when the header
-// section is complete, which is where the header deadline gives way to
-// the body deadline.
+// section of a request with a body is complete, which is where the header
+// deadline gives way to the body deadline (a request without one reads
+// nothing more).
 func (c *tcpConn) bodyLimit(method, path string) int64 {
 	c.inBody = true
 	c.raw.SetReadDeadline(time.Now().Add(c.s.opts.BodyTimeout))

@@ -409,6 +409,37 @@ func TestTCPShutdownDeadlineCancelsHandlers(t *testing.T) {
 	waitFor(t, "connections gone", func() bool { return ts.Stats().OpenTCP == 0 })
 }
 
+// A request's context is its connection's: two requests on one connection
+// share it, another connection has its own, and it ends with the
+// connection, while the server goes on.
+func TestTCPRequestContextIsTheConnections(t *testing.T) {
+	ctxs := make(chan context.Context, 3)
+	ts := startServer(t, Options{DisableQUIC: true}, HandlerFunc(func(ctx context.Context, ci *ConnInfo, req *agtp.Request) *agtp.Response {
+		ctxs <- ctx
+		return echo()(ctx, ci, req)
+	}))
+	conn := ts.dial(t, nil)
+	c := newClient(conn)
+	c.roundTrip(t, "QUERY", "/a")
+	c.roundTrip(t, "QUERY", "/b")
+	newClient(ts.dial(t, nil)).roundTrip(t, "QUERY", "/c")
+	first, second, other := <-ctxs, <-ctxs, <-ctxs
+	if first != second {
+		t.Error("two requests on one connection got different contexts")
+	}
+	if first == other {
+		t.Error("two connections share a context")
+	}
+	if first.Err() != nil {
+		t.Fatalf("context of an open connection ended: %v", first.Err())
+	}
+	conn.Close()
+	waitFor(t, "the closed connection's context to end", func() bool { return first.Err() != nil })
+	if other.Err() != nil {
+		t.Errorf("another connection's context ended: %v", other.Err())
+	}
+}
+
 // At MaxConns the accept loop pauses: a new connection waits (its
 // handshake does not start) until an existing one ends, then is served.
 func TestTCPMaxConnsPausesAccept(t *testing.T) {
