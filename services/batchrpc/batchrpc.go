@@ -44,12 +44,9 @@ func CheckSize(n int) error {
 }
 
 // Serve decides items with one, the unary RPC's handler, and returns each
-// item's response and error in item order. Items with the same key run
-// one after another in item order (an agent's chain records keep the order
-// they were sent in); items with different keys, or with no key func, may
-// overlap. Failed items whose error the caller will see masked (Internal,
-// Unknown, DataLoss) are logged here, as the logging interceptor logs a
-// failed unary call.
+// item's response and error in item order. Failed items whose error the
+// caller will see masked (Internal, Unknown, DataLoss) are logged here, as
+// the logging interceptor logs a failed unary call.
 //
 // Serve runs the items on the calling goroutine, one after another, until
 // one says it is about to wait (Blocking): the items not yet started then
@@ -62,10 +59,11 @@ func CheckSize(n int) error {
 // answered, but delays the items after it. A panicking item fails alone
 // with Internal.
 func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, items []Req,
-	key func(Req) string, one func(context.Context, Req) (Resp, error)) ([]Resp, []error) {
+	one func(context.Context, Req) (Resp, error)) ([]Resp, []error) {
 	resps := make([]Resp, len(items))
 	errs := make([]error, len(items))
-	run := func(ctx context.Context, i int) {
+	b := &batch{items: len(items)}
+	b.do = func(ctx context.Context, i int) {
 		defer func() {
 			// A panicking item fails alone, as a unary call does behind
 			// the recover interceptor, whichever goroutine it ran on.
@@ -77,40 +75,19 @@ func Serve[Req, Resp any](ctx context.Context, log *slog.Logger, method string, 
 		resps[i], errs[i] = one(ctx, items[i])
 		LogFailed(ctx, log, method, i, errs[i])
 	}
-	b := &batch{units: len(items), do: run}
-	if key != nil {
-		groups := map[string]int{}
-		var order [][]int
-		for i, it := range items {
-			k := key(it)
-			g, ok := groups[k]
-			if !ok {
-				g = len(order)
-				groups[k] = g
-				order = append(order, nil)
-			}
-			order[g] = append(order[g], i)
-		}
-		b.units = len(order)
-		b.do = func(ctx context.Context, g int) {
-			for _, i := range order[g] {
-				run(ctx, i)
-			}
-		}
-	}
 	b.ctx = context.WithValue(ctx, batchKey{}, b)
 	b.work()
 	b.wg.Wait()
 	return resps, errs
 }
 
-// batch is the work of one Serve: units (items, or groups of items with
-// one key) taken in order by whichever of its goroutines is free.
+// batch is the work of one Serve: its items, taken in order by whichever
+// of its goroutines is free.
 type batch struct {
 	ctx   context.Context // the caller's, carrying the batch for Blocking
-	units int
-	next  atomic.Int64 // the next unit to take
-	do    func(ctx context.Context, unit int)
+	items int
+	next  atomic.Int64 // the next item to take
+	do    func(ctx context.Context, item int)
 	wg    sync.WaitGroup // the goroutines Blocking started
 }
 
@@ -118,11 +95,11 @@ type batchKey struct{}
 
 func (b *batch) work() {
 	for {
-		u := int(b.next.Add(1) - 1)
-		if u >= b.units {
+		i := int(b.next.Add(1) - 1)
+		if i >= b.items {
 			return
 		}
-		b.do(b.ctx, u)
+		b.do(b.ctx, i)
 	}
 }
 
@@ -132,7 +109,7 @@ func (b *batch) work() {
 // when no item is left to start, it does nothing.
 func Blocking(ctx context.Context) {
 	b, _ := ctx.Value(batchKey{}).(*batch)
-	if b == nil || b.next.Load() >= int64(b.units) {
+	if b == nil || b.next.Load() >= int64(b.items) {
 		return
 	}
 	b.wg.Add(1)

@@ -20,17 +20,14 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Every item gets its own response or error at its own index, and runs
-// exactly once, whether or not items are keyed or wait.
+// exactly once, whether or not items wait.
 func TestServeAnswersEveryItemOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		key   func(int) string
 		waits bool
 	}{
-		{"unkeyed", nil, false},
-		{"unkeyed-waiting", nil, true},
-		{"keyed", func(i int) string { return fmt.Sprint(i % 3) }, false},
-		{"keyed-waiting", func(i int) string { return fmt.Sprint(i % 3) }, true},
+		{"running", false},
+		{"waiting", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			items := make([]int, 40)
@@ -38,7 +35,7 @@ func TestServeAnswersEveryItemOnce(t *testing.T) {
 				items[i] = i
 			}
 			calls := make([]atomic.Int32, len(items))
-			resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, tc.key, func(ctx context.Context, i int) (int, error) {
+			resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, func(ctx context.Context, i int) (int, error) {
 				calls[i].Add(1)
 				if tc.waits {
 					Blocking(ctx)
@@ -72,7 +69,7 @@ func TestServeRunsItemsThatNeverWaitOnTheCaller(t *testing.T) {
 	items := make([]int, 50)
 	var inFlight, most atomic.Int32
 	before := goroutinesCreated()
-	_, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(context.Context, int) (int, error) {
+	_, errs := Serve(context.Background(), quiet, "/test/Batch", items, func(context.Context, int) (int, error) {
 		n := inFlight.Add(1)
 		if n > most.Load() {
 			most.Store(n)
@@ -98,7 +95,7 @@ func TestServeOverlapsItemsThatWait(t *testing.T) {
 	all := make(chan struct{})
 	go func() { started.Wait(); close(all) }()
 	items := make([]int, n)
-	_, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(ctx context.Context, _ int) (int, error) {
+	_, errs := Serve(context.Background(), quiet, "/test/Batch", items, func(ctx context.Context, _ int) (int, error) {
 		Blocking(ctx)
 		started.Done()
 		return 0, waitAll(all)
@@ -106,53 +103,6 @@ func TestServeOverlapsItemsThatWait(t *testing.T) {
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("item %d: %v", i, err)
-		}
-	}
-}
-
-// Items with one key run one after another in item order even when they
-// wait; items with other keys overlap with them.
-func TestServeKeepsOrderWithinAKey(t *testing.T) {
-	items := []string{"a", "b", "a", "c", "b", "a", "c", "a"}
-	keys := map[string]int{"a": 0, "b": 1, "c": 2}
-	var mu sync.Mutex
-	seen := map[string][]int{}
-	inKey := make([]atomic.Int32, len(keys))
-	var firsts sync.WaitGroup
-	firsts.Add(len(keys))
-	allFirst := make(chan struct{})
-	go func() { firsts.Wait(); close(allFirst) }()
-	indexed := make([]keyedItem, len(items))
-	for i, k := range items {
-		indexed[i] = keyedItem{key: k, i: i}
-	}
-	_, errs := Serve(context.Background(), quiet, "/test/Batch", indexed, func(it keyedItem) string { return it.key }, func(ctx context.Context, it keyedItem) (int, error) {
-		if inKey[keys[it.key]].Add(1) != 1 {
-			return 0, fmt.Errorf("two items of key %s at once", it.key)
-		}
-		defer inKey[keys[it.key]].Add(-1)
-		mu.Lock()
-		first := len(seen[it.key]) == 0
-		seen[it.key] = append(seen[it.key], it.i)
-		mu.Unlock()
-		Blocking(ctx)
-		if first {
-			// Every key's first item waits for the other keys' first
-			// items: only overlapping keys get past this.
-			firsts.Done()
-			return 0, waitAll(allFirst)
-		}
-		return 0, nil
-	})
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("item %d: %v", i, err)
-		}
-	}
-	want := map[string][]int{"a": {0, 2, 5, 7}, "b": {1, 4}, "c": {3, 6}}
-	for k, w := range want {
-		if !slices.Equal(seen[k], w) {
-			t.Errorf("key %s ran items %v; want %v", k, seen[k], w)
 		}
 	}
 }
@@ -168,7 +118,7 @@ func TestServeConcurrentBatches(t *testing.T) {
 				for i := range items {
 					items[i] = b*100 + i
 				}
-				resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(ctx context.Context, v int) (int, error) {
+				resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, func(ctx context.Context, v int) (int, error) {
 					Blocking(ctx)
 					runtime.Gosched()
 					return v + 1, nil
@@ -190,7 +140,7 @@ func TestServePanickingItemFailsAlone(t *testing.T) {
 	for _, waits := range []bool{false, true} {
 		t.Run(fmt.Sprint("waits=", waits), func(t *testing.T) {
 			items := []int{0, 1, 2, 3}
-			resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, nil, func(ctx context.Context, v int) (int, error) {
+			resps, errs := Serve(context.Background(), quiet, "/test/Batch", items, func(ctx context.Context, v int) (int, error) {
 				if waits {
 					Blocking(ctx)
 				}
@@ -211,11 +161,6 @@ func TestServePanickingItemFailsAlone(t *testing.T) {
 			}
 		})
 	}
-}
-
-type keyedItem struct {
-	key string
-	i   int
 }
 
 // Blocking outside Serve does nothing.

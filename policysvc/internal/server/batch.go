@@ -17,7 +17,7 @@ func (s *Server) AuthorizeBatch(ctx context.Context, req *policyv1.AuthorizeBatc
 	if err := batchrpc.CheckSize(len(items)); err != nil {
 		return nil, err
 	}
-	resps, errs := batchrpc.Serve(ctx, s.log, policyv1.PolicyService_AuthorizeBatch_FullMethodName, items, nil, s.Authorize)
+	resps, errs := batchrpc.Serve(ctx, s.log, policyv1.PolicyService_AuthorizeBatch_FullMethodName, items, s.Authorize)
 	// The results and their oneof wrappers come from one array each
 	// rather than two allocations per item.
 	out := &policyv1.AuthorizeBatchResponse{Results: make([]*policyv1.AuthorizeBatchResult, len(items))}
