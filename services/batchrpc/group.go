@@ -86,17 +86,11 @@ func (g *Group[T]) Hold() {
 // reports whether it started that send: if not, what is queued goes out
 // with a send already in flight or after another Hold's Release.
 func (g *Group[T]) Release() bool {
-	g.mu.Lock()
-	g.held--
-	send := g.held == 0 && len(g.pending) > 0 && g.flushers < g.maxFlushers
-	if send {
-		g.flushers++
+	if !g.release(false) {
+		return false
 	}
-	g.mu.Unlock()
-	if send {
-		go g.flush(nil, false)
-	}
-	return send
+	go g.flush(nil, false)
+	return true
 }
 
 // ReleaseNow ends a Hold and sends what is queued in the caller's
@@ -105,16 +99,23 @@ func (g *Group[T]) Release() bool {
 // without a goroutine hand-off, and Holds that overlap one another cannot
 // keep the queue from being sent.
 func (g *Group[T]) ReleaseNow() {
+	if g.release(true) {
+		g.flush(nil, true)
+	}
+}
+
+// release ends a Hold and reports whether the caller must send what is
+// queued (it took a free flusher slot): once no Hold is open, or at once
+// when force is set.
+func (g *Group[T]) release(force bool) bool {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.held--
-	send := len(g.pending) > 0 && g.flushers < g.maxFlushers
+	send := (force || g.held == 0) && len(g.pending) > 0 && g.flushers < g.maxFlushers
 	if send {
 		g.flushers++
 	}
-	g.mu.Unlock()
-	if send {
-		g.flush(nil, true)
-	}
+	return send
 }
 
 // Queued reports whether items wait for a send.
@@ -134,13 +135,13 @@ func (g *Group[T]) Idle() bool {
 // flush sends batches until own is done (own == nil: until the queue is
 // empty), then hands what is still queued to a new goroutine. It stops
 // early while a Hold is open, except for its first batch when force is set
-// (ReleaseDo).
+// (ReleaseNow).
 func (g *Group[T]) flush(own *groupItem[T], force bool) {
 	for ; ; force = false {
 		g.mu.Lock()
 		if len(g.pending) == 0 || g.held > 0 && !force {
 			// Under a Hold, what is queued waits for its Release (or a
-			// ReleaseDo), which sends it whole.
+			// ReleaseNow), which sends it whole.
 			g.flushers--
 			g.mu.Unlock()
 			return
