@@ -76,7 +76,6 @@ func TestQueuedCallsGoInOneBatch(t *testing.T) {
 	if len(batches) != 1 || len(batches[0]) != 3 {
 		t.Fatalf("batches %v, want one of three", batches)
 	}
-	t.Log(got)
 	for i, v := range got {
 		if i == 1 {
 			if _, reason, _, _ := grpcerr.Reason(errs[i]); reason != "two" {
@@ -187,9 +186,6 @@ func BenchmarkCallerUnary(b *testing.B) {
 	}
 }
 
-// Many concurrent callers, with calls in flight most of the time: each
-// gets its own answer, and every call is sent exactly once, unary or in a
-// batch.
 // Calls are reused once answered; a call whose caller gave up while its
 // batch was out is answered later by that batch and must never carry a
 // newer caller's request, or the newer caller would get the old answer.
@@ -267,6 +263,9 @@ func TestGivenUpCallsAreNotReused(t *testing.T) {
 	}
 }
 
+// Many concurrent callers, with calls in flight most of the time: each
+// gets its own answer, and every call is sent exactly once, unary or in a
+// batch.
 func TestConcurrentCallersEachGetTheirOwnAnswer(t *testing.T) {
 	one := func(_ context.Context, v int) (int, error) { return v * 10, nil }
 	batch := func(_ context.Context, rs []int) ([]Result[int], error) {
