@@ -65,6 +65,8 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"a PDB that selects nothing", `[{"op":"replace","path":"/spec/selector/matchLabels/app.kubernetes.io~1name","value":"nothing"}]`, "PodDisruptionBudget", "catalogsvc", "matches 0 workloads"},
 		{"no default deny", `[{"op":"replace","path":"/spec/policyTypes","value":["Ingress"]}]`, "NetworkPolicy", "agtp-default-deny", "default-deny"},
 		{"readiness not on gRPC health", `[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/exec/command","value":["/usr/local/bin/service","-h"]}]`, "Deployment", "policysvc", "healthcheck"},
+		{"GOMAXPROCS from the node's cores", `[{"op":"remove","path":"/spec/template/spec/containers/0/env/0"}]`, "Deployment", "identitysvc", "GOMAXPROCS"},
+		{"GOMAXPROCS from the limit", `[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/resourceFieldRef/resource","value":"limits.cpu"}]`, "Deployment", "", "GOMAXPROCS"},
 		{"GRPC_ADDR off the grpc port", `[{"op":"replace","path":"/spec/template/spec/containers/0/ports/0/containerPort","value":9999}]`, "Deployment", "auditsvc", "GRPC_ADDR"},
 	}
 	for _, tc := range cases {

@@ -205,6 +205,7 @@ func Rules(objs []*Object) []error {
 		for _, p := range pods {
 			if p.kind == "Deployment" && p.name == name {
 				checkHealthProbes(p, fail)
+				checkProcessors(p, fail)
 			}
 		}
 	}
@@ -478,6 +479,24 @@ func checkHealthProbes(p pod, fail func(string, ...any)) {
 	}) {
 		fail("%s: GRPC_ADDR port %q is not the container port named grpc", p.owner, grpcPort)
 	}
+}
+
+// checkProcessors pins GOMAXPROCS to the CPU the service requests: Go
+// sizes it from a CPU limit only, and the services set none, so without it
+// a service would run one P per core of its node (docs/performance.md,
+// "Processors per service").
+func checkProcessors(p pod, fail func(string, ...any)) {
+	c := p.spec.Containers[0]
+	for _, e := range c.Env {
+		if e.Name != "GOMAXPROCS" {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil || e.ValueFrom.ResourceFieldRef.Resource != "requests.cpu" {
+			fail("%s: GOMAXPROCS must come from the container's requests.cpu", p.owner)
+		}
+		return
+	}
+	fail("%s: needs GOMAXPROCS from requests.cpu (Go sizes it from a CPU limit only)", p.owner)
 }
 
 func allContainers(ps *corev1.PodSpec) []corev1.Container {

@@ -89,10 +89,13 @@ func TestReferenceSeesEverySetting(t *testing.T) {
 }
 
 // known reports whether a service reads name; OTEL_* variables are read by
-// the OpenTelemetry SDK itself.
+// the OpenTelemetry SDK itself, and goRuntimeEnv by the Go runtime.
 func known(env map[string]bool, name string) bool {
-	return env[name] || strings.HasPrefix(name, "OTEL_")
+	return env[name] || strings.HasPrefix(name, "OTEL_") || goRuntimeEnv[name]
 }
+
+// goRuntimeEnv are the Go runtime's settings a deployment may tune.
+var goRuntimeEnv = map[string]bool{"GOMAXPROCS": true, "GOGC": true, "GOMEMLIMIT": true}
 
 // TestKubernetesManifestsUseOnlyRealSettings reads every suite Deployment in
 // deploy/k8s (bases and overlay patches) and checks that its environment
