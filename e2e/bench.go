@@ -524,8 +524,9 @@ func (s *benchSuite) runAs(ctx context.Context, name string, cfg loadgen.Config,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s.progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, %.1f%% 2xx, front door %.0f req per CPU-second",
-		name, r.Throughput, loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), 100*r.SuccessRatio(), r.PerCPUSecond("frontdoor"))
+	s.progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, %.1f%% 2xx, front door %.0f req per CPU-second, %.1f context switches/req",
+		name, r.Throughput, loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), 100*r.SuccessRatio(), r.PerCPUSecond("frontdoor"),
+		r.CtxSwitchesPerRequest("frontdoor"))
 	return r, nil
 }
 

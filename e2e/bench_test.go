@@ -44,6 +44,11 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 		if r.CPU["frontdoor"] <= 0 && r.Completed > 100 {
 			t.Errorf("%s: no front-door CPU time measured: %v", name, r.CPU)
 		}
+		// Every request crosses from the front door's reader to
+		// policysvc and auditsvc and back, so its threads sleep and wake.
+		if r.CtxSwitches["frontdoor"] == 0 && r.Completed > 0 {
+			t.Errorf("%s: no front-door context switches measured: %v", name, r.CtxSwitches)
+		}
 	}
 	if mix := rep.Runs[ScenarioThroughputMix]; mix != nil {
 		if mix.PerOp[loadgen.OpReplay].Completed+mix.PerOp[loadgen.OpCreate].Completed == 0 {
@@ -54,8 +59,8 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 		t.Errorf("limit runs %d, ratio %.2f: want two runs around throughput", len(rep.Limit), rep.LimitRatio())
 	}
 	for _, l := range rep.Limit {
-		if l.Completed == 0 || l.Failed != 0 || l.Statuses[200] != l.Completed || l.CPU["limit"] <= 0 {
-			t.Errorf("%s: %d responses, %d without, statuses %v, CPU %v", l.Name, l.Completed, l.Failed, l.Statuses, l.CPU)
+		if l.Completed == 0 || l.Failed != 0 || l.Statuses[200] != l.Completed || l.CPU["limit"] <= 0 || l.CtxSwitches["limit"] == 0 {
+			t.Errorf("%s: %d responses, %d without, statuses %v, CPU %v, context switches %v", l.Name, l.Completed, l.Failed, l.Statuses, l.CPU, l.CtxSwitches)
 		}
 	}
 	if len(rep.Floors) != 7 {
@@ -90,7 +95,8 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	}
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md, "test", "plot.svg")
-	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput"} {
+	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput",
+		"### Context switches per request by process", "server context switches/req"} {
 		if !strings.Contains(md.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

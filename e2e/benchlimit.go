@@ -68,8 +68,8 @@ func (s *benchSuite) runLimit(ctx context.Context, name string, cfg loadgen.Conf
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s.progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, responder %.0f µs CPU/req", name, r.Throughput,
-		loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), float64(r.CPUPerRequest("limit").Microseconds()))
+	s.progress("%s: %.0f req/s, p50 %s ms, p99 %s ms, responder %.0f µs CPU and %.1f context switches per request", name, r.Throughput,
+		loadgen.Ms(r.Latency.P50), loadgen.Ms(r.Latency.P99), float64(r.CPUPerRequest("limit").Microseconds()), r.CtxSwitchesPerRequest("limit"))
 	return r, nil
 }
 

@@ -149,6 +149,11 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		loadgen.WriteTable(w, runs, "frontdoor")
 		fmt.Fprintf(w, "\n### CPU time per request by process (µs)\n\n")
 		loadgen.WriteCPU(w, append(runs, r.Sweep...), ProcNames)
+		fmt.Fprintf(w, "\n### Context switches per request by process\n\n"+
+			"Voluntary and involuntary, over every thread of each process: each is a thread that blocked or was preempted, "+
+			"and is paid for again when it is woken, which on a virtual machine can cost more than the request's own work "+
+			"(docs/performance.md, \"Running it\").\n\n")
+		loadgen.WriteCtxSwitches(w, append(runs, r.Sweep...), ProcNames)
 		fmt.Fprintln(w)
 		for _, res := range runs {
 			fmt.Fprintf(w, "### %s: by operation\n\n", res.Name)
@@ -215,27 +220,35 @@ func (r *BenchReport) writeLimit(w io.Writer) {
 		"one Ed25519 signature and a hash-chain link per response, nothing else; `loadgen.ServeLimit`, its own process) "+
 		"measured with the throughput run's load, request and concurrency just before and just after it. "+
 		"The machine is shared, so compare within this table rather than with other runs.\n\n")
-	fmt.Fprintln(w, "| run | achieved req/s | p50 ms | p99 ms | server CPU µs/req | generator CPU µs/req | machine busy | load avg |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
-	row := func(res *loadgen.Result, server time.Duration) {
-		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %.0f | %.0f%% | %.2f |\n", res.Name, res.Throughput, loadgen.Ms(res.Latency.P50), loadgen.Ms(res.Latency.P99),
-			float64(server)/float64(time.Microsecond), float64(res.CPUPerRequest("loadgen"))/float64(time.Microsecond), 100*res.MachineBusy, res.LoadAvg[0])
+	fmt.Fprintln(w, "| run | achieved req/s | p50 ms | p99 ms | server CPU µs/req | server context switches/req | generator CPU µs/req | machine busy | load avg |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	// row sums the server figures over the processes that serve the run.
+	row := func(res *loadgen.Result, server []string) {
+		var cpu time.Duration
+		var switches float64
+		for _, p := range server {
+			cpu += res.CPUPerRequest(p)
+			switches += res.CtxSwitchesPerRequest(p)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %.1f | %.0f | %.0f%% | %.2f |\n", res.Name, res.Throughput, loadgen.Ms(res.Latency.P50), loadgen.Ms(res.Latency.P99),
+			float64(cpu)/float64(time.Microsecond), switches, float64(res.CPUPerRequest("loadgen"))/float64(time.Microsecond), 100*res.MachineBusy, res.LoadAvg[0])
 	}
+	limit := []string{"limit"}
 	if len(r.Limit) > 0 {
-		row(r.Limit[0], r.Limit[0].CPUPerRequest("limit"))
+		row(r.Limit[0], limit)
 	}
 	if t := r.Runs[ScenarioThroughput]; t != nil {
-		var suite time.Duration
+		var suite []string
 		for _, p := range ProcNames {
 			if p != "loadgen" {
-				suite += t.CPUPerRequest(p)
+				suite = append(suite, p)
 			}
 		}
 		row(t, suite)
 	}
 	for _, l := range r.Limit[1:] {
-		row(l, l.CPUPerRequest("limit"))
+		row(l, limit)
 	}
-	fmt.Fprintf(w, "\nThe suite's server CPU is every service and redis-server together (by process in the CPU table below). "+
+	fmt.Fprintf(w, "\nThe suite's server figures are every service and redis-server together (by process in the CPU and context-switch tables below). "+
 		"**Throughput as a share of the limit: %.2f** (target ≥ %.2f, aim %.2f).\n\n", r.LimitRatio(), TargetLimitRatio, AimLimitRatio)
 }

@@ -178,6 +178,12 @@ func TestClosedLoopCountsEveryResponseByOpAndStatus(t *testing.T) {
 	if _, ok := r.CPU["self"]; !ok {
 		t.Fatalf("no CPU time for the measured process: %v", r.CPU)
 	}
+	// Four workers and the fake server hand every request between
+	// goroutines over loopback: some thread of the process sleeps and
+	// wakes in the window.
+	if r.CtxSwitches["self"] == 0 || r.CtxSwitches["loadgen"] == 0 {
+		t.Fatalf("no context switches for the measured process: %v", r.CtxSwitches)
+	}
 }
 
 func TestMaxRequestsEndsTheRunEarly(t *testing.T) {

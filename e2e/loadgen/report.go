@@ -50,17 +50,33 @@ func WriteTable(w io.Writer, results []*Result, frontdoor string) {
 // WriteCPU writes, per run, each process's CPU time per request in
 // microseconds, with procs as the column order.
 func WriteCPU(w io.Writer, results []*Result, procs []string) {
+	writePerProc(w, results, procs, "%.0f", func(r *Result, p string) float64 {
+		return float64(r.CPUPerRequest(p)) / float64(time.Microsecond)
+	})
+}
+
+// WriteCtxSwitches writes, per run, each process's context switches per
+// request, with procs as the column order.
+func WriteCtxSwitches(w io.Writer, results []*Result, procs []string) {
+	// One decimal: with many requests in flight a process can switch
+	// less than once per request.
+	writePerProc(w, results, procs, "%.1f", (*Result).CtxSwitchesPerRequest)
+}
+
+// writePerProc writes a table of one figure per run and process, with a
+// total per run.
+func writePerProc(w io.Writer, results []*Result, procs []string, format string, perReq func(*Result, string) float64) {
 	fmt.Fprintf(w, "| run | %s | total |\n", strings.Join(procs, " | "))
 	fmt.Fprintf(w, "|---|%s---:|\n", strings.Repeat("---:|", len(procs)))
 	for _, r := range results {
-		var total time.Duration
+		var total float64
 		cells := make([]string, len(procs))
 		for i, p := range procs {
-			d := r.CPUPerRequest(p)
-			total += d
-			cells[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
+			v := perReq(r, p)
+			total += v
+			cells[i] = fmt.Sprintf(format, v)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f |\n", r.Name, strings.Join(cells, " | "), float64(total)/float64(time.Microsecond))
+		fmt.Fprintf(w, "| %s | %s | "+format+" |\n", r.Name, strings.Join(cells, " | "), total)
 	}
 }
 

@@ -170,6 +170,9 @@ type Result struct {
 	// CPU is the CPU time (user+system) each measured process used during
 	// the window; "loadgen" is this process.
 	CPU map[string]time.Duration
+	// CtxSwitches are the context switches each measured process's
+	// threads made during the window (CtxSwitches), keyed as CPU.
+	CtxSwitches map[string]uint64
 	// MachineBusy is the share of all cores that was busy.
 	MachineBusy float64
 	// LoadAvg is the load average when the run started.
@@ -182,6 +185,15 @@ func (r *Result) CPUPerRequest(proc string) time.Duration {
 		return 0
 	}
 	return r.CPU[proc] / time.Duration(r.Completed)
+}
+
+// CtxSwitchesPerRequest is a process's context switches per completed
+// request.
+func (r *Result) CtxSwitchesPerRequest(proc string) float64 {
+	if r.Completed == 0 {
+		return 0
+	}
+	return float64(r.CtxSwitches[proc]) / float64(r.Completed)
 }
 
 // PerCPUSecond is completed requests per CPU-second of a process: for the
@@ -292,9 +304,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		jobs = make(chan job, c.Concurrency)
 	}
 
-	// CPU is sampled when measuring starts and when the last worker is
-	// done.
-	cpuStart := make(chan cpuSnapshot, 1)
+	// CPU and context switches are sampled when measuring starts and when
+	// the last worker is done.
+	procStart := make(chan procSnapshot, 1)
 	go func() {
 		t := time.NewTimer(time.Until(measureFrom))
 		defer t.Stop()
@@ -302,7 +314,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		case <-t.C:
 		case <-ctx.Done():
 		}
-		cpuStart <- snapshot(c.Procs)
+		procStart <- snapshot(c.Procs)
 	}()
 
 	var wg sync.WaitGroup
@@ -351,7 +363,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	wg.Wait()
 	stop := snapshot(c.Procs)
-	first := <-cpuStart
+	first := <-procStart
 	elapsed := stop.at.Sub(measureFrom)
 	if ctx.Err() != nil && elapsed <= 0 {
 		return nil, ctx.Err()
@@ -361,7 +373,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Name: c.Name, Transport: c.Transport, Concurrency: c.Concurrency, Connections: c.Connections,
 		Rate: c.Rate, Mix: c.Mix.String(), Elapsed: elapsed, Unsent: unsent.Load(),
 		Latency: rec.all.Summarize(), Statuses: map[int]uint64{}, TransportErrors: rec.errs, ErrorExamples: rec.examples,
-		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, LoadAvg: load,
+		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, CtxSwitches: map[string]uint64{}, LoadAvg: load,
 		MachineBusy: Utilisation(first.machine, stop.machine),
 	}
 	for i := range rec.ops {
@@ -386,6 +398,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for name, b := range stop.cpu {
 		if a, ok := first.cpu[name]; ok {
 			res.CPU[name] = b - a
+		}
+	}
+	for name, b := range stop.switches {
+		// A thread that ended in the window took its count with it and
+		// can leave the sum below the start's: no figure then, rather
+		// than one wrapped round.
+		if a, ok := first.switches[name]; ok && b >= a {
+			res.CtxSwitches[name] = b - a
 		}
 	}
 	return res, nil
@@ -431,22 +451,29 @@ func schedule(ctx context.Context, jobs chan<- job, rate float64, start, measure
 	}
 }
 
-type cpuSnapshot struct {
-	at      time.Time
-	cpu     map[string]time.Duration
-	machine CPUSample
+// procSnapshot is what the measured processes had used at one moment.
+type procSnapshot struct {
+	at       time.Time
+	cpu      map[string]time.Duration
+	switches map[string]uint64
+	machine  CPUSample
 }
 
-func snapshot(procs map[string]int) cpuSnapshot {
-	s := cpuSnapshot{cpu: map[string]time.Duration{}}
+func snapshot(procs map[string]int) procSnapshot {
+	s := procSnapshot{cpu: map[string]time.Duration{}, switches: map[string]uint64{}}
 	s.machine, _ = MachineCPU()
+	all := make(map[string]int, len(procs)+1)
 	for name, pid := range procs {
+		all[name] = pid
+	}
+	all["loadgen"] = os.Getpid()
+	for name, pid := range all {
 		if d, err := CPUTime(pid); err == nil {
 			s.cpu[name] = d
 		}
-	}
-	if d, err := CPUTime(os.Getpid()); err == nil {
-		s.cpu["loadgen"] = d
+		if n, err := CtxSwitches(pid); err == nil {
+			s.switches[name] = n
+		}
 	}
 	s.at = time.Now()
 	return s

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agtpsuite/agtp/e2e/loadgen"
+)
+
+// tableCell returns the cell of the Markdown table under heading whose
+// column is named column and whose row is named row, or "" without one.
+func tableCell(md, heading, column, row string) string {
+	_, section, ok := strings.Cut(md, heading+"\n")
+	if !ok {
+		return ""
+	}
+	col := -1
+	for line := range strings.SplitSeq(section, "\n") {
+		if strings.HasPrefix(line, "#") {
+			return "" // the next section
+		}
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		switch {
+		case col < 0 && cells[0] == "run":
+			for i, c := range cells {
+				if c == column {
+					col = i
+				}
+			}
+			if col < 0 {
+				return ""
+			}
+		case col >= 0 && cells[0] == row && col < len(cells):
+			return cells[col]
+		}
+	}
+	return ""
+}
+
+// TestReportShowsContextSwitchesPerRequestByProcess writes the report of
+// runs made up here, without running anything: the closed-loop section has
+// a context-switch table beside the CPU one, with a row per run and sweep
+// step and a column per process, and "The limit" gives each row's server
+// context switches per request, the suite's summed over its processes.
+func TestReportShowsContextSwitchesPerRequestByProcess(t *testing.T) {
+	run := func(name string, completed uint64, switches map[string]uint64) *loadgen.Result {
+		cpu := map[string]time.Duration{}
+		for p := range switches {
+			cpu[p] = time.Duration(completed) * 10 * time.Microsecond
+		}
+		return &loadgen.Result{Name: name, Transport: loadgen.TransportTCP, Completed: completed, Elapsed: time.Second,
+			Throughput: float64(completed), CPU: cpu, CtxSwitches: switches}
+	}
+	rep := &BenchReport{
+		Runs: map[string]*loadgen.Result{
+			ScenarioLatency: run(ScenarioLatency, 1000, map[string]uint64{"frontdoor": 23000, "policysvc": 11000, "auditsvc": 17000, "loadgen": 9000}),
+			ScenarioThroughput: run(ScenarioThroughput, 20000, map[string]uint64{"frontdoor": 26000, "policysvc": 14000, "auditsvc": 24000,
+				"redis": 2000, "loadgen": 40000}),
+		},
+		Order: []string{ScenarioLatency, ScenarioThroughput},
+		Limit: []*loadgen.Result{
+			run("limit before", 40000, map[string]uint64{"limit": 20000, "loadgen": 50000}),
+			run("limit after", 40000, map[string]uint64{"limit": 36000, "loadgen": 50000}),
+		},
+		Sweep: []*loadgen.Result{run("sweep 50%", 500, map[string]uint64{"frontdoor": 5000})},
+	}
+	var b bytes.Buffer
+	rep.WriteMarkdown(&b, "test", "")
+	md := b.String()
+
+	const switches = "### Context switches per request by process"
+	if cpu, cs := strings.Index(md, "### CPU time per request by process"), strings.Index(md, switches); cpu < 0 || cs < cpu {
+		t.Fatalf("the context-switch table is not after the CPU table:\n%s", md)
+	}
+	for _, tc := range []struct {
+		heading, column, row, want string
+	}{
+		{switches, "frontdoor", ScenarioLatency, "23.0"},
+		{switches, "policysvc", ScenarioLatency, "11.0"},
+		{switches, "auditsvc", ScenarioLatency, "17.0"},
+		{switches, "catalogsvc", ScenarioLatency, "0.0"},
+		{switches, "loadgen", ScenarioLatency, "9.0"},
+		{switches, "total", ScenarioLatency, "60.0"},
+		{switches, "frontdoor", ScenarioThroughput, "1.3"},
+		{switches, "policysvc", ScenarioThroughput, "0.7"},
+		{switches, "auditsvc", ScenarioThroughput, "1.2"},
+		{switches, "redis", ScenarioThroughput, "0.1"},
+		{switches, "total", ScenarioThroughput, "5.3"},
+		{switches, "frontdoor", "sweep 50%", "10.0"},
+		// The generator's switches are not the server's.
+		{"## The limit", "server context switches/req", "limit before", "0.5"},
+		{"## The limit", "server context switches/req", ScenarioThroughput, "3.3"},
+		{"## The limit", "server context switches/req", "limit after", "0.9"},
+		{"## The limit", "server CPU µs/req", ScenarioThroughput, "40"},
+	} {
+		if got := tableCell(md, tc.heading, tc.column, tc.row); got != tc.want {
+			t.Errorf("%s, %s of %s: got %q, want %q", tc.heading, tc.column, tc.row, got, tc.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+}

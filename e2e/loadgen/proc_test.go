@@ -1,0 +1,170 @@
+package loadgen
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// statusText is the tail of a real /proc/<pid>/task/<tid>/status, with
+// the context-switch counts replaced.
+func statusText(voluntary, nonvoluntary string) string {
+	return "Name:\tfrontdoor\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4243\nThreads:\t9\n" +
+		"Cpus_allowed_list:\t0-1\nMems_allowed_list:\t0\n" +
+		"voluntary_ctxt_switches:\t" + voluntary + "\nnonvoluntary_ctxt_switches:\t" + nonvoluntary + "\n"
+}
+
+func TestParseCtxSwitchesAddsVoluntaryAndInvoluntary(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  string
+		want    uint64
+		wantErr string
+	}{
+		{"both counts", statusText("1200", "34"), 1234, ""},
+		{"zero", statusText("0", "0"), 0, ""},
+		{"spaces instead of a tab", "voluntary_ctxt_switches:   7\nnonvoluntary_ctxt_switches: 3", 10, ""},
+		{"involuntary first, no final newline", "nonvoluntary_ctxt_switches:\t5\nvoluntary_ctxt_switches:\t6", 11, ""},
+		{"beyond 32 bits", statusText("4294967296", "1"), 4294967297, ""},
+		{"no involuntary count", "Name:\tx\nvoluntary_ctxt_switches:\t5\n", 0, "no nonvoluntary_ctxt_switches"},
+		{"no counts at all (a kernel without them)", "Name:\tx\nState:\tR (running)\n", 0, "no voluntary_ctxt_switches"},
+		{"not a number", statusText("12x", "1"), 0, "voluntary_ctxt_switches"},
+		{"negative", statusText("5", "-1"), 0, "nonvoluntary_ctxt_switches"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseCtxSwitches([]byte(tc.status))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %d, %v; want an error naming %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCtxSwitchesCountsEveryThreadOfThisProcess ping-pongs between two
+// goroutines locked to their own OS threads: every hand-over puts one
+// thread to sleep on a futex and wakes the other, so each of the two
+// threads switches at least once a round. Counting one thread only (what
+// /proc/<pid>/status alone gives, the main thread's) would see about one
+// switch a round, which the bound below rejects.
+func TestCtxSwitchesCountsEveryThreadOfThisProcess(t *testing.T) {
+	before, err := CtxSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At least two switches a round, one on each thread; the bound is
+	// under that, for the odd hand-over the runtime makes without
+	// sleeping, and above what one thread alone makes.
+	const rounds, want = 1000, 1500
+	ping, pong := make(chan int), make(chan int)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for n := range ping {
+			pong <- n
+		}
+		close(done)
+	}()
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i := range rounds {
+			ping <- i
+			<-pong
+		}
+		close(ping)
+	}()
+	<-done
+	after, err := CtxSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew := after - before; after < before || grew < want {
+		t.Fatalf("context switches went from %d to %d over %d ping-pong rounds between locked threads, want at least %d more",
+			before, after, rounds, want)
+	}
+}
+
+func TestCtxSwitchesOfAProcessThatIsGoneIsAnError(t *testing.T) {
+	// Above the kernel's pid_max (at most 2^22), so no process has it.
+	if n, err := CtxSwitches(1 << 23); err == nil {
+		t.Fatalf("a process that does not exist made %d context switches", n)
+	}
+}
+
+func TestReadProcFile(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, []byte("voluntary_ctxt_switches:\t3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		path    string
+		bufSize int
+		want    string
+		// gone is whether CtxSwitches takes the error for a thread that
+		// ended, and skips it.
+		wantErr, gone bool
+	}{
+		{"a file that fits", small, 64, "voluntary_ctxt_switches:\t3\n", false, false},
+		{"a file exactly the buffer's size", small, 27, "", true, false},
+		{"a file longer than the buffer", small, 8, "", true, false},
+		{"a file that does not exist", filepath.Join(dir, "gone"), 64, "", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readProcFile(tc.path, make([]byte, tc.bufSize))
+			if (err != nil) != tc.wantErr || string(got) != tc.want {
+				t.Fatalf("got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+			if gone := errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH); gone != tc.gone {
+				t.Fatalf("error %v taken for an ended thread: %v, want %v", err, gone, tc.gone)
+			}
+		})
+	}
+}
+
+func TestPerProcessTablesHaveARowPerRunAndAColumnPerProcess(t *testing.T) {
+	runs := []*Result{
+		{Name: "latency", Completed: 1000,
+			CPU:         map[string]time.Duration{"frontdoor": 250 * time.Millisecond, "redis": 40 * time.Millisecond},
+			CtxSwitches: map[string]uint64{"frontdoor": 23000, "redis": 4500}},
+		{Name: "throughput", Completed: 20000,
+			CPU:         map[string]time.Duration{"frontdoor": 2 * time.Second},
+			CtxSwitches: map[string]uint64{"frontdoor": 26000, "redis": 1000}},
+		{Name: "nothing answered"},
+	}
+	procs := []string{"frontdoor", "redis"}
+	for _, tc := range []struct {
+		name  string
+		write func(*bytes.Buffer)
+		want  string
+	}{
+		{"CPU µs per request", func(b *bytes.Buffer) { WriteCPU(b, runs, procs) },
+			"| run | frontdoor | redis | total |\n|---|---:|---:|---:|\n" +
+				"| latency | 250 | 40 | 290 |\n| throughput | 100 | 0 | 100 |\n| nothing answered | 0 | 0 | 0 |\n"},
+		{"context switches per request", func(b *bytes.Buffer) { WriteCtxSwitches(b, runs, procs) },
+			"| run | frontdoor | redis | total |\n|---|---:|---:|---:|\n" +
+				"| latency | 23.0 | 4.5 | 27.5 |\n| throughput | 1.3 | 0.1 | 1.4 |\n| nothing answered | 0.0 | 0.0 | 0.0 |\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			tc.write(&b)
+			if b.String() != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", b.String(), tc.want)
+			}
+		})
+	}
+}
