@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +127,17 @@ const (
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix,
 	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned, ScenarioOneProcess}
+
+// DeployedProcessors is each service's GOMAXPROCS in the benchmark's
+// suite: the CPU the production Kubernetes overlay requests for it, rounded
+// up, which is what the manifests set (docs/performance.md, "Processors per
+// service"). Without it every service would run a P per core of the
+// machine, which is not how the suite is deployed, and each goroutine that
+// becomes runnable would wake an idle thread (see
+// TestDeployedProcessorsFollowTheManifests).
+var DeployedProcessors = map[string]int{
+	"frontdoor": 2, "catalogsvc": 1, "policysvc": 1, "rcnssvc": 1, "identitysvc": 1, "auditsvc": 1,
+}
 
 // DefaultTunedEnv is what the "tuned" scenario changes, each found by
 // profiling (docs/performance.md): one P per service, because seven Go
@@ -446,6 +458,13 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	// read-only endpoints, so that the throughput-claims scenario measures
 	// the same QUERY without proof, side by side.
 	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=informational"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
+	// A GOMAXPROCS of the caller's (Env, the tuned scenario's) replaces the
+	// deployed sizing rather than being overridden by it.
+	if !slices.ContainsFunc(copts.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		for n, procs := range DeployedProcessors {
+			copts.ServiceEnv[n] = append(copts.ServiceEnv[n], "GOMAXPROCS="+strconv.Itoa(procs))
+		}
+	}
 	s := &benchSuite{o: o, pprof: map[string]string{}, progress: progress}
 	if o.ProfileDir != "" {
 		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
@@ -457,7 +476,7 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 				return nil, err
 			}
 			s.pprof[n] = a
-			copts.ServiceEnv[n] = []string{"PPROF_ADDR=" + a}
+			copts.ServiceEnv[n] = append(copts.ServiceEnv[n], "PPROF_ADDR="+a)
 		}
 	}
 	// One retry: the harness picks free ports by listening and closing,
