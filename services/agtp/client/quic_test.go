@@ -121,6 +121,13 @@ func TestQUICRedialsAfterTheConnectionEnds(t *testing.T) {
 // 0-RTT needs a session ticket from an earlier connection; clients that
 // share a session cache resume. Only QUERY and DISCOVER may go in early
 // data; other methods wait for the handshake.
+//
+// Under -race on a loaded machine this test can, rarely, report a data
+// race inside quic-go itself: a stream opened in 0-RTT reads the peer's
+// transport parameters while the connection's goroutine stores the ones
+// the handshake just brought (quic-go's open upstream issue 4303). Both
+// sides are quic-go's; the client opens the stream as quic-go documents
+// for early data.
 func TestQUIC0RTTOnlyForQueryAndDiscover(t *testing.T) {
 	var early sync.Map
 	srv := startServer(t, transport.Options{}, func(ctx context.Context, ci *transport.ConnInfo, req *agtp.Request) *agtp.Response {
