@@ -139,6 +139,12 @@ var DeployedProcessors = map[string]int{
 	"frontdoor": 2, "catalogsvc": 1, "policysvc": 1, "rcnssvc": 1, "identitysvc": 1, "auditsvc": 1,
 }
 
+// setsGOMAXPROCS reports whether an environment sets GOMAXPROCS, in place
+// of DeployedProcessors.
+func setsGOMAXPROCS(env []string) bool {
+	return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") })
+}
+
 // DefaultTunedEnv is what the "tuned" scenario changes, each found by
 // profiling (docs/performance.md): one P per service, because seven Go
 // processes share two cores and idle Ps only spin; and a less eager GC,
@@ -460,7 +466,7 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=informational"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
 	// A GOMAXPROCS of the caller's (Env, the tuned scenario's) replaces the
 	// deployed sizing rather than being overridden by it.
-	if !slices.ContainsFunc(copts.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+	if !setsGOMAXPROCS(copts.Env) {
 		for n, procs := range DeployedProcessors {
 			copts.ServiceEnv[n] = append(copts.ServiceEnv[n], "GOMAXPROCS="+strconv.Itoa(procs))
 		}

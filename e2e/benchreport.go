@@ -103,9 +103,8 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
 	fmt.Fprintf(w, "| load average before the run | %.2f %.2f %.2f |\n| open-file limit (services inherit it) | %d |\n\n", r.Load[0], r.Load[1], r.Load[2], r.FileLimit)
 	fmt.Fprintf(w, "All services ran as separate processes with mTLS gRPC between them and a real redis-server, on loopback, "+
-		"on the same %d cores as the load generator, each with the GOMAXPROCS the Kubernetes manifests give it (%s) unless "+
-		"a run says otherwise. Each run: %v warm-up, then %v measured. Latency is from sending the "+
-		"request (open loop: from when it was due) to reading the whole response.\n\n", m.CPUs, deployedProcessorsText(), r.Options.Warmup, r.Options.Duration)
+		"on the same %d cores as the load generator, %s. Each run: %v warm-up, then %v measured. Latency is from sending the "+
+		"request (open loop: from when it was due) to reading the whole response.\n\n", m.CPUs, r.processorsText(), r.Options.Warmup, r.Options.Duration)
 
 	if v := r.Verdicts(); len(v) > 0 {
 		fmt.Fprintf(w, "## Targets\n\n| target | measured | met | |\n|---|---:|---|---|\n")
@@ -255,11 +254,15 @@ func (r *BenchReport) writeLimit(w io.Writer) {
 		"**Throughput as a share of the limit: %.2f** (target ≥ %.2f, aim %.2f).\n\n", r.LimitRatio(), TargetLimitRatio, AimLimitRatio)
 }
 
-// deployedProcessorsText lists DeployedProcessors in service order.
-func deployedProcessorsText() string {
+// processorsText says what GOMAXPROCS the services ran with: the
+// command's -env when it set one, else DeployedProcessors in service order.
+func (r *BenchReport) processorsText() string {
+	if setsGOMAXPROCS(r.Options.Env) {
+		return "each with the GOMAXPROCS of the command's -env"
+	}
 	parts := make([]string, 0, len(devpki.ServiceNames))
 	for _, n := range devpki.ServiceNames {
 		parts = append(parts, fmt.Sprintf("%s %d", n, DeployedProcessors[n]))
 	}
-	return strings.Join(parts, ", ")
+	return "each with the GOMAXPROCS the Kubernetes manifests give it (" + strings.Join(parts, ", ") + ") unless a run says otherwise"
 }

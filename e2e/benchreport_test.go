@@ -109,3 +109,24 @@ func TestReportShowsContextSwitchesPerRequestByProcess(t *testing.T) {
 		t.Logf("report:\n%s", md)
 	}
 }
+
+// The report's header names the GOMAXPROCS the services ran with: the
+// deployed sizing, or the command's own when -env set one.
+func TestReportNamesTheServicesProcessors(t *testing.T) {
+	for _, tc := range []struct {
+		name, want, notWant string
+		env                 []string
+	}{
+		{"deployed sizing", "(frontdoor 2, catalogsvc 1, policysvc 1, rcnssvc 1, identitysvc 1, auditsvc 1)", "-env", nil},
+		{"the command's", "GOMAXPROCS of the command's -env", "Kubernetes", []string{"GOGC=200", "GOMAXPROCS=4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &BenchReport{Options: BenchOptions{Env: tc.env}}
+			var b bytes.Buffer
+			rep.WriteMarkdown(&b, "test", "")
+			if md := b.String(); !strings.Contains(md, tc.want) || strings.Contains(md, tc.notWant) {
+				t.Errorf("header does not say %q (or says %q):\n%s", tc.want, tc.notWant, md)
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -53,8 +52,8 @@ func CPUTime(pid int) (time.Duration, error) {
 // the sum can fall short; Go processes rarely end threads (the runtime
 // parks idle ones rather than exiting them; only a goroutine that ends
 // while locked to its thread takes the thread along), so over a measured
-// window the difference is the switches made in it. A thread that ends between
-// listing and reading is skipped, not an error.
+// window the difference is the switches made in it. A thread that ends
+// between listing and reading is skipped, not an error.
 func CtxSwitches(pid int) (uint64, error) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
@@ -62,16 +61,15 @@ func CtxSwitches(pid int) (uint64, error) {
 		return 0, err
 	}
 	var sum uint64
-	buf := make([]byte, 8<<10) // a thread's status is under 2 KiB on small machines
 	for _, t := range tasks {
-		b, err := readProcFile(dir+"/"+t.Name()+"/status", buf)
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			continue // the thread ended
 		}
 		if err != nil {
 			return 0, err
 		}
-		n, err := parseCtxSwitches(b)
+		n, err := parseCtxSwitches(string(b))
 		if err != nil {
 			return 0, fmt.Errorf("%s/%s/status: %w", dir, t.Name(), err)
 		}
@@ -80,51 +78,20 @@ func CtxSwitches(pid int) (uint64, error) {
 	return sum, nil
 }
 
-// readProcFile reads a small file of /proc into buf with plain system
-// calls: os.ReadFile's stat and its attempt to register the file with the
-// poller make each read several times dearer on a virtual machine, and a
-// sample reads one file per thread of every measured process.
-func readProcFile(path string, buf []byte) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	for n := 0; n < len(buf); {
-		m, err := syscall.Read(fd, buf[n:])
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
-			return buf[:n], nil
-		}
-		n += m
-	}
-	return nil, fmt.Errorf("%s: longer than %d bytes", path, len(buf))
-}
-
 // parseCtxSwitches returns voluntary_ctxt_switches plus
 // nonvoluntary_ctxt_switches from the text of a /proc status file.
-func parseCtxSwitches(status []byte) (uint64, error) {
-	const vol, invol = "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"
+func parseCtxSwitches(status string) (uint64, error) {
 	var sum uint64
-	seen := map[string]bool{}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != vol && k != invol) {
-			continue
+	for _, k := range []string{"voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"} {
+		v, ok := statusValue(status, k)
+		if !ok {
+			return 0, fmt.Errorf("no %s", k)
 		}
-		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", k, err)
 		}
 		sum += n
-		seen[k] = true
-	}
-	for _, k := range []string{vol, invol} {
-		if !seen[k] {
-			return 0, fmt.Errorf("no %s", k)
-		}
 	}
 	return sum, nil
 }
@@ -144,21 +111,25 @@ func RSS(pid int) (int64, error) {
 }
 
 func statusField(pid int, name string) (string, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && k == name {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
+	if v, ok := statusValue(string(b), name); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("/proc/%d/status has no %s", pid, name)
+}
+
+// statusValue returns the value of the line "name:" of a /proc status
+// file's text, without the blanks around it.
+func statusValue(status, name string) (string, bool) {
+	for line := range strings.SplitSeq(status, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == name {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
 }
 
 // OpenFileLimit returns a process's soft limit on open files, from

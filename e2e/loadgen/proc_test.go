@@ -2,12 +2,9 @@ package loadgen
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -38,7 +35,7 @@ func TestParseCtxSwitchesAddsVoluntaryAndInvoluntary(t *testing.T) {
 		{"negative", statusText("5", "-1"), 0, "nonvoluntary_ctxt_switches"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseCtxSwitches([]byte(tc.status))
+			got, err := parseCtxSwitches(tc.status)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %d, %v; want an error naming %q", got, err, tc.wantErr)
@@ -101,38 +98,6 @@ func TestCtxSwitchesOfAProcessThatIsGoneIsAnError(t *testing.T) {
 	// Above the kernel's pid_max (at most 2^22), so no process has it.
 	if n, err := CtxSwitches(1 << 23); err == nil {
 		t.Fatalf("a process that does not exist made %d context switches", n)
-	}
-}
-
-func TestReadProcFile(t *testing.T) {
-	dir := t.TempDir()
-	small := filepath.Join(dir, "small")
-	if err := os.WriteFile(small, []byte("voluntary_ctxt_switches:\t3\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name    string
-		path    string
-		bufSize int
-		want    string
-		// gone is whether CtxSwitches takes the error for a thread that
-		// ended, and skips it.
-		wantErr, gone bool
-	}{
-		{"a file that fits", small, 64, "voluntary_ctxt_switches:\t3\n", false, false},
-		{"a file exactly the buffer's size", small, 27, "", true, false},
-		{"a file longer than the buffer", small, 8, "", true, false},
-		{"a file that does not exist", filepath.Join(dir, "gone"), 64, "", true, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := readProcFile(tc.path, make([]byte, tc.bufSize))
-			if (err != nil) != tc.wantErr || string(got) != tc.want {
-				t.Fatalf("got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
-			}
-			if gone := errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH); gone != tc.gone {
-				t.Fatalf("error %v taken for an ended thread: %v, want %v", err, gone, tc.gone)
-			}
-		})
 	}
 }
 
