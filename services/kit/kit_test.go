@@ -40,6 +40,22 @@ func startServer(t *testing.T, name string) (*kit.Base, *tracetest.SpanRecorder)
 // startServerWith is startServer with the configuration adjusted by edit.
 func startServerWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Base, *tracetest.SpanRecorder) {
 	t.Helper()
+	b, rec := newBaseWith(t, name, edit)
+	b.Server.Register("test.Service", nil, nil)
+	runBase(t, b)
+	return b, rec
+}
+
+// newBase is a kit base for the named service on loopback, not yet
+// running, so that a test can register services on it first.
+func newBase(t *testing.T, name string) *kit.Base {
+	t.Helper()
+	b, _ := newBaseWith(t, name, nil)
+	return b
+}
+
+func newBaseWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Base, *tracetest.SpanRecorder) {
+	t.Helper()
 	pki := testkit.PKI(t)
 	rec := tracetest.NewSpanRecorder()
 	cfg := kit.DefaultCommon(name, "127.0.0.1:0", "127.0.0.1:0")
@@ -56,7 +72,12 @@ func startServerWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Ba
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Server.Register("test.Service", nil, nil)
+	return b, rec
+}
+
+// runBase runs b until the test ends.
+func runBase(t *testing.T, b *kit.Base) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
@@ -66,7 +87,6 @@ func startServerWith(t *testing.T, name string, edit func(*kit.Common)) (*kit.Ba
 			t.Errorf("run: %v", err)
 		}
 	})
-	return b, rec
 }
 
 func checkHealth(ctx context.Context, conn *grpc.ClientConn, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {

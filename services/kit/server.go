@@ -95,7 +95,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		// instead of a new goroutine growing its stack again for every
 		// RPC (about 25 µs of a sequential SignAndAppend); when all are
 		// busy, grpc-go starts a goroutine as before.
-		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
+		grpc.NumStreamWorkers(streamWorkers()),
 	)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if cfg.Reflection {
@@ -115,6 +115,23 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// minStreamWorkers is the fewest stream workers a server keeps. A worker
+// runs one stream at a time, for the stream's whole life: a watch stream
+// a caller keeps open (the front door follows key events, snapshots and
+// agents) holds a worker for hours. Sized by processors alone, a
+// one-processor service had its only worker held by such a stream and
+// started a fresh goroutine, and grew its stack again, for every unary
+// call (a sixth of policysvc's CPU under load). Idle workers cost a
+// parked goroutine each.
+const minStreamWorkers = 16
+
+// streamWorkers is how many stream workers a server keeps: enough for
+// the watch streams callers hold open plus the concurrent unary calls of
+// every processor.
+func streamWorkers() uint32 {
+	return uint32(max(minStreamWorkers, 4*goruntime.GOMAXPROCS(0)))
 }
 
 // GRPC is the server to register service implementations on.
