@@ -98,6 +98,36 @@ func TestInspectAndVerify(t *testing.T) {
 		}
 	})
 
+	t.Run("a later connection with the same certificate", func(t *testing.T) {
+		v := NewVerifier(nil)
+		cert := issued(issuer, now)
+		conn := func(c *x509.Certificate) *Peer {
+			return v.Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}})
+		}
+		if err := conn(cert).VerifyAgent(record(issuer), now); err != nil {
+			t.Fatal(err)
+		}
+		// A record that names the issuer fingerprint but carries no key
+		// can verify nothing: it passes only where the earlier
+		// verification of this certificate against that key is reused.
+		keyless := &identityv1.AgentRecord{IssuerFingerprint: genesis.Fingerprint(issuer.Public().(ed25519.PublicKey))}
+		if err := NewVerifier(nil).Inspect(&tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}).VerifyAgent(keyless, now); err == nil {
+			t.Fatal("a verifier that never saw the certificate accepted it without an issuer key")
+		}
+		if err := conn(cert).VerifyAgent(keyless, now); err != nil {
+			t.Fatalf("second connection: %v, want the earlier verification reused", err)
+		}
+		if err := conn(cert).VerifyAgent(record(issuer), now.Add(2*time.Hour)); err == nil || err.Reason != agentcert.ReasonExpired {
+			t.Fatalf("second connection after expiry: %v, want %s", err, agentcert.ReasonExpired)
+		}
+		if err := conn(cert).VerifyAgent(record(stranger), now); err == nil || err.Reason != agentcert.ReasonUntrusted {
+			t.Fatalf("second connection, the record's issuer changed: %v, want %s", err, agentcert.ReasonUntrusted)
+		}
+		if err := conn(issued(stranger, now)).VerifyAgent(keyless, now); err == nil || err.Reason != agentcert.ReasonUntrusted {
+			t.Fatalf("another certificate for the agent, not signed by its issuer: %v, want %s", err, agentcert.ReasonUntrusted)
+		}
+	})
+
 	t.Run("a certificate that names no agent proves a key", func(t *testing.T) {
 		k := key(t)
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour)}
@@ -110,6 +140,19 @@ func TestInspectAndVerify(t *testing.T) {
 
 	if NewVerifier(nil).Inspect(&tls.ConnectionState{}) != nil {
 		t.Fatal("no certificate must prove nothing")
+	}
+}
+
+func TestVerifiedCertsAreBounded(t *testing.T) {
+	c := newVerifiedCerts(3)
+	for _, cert := range []string{"a", "b", "c", "d", "e"} {
+		c.add(cert, "issuer")
+	}
+	if len(c.m) != 3 {
+		t.Fatalf("%d remembered, want the bound 3", len(c.m))
+	}
+	if !c.has("e", "issuer") || c.has("e", "another issuer") {
+		t.Fatal("the latest certificate must be remembered, with its issuer only")
 	}
 }
 
