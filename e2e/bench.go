@@ -136,7 +136,7 @@ var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput
 // becomes runnable would wake an idle thread (see
 // TestDeployedProcessorsFollowTheManifests).
 var DeployedProcessors = map[string]int{
-	"frontdoor": 2, "catalogsvc": 1, "policysvc": 1, "rcnssvc": 1, "identitysvc": 1, "auditsvc": 1,
+	"frontdoor": 1, "catalogsvc": 1, "policysvc": 1, "rcnssvc": 1, "identitysvc": 1, "auditsvc": 1,
 }
 
 // setsGOMAXPROCS reports whether an environment sets GOMAXPROCS, in place

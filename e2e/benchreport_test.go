@@ -117,7 +117,7 @@ func TestReportNamesTheServicesProcessors(t *testing.T) {
 		name, want, notWant string
 		env                 []string
 	}{
-		{"deployed sizing", "(frontdoor 2, catalogsvc 1, policysvc 1, rcnssvc 1, identitysvc 1, auditsvc 1)", "-env", nil},
+		{"deployed sizing", "(frontdoor 1, catalogsvc 1, policysvc 1, rcnssvc 1, identitysvc 1, auditsvc 1)", "-env", nil},
 		{"the command's", "GOMAXPROCS of the command's -env", "Kubernetes", []string{"GOGC=200", "GOMAXPROCS=4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
