@@ -89,6 +89,19 @@ func runBase(t *testing.T, b *kit.Base) {
 	})
 }
 
+// dialCatalogsvc is a connection to b, a catalogsvc, from a policysvc
+// with its own suite certificate; it is closed when the test ends.
+func dialCatalogsvc(t *testing.T, b *kit.Base) *grpc.ClientConn {
+	t.Helper()
+	client, _ := startServer(t, "policysvc")
+	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 func checkHealth(ctx context.Context, conn *grpc.ClientConn, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
@@ -99,12 +112,7 @@ func checkHealth(ctx context.Context, conn *grpc.ClientConn, service string) (he
 
 func TestHealthServingOverMutualTLS(t *testing.T) {
 	b, _ := startServer(t, "catalogsvc")
-	client, _ := startServer(t, "policysvc")
-	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialCatalogsvc(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	testkit.WaitFor(t, 5*time.Second, "SERVING", func() bool {
@@ -239,17 +247,12 @@ func TestDrainEndsOpenStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, _ := startServer(t, "policysvc")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
 	defer cancel()
 
-	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialCatalogsvc(t, b)
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
 	stream, err := healthpb.NewHealthClient(conn).Watch(sctx, &healthpb.HealthCheckRequest{})

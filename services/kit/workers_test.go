@@ -13,7 +13,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agtpsuite/agtp/services/access"
-	"github.com/agtpsuite/agtp/services/kit"
 )
 
 // goroutineID is the running goroutine's number, from its stack header
@@ -64,12 +63,7 @@ func TestUnaryCallsRunOnWorkersWhileWatchStreamsAreOpen(t *testing.T) {
 	b.Server.Register("test.Workers", nil, access.Table{method: {AnyPeer: true}})
 	runBase(t, b)
 
-	client, _ := startServer(t, "policysvc")
-	conn, err := kit.DialService(b.Server.GRPCAddr(), "catalogsvc", client.MTLS, client.Telemetry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialCatalogsvc(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for range watches {
