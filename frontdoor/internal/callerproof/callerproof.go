@@ -256,7 +256,7 @@ func (p *Peer) VerifyAgent(rec *identityv1.AgentRecord, now time.Time) *agentcer
 	if seen := p.issuerSeen.Load(); seen != nil && *seen == fp && fp != "" {
 		return p.unexpired(now)
 	}
-	if fp != "" && p.verified != nil && p.verified.has(p.CertFingerprint, fp) {
+	if fp != "" && p.verified.has(p.CertFingerprint, fp) {
 		// The same certificate verified against this issuer key on an
 		// earlier connection; its profile was checked then and does not
 		// change, only the clock does.
@@ -277,9 +277,7 @@ func (p *Peer) VerifyAgent(rec *identityv1.AgentRecord, now time.Time) *agentcer
 		return &agentcert.Error{Reason: agentcert.ReasonUntrusted, Explanation: "the agent's record is inconsistent: its issuer key does not match its issuer fingerprint"}
 	}
 	p.issuerSeen.Store(&fp)
-	if p.verified != nil {
-		p.verified.add(p.CertFingerprint, fp)
-	}
+	p.verified.add(p.CertFingerprint, fp)
 	return nil
 }
 
