@@ -43,6 +43,14 @@ type AbusePair struct {
 	Kind          string
 	Abuse         *loadgen.AbuseResult
 	Without, With map[string]*loadgen.Result
+	// AbuserCores is the CPU the abuser process used while the clients
+	// were measured with it running, in cores; AbuserMeasured is false
+	// when the abuser ran inside the measuring process. On a machine the
+	// abuser shares with the suite, its CPU is taken from the suite as
+	// surely as the server's own work is, and it would not be in a real
+	// attack from elsewhere.
+	AbuserCores    float64
+	AbuserMeasured bool
 }
 
 // Ratio is a client's p99 with the abuse against its p99 without; 0 when
@@ -135,12 +143,13 @@ func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, er
 	}
 	cfg := loadgen.AbuseConfig{Kind: kind, Target: s.target}
 	var stop func() (*loadgen.AbuseResult, error)
+	abuserPid := 0
 	if len(s.o.AbuseCommand) > 0 {
 		ap, err := loadgen.StartAbuseProcess(ctx, s.o.AbuseCommand, cfg, s.c.PKI.CA())
 		if err != nil {
 			return nil, err
 		}
-		stop = ap.Stop
+		stop, abuserPid = ap.Stop, ap.Pid()
 	} else {
 		ab, err := loadgen.StartAbuse(ctx, cfg)
 		if err != nil {
@@ -155,8 +164,10 @@ func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, er
 	}
 	s.progress("abuse %s: %.0f attempts/s from %d address(es), ramping up for %v", kind, d.Rate, d.Sources, ramp)
 	sleep(ctx, ramp)
+	measure := abuserCPU(abuserPid)
 	with, cerr := s.clients(ctx, "abuse "+kind+" with")
 	p.With = with
+	p.AbuserCores, p.AbuserMeasured = measure()
 	p.Abuse, err = stop()
 	if err = errors.Join(cerr, err); err != nil {
 		return nil, err
@@ -174,6 +185,25 @@ func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, er
 	}
 	sleep(ctx, settle)
 	return p, ctx.Err()
+}
+
+// abuserCPU starts measuring the CPU of the abuser process pid (0: none);
+// the function it returns gives the cores it used since, and whether it
+// could tell.
+func abuserCPU(pid int) func() (float64, bool) {
+	if pid == 0 {
+		return func() (float64, bool) { return 0, false }
+	}
+	start := time.Now()
+	before, err := loadgen.CPUTime(pid)
+	return func() (float64, bool) {
+		after, err2 := loadgen.CPUTime(pid)
+		elapsed := time.Since(start)
+		if err != nil || err2 != nil || elapsed <= 0 {
+			return 0, false
+		}
+		return float64(after-before) / float64(elapsed), true
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -239,14 +269,20 @@ func (r *AbuseReport) write(w io.Writer) {
 		cells = append(cells, p50, fmt.Sprintf("%.1f%%", share), fmt.Sprint(failed), busy, load, verdict)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(w, "\n| abuse | attempts/s | sources | held at most | attempts | what the front door did with them |\n|---|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "\n**abuser CPU** is what the abuser process itself used while the clients were measured alongside it, in cores: "+
+		"on this machine it shares the cores with the suite, which a real attack from elsewhere would not.\n\n")
+	fmt.Fprintf(w, "| abuse | attempts/s | sources | held at most | attempts | abuser CPU | what the front door did with them |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Pairs {
 		if a := p.Abuse; a != nil {
 			held := "-"
 			if a.Hold > 0 {
 				held = fmt.Sprintf("%d (bound %d)", a.MaxHeld, a.Hold)
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %d | %s | %d | %s |\n", a.Kind, a.Rate, len(a.Sources), held, a.Attempts, a.FormatOutcomes())
+			cores := "-"
+			if p.AbuserMeasured {
+				cores = fmt.Sprintf("%.2f", p.AbuserCores)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %d | %s | %d | %s | %s |\n", a.Kind, a.Rate, len(a.Sources), held, a.Attempts, cores, a.FormatOutcomes())
 		}
 	}
 	fmt.Fprintln(w)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -265,4 +266,28 @@ func (r *BenchReport) processorsText() string {
 		parts = append(parts, fmt.Sprintf("%s %d", n, DeployedProcessors[n]))
 	}
 	return "each with the GOMAXPROCS the Kubernetes manifests give it (" + strings.Join(parts, ", ") + ") unless a run says otherwise"
+}
+
+// CommandLine is how a report names the run that made it: args (without
+// the program) after "agtpbench", with every absolute path under wd made
+// relative to it, so that a report committed to the repository does not
+// carry the layout of the machine that generated it.
+func CommandLine(args []string, wd string) string {
+	out := []string{"agtpbench"}
+	for _, a := range args {
+		flag, value, isFlag := strings.Cut(a, "=")
+		if !isFlag || !strings.HasPrefix(flag, "-") {
+			flag, value = "", a
+		}
+		if filepath.IsAbs(value) && wd != "" {
+			if rel, err := filepath.Rel(wd, value); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				value = rel
+			}
+		}
+		if flag != "" {
+			value = flag + "=" + value
+		}
+		out = append(out, value)
+	}
+	return strings.Join(out, " ")
 }

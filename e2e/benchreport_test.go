@@ -9,15 +9,17 @@ import (
 	"github.com/agtpsuite/agtp/e2e/loadgen"
 )
 
-// tableCell returns the cell of the Markdown table under heading whose
-// column is named column and whose row is named row, or "" without one.
+// tableCell returns the cell of the first Markdown table under heading
+// that has a column named column, in the row whose first cell is row, or
+// "" without one.
 func tableCell(md, heading, column, row string) string {
 	_, section, ok := strings.Cut(md, heading+"\n")
 	if !ok {
 		return ""
 	}
+	lines := strings.Split(section, "\n")
 	col := -1
-	for line := range strings.SplitSeq(section, "\n") {
+	for i, line := range lines {
 		if strings.HasPrefix(line, "#") {
 			return "" // the next section
 		}
@@ -28,17 +30,17 @@ func tableCell(md, heading, column, row string) string {
 		for i := range cells {
 			cells[i] = strings.TrimSpace(cells[i])
 		}
-		switch {
-		case col < 0 && cells[0] == "run":
-			for i, c := range cells {
+		if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "|---") {
+			// A table's header: look for the column in this table.
+			col = -1
+			for j, c := range cells {
 				if c == column {
-					col = i
+					col = j
 				}
 			}
-			if col < 0 {
-				return ""
-			}
-		case col >= 0 && cells[0] == row && col < len(cells):
+			continue
+		}
+		if col >= 0 && cells[0] == row && col < len(cells) {
 			return cells[col]
 		}
 	}
@@ -128,5 +130,59 @@ func TestReportNamesTheServicesProcessors(t *testing.T) {
 				t.Errorf("header does not say %q (or says %q):\n%s", tc.want, tc.notWant, md)
 			}
 		})
+	}
+}
+
+// TestAbuseReportShowsTheAbusersOwnCPU writes the abuse section of pairs
+// made up here: an abuser run as a process has the cores it used while the
+// clients were measured, and one that ran inside the measuring process has
+// none to show.
+func TestAbuseReportShowsTheAbusersOwnCPU(t *testing.T) {
+	client := func(p99 time.Duration) map[string]*loadgen.Result {
+		out := map[string]*loadgen.Result{}
+		for _, c := range abuseClients {
+			out[c] = &loadgen.Result{Name: c, Completed: 100, Latency: loadgen.Summary{P50: p99 / 4, P99: p99}}
+		}
+		return out
+	}
+	rep := &AbuseReport{Rate: 400, Duration: 5 * time.Second, Pairs: []*AbusePair{
+		{Kind: loadgen.AbuseQUICFlood, Abuse: &loadgen.AbuseResult{Kind: loadgen.AbuseQUICFlood, Rate: 150, Attempts: 2100},
+			Without: client(8 * time.Millisecond), With: client(15 * time.Millisecond), AbuserCores: 0.234, AbuserMeasured: true},
+		{Kind: loadgen.AbuseGarbage, Abuse: &loadgen.AbuseResult{Kind: loadgen.AbuseGarbage, Rate: 50, Attempts: 300},
+			Without: client(8 * time.Millisecond), With: client(9 * time.Millisecond)},
+	}}
+	var b bytes.Buffer
+	rep.write(&b)
+	md := b.String()
+	for _, tc := range []struct{ kind, want string }{
+		{loadgen.AbuseQUICFlood, "0.23"},
+		{loadgen.AbuseGarbage, "-"},
+	} {
+		if got := tableCell(md, "## Abuse", "abuser CPU", tc.kind); got != tc.want {
+			t.Errorf("%s: abuser CPU %q, want %q\n%s", tc.kind, got, tc.want, md)
+		}
+	}
+	if got := tableCell(md, "## Abuse", "×", loadgen.AbuseQUICFlood); got != "1.88" {
+		t.Errorf("quic-flood tcp ratio %q, want 1.88 (15 ms over 8 ms)", got)
+	}
+}
+
+// TestCommandLineKeepsTheMachineOutOfTheReport: an absolute path under the
+// working directory is shown relative to it, in either flag form; other
+// arguments, and paths elsewhere, are shown as given.
+func TestCommandLineKeepsTheMachineOutOfTheReport(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-out", "/src/agtp/docs/bench"}, "agtpbench -out docs/bench"},
+		{[]string{"-out=/src/agtp/docs/bench", "-only", "throughput"}, "agtpbench -out=docs/bench -only throughput"},
+		{[]string{"-profile", "/var/prof", "-out", ""}, "agtpbench -profile /var/prof -out "},
+		{[]string{"-out", "/src/agtp-other/x"}, "agtpbench -out /src/agtp-other/x"},
+		{[]string{"-env", "GOGC=400"}, "agtpbench -env GOGC=400"},
+	} {
+		if got := CommandLine(tc.args, "/src/agtp"); got != tc.want {
+			t.Errorf("CommandLine(%q) = %q, want %q", tc.args, got, tc.want)
+		}
 	}
 }

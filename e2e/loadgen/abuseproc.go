@@ -80,6 +80,10 @@ func (p *AbuseProcess) Stop() (*AbuseResult, error) {
 	return &r, nil
 }
 
+// Pid is the child's process ID, for measuring what the abuser itself
+// costs the machine it shares with the server.
+func (p *AbuseProcess) Pid() int { return p.cmd.Process.Pid }
+
 // ServeAbuseChild is the child's side: it runs cfg's abuse until stdin
 // reaches its end, then writes the result to stdout as JSON.
 func ServeAbuseChild(ctx context.Context, cfg AbuseConfig, stdin io.Reader, stdout io.Writer) error {

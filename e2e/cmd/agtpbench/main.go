@@ -126,7 +126,8 @@ func run() int {
 		}
 	}
 	var md bytes.Buffer
-	command := strings.Join(append([]string{"agtpbench"}, os.Args[1:]...), " ")
+	wd, _ := os.Getwd()
+	command := e2e.CommandLine(os.Args[1:], wd)
 	rep.WriteMarkdown(&md, command, "latency-vs-load.svg")
 	os.Stdout.Write(md.Bytes())
 	if *out != "" {
