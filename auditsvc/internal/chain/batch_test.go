@@ -17,8 +17,8 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// holdHook holds the first pipeline sent after hold until release, so that
-// a test can queue records behind an append in flight.
+// holdHook holds the first append pipeline sent once armed until gate is
+// closed, so that a test can queue records behind an append in flight.
 type holdHook struct {
 	armed   atomic.Bool
 	entered chan struct{}
@@ -33,7 +33,11 @@ func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook          { retur
 func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.armed.CompareAndSwap(true, false) {
+		// Only an append's pipeline: the client's own pipelines (the
+		// handshake of each new connection, sent through the hooks too)
+		// must not be the one held, or the records meant to queue behind
+		// the append could join it.
+		if carriesAppend(cmds) && h.armed.CompareAndSwap(true, false) {
 			h.entered <- struct{}{}
 			<-h.gate
 		}
@@ -187,6 +191,13 @@ func (h *resendBatchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// carriesAppend reports whether cmds hold an appendLua call: test hooks
+// act on an append's pipeline only, since the client sends pipelines of its
+// own through the hooks too (each new connection's handshake).
+func carriesAppend(cmds []redis.Cmder) bool {
+	return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "evalsha" })
 }
 
 // carriesBatch reports whether cmds hold an appendLua call of more than

@@ -175,7 +175,8 @@ func TestResentScriptIsRecognisedAsOwnAppend(t *testing.T) {
 	}
 }
 
-// resendHook runs the first pipeline twice and reports the second result.
+// resendHook runs the first append pipeline twice and reports the second
+// result.
 type resendHook struct{ once *sync.Once }
 
 func (resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -185,7 +186,9 @@ func (resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		twice := false
-		h.once.Do(func() { twice = true })
+		if carriesAppend(cmds) {
+			h.once.Do(func() { twice = true })
+		}
 		if twice {
 			_ = next(ctx, cmds)
 		}
