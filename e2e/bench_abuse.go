@@ -44,11 +44,11 @@ type AbusePair struct {
 	Abuse         *loadgen.AbuseResult
 	Without, With map[string]*loadgen.Result
 	// AbuserCores is the CPU the abuser process used while the clients
-	// were measured with it running, in cores; AbuserMeasured is false
-	// when the abuser ran inside the measuring process. On a machine the
-	// abuser shares with the suite, its CPU is taken from the suite as
-	// surely as the server's own work is, and it would not be in a real
-	// attack from elsewhere.
+	// ran with it (their warm-up and measured window), in cores;
+	// AbuserMeasured is false when the abuser ran inside the measuring
+	// process. On a machine the abuser shares with the suite, its CPU is
+	// taken from the suite as surely as the server's own work is, and it
+	// would not be in a real attack from elsewhere.
 	AbuserCores    float64
 	AbuserMeasured bool
 }
@@ -269,7 +269,7 @@ func (r *AbuseReport) write(w io.Writer) {
 		cells = append(cells, p50, fmt.Sprintf("%.1f%%", share), fmt.Sprint(failed), busy, load, verdict)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(w, "\n**abuser CPU** is what the abuser process itself used while the clients were measured alongside it, in cores: "+
+	fmt.Fprintf(w, "\n**abuser CPU** is what the abuser process itself used while the clients ran alongside it (warm-up and measured window), in cores: "+
 		"on this machine it shares the cores with the suite, which a real attack from elsewhere would not.\n\n")
 	fmt.Fprintf(w, "| abuse | attempts/s | sources | held at most | attempts | abuser CPU | what the front door did with them |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Pairs {
