@@ -96,6 +96,8 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		// RPC (about 25 µs of a sequential SignAndAppend); when all are
 		// busy, grpc-go starts a goroutine as before.
 		grpc.NumStreamWorkers(streamWorkers()),
+		grpc.InitialWindowSize(internalStreamWindow),
+		grpc.InitialConnWindowSize(internalConnWindow),
 	)...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if cfg.Reflection {
@@ -179,6 +181,21 @@ func (s *Server) Dial(peer string) (*grpc.ClientConn, error) {
 	return DialService(addr, peer, s.mtls, s.tel)
 }
 
+// Flow-control windows of the suite's internal gRPC connections, fixed on
+// both sides. grpc-go's default windows start at 64 KiB and grow by
+// estimating the bandwidth-delay product: each time data arrives after the
+// last estimate, the receiver sends a PING and a window update, and the
+// sender must answer the PING. A batch call of the front door (tens of
+// kilobytes each way) then carries extra frames, and on a loaded machine
+// extra wake-ups, on every call. Inside a cluster the product is small and
+// known; fixed windows larger than any batch send no PINGs and update the
+// window once per quarter of it (docs/performance.md, "Fixed flow-control
+// windows").
+const (
+	internalStreamWindow = 1 << 20
+	internalConnWindow   = 4 << 20
+)
+
 // DialService connects to a service at addr whose certificate names
 // serverName, presenting this process's certificate.
 func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.ClientConn, error) {
@@ -193,6 +210,8 @@ func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.Client
 	}
 	conn, err := grpc.NewClient(addr, append(copts,
 		grpc.WithDefaultServiceConfig(defaultServiceConfig()),
+		grpc.WithInitialWindowSize(internalStreamWindow),
+		grpc.WithInitialConnWindowSize(internalConnWindow),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		// A peer that restarts is back within seconds; the default 120 s
 		// reconnect ceiling would keep answering 503 long after.
