@@ -2,38 +2,14 @@ package kit_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	channelzpb "google.golang.org/grpc/channelz/grpc_channelz_v1"
 	channelzservice "google.golang.org/grpc/channelz/service"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// channelzClient serves grpc-go's channelz service (which, imported,
-// turns channelz on for the process) on a loopback port of its own and
-// returns a client of it.
-func channelzClient(t *testing.T) channelzpb.ChannelzClient {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	channelzservice.RegisterChannelzServiceToServer(srv)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return channelzpb.NewChannelzClient(conn)
-}
 
 // A connection between two of the suite's services runs with fixed
 // flow-control windows on both sides, far above grpc-go's 64 KiB start:
@@ -43,7 +19,9 @@ func channelzClient(t *testing.T) channelzpb.ChannelzClient {
 // (set by DialService) and the window the server granted it (set by
 // NewServer).
 func TestInternalConnectionsUseFixedFlowControlWindows(t *testing.T) {
-	cz := channelzClient(t)
+	// grpc-go's channelz service; importing it turns channelz on for the
+	// process, so the connections below are tracked.
+	cz := channelzpb.NewChannelzClient(testkit.ServeGRPC(t, channelzservice.RegisterChannelzServiceToServer))
 	b, _ := startServer(t, "catalogsvc")
 	conn := dialCatalogsvc(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
