@@ -27,8 +27,8 @@ func tableCell(md, heading, column, row string) string {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
+		for k := range cells {
+			cells[k] = strings.TrimSpace(cells[k])
 		}
 		if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "|---") {
 			// A table's header: look for the column in this table.
