@@ -25,10 +25,11 @@ const (
 )
 
 // AbuseReport is the abuse scenario: for each kind of abuse, the
-// well-behaved clients at a fixed offered load without abuse, then at once
-// with the abuse running alongside. Each kind is compared with the
-// measurement just before it, so that drift in what else the shared
-// machine runs is not counted against the abuse.
+// well-behaved clients at a fixed offered load with the abuse running
+// alongside, against the same clients without abuse just before and just
+// after it. The two windows without abuse bracket the one with it, so
+// drift in what else the shared machine runs is not counted against the
+// abuse, and their spread shows how far the measurement moves by itself.
 type AbuseReport struct {
 	// Rate is the persistent-connection client's offered load; see
 	// wellBehaved for the others.
@@ -38,11 +39,13 @@ type AbuseReport struct {
 }
 
 // AbusePair is one kind of abuse: what the abuser did, and what the
-// well-behaved clients saw without and with it.
+// well-behaved clients saw before, with and after it. After is the next
+// kind's Before: the windows without abuse are shared between
+// neighbours.
 type AbusePair struct {
-	Kind          string
-	Abuse         *loadgen.AbuseResult
-	Without, With map[string]*loadgen.Result
+	Kind                string
+	Abuse               *loadgen.AbuseResult
+	Before, With, After map[string]*loadgen.Result
 	// AbuserCores is the CPU the abuser process used while the clients
 	// ran with it (their warm-up and measured window), in cores;
 	// AbuserMeasured is false when the abuser ran inside the measuring
@@ -53,14 +56,52 @@ type AbusePair struct {
 	AbuserMeasured bool
 }
 
-// Ratio is a client's p99 with the abuse against its p99 without; 0 when
+// Baseline is a client's p99 without the abuse: over the responses of
+// both windows that bracket it, pooled, which doubles the samples a p99
+// rests on (at the minor clients' rates one window holds a few hundred).
+// With only one window measured it is that window's p99; 0 with none.
+func (p *AbusePair) Baseline(client string) time.Duration {
+	var pooled loadgen.Histogram
+	var single time.Duration
+	n := 0
+	for _, r := range []*loadgen.Result{p.Before[client], p.After[client]} {
+		if r == nil {
+			continue
+		}
+		n++
+		single = r.Latency.P99
+		if r.Histogram == nil {
+			return single
+		}
+		pooled.Merge(r.Histogram)
+	}
+	if n < 2 {
+		return single
+	}
+	return pooled.Quantile(0.99)
+}
+
+// Ratio is a client's p99 with the abuse against its Baseline; 0 when
 // either was not measured.
 func (p *AbusePair) Ratio(client string) float64 {
-	base, cur := p.Without[client], p.With[client]
-	if base == nil || cur == nil || base.Latency.P99 <= 0 {
+	base, cur := p.Baseline(client), p.With[client]
+	if base <= 0 || cur == nil {
 		return 0
 	}
-	return float64(cur.Latency.P99) / float64(base.Latency.P99)
+	return float64(cur.Latency.P99) / float64(base)
+}
+
+// Drift is how far a client's p99 moved between the two windows without
+// abuse, as the larger over the smaller (1 when it did not move; 0 when
+// either was not measured): the ratio that noise alone produced around
+// this kind.
+func (p *AbusePair) Drift(client string) float64 {
+	a, b := p.Before[client], p.After[client]
+	if a == nil || b == nil || a.Latency.P99 <= 0 || b.Latency.P99 <= 0 {
+		return 0
+	}
+	x := float64(b.Latency.P99) / float64(a.Latency.P99)
+	return max(x, 1/x)
 }
 
 // Worst is the largest ratio over every kind and client, and where.
@@ -73,6 +114,17 @@ func (r *AbuseReport) Worst() (ratio float64, kind, client string) {
 		}
 	}
 	return ratio, kind, client
+}
+
+// MaxDrift is the largest Drift over every kind and client.
+func (r *AbuseReport) MaxDrift() float64 {
+	var d float64
+	for _, p := range r.Pairs {
+		for _, c := range abuseClients {
+			d = max(d, p.Drift(c))
+		}
+	}
+	return d
 }
 
 var abuseClients = []string{ClientTCP, ClientTCPNew, ClientQUIC}
@@ -90,7 +142,9 @@ func wellBehaved(rate float64) map[string]loadgen.Config {
 	}
 }
 
-// abuse runs the abuse scenario on the suite.
+// abuse runs the abuse scenario on the suite: a window without abuse,
+// then for each kind a window with it and one without after it, which is
+// also the next kind's window before.
 func (s *benchSuite) abuse(ctx context.Context) (*AbuseReport, error) {
 	rep := &AbuseReport{Rate: s.o.AbuseRate, Duration: s.o.AbuseDuration}
 	// Unrecorded: the first seconds after start-up or after the previous
@@ -98,14 +152,19 @@ func (s *benchSuite) abuse(ctx context.Context) (*AbuseReport, error) {
 	if _, err := s.clients(ctx, "abuse warm-up"); err != nil {
 		return rep, err
 	}
+	before, err := s.clients(ctx, "abuse without")
+	if err != nil {
+		return rep, err
+	}
 	for _, kind := range s.o.AbuseKinds {
-		p, err := s.abusePair(ctx, kind)
+		p, err := s.abusePair(ctx, kind, before)
 		if err != nil {
 			return rep, fmt.Errorf("abuse %s: %w", kind, err)
 		}
 		rep.Pairs = append(rep.Pairs, p)
-		s.progress("abuse %s: p99 ×%.2f (tcp), ×%.2f (tcp-new), ×%.2f (quic) of without", kind,
-			p.Ratio(ClientTCP), p.Ratio(ClientTCPNew), p.Ratio(ClientQUIC))
+		before = p.After
+		s.progress("abuse %s: p99 ×%.2f (tcp), ×%.2f (tcp-new), ×%.2f (quic) of without; without moved ×%.2f, ×%.2f, ×%.2f", kind,
+			p.Ratio(ClientTCP), p.Ratio(ClientTCPNew), p.Ratio(ClientQUIC), p.Drift(ClientTCP), p.Drift(ClientTCPNew), p.Drift(ClientQUIC))
 	}
 	return rep, nil
 }
@@ -135,12 +194,11 @@ func (s *benchSuite) clients(ctx context.Context, name string) (map[string]*load
 	return out, errors.Join(errs...)
 }
 
-func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, error) {
-	p := &AbusePair{Kind: kind}
+// abusePair measures the clients with the abuse of one kind, given the
+// window without abuse before it, and then the window after it.
+func (s *benchSuite) abusePair(ctx context.Context, kind string, before map[string]*loadgen.Result) (*AbusePair, error) {
+	p := &AbusePair{Kind: kind, Before: before}
 	var err error
-	if p.Without, err = s.clients(ctx, "abuse "+kind+" without"); err != nil {
-		return nil, err
-	}
 	cfg := loadgen.AbuseConfig{Kind: kind, Target: s.target}
 	var stop func() (*loadgen.AbuseResult, error)
 	abuserPid := 0
@@ -184,7 +242,10 @@ func (s *benchSuite) abusePair(ctx context.Context, kind string) (*AbusePair, er
 		settle = 0
 	}
 	sleep(ctx, settle)
-	return p, ctx.Err()
+	if p.After, err = s.clients(ctx, "abuse after "+kind); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // abuserCPU starts measuring the CPU of the abuser process pid (0: none);
@@ -204,6 +265,15 @@ func abuserCPU(pid int) func() (float64, bool) {
 		}
 		return float64(after-before) / float64(elapsed), true
 	}
+}
+
+// windowP99 is one window's p99 for the report, "-" when it was not
+// measured.
+func windowP99(r *loadgen.Result) string {
+	if r == nil {
+		return "-"
+	}
+	return loadgen.Ms(r.Latency.P99)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -228,26 +298,33 @@ func (r *AbuseReport) write(w io.Writer) {
 	fmt.Fprintf(w, "Well-behaved clients from 127.0.0.1, open loop at a fixed offered load, `QUERY /orders/{order_id}` through the full pipeline: "+
 		"`tcp` %.0f req/s over 16 persistent TLS connections, `tcp-new` %.0f req/s with a new TLS connection per request, "+
 		"`quic` %.0f req/s on QUIC streams, each measured for %v after 1 s of warm-up. For each kind of abuse they are measured "+
-		"without it, then with the abuser running alongside (started before the warm-up and, for the kinds that hold connections, "+
-		"a ramp-up; stopped after the window). Each abuser is a separate process sending from its own loopback addresses "+
+		"with the abuser running alongside (started before the warm-up and, for the kinds that hold connections, a ramp-up; "+
+		"stopped after the window), between a window without abuse before it and one after it (each kind's after is the next "+
+		"kind's before). Each abuser is a separate process sending from its own loopback addresses "+
 		"(127.0.0.2 on) at a bounded rate chosen to exceed the front door's limits while leaving the two shared cores to the "+
-		"benchmark. **×** is p99 with the abuse over p99 without; above %.0f× is flagged.\n\n",
+		"benchmark. **Without** is the p99 of the two windows without abuse pooled (each window's own in brackets); **×** is "+
+		"p99 with the abuse over it; above %.0f× is flagged. **Without moved** is the larger over the smaller of the two "+
+		"windows' p99, for the client where it moved most: what the machine did by itself around that kind.\n\n",
 		r.Rate, tcpNew, quic, r.Duration, AbuseLimit)
-	fmt.Fprintf(w, "| abuse | tcp p99 ms without → with | × | tcp-new p99 ms | × | quic p99 ms | × | tcp p50 ms with | 2xx with | no response | machine busy without → with | load avg | within %.0f× |\n", AbuseLimit)
-	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(w, "| abuse | tcp p99 ms without (before, after) → with | × | tcp-new p99 ms | × | quic p99 ms | × | without moved × | tcp p50 ms with | 2xx with | no response | machine busy without → with | load avg | within %.0f× |\n", AbuseLimit)
+	fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Pairs {
 		cells := []string{p.Kind}
 		within := true
 		var ok, completed, failed uint64
+		var drift float64
 		for _, c := range abuseClients {
-			without, with := p.Without[c], p.With[c]
-			if without == nil || with == nil {
+			with := p.With[c]
+			base := p.Baseline(c)
+			if base <= 0 || with == nil {
 				cells = append(cells, "", "")
 				continue
 			}
 			ratio := p.Ratio(c)
-			cells = append(cells, loadgen.Ms(without.Latency.P99)+" → "+loadgen.Ms(with.Latency.P99), fmt.Sprintf("%.2f", ratio))
+			cells = append(cells, loadgen.Ms(base)+" ("+windowP99(p.Before[c])+", "+windowP99(p.After[c])+") → "+loadgen.Ms(with.Latency.P99),
+				fmt.Sprintf("%.2f", ratio))
 			within = within && ratio <= AbuseLimit
+			drift = max(drift, p.Drift(c))
 			completed += with.Completed
 			failed += with.Failed + with.Unsent
 			ok += uint64(with.SuccessRatio()*float64(with.Completed) + 0.5)
@@ -256,8 +333,12 @@ func (r *AbuseReport) write(w io.Writer) {
 		if completed > 0 {
 			share = 100 * float64(ok) / float64(completed)
 		}
+		moved := "-"
+		if drift > 0 {
+			moved = fmt.Sprintf("%.2f", drift)
+		}
 		p50, busy, load := "", "", ""
-		if a, b := p.Without[ClientTCP], p.With[ClientTCP]; a != nil && b != nil {
+		if a, b := p.Before[ClientTCP], p.With[ClientTCP]; a != nil && b != nil {
 			p50 = loadgen.Ms(b.Latency.P50)
 			busy = fmt.Sprintf("%.0f%% → %.0f%%", 100*a.MachineBusy, 100*b.MachineBusy)
 			load = fmt.Sprintf("%.1f", a.LoadAvg[0])
@@ -266,23 +347,31 @@ func (r *AbuseReport) write(w io.Writer) {
 		if !within {
 			verdict = "**no**"
 		}
-		cells = append(cells, p50, fmt.Sprintf("%.1f%%", share), fmt.Sprint(failed), busy, load, verdict)
+		cells = append(cells, moved, p50, fmt.Sprintf("%.1f%%", share), fmt.Sprint(failed), busy, load, verdict)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintf(w, "\n**abuser CPU** is what the abuser process itself used while the clients ran alongside it (warm-up and measured window), in cores: "+
-		"on this machine it shares the cores with the suite, which a real attack from elsewhere would not.\n\n")
-	fmt.Fprintf(w, "| abuse | attempts/s | sources | held at most | attempts | abuser CPU | what the front door did with them |\n|---|---:|---:|---:|---:|---:|---|\n")
+	if d := r.MaxDrift(); d > 0 {
+		fmt.Fprintf(w, "\nWithout any abuse, a client's p99 moved by up to ×%.2f from one window to the next in this run.\n", d)
+	}
+	fmt.Fprintf(w, "\n**abuser CPU** is what the abuser process itself used while the clients ran alongside it (warm-up and measured window), in cores. "+
+		"On this machine it shares the cores with the suite, which a real attack from elsewhere would not, so it runs at **idle** "+
+		"priority (Linux's SCHED_IDLE class) where the system allows: it gets the CPU the suite and the measuring clients leave "+
+		"free, and its attempts show whether that was enough to keep its rate.\n\n")
+	fmt.Fprintf(w, "| abuse | attempts/s | sources | held at most | attempts | abuser CPU | abuser priority | what the front door did with them |\n|---|---:|---:|---:|---:|---:|---|---|\n")
 	for _, p := range r.Pairs {
 		if a := p.Abuse; a != nil {
 			held := "-"
 			if a.Hold > 0 {
 				held = fmt.Sprintf("%d (bound %d)", a.MaxHeld, a.Hold)
 			}
-			cores := "-"
+			cores, priority := "-", "-"
 			if p.AbuserMeasured {
-				cores = fmt.Sprintf("%.2f", p.AbuserCores)
+				cores, priority = fmt.Sprintf("%.2f", p.AbuserCores), "normal"
+				if a.IdlePriority {
+					priority = "idle"
+				}
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %d | %s | %d | %s | %s |\n", a.Kind, a.Rate, len(a.Sources), held, a.Attempts, cores, a.FormatOutcomes())
+			fmt.Fprintf(w, "| %s | %.0f | %d | %s | %d | %s | %s | %s |\n", a.Kind, a.Rate, len(a.Sources), held, a.Attempts, cores, priority, a.FormatOutcomes())
 		}
 	}
 	fmt.Fprintln(w)

@@ -82,8 +82,8 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	} else {
 		for _, p := range a.Pairs {
 			for _, c := range []string{ClientTCP, ClientTCPNew, ClientQUIC} {
-				for _, r := range []*loadgen.Result{p.Without[c], p.With[c]} {
-					if r == nil || r.Completed == 0 || r.Statuses[200] != r.Completed {
+				for _, r := range []*loadgen.Result{p.Before[c], p.With[c], p.After[c]} {
+					if r == nil || r.Completed == 0 || r.Statuses[200] != r.Completed || r.Histogram == nil || r.Histogram.Count() != r.Completed {
 						t.Errorf("abuse %s, %s client: %+v", p.Kind, c, r)
 					}
 				}
@@ -91,6 +91,9 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 			if p.Abuse == nil || p.Abuse.Attempts == 0 {
 				t.Errorf("the %s abuser made no attempt: %+v", p.Kind, p.Abuse)
 			}
+		}
+		if a.Pairs[1].Before[ClientTCP] != a.Pairs[0].After[ClientTCP] {
+			t.Error("the second kind's window before is not the first kind's window after")
 		}
 	}
 	var md bytes.Buffer

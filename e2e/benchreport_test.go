@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -141,15 +142,19 @@ func TestAbuseReportShowsTheAbusersOwnCPU(t *testing.T) {
 	client := func(p99 time.Duration) map[string]*loadgen.Result {
 		out := map[string]*loadgen.Result{}
 		for _, c := range abuseClients {
-			out[c] = &loadgen.Result{Name: c, Completed: 100, Latency: loadgen.Summary{P50: p99 / 4, P99: p99}}
+			h := new(loadgen.Histogram)
+			for range 100 {
+				h.Record(p99)
+			}
+			out[c] = &loadgen.Result{Name: c, Completed: 100, Latency: loadgen.Summary{P50: p99 / 4, P99: p99}, Histogram: h}
 		}
 		return out
 	}
 	rep := &AbuseReport{Rate: 400, Duration: 5 * time.Second, Pairs: []*AbusePair{
-		{Kind: loadgen.AbuseQUICFlood, Abuse: &loadgen.AbuseResult{Kind: loadgen.AbuseQUICFlood, Rate: 150, Attempts: 2100},
-			Without: client(8 * time.Millisecond), With: client(15 * time.Millisecond), AbuserCores: 0.234, AbuserMeasured: true},
+		{Kind: loadgen.AbuseQUICFlood, Abuse: &loadgen.AbuseResult{Kind: loadgen.AbuseQUICFlood, Rate: 150, Attempts: 2100, IdlePriority: true},
+			Before: client(8 * time.Millisecond), With: client(15 * time.Millisecond), After: client(8 * time.Millisecond), AbuserCores: 0.234, AbuserMeasured: true},
 		{Kind: loadgen.AbuseGarbage, Abuse: &loadgen.AbuseResult{Kind: loadgen.AbuseGarbage, Rate: 50, Attempts: 300},
-			Without: client(8 * time.Millisecond), With: client(9 * time.Millisecond)},
+			Before: client(8 * time.Millisecond), With: client(9 * time.Millisecond), After: client(10 * time.Millisecond)},
 	}}
 	var b bytes.Buffer
 	rep.write(&b)
@@ -162,10 +167,73 @@ func TestAbuseReportShowsTheAbusersOwnCPU(t *testing.T) {
 			t.Errorf("%s: abuser CPU %q, want %q\n%s", tc.kind, got, tc.want, md)
 		}
 	}
+	for _, tc := range []struct{ kind, want string }{
+		{loadgen.AbuseQUICFlood, "idle"},
+		{loadgen.AbuseGarbage, "-"},
+	} {
+		if got := tableCell(md, "## Abuse", "abuser priority", tc.kind); got != tc.want {
+			t.Errorf("%s: abuser priority %q, want %q", tc.kind, got, tc.want)
+		}
+	}
 	if got := tableCell(md, "## Abuse", "×", loadgen.AbuseQUICFlood); got != "1.88" {
 		t.Errorf("quic-flood tcp ratio %q, want 1.88 (15 ms over 8 ms)", got)
 	}
+	if got := tableCell(md, "## Abuse", "without moved ×", loadgen.AbuseGarbage); got != "1.25" {
+		t.Errorf("garbage: without moved %q, want 1.25 (10 ms after, 8 ms before)", got)
+	}
+	if !strings.Contains(md, "moved by up to ×1.25") {
+		t.Errorf("the report does not give the run's largest move without abuse:\n%s", md)
+	}
 }
+
+// TestAbuseRatioPoolsTheWindowsWithoutAbuse: a kind is compared with the
+// p99 of both windows without abuse around it taken together, so that one
+// window's outlier, high or low, does not decide the ratio alone; Drift
+// is how far those two windows' own p99s are apart.
+func TestAbuseRatioPoolsTheWindowsWithoutAbuse(t *testing.T) {
+	const ms = time.Millisecond
+	window := func(values ...time.Duration) map[string]*loadgen.Result {
+		h := new(loadgen.Histogram)
+		for _, v := range values {
+			h.Record(v)
+		}
+		return map[string]*loadgen.Result{ClientTCP: {Completed: h.Count(), Latency: h.Summarize(), Histogram: h}}
+	}
+	repeat := func(v time.Duration, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name                string
+		before, with, after map[string]*loadgen.Result
+		baseline            time.Duration
+		ratio, drift        float64
+	}{
+		{"the window after slower than the one before", window(repeat(2*ms, 100)...), window(repeat(6*ms, 100)...), window(repeat(4*ms, 100)...), 4 * ms, 1.5, 2},
+		{"two slow responses in the 200 of both windows are within their p99",
+			window(repeat(1*ms, 100)...), window(repeat(3*ms, 100)...), window(append(repeat(1*ms, 98), 9*ms, 9*ms)...), 1 * ms, 3, 9},
+		{"only the window before", window(repeat(5*ms, 100)...), window(repeat(10*ms, 100)...), nil, 5 * ms, 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &AbusePair{Before: tc.before, With: tc.with, After: tc.after}
+			if got := p.Baseline(ClientTCP); !near(float64(got), float64(tc.baseline)) {
+				t.Errorf("baseline %v, want %v", got, tc.baseline)
+			}
+			if got := p.Ratio(ClientTCP); !near(got, tc.ratio) {
+				t.Errorf("ratio %.3f, want %.3f", got, tc.ratio)
+			}
+			if got := p.Drift(ClientTCP); !near(got, tc.drift) {
+				t.Errorf("drift %.3f, want %.3f", got, tc.drift)
+			}
+		})
+	}
+}
+
+// near is within the histogram's resolution (under 1 %).
+func near(got, want float64) bool { return math.Abs(got-want) <= 0.01*math.Abs(want) }
 
 // TestCommandLineKeepsTheMachineOutOfTheReport: an absolute path under the
 // working directory is shown relative to it, in either flag form; other

@@ -172,6 +172,9 @@ type AbuseResult struct {
 	MaxHeld int64
 	// Outcomes counts attempts by what the server did with them.
 	Outcomes map[string]uint64
+	// IdlePriority is whether the abuser ran at idle priority, on CPU
+	// nothing else wanted (ServeAbuseChild).
+	IdlePriority bool
 }
 
 // Count sums the outcomes whose description starts with any of prefixes.

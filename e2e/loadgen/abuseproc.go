@@ -86,11 +86,25 @@ func (p *AbuseProcess) Pid() int { return p.cmd.Process.Pid }
 
 // ServeAbuseChild is the child's side: it runs cfg's abuse until stdin
 // reaches its end, then writes the result to stdout as JSON.
+//
+// It runs at idle priority (runAtIdlePriority) when the system allows:
+// an attacker elsewhere takes no CPU from the server or from the clients
+// measuring it, while an abuser sharing their machine would, and its own
+// work (a full handshake per attempt) would then be counted as the
+// front door's weakness. At idle priority it still makes its attempts
+// whenever a core is free; AbuseResult.Attempts shows whether it kept
+// its rate.
 func ServeAbuseChild(ctx context.Context, cfg AbuseConfig, stdin io.Reader, stdout io.Writer) error {
+	idleErr := runAtIdlePriority()
+	if idleErr != nil {
+		fmt.Fprintf(os.Stderr, "abuser: staying at normal priority: %v\n", idleErr)
+	}
 	a, err := StartAbuse(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, stdin)
-	return json.NewEncoder(stdout).Encode(a.Stop())
+	r := a.Stop()
+	r.IdlePriority = idleErr == nil
+	return json.NewEncoder(stdout).Encode(r)
 }

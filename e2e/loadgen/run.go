@@ -160,8 +160,10 @@ type Result struct {
 	Completed, Failed, Unsent uint64
 	// Throughput is Completed per second of Elapsed.
 	Throughput float64
-	// Latency is over every response, whatever its status.
+	// Latency is over every response, whatever its status; Histogram
+	// holds the same values, so that runs can be pooled (Histogram.Merge).
 	Latency         Summary
+	Histogram       *Histogram
 	Statuses        map[int]uint64
 	TransportErrors map[string]uint64
 	// ErrorExamples are the first few messages of each transport error.
@@ -372,7 +374,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{
 		Name: c.Name, Transport: c.Transport, Concurrency: c.Concurrency, Connections: c.Connections,
 		Rate: c.Rate, Mix: c.Mix.String(), Elapsed: elapsed, Unsent: unsent.Load(),
-		Latency: rec.all.Summarize(), Statuses: map[int]uint64{}, TransportErrors: rec.errs, ErrorExamples: rec.examples,
+		Latency: rec.all.Summarize(), Histogram: &rec.all, Statuses: map[int]uint64{}, TransportErrors: rec.errs, ErrorExamples: rec.examples,
 		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, CtxSwitches: map[string]uint64{}, LoadAvg: load,
 		MachineBusy: Utilisation(first.machine, stop.machine),
 	}
