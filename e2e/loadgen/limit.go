@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/rawsock"
 )
 
 // The limit responder is the least a server can do and still answer the
@@ -78,7 +79,9 @@ func ServeLimit(ctx context.Context, ln net.Listener, cert tls.Certificate) erro
 	r := &limitResponder{key: key, limit: agtp.DefaultLimits(), chains: map[string]*limitChain{}}
 	conf := agtp.ServerTLSConfig(cert)
 	conf.ClientAuth = tls.RequestClientCert
-	tl := tls.NewListener(ln, conf)
+	// The same direct socket I/O as the suite's servers: the limit is what
+	// this machine does with the best the suite's code knows.
+	tl := tls.NewListener(rawsock.Listen(ln), conf)
 	go func() {
 		<-ctx.Done()
 		_ = tl.Close()

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agtpsuite/agtp/services/rawsock"
 )
 
 // Base is what every service is built on: logger, mTLS material,
@@ -35,6 +37,10 @@ func NewBase(ctx context.Context, cfg Common) (_ *Base, err error) {
 			b.Close(context.Background())
 		}
 	}()
+	if cfg.RuntimeSocketIO {
+		rawsock.Disable()
+		b.Log.Info("TCP reads and writes go through the Go runtime's system-call path (AGTP_RUNTIME_SOCKET_IO)")
+	}
 	if b.MTLS, err = LoadMTLS(cfg.CAFile, cfg.CertFile, cfg.KeyFile); err != nil {
 		return nil, err
 	}

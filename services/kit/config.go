@@ -60,6 +60,13 @@ type Common struct {
 	// service and message to whoever may connect. Off by default; on for
 	// debugging with grpcurl and the like.
 	Reflection bool
+	// RuntimeSocketIO makes the process's TCP reads and writes through the
+	// Go runtime's ordinary system-call path instead of rawsock's direct
+	// calls, which keep the goroutine's processor (docs/performance.md,
+	// "Direct socket I/O"): the way back, for a system where the direct
+	// calls misbehave. Off by default; process-wide once any service of
+	// the process sets it.
+	RuntimeSocketIO bool
 	// TrustDomain is the SPIFFE trust domain of the suite's identities:
 	// a client certificate naming spiffe://<trust domain>/<kind>/<name>
 	// is that service, operator or internal system (docs/access.md).
@@ -140,6 +147,7 @@ func (c *Common) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "graceful drain deadline (env SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this loopback address, for profiling; empty disables (env PPROF_ADDR)")
 	fs.BoolVar(&c.Reflection, "grpc-reflection", c.Reflection, "serve the gRPC reflection API, for debugging (env GRPC_REFLECTION)")
+	fs.BoolVar(&c.RuntimeSocketIO, "runtime-socket-io", c.RuntimeSocketIO, "make TCP reads and writes through the Go runtime's system-call path instead of direct calls that keep the processor; on or off (env AGTP_RUNTIME_SOCKET_IO)")
 	fs.BoolVar(&c.Telemetry.Prometheus, "prometheus", c.Telemetry.Prometheus, "serve the metrics for a Prometheus scrape as GET /metrics on the admin listener (-http-addr); on or off (env AGTP_PROMETHEUS)")
 	fs.StringVar(&c.Telemetry.InstanceID, "instance-id", c.Telemetry.InstanceID, "service.instance.id of traces and metrics, e.g. the pod's name; empty: a random UUID per process (env AGTP_INSTANCE_ID)")
 	fs.StringVar(&c.TrustDomain, "trust-domain", c.TrustDomain, "SPIFFE trust domain of the suite's client identities (env AGTP_TRUST_DOMAIN)")
@@ -189,6 +197,13 @@ func (c *Common) ApplyEnv(lookup func(string) (string, bool)) error {
 			return fmt.Errorf("GRPC_REFLECTION: %w", err)
 		}
 		c.Reflection = b
+	}
+	if v, ok := lookup("AGTP_RUNTIME_SOCKET_IO"); ok && v != "" {
+		b, err := ParseSwitch(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_RUNTIME_SOCKET_IO: %w", err)
+		}
+		c.RuntimeSocketIO = b
 	}
 	if v, ok := lookup("AGTP_PROMETHEUS"); ok && v != "" {
 		b, err := ParseSwitch(v)

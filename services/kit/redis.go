@@ -2,12 +2,16 @@ package kit
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agtpsuite/agtp/services/rawsock"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -35,12 +39,14 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 		// one-second reload (one CLUSTER SLOTS per second per client, only
 		// while there is traffic) bounds that to about a second.
 		opts.ClusterStateReloadInterval = ClusterStateReloadInterval
+		opts.Dialer = redisDialer(opts.DialTimeout, opts.TLSConfig)
 		client = redis.NewClusterClient(opts)
 	default:
 		opts, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, fmt.Errorf("parse redis url: %w", err)
 		}
+		opts.Dialer = redisDialer(opts.DialTimeout, opts.TLSConfig)
 		client = redis.NewClient(opts)
 	}
 	if tp != nil {
@@ -65,4 +71,38 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 		return nil, fmt.Errorf("ping redis: %w", err)
 	}
 	return client, nil
+}
+
+// redisDialer is go-redis's own dialer (redis.NewDialer: the dial timeout,
+// its keep-alive settings, TLS when the URL asks for it) with the TCP
+// connection under TLS made by rawsock, so that reads and writes keep
+// their processor.
+func redisDialer(timeout time.Duration, tlsConf *tls.Config) func(context.Context, string, string) (net.Conn, error) {
+	dial := rawsock.Dialer(&net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
+	}})
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil || tlsConf == nil {
+			return c, err
+		}
+		conf := tlsConf
+		if conf.ServerName == "" {
+			// as tls.DialWithDialer does
+			host, _, _ := net.SplitHostPort(addr)
+			conf = conf.Clone()
+			conf.ServerName = host
+		}
+		tc := tls.Client(c, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
 }

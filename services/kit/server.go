@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/agtpsuite/agtp/services/rawsock"
 	"log/slog"
 	"net"
 	"net/http"
@@ -110,6 +111,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("listen grpc on %s: %w", cfg.GRPCAddr, err)
 	}
+	s.grpcLis = rawsock.Listen(s.grpcLis)
 	if cfg.HTTPAddr != "" {
 		if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			_ = s.grpcLis.Close()
@@ -196,10 +198,19 @@ const (
 	internalConnWindow   = 4 << 20
 )
 
+// dialInternal dials a peer service's gRPC address with rawsock's direct
+// socket I/O.
+func dialInternal(ctx context.Context, addr string) (net.Conn, error) {
+	return rawsock.Dialer(&net.Dialer{})(ctx, "tcp", addr)
+}
+
 // DialService connects to a service at addr whose certificate names
 // serverName, presenting this process's certificate.
 func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.ClientConn, error) {
-	copts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName)))}
+	copts := []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName))),
+		grpc.WithContextDialer(dialInternal),
+	}
 	if tel.Recording {
 		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/agtpsuite/agtp/services/rawsock"
 	"io"
 	"net"
 	"net/netip"
@@ -157,7 +158,7 @@ func (s *Server) admitHandshake(c *tcpConn) bool {
 }
 
 func (s *Server) newTCPConn(nc net.Conn, key netip.Addr) *tcpConn {
-	c := &tcpConn{s: s, raw: nc, tc: tls.Server(nc, s.tlsConf), addrKey: key}
+	c := &tcpConn{s: s, raw: nc, tc: tls.Server(rawsock.Wrap(nc), s.tlsConf), addrKey: key}
 	c.info = ConnInfo{Transport: TransportTCP, RemoteAddr: nc.RemoteAddr(), ID: s.nextID.Add(1)}
 	c.lim = s.lim
 	c.lim.BodyLimit = c.bodyLimit

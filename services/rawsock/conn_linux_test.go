@@ -1,0 +1,201 @@
+package rawsock
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair returns both ends of a loopback TCP connection, each wrapped.
+func pair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := Listen(ln).Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	client, err = Dialer(&net.Dialer{})(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	t.Cleanup(func() { client.Close(); server.Close() })
+	for _, c := range []net.Conn{client, server} {
+		if _, ok := c.(*Conn); !ok {
+			t.Fatalf("%T is not wrapped", c)
+		}
+	}
+	return client, server
+}
+
+// TestTLSOverWrappedConnections carries TLS 1.3 over a wrapped pair, with
+// 8 MiB each way at once: far more than the socket buffers hold, so
+// writes stop part-way on EAGAIN and reads find nothing ready, and both
+// must wait in the poller and resume where they were.
+func TestTLSOverWrappedConnections(t *testing.T) {
+	c, s := pair(t)
+	cert := selfSigned(t)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert.Leaf)
+	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "rawsock.test", MinVersion: tls.VersionTLS13})
+	ts := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+
+	const size = 8 << 20
+	up, down := make([]byte, size), make([]byte, size)
+	_, _ = rand.Read(up)
+	_, _ = rand.Read(down)
+	errs := make(chan error, 4)
+	send := func(w io.Writer, b []byte) { _, err := w.Write(b); errs <- err }
+	got := func(r io.Reader, want []byte) {
+		b := make([]byte, len(want))
+		if _, err := io.ReadFull(r, b); err != nil {
+			errs <- err
+			return
+		}
+		if !bytes.Equal(b, want) {
+			errs <- errors.New("the bytes read differ from the bytes written")
+			return
+		}
+		errs <- nil
+	}
+	go send(tc, up)
+	go send(ts, down)
+	go got(ts, up)
+	go got(tc, down)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDeadlinesAndEndsAreTheRuntimes: a read past its deadline, a write
+// the peer never drains, an orderly close and a reset give the errors
+// net.TCPConn gives.
+func TestDeadlinesAndEndsAreTheRuntimes(t *testing.T) {
+	t.Run("read deadline", func(t *testing.T) {
+		c, _ := pair(t)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		n, err := c.Read(make([]byte, 10))
+		var ne net.Error
+		if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read = %d, %v; want a timeout", n, err)
+		}
+	})
+	t.Run("write deadline", func(t *testing.T) {
+		c, _ := pair(t)
+		_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		const size = 64 << 20
+		n, err := c.Write(make([]byte, size))
+		if n <= 0 || n >= size || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("write = %d of %d, %v; want part of it and a timeout", n, size, err)
+		}
+	})
+	t.Run("orderly close", func(t *testing.T) {
+		c, s := pair(t)
+		if _, err := s.Write([]byte("last")); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		b, err := io.ReadAll(c)
+		if string(b) != "last" || err != nil {
+			t.Fatalf("read %q, %v; want the last bytes, then EOF", b, err)
+		}
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("read after EOF = %d, %v", n, err)
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		c, s := pair(t)
+		_ = s.(*Conn).SetLinger(0)
+		s.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		var oe *net.OpError
+		if !errors.Is(err, syscall.ECONNRESET) || !errors.As(err, &oe) || oe.Op != "read" {
+			t.Fatalf("read = %v; want the reset as a read OpError", err)
+		}
+		var werr error
+		for range 100 {
+			if _, werr = c.Write([]byte("x")); werr != nil {
+				break
+			}
+		}
+		if !errors.Is(werr, syscall.EPIPE) && !errors.Is(werr, syscall.ECONNRESET) {
+			t.Fatalf("write after the reset = %v", werr)
+		}
+	})
+	t.Run("closed here", func(t *testing.T) {
+		c, _ := pair(t)
+		c.Close()
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read on a closed connection = %v", err)
+		}
+		if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("write on a closed connection = %v", err)
+		}
+	})
+}
+
+// TestWrapOnlyTakesTCPAndObeysDisable: other connections pass through,
+// and once disabled nothing is wrapped.
+func TestWrapOnlyTakesTCPAndObeysDisable(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if got := Wrap(a); got != a {
+		t.Errorf("a pipe came back as %T", got)
+	}
+	t.Cleanup(func() { disabled.Store(false) })
+	Disable()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := Dialer(&net.Dialer{})(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*net.TCPConn); !ok || Enabled() {
+		t.Errorf("disabled, a dial gave %T (enabled %v)", c, Enabled())
+	}
+}
+
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{"rawsock.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
