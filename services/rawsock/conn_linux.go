@@ -37,6 +37,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 				return false // not ready: wait in the poller
 			}
 			n, errno = int(r), e
+			if n > 0 {
+				raceAfterRead(fd, p[:n])
+			}
 			return true
 		}
 	})
@@ -58,9 +61,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 	err := c.raw.Write(func(fd uintptr) bool {
 		for written < len(p) {
 			rest := p[written:]
+			raceBeforeWrite(fd)
 			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&rest[0])), uintptr(len(rest)))
 			switch e {
 			case 0:
+				raceAfterWrite(rest[:r])
 				written += int(r)
 			case syscall.EINTR:
 			case syscall.EAGAIN:
