@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"github.com/agtpsuite/agtp/services/rawsock"
 	"io"
 	"net"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/rawsock"
 )
 
 // Connection states, for Shutdown to tell idle connections (closed at
