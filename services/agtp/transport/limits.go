@@ -108,20 +108,26 @@ func newHandshakes(max int) *handshakes {
 }
 
 // admit adds a handshake to the backlog. At the limit it sheds the oldest
-// handshake if that one has run for handshakeShedAge, and otherwise
-// reports false without adding anything. shed, called outside the lock,
-// is the shed entry's closer.
+// handshake that can be shed if that one has run for handshakeShedAge,
+// and otherwise reports false without adding anything. shed, called
+// outside the lock, is the shed entry's closer.
+//
+// Entries that cannot be shed yet (QUIC attempts whose ClientHello the
+// listener has not handed over) are passed over, not waited for: one
+// that never gets that far holds its place until the handshake timeout,
+// and at the front it would otherwise stop every other handshake from
+// being shed for that long.
 func (h *handshakes) admit(now time.Time, closer func()) (p *pending, shed bool, ok bool) {
 	h.mu.Lock()
 	var victim func()
 	if h.l.Len() >= h.max {
-		front := h.l.Front()
-		old := front.Value.(*pending)
-		if old.shed == nil || now.Sub(old.start) < handshakeShedAge {
+		e := h.oldestSheddable()
+		if e == nil || now.Sub(e.Value.(*pending).start) < handshakeShedAge {
 			h.mu.Unlock()
 			return nil, false, false
 		}
-		h.l.Remove(front)
+		old := e.Value.(*pending)
+		h.l.Remove(e)
 		old.elem = nil
 		victim = old.shed
 	}
@@ -161,15 +167,26 @@ func (h *handshakes) done(p *pending) {
 	}
 }
 
-// nextShed is when the oldest handshake becomes sheddable, for a waiting
-// accept loop; zero if the backlog is empty.
+// nextShed is when the oldest handshake that can be shed becomes old
+// enough to be, for a waiting accept loop; zero if there is none.
 func (h *handshakes) nextShed() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if f := h.l.Front(); f != nil {
-		return f.Value.(*pending).start.Add(handshakeShedAge)
+	if e := h.oldestSheddable(); e != nil {
+		return e.Value.(*pending).start.Add(handshakeShedAge)
 	}
 	return time.Time{}
+}
+
+// oldestSheddable is the first entry, in the backlog's order of age, that
+// has a closer; nil if none has. h.mu must be held.
+func (h *handshakes) oldestSheddable() *list.Element {
+	for e := h.l.Front(); e != nil; e = e.Next() {
+		if e.Value.(*pending).shed != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 func (h *handshakes) len() int {

@@ -144,7 +144,13 @@ func (s *Server) admitHandshake(c *tcpConn) bool {
 			s.stats.handshakeLimit.Add(1)
 			s.log.Debug("agtp handshake limit reached; accept paused", "max_handshakes", s.opts.MaxHandshakes)
 		}
-		wait := min(max(time.Until(s.hs.nextShed()), 10*time.Millisecond), handshakeShedAge)
+		// With nothing sheddable yet, a handshake that ends frees a place
+		// (hs.free); the wait bounds how late one that became sheddable
+		// meanwhile is noticed.
+		wait := handshakeShedAge
+		if next := s.hs.nextShed(); !next.IsZero() {
+			wait = min(max(time.Until(next), 10*time.Millisecond), handshakeShedAge)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-s.hs.free:
