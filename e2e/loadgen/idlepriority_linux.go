@@ -17,14 +17,13 @@ import (
 func runAtIdlePriority() error {
 	moved := map[int]bool{}
 	for {
-		tasks, err := os.ReadDir("/proc/self/task")
+		tids, err := threadIDs()
 		if err != nil {
-			return fmt.Errorf("list threads: %w", err)
+			return err
 		}
 		more := false
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil || moved[tid] {
+		for _, tid := range tids {
+			if moved[tid] {
 				continue
 			}
 			attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}
@@ -37,4 +36,19 @@ func runAtIdlePriority() error {
 			return nil
 		}
 	}
+}
+
+// threadIDs lists this process's threads.
+func threadIDs() ([]int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }

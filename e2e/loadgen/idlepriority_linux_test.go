@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // idleChildEnv makes the test binary, run again, act as
@@ -25,7 +26,7 @@ const idleChildEnv = "AGTP_LOADGEN_IDLE_CHILD"
 // all of them, the later thread too, are SCHED_IDLE.
 func TestIdlePriorityCoversLaterThreads(t *testing.T) {
 	if os.Getenv(idleChildEnv) == "1" {
-		idlePriorityChild()
+		idlePriorityChild(t)
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestIdlePriorityCoversLaterThreads$")
@@ -57,17 +58,15 @@ func TestIdlePriorityCoversLaterThreads(t *testing.T) {
 // idlePriorityChild is the child's side: it moves its threads, makes the
 // runtime start more by holding several locked threads in blocking
 // system calls at once, and prints each thread's class.
-func idlePriorityChild() {
-	before := threadIDs()
+func idlePriorityChild(t *testing.T) {
+	before := threads(t)
 	if err := runAtIdlePriority(); err != nil {
-		fmt.Println("error:", err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
 	const held = 4 // more than the threads a fresh process has spare
 	var p [2]int
 	if err := unix.Pipe(p[:]); err != nil {
-		fmt.Println("error:", err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	var locked atomic.Int32
@@ -79,8 +78,10 @@ func idlePriorityChild() {
 			_, _ = unix.Read(p[0], buf) // in the kernel until the pipe is written
 		})
 	}
-	waitUntil(func() bool { return locked.Load() == held && len(threadIDs()) > len(before) })
-	for tid := range threadIDs() {
+	testkit.WaitFor(t, 5*time.Second, "threads started after the call", func() bool {
+		return locked.Load() == held && len(threads(t)) > len(before)
+	})
+	for tid := range threads(t) {
 		attr, err := unix.SchedGetAttr(tid, 0)
 		if err != nil {
 			continue
@@ -95,20 +96,15 @@ func idlePriorityChild() {
 	wg.Wait()
 }
 
-// waitUntil polls cond for up to five seconds.
-func waitUntil(cond func() bool) {
-	for deadline := time.Now().Add(5 * time.Second); !cond() && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+// threads is threadIDs as a set.
+func threads(t *testing.T) map[int]bool {
+	tids, err := threadIDs()
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func threadIDs() map[int]bool {
-	ids := map[int]bool{}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			ids[tid] = true
-		}
+	set := make(map[int]bool, len(tids))
+	for _, tid := range tids {
+		set[tid] = true
 	}
-	return ids
+	return set
 }

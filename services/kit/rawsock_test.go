@@ -3,7 +3,6 @@ package kit
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"net"
 	"os"
 	"strconv"
@@ -58,12 +57,6 @@ func TestInternalConnectionsUseDirectSocketIO(t *testing.T) {
 		tlsPort := testkit.FreePort(t)
 		r := testkit.StartRedis(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", pki.Cert("policysvc"),
 			"--tls-key-file", pki.Key("policysvc"), "--tls-ca-cert-file", pki.CA(), "--tls-auth-clients", "no")
-		roots := x509.NewCertPool()
-		ca, err := os.ReadFile(pki.CA())
-		if err != nil {
-			t.Fatal(err)
-		}
-		roots.AppendCertsFromPEM(ca)
 		t.Run("NewRedis", func(t *testing.T) {
 			rdb, err := NewRedis(t.Context(), "redis://"+r.Addr, nil, nil)
 			if err != nil {
@@ -89,17 +82,13 @@ func TestInternalConnectionsUseDirectSocketIO(t *testing.T) {
 		}{
 			{"plain", r.Addr, nil},
 			// No ServerName: taken from the address, as tls.DialWithDialer does.
-			{"tls", net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)), &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}},
+			{"tls", net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)), &tls.Config{RootCAs: m.Pool(), MinVersion: tls.VersionTLS12}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				dial := redisDialer(0, tc.conf)
-				var seen net.Conn
-				rdb := redis.NewClient(&redis.Options{Addr: tc.addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := dial(ctx, network, addr)
-					seen = c
-					return c, err
-				}})
+				rdb := redis.NewClient(&redis.Options{Addr: tc.addr, Dialer: redisDialer(0, tc.conf)})
 				defer rdb.Close()
+				var hook dialSeen
+				rdb.AddHook(&hook)
 				ctx := context.Background()
 				if err := rdb.Set(ctx, "k", tc.name, 0).Err(); err != nil {
 					t.Fatal(err)
@@ -107,11 +96,11 @@ func TestInternalConnectionsUseDirectSocketIO(t *testing.T) {
 				if v, err := rdb.Get(ctx, "k").Result(); v != tc.name || err != nil {
 					t.Fatalf("GET = %q, %v", v, err)
 				}
-				under := seen
-				if tlsConn, ok := seen.(*tls.Conn); ok {
+				under := hook.conn
+				if tlsConn, ok := hook.conn.(*tls.Conn); ok {
 					under = tlsConn.NetConn()
 				} else if tc.conf != nil {
-					t.Fatalf("over TLS the connection is %T", seen)
+					t.Fatalf("over TLS the connection is %T", hook.conn)
 				}
 				if _, ok := under.(*rawsock.Conn); !ok {
 					t.Errorf("the connection under it is %T, want *rawsock.Conn", under)

@@ -78,7 +78,8 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 // connection under TLS made by rawsock, so that reads and writes keep
 // their processor.
 func redisDialer(timeout time.Duration, tlsConf *tls.Config) func(context.Context, string, string) (net.Conn, error) {
-	dial := rawsock.Dialer(&net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{
+	// The timeout is the context's, which bounds the TLS handshake too.
+	dial := rawsock.Dialer(&net.Dialer{KeepAliveConfig: net.KeepAliveConfig{
 		Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
 	}})
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -176,8 +176,8 @@ func TestWrapOnlyTakesTCPAndObeysDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok := c.(*net.TCPConn); !ok || Enabled() {
-		t.Errorf("disabled, a dial gave %T (enabled %v)", c, Enabled())
+	if _, ok := c.(*net.TCPConn); !ok || enabled() {
+		t.Errorf("disabled, a dial gave %T (enabled %v)", c, enabled())
 	}
 }
 

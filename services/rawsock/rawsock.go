@@ -31,8 +31,8 @@ var disabled atomic.Bool
 // ordinary path back (kit.Common.RuntimeSocketIO).
 func Disable() { disabled.Store(true) }
 
-// Enabled reports whether Wrap wraps.
-func Enabled() bool { return supported && !disabled.Load() }
+// enabled reports whether Wrap wraps.
+func enabled() bool { return supported && !disabled.Load() }
 
 // Wrap returns c reading and writing with direct system calls when it is
 // a *net.TCPConn on a system where that is supported, else c itself. The
@@ -40,7 +40,7 @@ func Enabled() bool { return supported && !disabled.Load() }
 // assertion; code that needs the *net.TCPConn must keep its own
 // reference.
 func Wrap(c net.Conn) net.Conn {
-	if !Enabled() {
+	if !enabled() {
 		return c
 	}
 	tc, ok := c.(*net.TCPConn)
