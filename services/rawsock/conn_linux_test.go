@@ -2,18 +2,18 @@ package rawsock
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agtpsuite/agtp/services/keyfile"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // pair returns both ends of a loopback TCP connection, each wrapped.
@@ -52,10 +52,16 @@ func pair(t *testing.T) (client, server net.Conn) {
 // must wait in the poller and resume where they were.
 func TestTLSOverWrappedConnections(t *testing.T) {
 	c, s := pair(t)
-	cert := selfSigned(t)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert.Leaf)
-	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "rawsock.test", MinVersion: tls.VersionTLS13})
+	pki := testkit.PKI(t)
+	cert, err := tls.LoadX509KeyPair(pki.Cert("policysvc"), pki.Key("policysvc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, err := keyfile.CertPool(pki.CA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13})
 	ts := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
 
 	const size = 8 << 20
@@ -179,23 +185,4 @@ func TestWrapOnlyTakesTCPAndObeysDisable(t *testing.T) {
 	if _, ok := c.(*net.TCPConn); !ok || enabled() {
 		t.Errorf("disabled, a dial gave %T (enabled %v)", c, enabled())
 	}
-}
-
-func selfSigned(t *testing.T) tls.Certificate {
-	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{"rawsock.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
