@@ -289,3 +289,49 @@ func tokenMemberNames(data []byte) (int, bool) {
 	}
 	return n, true
 }
+
+// FuzzPayloadEncoding checks the payload encoder against encoding/json,
+// byte for byte: every named member is set (so a member added to Payload
+// and not to appendNamed fails at once), from strings that need no escape
+// and from ones that do.
+func FuzzPayloadEncoding(f *testing.F) {
+	f.Add("srv.example", "2026-05-01T10:00:00Z", strings.Repeat("7f", 32), 200, true)
+	f.Add("a\"b\\c", "<script>&amp;", "\u2028\u2029 é \x00\x1f", -1, false)
+	f.Add("\xff\xfe invalid", "tab\there", "", 0, true)
+	f.Add("", "", "", 0, false)
+	f.Fuzz(func(t *testing.T, a, b, c string, n int, prior bool) {
+		var p Payload
+		v := reflect.ValueOf(&p).Elem()
+		in := []string{a, b, c}
+		for i := range v.NumField() {
+			switch fv := v.Field(i); fv.Kind() {
+			case reflect.String:
+				fv.SetString(in[i%len(in)])
+			case reflect.Int:
+				fv.SetInt(int64(n + i))
+			}
+		}
+		if prior {
+			p.PriorActions = []PriorAction{{AgentID: a, AuditID: b}, {AgentID: c, AuditID: a, AgentURI: b}}
+		}
+		want, err := json.Marshal((*payloadFields)(&p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := p.appendNamed(nil)
+		if !ok {
+			t.Fatal("appendNamed refused a payload without run_input")
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendNamed:\n%s\nencoding/json:\n%s", got, want)
+		}
+		p.RunInput = json.RawMessage(`{"a": [1, "<"]}`)
+		if _, ok := p.appendNamed(nil); ok {
+			t.Fatal("appendNamed encoded run_input itself")
+		}
+		whole, err := p.MarshalJSON()
+		if want, _ := json.Marshal((*payloadFields)(&p)); err != nil || !bytes.Equal(whole, want) {
+			t.Fatalf("MarshalJSON with run_input = %s, %v; encoding/json: %s", whole, err, want)
+		}
+	})
+}

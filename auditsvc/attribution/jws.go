@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"unsafe"
 
 	jose "github.com/go-jose/go-jose/v4"
 )
@@ -106,13 +108,22 @@ func (s *Signer) sign(payload []byte) []byte {
 
 // SignPayload marshals p, signs it and returns the JWS and its Audit-ID.
 func (s *Signer) SignPayload(p *Payload) (jws, auditID string, err error) {
-	body, err := p.MarshalJSON() // not json.Marshal: that would re-compact the output
+	bp := payloadBuffers.Get().(*[]byte)
+	defer payloadBuffers.Put(bp)
+	body, err := p.appendJSON((*bp)[:0]) // not json.Marshal: that would re-compact the output
 	if err != nil {
 		return "", "", fmt.Errorf("attribution: marshal payload: %w", err)
 	}
+	*bp = body
 	buf := s.sign(body)
-	return string(buf), hexAuditID(sha256.Sum256(buf)), nil
+	// buf is the record's own bytes, never written again: the JWS string
+	// shares them instead of copying a kilobyte per record.
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), hexAuditID(sha256.Sum256(buf)), nil
 }
+
+// payloadBuffers hold the payload JSON while it is signed; the JWS carries
+// it base64url-encoded, so the JSON itself is scratch.
+var payloadBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // signWithGoJose and verifyWithGoJose are the reference implementations
 // Sign and Verify are checked against in tests.

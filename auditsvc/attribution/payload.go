@@ -152,11 +152,22 @@ func foldsToMember(name string) (string, bool) {
 // MarshalJSON writes the named members, then the Extra members in sorted
 // order. An Extra member that shadows a named member, in any case, is an
 // error: the record would otherwise carry the member twice.
-func (p Payload) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(payloadFields(p))
-	if err != nil || len(p.Extra) == 0 {
-		return b, err
+func (p Payload) MarshalJSON() ([]byte, error) { return p.appendJSON(nil) }
+
+// appendJSON appends p's JSON encoding (MarshalJSON) to dst.
+func (p *Payload) appendJSON(dst []byte) ([]byte, error) {
+	b, ok := p.appendNamed(dst)
+	if !ok {
+		named, err := json.Marshal((*payloadFields)(p))
+		if err != nil {
+			return nil, err
+		}
+		b = append(dst, named...)
 	}
+	if len(p.Extra) == 0 {
+		return b, nil
+	}
+	start := len(dst)
 	keys := make([]string, 0, len(p.Extra))
 	for k := range p.Extra {
 		if _, folds := foldsToMember(k); knownMembers[k] || folds {
@@ -165,9 +176,8 @@ func (p Payload) MarshalJSON() ([]byte, error) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	buf := bytes.NewBuffer(make([]byte, 0, len(b)+64*len(keys)))
-	buf.Write(b[:len(b)-1]) // drop the closing brace
-	first := len(b) == 2    // "{}"
+	first := len(b)-start == 2           // "{}"
+	buf := bytes.NewBuffer(b[:len(b)-1]) // drop the closing brace
 	for _, k := range keys {
 		v := p.Extra[k]
 		if !json.Valid(v) {
