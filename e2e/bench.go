@@ -124,6 +124,12 @@ const (
 	ScenarioOneProcess       = "one-process"       // throughput against the suite as make run starts it, in one process
 )
 
+// ClaimsBefore is the throughput-claims run made before the limit and
+// throughput runs when both scenarios run: with the one after them it
+// brackets the certificate run, so the comparison of what proof costs is
+// not the machine's drift between two neighbouring runs.
+const ClaimsBefore = ScenarioThroughputClaims + " before"
+
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix,
 	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned, ScenarioOneProcess}
@@ -330,6 +336,14 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			continue
 		}
 		if sc.name == ScenarioThroughput {
+			if o.runs(ScenarioThroughputClaims) {
+				r, err := s.runAs(ctx, ClaimsBefore, sc.cfg, false)
+				if err != nil {
+					return rep, err
+				}
+				rep.Runs[ClaimsBefore] = r
+				rep.Order = append(rep.Order, ClaimsBefore)
+			}
 			lr, err := s.runLimit(ctx, "limit before", sc.cfg, limit)
 			if err != nil {
 				return rep, err

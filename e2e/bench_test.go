@@ -27,7 +27,7 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	want := []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix, ScenarioNewConn,
+	want := []string{ScenarioLatency, ScenarioLatencyMix, ClaimsBefore, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix, ScenarioNewConn,
 		ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, "tuned " + ScenarioLatency, "tuned " + ScenarioThroughput}
 	for _, name := range want {
 		r := rep.Runs[name]
@@ -48,6 +48,11 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 		// policysvc and auditsvc and back, so its threads sleep and wake.
 		if r.CtxSwitches["frontdoor"] == 0 && r.Completed > 0 {
 			t.Errorf("%s: no front-door context switches measured: %v", name, r.CtxSwitches)
+		}
+		// A thread that switched was woken again, and waited for a core
+		// however briefly.
+		if r.RunqueueWait["frontdoor"] == 0 && r.CtxSwitches["frontdoor"] > 100 {
+			t.Errorf("%s: no front-door wait for a CPU measured: %v", name, r.RunqueueWait)
 		}
 	}
 	if mix := rep.Runs[ScenarioThroughputMix]; mix != nil {

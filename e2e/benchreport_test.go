@@ -254,3 +254,45 @@ func TestCommandLineKeepsTheMachineOutOfTheReport(t *testing.T) {
 		}
 	}
 }
+
+// The certificate run is compared with the bare-header runs on both sides
+// of it, so that a machine speeding up or slowing down through the runs
+// does not decide the verdict.
+func TestProofVerdictBracketsTheCertificateRun(t *testing.T) {
+	run := func(name string, rate float64) *loadgen.Result {
+		return &loadgen.Result{Name: name, Throughput: rate}
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after float64 // 0: that run is missing
+		certs         float64
+		wantRate      float64
+		wantMet       bool
+	}{
+		{"drift up: the run after alone would fail proof", 5000, 6400, 5500, 5700, true},
+		{"drift down: the run after alone would pass proof", 6400, 5000, 5300, 5700, false},
+		{"no run before: the run after", 0, 6000, 5800, 6000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &BenchReport{Runs: map[string]*loadgen.Result{
+				ScenarioThroughput:       run(ScenarioThroughput, tc.certs),
+				ScenarioThroughputClaims: run(ScenarioThroughputClaims, tc.after),
+			}}
+			if tc.before > 0 {
+				rep.Runs[ClaimsBefore] = run(ClaimsBefore, tc.before)
+			}
+			if got := rep.ClaimsThroughput(); got != tc.wantRate {
+				t.Errorf("ClaimsThroughput = %.0f, want %.0f", got, tc.wantRate)
+			}
+			var proof *Verdict
+			for _, v := range rep.Verdicts() {
+				if strings.Contains(v.Target, "Agent Certificates") {
+					proof = &v
+				}
+			}
+			if proof == nil || proof.Met != tc.wantMet {
+				t.Fatalf("proof verdict = %+v, want met %v", proof, tc.wantMet)
+			}
+		})
+	}
+}

@@ -55,6 +55,23 @@ func CPUTime(pid int) (time.Duration, error) {
 // window the difference is the switches made in it. A thread that ends
 // between listing and reading is skipped, not an error.
 func CtxSwitches(pid int) (uint64, error) {
+	return sumThreads(pid, "status", parseCtxSwitches)
+}
+
+// RunqueueWait returns how long a process's threads have been runnable
+// but waiting for a CPU so far (the second field of
+// /proc/<pid>/task/*/schedstat), with CtxSwitches' caveat about threads
+// that end. Each wake-up of a thread waits there until a core takes it,
+// so across processes this is the time requests spent queued for the
+// machine's cores rather than for each other.
+func RunqueueWait(pid int) (time.Duration, error) {
+	ns, err := sumThreads(pid, "schedstat", parseRunqueueWait)
+	return time.Duration(ns), err
+}
+
+// sumThreads sums parse over the named file of every thread of pid. A
+// thread that ends between listing and reading is skipped, not an error.
+func sumThreads(pid int, file string, parse func(string) (uint64, error)) (uint64, error) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
@@ -62,20 +79,30 @@ func CtxSwitches(pid int) (uint64, error) {
 	}
 	var sum uint64
 	for _, t := range tasks {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/" + file)
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			continue // the thread ended
 		}
 		if err != nil {
 			return 0, err
 		}
-		n, err := parseCtxSwitches(string(b))
+		n, err := parse(string(b))
 		if err != nil {
-			return 0, fmt.Errorf("%s/%s/status: %w", dir, t.Name(), err)
+			return 0, fmt.Errorf("%s/%s/%s: %w", dir, t.Name(), file, err)
 		}
 		sum += n
 	}
 	return sum, nil
+}
+
+// parseRunqueueWait returns the nanoseconds waited on a run queue from
+// the text of a schedstat file: "<on CPU ns> <waiting ns> <timeslices>".
+func parseRunqueueWait(schedstat string) (uint64, error) {
+	f := strings.Fields(schedstat)
+	if len(f) < 3 {
+		return 0, fmt.Errorf("schedstat %q: want three fields", schedstat)
+	}
+	return strconv.ParseUint(f[1], 10, 64)
 }
 
 // parseCtxSwitches returns voluntary_ctxt_switches plus

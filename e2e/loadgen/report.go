@@ -63,6 +63,14 @@ func WriteCtxSwitches(w io.Writer, results []*Result, procs []string) {
 	writePerProc(w, results, procs, "%.1f", (*Result).CtxSwitchesPerRequest)
 }
 
+// WriteRunqueueWait writes, per run, how long each process's threads
+// waited for a CPU per request, in microseconds.
+func WriteRunqueueWait(w io.Writer, results []*Result, procs []string) {
+	writePerProc(w, results, procs, "%.0f", func(r *Result, p string) float64 {
+		return float64(r.RunqueueWaitPerRequest(p)) / float64(time.Microsecond)
+	})
+}
+
 // writePerProc writes a table of one figure per run and process, with a
 // total per run.
 func writePerProc(w io.Writer, results []*Result, procs []string, format string, perReq func(*Result, string) float64) {

@@ -175,6 +175,10 @@ type Result struct {
 	// CtxSwitches are the context switches each measured process's
 	// threads made during the window (CtxSwitches), keyed as CPU.
 	CtxSwitches map[string]uint64
+	// RunqueueWait is the time each measured process's threads were
+	// runnable but waiting for a CPU during the window (RunqueueWait),
+	// keyed as CPU.
+	RunqueueWait map[string]time.Duration
 	// MachineBusy is the share of all cores that was busy.
 	MachineBusy float64
 	// LoadAvg is the load average when the run started.
@@ -187,6 +191,15 @@ func (r *Result) CPUPerRequest(proc string) time.Duration {
 		return 0
 	}
 	return r.CPU[proc] / time.Duration(r.Completed)
+}
+
+// RunqueueWaitPerRequest is how long a process's threads waited for a CPU
+// per completed request.
+func (r *Result) RunqueueWaitPerRequest(proc string) time.Duration {
+	if r.Completed == 0 {
+		return 0
+	}
+	return r.RunqueueWait[proc] / time.Duration(r.Completed)
 }
 
 // CtxSwitchesPerRequest is a process's context switches per completed
@@ -375,7 +388,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Name: c.Name, Transport: c.Transport, Concurrency: c.Concurrency, Connections: c.Connections,
 		Rate: c.Rate, Mix: c.Mix.String(), Elapsed: elapsed, Unsent: unsent.Load(),
 		Latency: rec.all.Summarize(), Histogram: &rec.all, Statuses: map[int]uint64{}, TransportErrors: rec.errs, ErrorExamples: rec.examples,
-		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, CtxSwitches: map[string]uint64{}, LoadAvg: load,
+		PerOp: map[string]OpResult{}, CPU: map[string]time.Duration{}, CtxSwitches: map[string]uint64{}, RunqueueWait: map[string]time.Duration{}, LoadAvg: load,
 		MachineBusy: Utilisation(first.machine, stop.machine),
 	}
 	for i := range rec.ops {
@@ -408,6 +421,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// than one wrapped round.
 		if a, ok := first.switches[name]; ok && b >= a {
 			res.CtxSwitches[name] = b - a
+		}
+	}
+	for name, b := range stop.waits {
+		if a, ok := first.waits[name]; ok && b >= a {
+			res.RunqueueWait[name] = b - a
 		}
 	}
 	return res, nil
@@ -458,11 +476,12 @@ type procSnapshot struct {
 	at       time.Time
 	cpu      map[string]time.Duration
 	switches map[string]uint64
+	waits    map[string]time.Duration
 	machine  CPUSample
 }
 
 func snapshot(procs map[string]int) procSnapshot {
-	s := procSnapshot{cpu: map[string]time.Duration{}, switches: map[string]uint64{}}
+	s := procSnapshot{cpu: map[string]time.Duration{}, switches: map[string]uint64{}, waits: map[string]time.Duration{}}
 	s.machine, _ = MachineCPU()
 	all := make(map[string]int, len(procs)+1)
 	for name, pid := range procs {
@@ -475,6 +494,9 @@ func snapshot(procs map[string]int) procSnapshot {
 		}
 		if n, err := CtxSwitches(pid); err == nil {
 			s.switches[name] = n
+		}
+		if d, err := RunqueueWait(pid); err == nil {
+			s.waits[name] = d
 		}
 	}
 	s.at = time.Now()
