@@ -178,7 +178,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 		loadgen.WriteCtxSwitches(w, append(runs, r.Sweep...), ProcNames)
 		fmt.Fprintf(w, "\n### Waiting for a CPU per request by process (µs)\n\n"+
 			"Time the process's threads were runnable but not running, over every thread: a woken thread queued for a core. "+
-			"With \"machine busy\" below 100%% it is time the cores idled while work waited for them (docs/performance.md, "+
+			"Beside \"machine busy\" it tells queueing for busy cores from work left queued while a core idled (docs/performance.md, "+
 			"\"Waiting for a core\").\n\n")
 		loadgen.WriteRunqueueWait(w, append(runs, r.Sweep...), ProcNames)
 		fmt.Fprintln(w)
