@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/agtpsuite/agtp/services/rawsock"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agtpsuite/agtp/services/rawsock"
 )
 
 // ClusterStateReloadInterval bounds how stale a Redis Cluster client's
