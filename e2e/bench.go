@@ -41,6 +41,9 @@ type BenchOptions struct {
 	Warmup, Duration time.Duration
 	// SweepDuration is each open-loop step of the latency sweep. Default 5s.
 	SweepDuration time.Duration
+	// ProofRounds is how many rounds the side-by-side proof comparison
+	// alternates (ProofRound); default 6, negative skips it.
+	ProofRounds int
 	// Concurrency is the requests in flight in the throughput runs.
 	// Default 64: enough to saturate a 2-core machine and let the
 	// services batch their writes, as a busy server does.
@@ -124,12 +127,6 @@ const (
 	ScenarioOneProcess       = "one-process"       // throughput against the suite as make run starts it, in one process
 )
 
-// ClaimsBefore is the throughput-claims run made before the limit and
-// throughput runs when both scenarios run: with the one after them it
-// brackets the certificate run, so the comparison of what proof costs is
-// not the machine's drift between two neighbouring runs.
-const ClaimsBefore = ScenarioThroughputClaims + " before"
-
 // Scenarios lists every scenario in run order.
 var Scenarios = []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix,
 	ScenarioNewConn, ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, ScenarioSweep, ScenarioIdle, ScenarioAbuse, ScenarioTuned, ScenarioOneProcess}
@@ -170,6 +167,9 @@ func (o BenchOptions) withDefaults() BenchOptions {
 	}
 	if o.SweepDuration <= 0 {
 		o.SweepDuration = 5 * time.Second
+	}
+	if o.ProofRounds == 0 {
+		o.ProofRounds = 6
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 64
@@ -232,6 +232,8 @@ type BenchReport struct {
 	// Runs are the closed-loop scenarios by name.
 	Runs  map[string]*loadgen.Result
 	Order []string
+	// Proof are the rounds of the side-by-side proof comparison.
+	Proof []ProofRound
 	// Limit are the limit responder's runs, with the throughput run's
 	// load, just before and just after it (docs/performance.md, "The
 	// limit").
@@ -336,14 +338,6 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			continue
 		}
 		if sc.name == ScenarioThroughput {
-			if o.runs(ScenarioThroughputClaims) {
-				r, err := s.runAs(ctx, ClaimsBefore, sc.cfg, false)
-				if err != nil {
-					return rep, err
-				}
-				rep.Runs[ClaimsBefore] = r
-				rep.Order = append(rep.Order, ClaimsBefore)
-			}
 			lr, err := s.runLimit(ctx, "limit before", sc.cfg, limit)
 			if err != nil {
 				return rep, err
@@ -363,6 +357,13 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 			}
 			rep.Limit = append(rep.Limit, lr)
 			s.progress("throughput: %.2f of the limit measured around it", rep.LimitRatio())
+		}
+		if sc.name == ScenarioThroughputClaims && o.runs(ScenarioThroughput) && o.ProofRounds > 0 {
+			if rep.Proof, err = s.proofRounds(ctx, sc.cfg); err != nil {
+				return rep, err
+			}
+			ratio, low, high := rep.ProofRatio()
+			s.progress("proof side by side: ×%.3f over %d rounds (×%.3f to ×%.3f)", ratio, len(rep.Proof), low, high)
 		}
 	}
 
@@ -535,6 +536,46 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 
 // run is one load run against the suite, with the suite's target,
 // agents (calling with their Agent Certificates) and processes filled in.
+// ProofRound is one round of the comparison of what proof of the caller
+// costs: a short throughput run presenting Agent Certificates and one with
+// bare Agent-ID headers, back to back on one suite.
+type ProofRound struct {
+	Certs, Claims *loadgen.Result
+}
+
+// proofRounds runs BenchOptions.ProofRounds rounds of short certificate
+// and bare-header runs with cfg's load, in the order certificates, headers,
+// headers, certificates and so on. On this shared machine throughput
+// drifts by tens of per cent over a minute; runs a few seconds apart, each
+// side first in every other round, see the same machine, so a drift does
+// not count for or against proof as it does between two full-length runs
+// half a minute apart.
+func (s *benchSuite) proofRounds(ctx context.Context, cfg loadgen.Config) ([]ProofRound, error) {
+	cfg.Warmup, cfg.Duration = max(s.o.Warmup/4, 10*time.Millisecond), max(s.o.Duration/4, 10*time.Millisecond)
+	unprofiled := *s
+	unprofiled.pprof = nil
+	rounds := make([]ProofRound, s.o.ProofRounds)
+	for i := range rounds {
+		certsFirst := i%2 == 0
+		for _, certs := range []bool{certsFirst, !certsFirst} {
+			name := fmt.Sprintf("proof %d, bare headers", i+1)
+			if certs {
+				name = fmt.Sprintf("proof %d, certificates", i+1)
+			}
+			r, err := unprofiled.runAs(ctx, name, cfg, certs)
+			if err != nil {
+				return nil, err
+			}
+			if certs {
+				rounds[i].Certs = r
+			} else {
+				rounds[i].Claims = r
+			}
+		}
+	}
+	return rounds, nil
+}
+
 func (s *benchSuite) run(ctx context.Context, name string, cfg loadgen.Config) (*loadgen.Result, error) {
 	return s.runAs(ctx, name, cfg, true)
 }

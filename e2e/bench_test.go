@@ -20,14 +20,14 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := Bench(ctx, BenchOptions{
 		Warmup: 100 * time.Millisecond, Duration: 400 * time.Millisecond, SweepDuration: 300 * time.Millisecond,
-		SweepFractions: []float64{0.5}, Concurrency: 4, NewConnConcurrency: 2, Agents: 2, IdleConns: 200,
+		SweepFractions: []float64{0.5}, ProofRounds: 2, Concurrency: 4, NewConnConcurrency: 2, Agents: 2, IdleConns: 200,
 		AbuseRate: 100, AbuseDuration: 300 * time.Millisecond, AbuseKinds: []string{loadgen.AbuseSlowloris, loadgen.AbuseQUICHandshakeFlood}, AbuseRamp: -1,
 		Progress: &progress,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	want := []string{ScenarioLatency, ScenarioLatencyMix, ClaimsBefore, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix, ScenarioNewConn,
+	want := []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix, ScenarioNewConn,
 		ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, "tuned " + ScenarioLatency, "tuned " + ScenarioThroughput}
 	for _, name := range want {
 		r := rep.Runs[name]
@@ -68,6 +68,25 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 			t.Errorf("%s: %d responses, %d without, statuses %v, CPU %v, context switches %v", l.Name, l.Completed, l.Failed, l.Statuses, l.CPU, l.CtxSwitches)
 		}
 	}
+	if len(rep.Proof) != 2 {
+		t.Errorf("%d proof rounds, want 2", len(rep.Proof))
+	}
+	for i, p := range rep.Proof {
+		for side, r := range map[string]*loadgen.Result{"certificates": p.Certs, "bare headers": p.Claims} {
+			if r == nil || !strings.Contains(r.Name, side) || r.Completed == 0 || r.Failed != 0 || r.Statuses[200] != r.Completed {
+				t.Errorf("proof round %d, %s: %+v", i+1, side, r)
+			}
+		}
+	}
+	// Each side goes first in every other round, so that a drift through
+	// the rounds falls on both.
+	log := progress.String()
+	order := []string{"proof 1, certificates", "proof 1, bare headers", "proof 2, bare headers", "proof 2, certificates"}
+	for i := 1; i < len(order); i++ {
+		if a, b := strings.Index(log, order[i-1]+":"), strings.Index(log, order[i]+":"); a < 0 || b < a {
+			t.Errorf("%q is not run before %q:\n%s", order[i-1], order[i], log)
+		}
+	}
 	if len(rep.Floors) != 7 {
 		t.Errorf("%d floors, want 7", len(rep.Floors))
 	}
@@ -103,7 +122,7 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	}
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md, "test", "plot.svg")
-	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput",
+	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Proof of the caller, side by side", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput",
 		"### Context switches per request by process", "server context switches/req"} {
 		if !strings.Contains(md.String(), section) {
 			t.Errorf("report lacks %q", section)

@@ -255,34 +255,35 @@ func TestCommandLineKeepsTheMachineOutOfTheReport(t *testing.T) {
 	}
 }
 
-// The certificate run is compared with the bare-header runs on both sides
-// of it, so that a machine speeding up or slowing down through the runs
-// does not decide the verdict.
-func TestProofVerdictBracketsTheCertificateRun(t *testing.T) {
+// The verdict on what proof costs pools the alternating rounds, so a
+// machine that speeds up or slows down through them moves both sides alike,
+// and only a cost in every round fails it.
+func TestProofVerdictPoolsTheAlternatingRounds(t *testing.T) {
 	run := func(name string, rate float64) *loadgen.Result {
-		return &loadgen.Result{Name: name, Throughput: rate}
+		return &loadgen.Result{Name: name, Throughput: rate, Completed: uint64(2 * rate), Elapsed: 2 * time.Second}
 	}
 	for _, tc := range []struct {
 		name          string
-		before, after float64 // 0: that run is missing
-		certs         float64
-		wantRate      float64
+		certs, claims []float64 // req/s of each round's runs
+		wantRatio     float64
+		wantLow       float64
+		wantHigh      float64
 		wantMet       bool
 	}{
-		{"drift up: the run after alone would fail proof", 5000, 6400, 5500, 5700, true},
-		{"drift down: the run after alone would pass proof", 6400, 5000, 5300, 5700, false},
-		{"no run before: the run after", 0, 6000, 5800, 6000, true},
+		{"the machine slows down through the rounds, proof costs nothing", []float64{8000, 6000, 5000, 4000}, []float64{8000, 6000, 5000, 4000}, 1, 1, 1, true},
+		{"a slow round on the certificates' side still counts", []float64{4000, 6000, 6000, 6000}, []float64{6000, 6000, 6000, 6000}, 22000.0 / 24000, 4000.0 / 6000, 1, false},
+		{"proof costs 3 % in every round", []float64{5820, 4850, 6790}, []float64{6000, 5000, 7000}, 0.97, 0.97, 0.97, true},
+		{"proof costs 8 % in every round", []float64{5520, 4600}, []float64{6000, 5000}, 0.92, 0.92, 0.92, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := &BenchReport{Runs: map[string]*loadgen.Result{
-				ScenarioThroughput:       run(ScenarioThroughput, tc.certs),
-				ScenarioThroughputClaims: run(ScenarioThroughputClaims, tc.after),
-			}}
-			if tc.before > 0 {
-				rep.Runs[ClaimsBefore] = run(ClaimsBefore, tc.before)
+			rep := &BenchReport{Runs: map[string]*loadgen.Result{}}
+			for i := range tc.certs {
+				rep.Proof = append(rep.Proof, ProofRound{Certs: run("certificates", tc.certs[i]), Claims: run("bare headers", tc.claims[i])})
 			}
-			if got := rep.ClaimsThroughput(); got != tc.wantRate {
-				t.Errorf("ClaimsThroughput = %.0f, want %.0f", got, tc.wantRate)
+			ratio, low, high := rep.ProofRatio()
+			near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+			if !near(ratio, tc.wantRatio) || !near(low, tc.wantLow) || !near(high, tc.wantHigh) {
+				t.Errorf("ProofRatio = %.4f (%.4f to %.4f), want %.4f (%.4f to %.4f)", ratio, low, high, tc.wantRatio, tc.wantLow, tc.wantHigh)
 			}
 			var proof *Verdict
 			for _, v := range rep.Verdicts() {
