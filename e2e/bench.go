@@ -150,8 +150,11 @@ func setsGOMAXPROCS(env []string) bool {
 
 // DefaultTunedEnv is what the "tuned" scenario changes on top of the
 // deployed suite, found by profiling (docs/performance.md): a less eager
-// GC, since the heaps are small. One P per service, the other setting it
-// once showed, is the deployed sizing now (DeployedProcessors).
+// GC, since the heaps are small. Both settings it once showed are the
+// deployed form now: one P per service (DeployedProcessors) and this GC
+// target (command.DefaultGCPercent), so by default the tuned suite
+// measures the deployed one a second time (BenchOptions.TunedEnv
+// changes what it tries).
 var DefaultTunedEnv = []string{"GOGC=400"}
 
 // ProcNames are the measured processes in report order; "redis" is the
