@@ -537,8 +537,6 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	return s, nil
 }
 
-// run is one load run against the suite, with the suite's target,
-// agents (calling with their Agent Certificates) and processes filled in.
 // ProofRound is one round of the comparison of what proof of the caller
 // costs: a short throughput run presenting Agent Certificates and one with
 // bare Agent-ID headers, back to back on one suite.
@@ -579,6 +577,8 @@ func (s *benchSuite) proofRounds(ctx context.Context, cfg loadgen.Config) ([]Pro
 	return rounds, nil
 }
 
+// run is one load run against the suite, with the suite's target,
+// agents (calling with their Agent Certificates) and processes filled in.
 func (s *benchSuite) run(ctx context.Context, name string, cfg loadgen.Config) (*loadgen.Result, error) {
 	return s.runAs(ctx, name, cfg, true)
 }

@@ -162,7 +162,11 @@ func (r *BenchReport) writeProof(w io.Writer) {
 	fmt.Fprintln(w, "| round | certificates req/s | bare headers req/s | ratio | front-door CPU µs/req, certificates against bare headers |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 	for i, p := range r.Proof {
-		fmt.Fprintf(w, "| %d | %.0f | %.0f | ×%.3f | %.0f against %.0f |\n", i+1, p.Certs.Throughput, p.Claims.Throughput, p.Certs.Throughput/p.Claims.Throughput,
+		ratio := "–"
+		if p.Claims.Throughput > 0 {
+			ratio = fmt.Sprintf("×%.3f", p.Certs.Throughput/p.Claims.Throughput)
+		}
+		fmt.Fprintf(w, "| %d | %.0f | %.0f | %s | %.0f against %.0f |\n", i+1, p.Certs.Throughput, p.Claims.Throughput, ratio,
 			float64(p.Certs.CPUPerRequest("frontdoor"))/float64(time.Microsecond), float64(p.Claims.CPUPerRequest("frontdoor"))/float64(time.Microsecond))
 	}
 	ratio, _, _ := r.ProofRatio()

@@ -255,9 +255,9 @@ func TestCommandLineKeepsTheMachineOutOfTheReport(t *testing.T) {
 	}
 }
 
-// The verdict on what proof costs pools the alternating rounds, so a
-// machine that speeds up or slows down through them moves both sides alike,
-// and only a cost in every round fails it.
+// The verdict on what proof costs pools the alternating rounds: a machine
+// that speeds up or slows down through them moves both sides alike, and a
+// cost counts in proportion to the rounds it shows in.
 func TestProofVerdictPoolsTheAlternatingRounds(t *testing.T) {
 	run := func(name string, rate float64) *loadgen.Result {
 		return &loadgen.Result{Name: name, Throughput: rate, Completed: uint64(2 * rate), Elapsed: 2 * time.Second}
