@@ -42,7 +42,7 @@ type BenchOptions struct {
 	// SweepDuration is each open-loop step of the latency sweep. Default 5s.
 	SweepDuration time.Duration
 	// ProofRounds is how many rounds the side-by-side proof comparison
-	// alternates (ProofRound); default 6, negative skips it.
+	// alternates (ProofRound); default 12, negative skips it.
 	ProofRounds int
 	// Concurrency is the requests in flight in the throughput runs.
 	// Default 64: enough to saturate a 2-core machine and let the
@@ -172,7 +172,7 @@ func (o BenchOptions) withDefaults() BenchOptions {
 		o.SweepDuration = 5 * time.Second
 	}
 	if o.ProofRounds == 0 {
-		o.ProofRounds = 6
+		o.ProofRounds = 12
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 64

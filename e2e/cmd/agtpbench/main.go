@@ -37,7 +37,7 @@ func run() int {
 	flag.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight in the throughput runs")
 	flag.IntVar(&o.NewConnConcurrency, "newconn-concurrency", 8, "workers of the new-connection run")
 	flag.IntVar(&o.Agents, "agents", 8, "agents the load is spread over")
-	flag.IntVar(&o.ProofRounds, "proof-rounds", 6, "alternating rounds of the side-by-side proof comparison (negative skips)")
+	flag.IntVar(&o.ProofRounds, "proof-rounds", 12, "alternating rounds of the side-by-side proof comparison (negative skips)")
 	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle TLS connections to hold (negative skips)")
 	flag.Func("env", "KEY=VALUE added to every service's environment, repeatable (e.g. -env GOGC=200)", func(v string) error {
 		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
