@@ -553,6 +553,7 @@ type ProofRound struct {
 // half a minute apart.
 func (s *benchSuite) proofRounds(ctx context.Context, cfg loadgen.Config) ([]ProofRound, error) {
 	cfg.Warmup, cfg.Duration = max(s.o.Warmup/4, 10*time.Millisecond), max(s.o.Duration/4, 10*time.Millisecond)
+	// Profiles are of the full-length runs; a round is too short for one.
 	unprofiled := *s
 	unprofiled.pprof = nil
 	rounds := make([]ProofRound, s.o.ProofRounds)

@@ -72,7 +72,7 @@ func (r *BenchReport) Verdicts() []Verdict {
 		v = append(v, Verdict{fmt.Sprintf("throughput with Agent Certificates within %.0f%% of bare Agent-ID headers, side by side", 100*(1-TargetProofRatio)),
 			fmt.Sprintf("×%.3f", ratio), ratio >= TargetProofRatio,
 			fmt.Sprintf("%.0f against %.0f req/s over %d alternating rounds (each round ×%.3f to ×%.3f); front door %.0f against %.0f req per CPU-second",
-				certs.throughput(), claims.throughput(), len(r.Proof), low, high, certs.perCPUSecond("frontdoor"), claims.perCPUSecond("frontdoor"))})
+				certs.Throughput, claims.Throughput, len(r.Proof), low, high, certs.PerCPUSecond("frontdoor"), claims.PerCPUSecond("frontdoor"))})
 	}
 	if t := r.Runs[ScenarioNewConn]; t != nil {
 		pc := t.PerCPUSecond("frontdoor")
@@ -100,7 +100,7 @@ func (r *BenchReport) Verdicts() []Verdict {
 // a single round.
 func (r *BenchReport) ProofRatio() (ratio, low, high float64) {
 	certs, claims := r.proofSides()
-	if claims.throughput() == 0 {
+	if claims.Throughput == 0 {
 		return 0, 0, 0
 	}
 	low, high = math.Inf(1), 0
@@ -110,48 +110,30 @@ func (r *BenchReport) ProofRatio() (ratio, low, high float64) {
 			low, high = min(low, q), max(high, q)
 		}
 	}
-	return certs.throughput() / claims.throughput(), low, high
+	return certs.Throughput / claims.Throughput, low, high
 }
 
-// proofSides pools the proof rounds' certificate runs and bare-header runs.
-func (r *BenchReport) proofSides() (certs, claims pooled) {
-	for _, p := range r.Proof {
-		certs.add(p.Certs)
-		claims.add(p.Claims)
+// proofSides pools the proof rounds' certificate runs, and their
+// bare-header runs, each into one Result whose responses, window and CPU
+// are the rounds' added up, so that its Throughput and PerCPUSecond are
+// the pooled figures.
+func (r *BenchReport) proofSides() (certs, claims *loadgen.Result) {
+	pool := func(side func(ProofRound) *loadgen.Result) *loadgen.Result {
+		p := &loadgen.Result{CPU: map[string]time.Duration{}}
+		for _, round := range r.Proof {
+			run := side(round)
+			p.Completed += run.Completed
+			p.Elapsed += run.Elapsed
+			for name, d := range run.CPU {
+				p.CPU[name] += d
+			}
+		}
+		if p.Elapsed > 0 {
+			p.Throughput = float64(p.Completed) / p.Elapsed.Seconds()
+		}
+		return p
 	}
-	return certs, claims
-}
-
-// pooled adds up runs of one kind: their responses, windows and CPU.
-type pooled struct {
-	completed uint64
-	elapsed   time.Duration
-	cpu       map[string]time.Duration
-}
-
-func (p *pooled) add(r *loadgen.Result) {
-	p.completed += r.Completed
-	p.elapsed += r.Elapsed
-	if p.cpu == nil {
-		p.cpu = map[string]time.Duration{}
-	}
-	for name, d := range r.CPU {
-		p.cpu[name] += d
-	}
-}
-
-func (p pooled) throughput() float64 {
-	if p.elapsed <= 0 {
-		return 0
-	}
-	return float64(p.completed) / p.elapsed.Seconds()
-}
-
-func (p pooled) perCPUSecond(name string) float64 {
-	if p.cpu[name] <= 0 {
-		return 0
-	}
-	return float64(p.completed) / p.cpu[name].Seconds()
+	return pool(func(p ProofRound) *loadgen.Result { return p.Certs }), pool(func(p ProofRound) *loadgen.Result { return p.Claims })
 }
 
 // writeProof writes the proof rounds, one row per run.
@@ -171,7 +153,7 @@ func (r *BenchReport) writeProof(w io.Writer) {
 	}
 	ratio, _, _ := r.ProofRatio()
 	certs, claims := r.proofSides()
-	fmt.Fprintf(w, "| all | %.0f | %.0f | **×%.3f** | |\n\n", certs.throughput(), claims.throughput(), ratio)
+	fmt.Fprintf(w, "| all | %.0f | %.0f | **×%.3f** | |\n\n", certs.Throughput, claims.Throughput, ratio)
 }
 
 // WriteMarkdown writes the report: machine, targets, every run, the
