@@ -30,13 +30,14 @@ func (s *Service) observeAGTPCertificate(meter metric.Meter) error {
 
 // observeCaches reports the front door's caches: lookups by cache and
 // result (hit, miss), whose ratio says how often a request costs an extra
-// hop to identitysvc (agents) or policysvc (AGP keys), and the revision of
+// hop to identitysvc (agents) or policysvc (AGP keys, decisions; a
+// decision is only looked up when it may be reused), and the revision of
 // the catalog snapshot, which the front door holds whole (every routing
 // decision is local, so the catalog has no misses; a revision that stops
 // following catalogsvc's is what to watch).
 func (s *Service) observeCaches(meter metric.Meter) error {
 	lookups, err := meter.Int64ObservableCounter("agtp.frontdoor.cache.lookups", metric.WithUnit("{lookup}"),
-		metric.WithDescription("front door cache lookups, by cache (agents, agp_keys) and result (hit, miss)"))
+		metric.WithDescription("front door cache lookups, by cache (agents, agp_keys, decisions) and result (hit, miss)"))
 	if err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (s *Service) observeCaches(meter metric.Meter) error {
 	if err != nil {
 		return err
 	}
-	caches := map[string]*kit.CacheStats{"agents": &s.agents.Stats}
+	caches := map[string]*kit.CacheStats{"agents": &s.agents.Stats, "decisions": &s.decisions.Stats}
 	if s.agp != nil {
 		caches["agp_keys"] = s.agp.KeyCacheStats()
 	}

@@ -58,6 +58,7 @@ type Service struct {
 	conns     []*grpc.ClientConn
 	catalog   *catalogstate.Store
 	agents    *agentcache.Cache
+	decisions *policyclient.Reusing
 	pipeline  *pipeline.Pipeline
 	transport *transport.Server
 	catalogC  catalogv1.CatalogServiceClient
@@ -132,6 +133,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	if err != nil {
 		return nil, err
 	}
+	s.decisions = policyclient.NewReusing(policyclient.NewBatching(policyv1.NewPolicyServiceClient(policyConn), batchrpc.Options{}), 0)
 	auditConn, err := dial("auditsvc")
 	if err != nil {
 		return nil, err
@@ -176,8 +178,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		Agents:  s.agents,
 		// The two calls every request makes: concurrent ones travel in
 		// batches, a lone one stays unary (docs/performance.md, "Batched
-		// hops").
-		Policy:   policyclient.NewBatching(policyv1.NewPolicyServiceClient(policyConn), batchrpc.Options{}),
+		// hops"); a decision policysvc marked reusable answers identical
+		// requests without a call (docs/policy.md, "Reused decisions").
+		Policy:   s.decisions,
 		Audit:    auditclient.NewBatching(auditv1.NewAuditServiceClient(auditConn), batchrpc.Options{}),
 		Identity: identityClient,
 		RCNS:     rcnsClient,

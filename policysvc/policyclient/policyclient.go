@@ -1,7 +1,8 @@
 // Package policyclient is how the front door calls policysvc on its hot
 // path: Authorize calls that arrive while others are in flight travel
 // together in one AuthorizeBatch call (docs/performance.md, "Batched
-// hops"), and a lone call stays a unary Authorize.
+// hops"), a lone call stays a unary Authorize, and a decision policysvc
+// marked reusable answers identical requests without a call (Reusing).
 package policyclient
 
 import (

@@ -27,6 +27,15 @@ type Options struct {
 	Budget                    BudgetOptions      `json:"budget"`
 	Zone                      ZoneOptions        `json:"zone"`
 	Merchant                  MerchantOptions    `json:"merchant"`
+	// DecisionReuse is how long the front door may answer a request
+	// identical to an earlier one (every AuthorizeRequest field the same:
+	// caller, its proof, scopes, method, path, headers policy reads) with
+	// that one's ALLOW, when the decision read nothing but the request and
+	// these options: no rate limit applied, no Idempotency-Key, no
+	// credential, no task-run index (docs/policy.md, "Reused decisions").
+	// Default 10s; at most 5m; negative turns reuse off, so that every
+	// request is decided here.
+	DecisionReuse time.Duration `json:"decision_reuse,omitempty"`
 }
 
 // TrustTierOptions set the least-trusted tier a caller may have (tier 1 is
@@ -178,6 +187,8 @@ const (
 	defaultMaxWait          = 2 * time.Second
 	defaultMaxResponseBytes = 4 << 20
 	maxWaitLimit            = 30 * time.Second
+	defaultDecisionReuse    = 10 * time.Second
+	maxDecisionReuse        = 5 * time.Minute
 )
 
 // WithDefaults returns o with every unset option at its default.
@@ -203,6 +214,9 @@ func (o Options) WithDefaults() Options {
 		named[k] = v
 	}
 	o.RateLimits.Named = named
+	if o.DecisionReuse == 0 {
+		o.DecisionReuse = defaultDecisionReuse
+	}
 	if len(o.Merchant.Methods) == 0 {
 		o.Merchant.Methods = []string{"PURCHASE"}
 	}
@@ -261,6 +275,9 @@ func (o Options) Validate() error {
 		bad("idempotency.unknown_lease must not be shorter than idempotency.lease")
 	case id.MaxResponseBytes < 1024:
 		bad("idempotency.max_response_bytes must be at least 1024")
+	}
+	if o.DecisionReuse > maxDecisionReuse {
+		bad("decision_reuse must be at most %v (negative turns reuse off)", maxDecisionReuse)
 	}
 	if err := o.OAuth.Validate(); err != nil {
 		errs = append(errs, err)

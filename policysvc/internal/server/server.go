@@ -266,7 +266,34 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		resp.Decision = policyv1.Decision_DECISION_ALLOW
 	}
 	s.indexTaskRun(ctx, req, resp)
+	if s.reusable(req, plan, acting, resp) {
+		resp.ReusableForMs = s.opts.DecisionReuse.Milliseconds()
+	}
 	return resp, nil
+}
+
+// reusable reports whether resp may answer identical requests for
+// Options.DecisionReuse: an ALLOW that depended on the request and the
+// options alone. Anything that counts, claims or records per request (a
+// rate-limit bucket, an idempotency slot, a task-run index entry) or
+// checks something that can change under the same request (a bearer
+// token, which expires and is revoked) makes the decision this request's
+// only. Options change only with a restart, and a restart's decisions
+// replace the old ones within DecisionReuse.
+func (s *Server) reusable(req *policyv1.AuthorizeRequest, p *plan, acting string, resp *policyv1.AuthorizeResponse) bool {
+	switch {
+	case s.opts.DecisionReuse <= 0, resp.GetDecision() != policyv1.Decision_DECISION_ALLOW:
+		return false
+	case p != nil && p.batch.Len() > 0, resp.GetClaim() != nil, resp.GetRateLimitRemaining() >= 0:
+		return false
+	case req.GetIdempotencyKey() != "", req.GetRequestFingerprint() != "":
+		return false
+	case req.GetAuthorization() != "", req.GetTokenProvesAgent(), acting != "", resp.GetTokenIssuer() != "":
+		return false
+	case req.GetTaskRun() != nil, resp.GetTaskRunToken() != "", len(req.GetInputJson()) > 0:
+		return false
+	}
+	return true
 }
 
 // gate is one script call of a decision and what its buckets limit.

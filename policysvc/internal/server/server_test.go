@@ -696,6 +696,7 @@ func TestOptionsValidate(t *testing.T) {
 		"fingerprint without id": {Merchant: server.MerchantOptions{ManifestFingerprint: strings.Repeat("a", 64)}},
 		"short fingerprint":      {Merchant: server.MerchantOptions{MerchantID: "m", ManifestFingerprint: "abc"}},
 		"disabled named limit":   {RateLimits: server.RateLimitOptions{Named: map[string]rateT{"rcns": {}}}},
+		"reuse over 5m":          {DecisionReuse: 6 * time.Minute},
 	} {
 		if err := o.WithDefaults().Validate(); err == nil {
 			t.Errorf("%s: Validate() accepted it", name)
@@ -703,5 +704,44 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if err := (server.Options{}).WithDefaults().Validate(); err != nil {
 		t.Fatalf("zero options: %v", err)
+	}
+}
+
+// A decision is marked reusable only when it read nothing but the request
+// and the options; anything counted, claimed, recorded or checked against
+// a credential per request makes it that request's alone.
+func TestReusableDecisions(t *testing.T) {
+	rdb := newRedis(t)
+	otherEndpoint := server.RateLimitOptions{Endpoints: []server.EndpointLimit{{Method: "QUERY", Path: "/orders/{order_id}", Rate: rateT{Limit: 100, Period: time.Minute}}}}
+	perAgent := server.RateLimitOptions{Tiers: map[string]rateT{"default": {Limit: 100, Period: time.Minute}}}
+	noScope := request(agentA)
+	noScope.AgentScopes = []string{"catalog:read"}
+	noScope.RequiredScopes = []string{"orders:write"}
+	withTask := request(agentA)
+	withTask.TaskRun = &policyv1.TaskRun{TaskId: "task-1", Method: "EXECUTE", Target: "/orders"}
+	withBudget := request(agentA)
+	withBudget.InputJson = []byte(`{"amount":"1.00"}`)
+	for _, tc := range []struct {
+		name string
+		opts server.Options
+		req  *policyv1.AuthorizeRequest
+		want int64
+	}{
+		{"an allow that read only the request", server.Options{}, request(agentA), 10000},
+		{"the operator's reuse time", server.Options{DecisionReuse: 2 * time.Second}, request(agentA), 2000},
+		{"reuse turned off", server.Options{DecisionReuse: -1}, request(agentA), 0},
+		{"a limit on another endpoint", server.Options{RateLimits: otherEndpoint}, request(agentA), 10000},
+		{"a per-agent limit counted it", server.Options{RateLimits: perAgent}, request(agentA), 0},
+		{"an Idempotency-Key claimed a slot", server.Options{}, withKey(request(agentA), "key-1", "{}"), 0},
+		{"a refusal", server.Options{}, noScope, 0},
+		{"a task run was indexed", server.Options{}, withTask, 0},
+		{"the body was read for a cost", server.Options{}, withBudget, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := authorize(t, serve(t, rdb, tc.opts, nil), tc.req)
+			if got := resp.GetReusableForMs(); got != tc.want {
+				t.Fatalf("reusable_for_ms = %d, want %d (decision %v)", got, tc.want, resp.GetDecision())
+			}
+		})
 	}
 }

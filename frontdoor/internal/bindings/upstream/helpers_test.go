@@ -42,24 +42,6 @@ func startUpstream(t testing.TB, h http.Handler) *httptest.Server {
 	return srv
 }
 
-// fakeClock is the breaker's clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func newExecutor(t testing.TB, mod func(*upstream.Options)) *upstream.Executor {
 	t.Helper()
 	opts := upstream.Options{

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // AGTP-API §12.3: input_transform renames on the way up, output_transform
@@ -268,7 +269,7 @@ func TestCircuitBreaker(t *testing.T) {
 		w.WriteHeader(int(status.Load()))
 		_, _ = io.WriteString(w, `{}`)
 	}))
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	e := newExecutor(t, func(o *upstream.Options) {
 		o.Now = clock.Now
 		o.Breaker = upstream.BreakerOptions{FailureThreshold: 3, OpenFor: time.Minute}

@@ -739,7 +739,14 @@ type AuthorizeResponse struct {
 	TaskRunToken string `protobuf:"bytes,12,opt,name=task_run_token,json=taskRunToken,proto3" json:"task_run_token,omitempty"`
 	// Set when the bearer token proved the caller (token_proves_agent):
 	// the token's issuer, for the Attribution-Record.
-	TokenIssuer   string `protobuf:"bytes,13,opt,name=token_issuer,json=tokenIssuer,proto3" json:"token_issuer,omitempty"`
+	TokenIssuer string `protobuf:"bytes,13,opt,name=token_issuer,json=tokenIssuer,proto3" json:"token_issuer,omitempty"`
+	// How long, in milliseconds, the caller may answer a request whose
+	// AuthorizeRequest is identical to this one, field for field, with this
+	// response instead of asking again; 0 when it may not. Set only on an
+	// ALLOW that read nothing but the request and the policy (no rate limit,
+	// idempotency claim, credential or task-run index), so that the same
+	// request under the same policy gets the same answer.
+	ReusableForMs int64 `protobuf:"varint,14,opt,name=reusable_for_ms,json=reusableForMs,proto3" json:"reusable_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -863,6 +870,13 @@ func (x *AuthorizeResponse) GetTokenIssuer() string {
 		return x.TokenIssuer
 	}
 	return ""
+}
+
+func (x *AuthorizeResponse) GetReusableForMs() int64 {
+	if x != nil {
+		return x.ReusableForMs
+	}
+	return 0
 }
 
 // CompleteIdempotencyRequest stores an outcome under a claim.
@@ -2001,7 +2015,7 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12#\n" +
-	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\xe7\x04\n" +
+	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\x8f\x05\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.agtp.policy.v1.DecisionR\bdecision\x12.\n" +
 	"\x06denial\x18\x02 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x126\n" +
@@ -2017,7 +2031,8 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"merchantId\x121\n" +
 	"\x14merchant_fingerprint\x18\v \x01(\tR\x13merchantFingerprint\x12$\n" +
 	"\x0etask_run_token\x18\f \x01(\tR\ftaskRunToken\x12!\n" +
-	"\ftoken_issuer\x18\r \x01(\tR\vtokenIssuer\"p\n" +
+	"\ftoken_issuer\x18\r \x01(\tR\vtokenIssuer\x12&\n" +
+	"\x0freusable_for_ms\x18\x0e \x01(\x03R\rreusableForMs\"p\n" +
 	"\x1aCompleteIdempotencyRequest\x126\n" +
 	"\x05claim\x18\x01 \x01(\v2 .agtp.policy.v1.IdempotencyClaimR\x05claim\x12\x1a\n" +
 	"\bresponse\x18\x02 \x01(\fR\bresponse\"\x1d\n" +
