@@ -211,8 +211,8 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 	if len(runs) > 0 {
 		fmt.Fprintf(w, "## Closed-loop runs\n\n")
 		fmt.Fprintf(w, "`latency*` and `throughput*` use persistent TLS connections, one request in flight per connection; "+
-			"runs without `-mix` send only QUERY /orders/{order_id} (the full pipeline: identity cache, policysvc Authorize, "+
-			"handler, auditsvc SignAndAppend); `-mix` runs send the realistic mix `%s`. "+
+			"runs without `-mix` send only QUERY /orders/{order_id} (the full pipeline: identity cache, policysvc Authorize "+
+			"or the decision it marked reusable for that caller's identical request, handler, auditsvc SignAndAppend); `-mix` runs send the realistic mix `%s`. "+
 			"`tuned` runs use a second suite started with `%s` (environment only, no code change).\n\n",
 			r.Options.Mix, strings.Join(r.Options.TunedEnv, " "))
 		loadgen.WriteTable(w, runs, "frontdoor")
