@@ -50,8 +50,8 @@ func TestReusedDecisions(t *testing.T) {
 		},
 		"the outsider, refused before": func() (*agtp.Response, map[string]any) { return query(outsider) },
 	} {
-		if resp, body := send(); resp.Status != agtp.StatusUnavailable {
-			t.Errorf("%s with policysvc stopped = %d %v, want 503: only an identical, allowed request is answered without policysvc", name, resp.Status, body)
+		if resp, body := send(); resp.Status != agtp.StatusUnavailable || body["reason"] != "policysvc-unavailable" {
+			t.Errorf("%s with policysvc stopped = %d %v, want 503 policysvc-unavailable: only an identical, allowed request is answered without policysvc", name, resp.Status, body)
 		}
 	}
 }

@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 	}, pipeline.Deps{
 		Catalog: s.catalog,
 		Agents:  s.agents,
-		// The two calls every request makes: concurrent ones travel in
+		// The two calls of a request: concurrent ones travel in
 		// batches, a lone one stays unary (docs/performance.md, "Batched
 		// hops"); a decision policysvc marked reusable answers identical
 		// requests without a call (docs/policy.md, "Reused decisions").
