@@ -23,7 +23,7 @@ import (
 
 // servePolicy runs a real policysvc server on a real redis-server behind a
 // gRPC server on loopback; calls counts the calls it received by method.
-func servePolicy(t *testing.T, opts server.Options) (c policyv1.PolicyServiceClient, calls func(string) int) {
+func servePolicy(t testing.TB, opts server.Options) (c policyv1.PolicyServiceClient, calls func(string) int) {
 	t.Helper()
 	srv, err := server.New(testkit.StartRedis(t).Client(t), slog.New(slog.DiscardHandler), opts)
 	if err != nil {

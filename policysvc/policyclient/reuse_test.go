@@ -118,3 +118,28 @@ func TestReusedDecisionsAreBounded(t *testing.T) {
 		t.Fatalf("after expiry: %d kept, %d calls; want the sweep to keep only the newcomer", r.Len(), calls())
 	}
 }
+
+// BenchmarkReusedDecision is the front door's cost of a decision it reuses
+// (the request's key and the table read) against asking policysvc over
+// loopback gRPC, one call at a time, for the throughput scenario's request.
+func BenchmarkReusedDecision(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts server.Options
+	}{
+		{"reused", server.Options{}},
+		{"asked", server.Options{DecisionReuse: -1}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, _ := servePolicy(b, tc.opts)
+			r := policyclient.NewReusing(c, 0)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if resp, err := r.Authorize(ctx, query(0)); err != nil || resp.GetDecision() != policyv1.Decision_DECISION_ALLOW {
+					b.Fatalf("Authorize: %v %v", resp, err)
+				}
+			}
+		})
+	}
+}
