@@ -125,10 +125,3 @@ func (r *Reusing) keep(key string, resp *policyv1.AuthorizeResponse, now time.Ti
 	}
 	r.entries[key] = reusedDecision{resp: resp, until: until}
 }
-
-// Len is the number of decisions kept, live or expired.
-func (r *Reusing) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.entries)
-}

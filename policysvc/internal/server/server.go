@@ -266,7 +266,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		resp.Decision = policyv1.Decision_DECISION_ALLOW
 	}
 	s.indexTaskRun(ctx, req, resp)
-	if s.reusable(req, plan, acting, resp) {
+	if s.reusable(req, plan, resp) {
 		resp.ReusableForMs = s.opts.DecisionReuse.Milliseconds()
 	}
 	return resp, nil
@@ -274,23 +274,19 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 
 // reusable reports whether resp may answer identical requests for
 // Options.DecisionReuse: an ALLOW that depended on the request and the
-// options alone. Anything that counts, claims or records per request (a
-// rate-limit bucket, an idempotency slot, a task-run index entry) or
-// checks something that can change under the same request (a bearer
-// token, which expires and is revoked) makes the decision this request's
-// only. Options change only with a restart, and a restart's decisions
-// replace the old ones within DecisionReuse.
-func (s *Server) reusable(req *policyv1.AuthorizeRequest, p *plan, acting string, resp *policyv1.AuthorizeResponse) bool {
+// options alone. What counts or claims per request (a rate-limit bucket,
+// an idempotency slot) is in the plan's Redis work; what records per
+// request (a task-run index entry), checks what can change under the same
+// request (a bearer token, which expires and is revoked) or reads the body
+// for a cost is named by the request. Options change only with a restart,
+// and a restart's decisions replace the old ones within DecisionReuse.
+func (s *Server) reusable(req *policyv1.AuthorizeRequest, p *plan, resp *policyv1.AuthorizeResponse) bool {
 	switch {
 	case s.opts.DecisionReuse <= 0, resp.GetDecision() != policyv1.Decision_DECISION_ALLOW:
 		return false
-	case p != nil && p.batch.Len() > 0, resp.GetClaim() != nil, resp.GetRateLimitRemaining() >= 0:
+	case p != nil && p.batch.Len() > 0:
 		return false
-	case req.GetIdempotencyKey() != "", req.GetRequestFingerprint() != "":
-		return false
-	case req.GetAuthorization() != "", req.GetTokenProvesAgent(), acting != "", resp.GetTokenIssuer() != "":
-		return false
-	case req.GetTaskRun() != nil, resp.GetTaskRunToken() != "", len(req.GetInputJson()) > 0:
+	case req.GetIdempotencyKey() != "", req.GetAuthorization() != "", req.GetTaskRun() != nil, len(req.GetInputJson()) > 0:
 		return false
 	}
 	return true

@@ -721,6 +721,8 @@ func TestReusableDecisions(t *testing.T) {
 	withTask.TaskRun = &policyv1.TaskRun{TaskId: "task-1", Method: "EXECUTE", Target: "/orders"}
 	withBudget := request(agentA)
 	withBudget.InputJson = []byte(`{"amount":"1.00"}`)
+	withToken := request(agentA)
+	withToken.Authorization = "Bearer token"
 	for _, tc := range []struct {
 		name string
 		opts server.Options
@@ -736,6 +738,7 @@ func TestReusableDecisions(t *testing.T) {
 		{"a refusal", server.Options{}, noScope, 0},
 		{"a task run was indexed", server.Options{}, withTask, 0},
 		{"the body was read for a cost", server.Options{}, withBudget, 0},
+		{"a bearer token came with it", server.Options{}, withToken, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := authorize(t, serve(t, rdb, tc.opts, nil), tc.req)
