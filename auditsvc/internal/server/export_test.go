@@ -25,17 +25,16 @@ import (
 type exportFixture struct {
 	srv    *Server
 	client auditv1.AuditServiceClient
-	clock  *fakeClock
+	clock  *testkit.Clock
 	ks     *attribution.KeySet
 }
 
 func startExport(t testing.TB, opts Options) exportFixture {
 	t.Helper()
 	rds := testkit.StartRedis(t)
-	clock := &fakeClock{}
-	clock.ms.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
+	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	ks := keySet(t, genKey(t))
-	opts.Keys, opts.Now, opts.Chain.Now = ks, clock.now, clock.now
+	opts.Keys, opts.Now, opts.Chain.Now = ks, clock.Now, clock.Now
 	s, err := New(rds.Client(t), nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +132,7 @@ func TestExportChainStreamsRecordsInOrder(t *testing.T) {
 	var ids []string
 	for range 3 {
 		ids = append(ids, f.appendRecords(t, agent, 300)...)
-		f.clock.advance(time.Hour)
+		f.clock.Advance(time.Hour)
 	}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	tests := []struct {
@@ -228,7 +227,7 @@ func TestExportChainStartsAtTheCheckpointAfterRetention(t *testing.T) {
 	ctx := context.Background()
 	agent := strings.Repeat("e4", 32)
 	ids := f.appendRecords(t, agent, 600)
-	f.clock.advance(2 * time.Hour)
+	f.clock.Advance(2 * time.Hour)
 	ids = append(ids, f.appendRecords(t, agent, 300)...)
 	if st, err := f.srv.Retain(ctx); err != nil || st.Moved != 600 {
 		t.Fatalf("retention: %+v %v", st, err)

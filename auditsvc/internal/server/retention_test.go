@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,29 +15,23 @@ import (
 	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct{ ms atomic.Int64 }
-
-func (c *fakeClock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 type retentionFixture struct {
 	*fixture
-	clock *fakeClock
+	clock *testkit.Clock
 	dir   string
 	ks    *attribution.KeySet
 }
 
 func startRetention(t *testing.T) retentionFixture {
 	t.Helper()
-	clock := &fakeClock{}
-	clock.ms.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
+	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	dir := t.TempDir()
 	ks := keySet(t, genKey(t))
 	f := start(t, Options{Keys: ks, Archive: archive.Options{Dir: dir, Instance: "t"},
-		Retention: time.Hour, RetentionInterval: time.Hour, Now: clock.now, Chain: chain.Options{Now: clock.now}})
+		Retention: time.Hour, RetentionInterval: time.Hour, Now: clock.Now, Chain: chain.Options{Now: clock.Now}})
 	return retentionFixture{fixture: f, clock: clock, dir: dir, ks: ks}
 }
 
@@ -107,10 +100,10 @@ func TestRetentionMovesOldRecordsAndTrimmedChainsVerify(t *testing.T) {
 	lifecycle()
 	signed()
 	signed() // the newest record of a stream always stays
-	f.clock.advance(2 * time.Hour)
+	f.clock.Advance(2 * time.Hour)
 	appendN(3)
 	lifecycle()
-	f.clock.advance(time.Minute)
+	f.clock.Advance(time.Minute)
 
 	st, err := f.srv.Retain(ctx)
 	if err != nil {
@@ -211,7 +204,7 @@ func TestRetentionMovesOldRecordsAndTrimmedChainsVerify(t *testing.T) {
 		t.Fatalf("VerifyChain with a foreign checkpoint: %+v %v", v, err)
 	}
 	// And the retention task leaves such a chain alone.
-	f.clock.advance(3 * time.Hour)
+	f.clock.Advance(3 * time.Hour)
 	if st, err := f.srv.Retain(ctx); err != nil || st.Failed != 1 {
 		t.Fatalf("run with a bad checkpoint: %+v %v", st, err)
 	}
@@ -229,9 +222,9 @@ func TestRetentionFailedArchiveMovesNothingAndRepeats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.clock.advance(2 * time.Hour)
+	f.clock.Advance(2 * time.Hour)
 	opts := f.srv.chainOptions(attribution.StreamAttribution, agent)
-	cutoff := f.clock.now().Add(-time.Hour)
+	cutoff := f.clock.Now().Add(-time.Hour)
 	_, err := f.srv.Store().Trim(ctx, attribution.StreamAttribution, agent, cutoff, opts,
 		func([]attribution.Entry) error { return errors.New("disk full") })
 	if err == nil {

@@ -28,14 +28,8 @@ const (
 	hashB = "2222222222222222222222222222222222222222222222222222222222222222"
 )
 
-// clock is a settable test clock.
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-func newClock() *clock                   { c := &clock{}; c.ns.Store(time.Now().UnixNano()); return c }
-func code(err error) codes.Code          { return status.Code(err) }
-func ctx() context.Context               { return context.Background() }
+func code(err error) codes.Code { return status.Code(err) }
+func ctx() context.Context      { return context.Background() }
 
 // must(call)(t) fails the test on the call's error.
 func must[T any](v T, err error) func(*testing.T) T {
@@ -178,14 +172,14 @@ func TestAPIKeys(t *testing.T) {
 }
 
 func TestConfirmationPolicies(t *testing.T) {
-	clk := newClock()
-	strict := start(t, Options{ExecutePolicy: PolicyStrict, MaxExecuteAmountCents: 1000, Now: clk.now})
-	open := start(t, Options{Now: clk.now})
+	clk := testkit.NewClock(time.Now())
+	strict := start(t, Options{ExecutePolicy: PolicyStrict, MaxExecuteAmountCents: 1000, Now: clk.Now})
+	open := start(t, Options{Now: clk.Now})
 
 	issue := func(c agpv1.AgpServiceClient, agent, business, hash string) string {
 		t.Helper()
 		r := must(c.IssueConfirmation(ctx(), &agpv1.IssueConfirmationRequest{AgentId: agent, BusinessId: business, RequestSha256: hash}))(t)
-		if d := r.GetExpiresAt().AsTime().Sub(clk.now()); d < 4*time.Minute || d > 5*time.Minute {
+		if d := r.GetExpiresAt().AsTime().Sub(clk.Now()); d < 4*time.Minute || d > 5*time.Minute {
 			t.Errorf("token expires in %v, want 5m", d)
 		}
 		//lint:ignore SA1019 the first release's field, still filled
@@ -251,7 +245,7 @@ func TestConfirmationPolicies(t *testing.T) {
 	})
 	t.Run("expired", func(t *testing.T) {
 		tok := issue(strict, alice, "orders", hashA)
-		clk.advance(5*time.Minute + time.Second)
+		clk.Advance(5*time.Minute + time.Second)
 		r := consume(strict, req(alice, "orders", hashA, tok))
 		if r.GetAllowed() || r.GetReason() != ReasonExpired || r.GetMessage() != "Confirmation token expired. Prepare a new token." {
 			t.Errorf("expired = %v", r)
