@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/agtpsuite/agtp/services/edsign"
 )
 
 // AuditID is the Audit-ID of a record: lowercase hex SHA-256 of the exact
@@ -40,10 +42,11 @@ var noneHeader = b64.EncodeToString([]byte(`{"alg":"none"}`))
 //
 // The protected header is {"alg":"EdDSA","kid":<RFC 7638 thumbprint>},
 // serialized exactly as go-jose serializes it; the header is encoded once
-// and the per-record work is one base64 pass and one Ed25519 signature.
+// and the per-record work is one base64 pass and one Ed25519 signature,
+// made with the key expanded once (services/edsign).
 // TestSignerMatchesGoJose pins the output byte-for-byte to go-jose's.
 type Signer struct {
-	key    ed25519.PrivateKey
+	key    *edsign.Key // nil for alg none
 	kid    string
 	header string // base64url protected header
 }
@@ -54,10 +57,11 @@ func NewSigner(key ed25519.PrivateKey) *Signer {
 	if key == nil {
 		return &Signer{header: noneHeader}
 	}
-	if len(key) != ed25519.PrivateKeySize {
-		panic("attribution: NewSigner: not an Ed25519 private key")
+	expanded, err := edsign.NewKey(key)
+	if err != nil {
+		panic("attribution: NewSigner: " + err.Error())
 	}
-	kid, err := KeyID(key.Public().(ed25519.PublicKey))
+	kid, err := KeyID(expanded.Public())
 	if err != nil {
 		panic(err)
 	}
@@ -65,7 +69,7 @@ func NewSigner(key ed25519.PrivateKey) *Signer {
 		Alg string `json:"alg"`
 		Kid string `json:"kid"`
 	}{AlgEdDSA, kid})
-	return &Signer{key: key, kid: kid, header: b64.EncodeToString(hdr)}
+	return &Signer{key: expanded, kid: kid, header: b64.EncodeToString(hdr)}
 }
 
 // Alg is the JWS alg this signer writes.
@@ -97,9 +101,9 @@ func (s *Signer) sign(payload []byte) []byte {
 	buf = append(buf, '.')
 	buf = b64.AppendEncode(buf, payload)
 	if s.key != nil {
-		sig := ed25519.Sign(s.key, buf)
+		sig := s.key.Sign(buf)
 		buf = append(buf, '.')
-		buf = b64.AppendEncode(buf, sig)
+		buf = b64.AppendEncode(buf, sig[:])
 	} else {
 		buf = append(buf, '.')
 	}

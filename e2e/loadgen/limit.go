@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/edsign"
 	"github.com/agtpsuite/agtp/services/rawsock"
 )
 
@@ -52,7 +53,7 @@ const maxLimitChains = 10000
 
 // limitResponder answers every request on a connection in order.
 type limitResponder struct {
-	key   ed25519.PrivateKey
+	key   *edsign.Key
 	limit agtp.Limits
 
 	mu     sync.Mutex
@@ -72,7 +73,13 @@ type limitChain struct {
 // Client certificates are asked for (the load generator's agents present
 // theirs, as to the front door) and not verified.
 func ServeLimit(ctx context.Context, ln net.Listener, cert tls.Certificate) error {
-	_, key, err := ed25519.GenerateKey(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	// The suite's signing (services/edsign), so that the limit stays the
+	// best this code does.
+	key, err := edsign.NewKey(priv)
 	if err != nil {
 		return err
 	}
@@ -153,14 +160,14 @@ func (r *limitResponder) sign(buf []byte, req *agtp.Request) (rec []byte, jws, a
 	buf = append(buf, `,"status":200,"previous_audit_id":"`...)
 	buf = hex.AppendEncode(buf, prev[:])
 	buf = append(buf, `"}`...)
-	sig := ed25519.Sign(r.key, buf)
+	sig := r.key.Sign(buf)
 	h := sha256.New()
 	h.Write(buf)
-	h.Write(sig)
+	h.Write(sig[:])
 	var head [sha256.Size]byte
 	h.Sum(head[:0])
 	ch.head = head
-	jws = base64.RawURLEncoding.EncodeToString(buf) + "." + base64.RawURLEncoding.EncodeToString(sig)
+	jws = base64.RawURLEncoding.EncodeToString(buf) + "." + base64.RawURLEncoding.EncodeToString(sig[:])
 	return buf, jws, hex.EncodeToString(head[:])
 }
 
