@@ -8,8 +8,9 @@
 // encoding inverts a field element; here R is encoded once. That is one
 // field inversion of about 2.5 µs fewer per signature, about an eighth of
 // a signature (docs/performance.md, "Ed25519 signing with one encoding of
-// R"). The curve arithmetic is filippo.io/edwards25519's, the
-// constant-time implementation crypto/ed25519 itself is built from.
+// R"). The curve arithmetic is filippo.io/edwards25519's: the
+// constant-time package crypto/ed25519 uses internally, published as a
+// module.
 package edsign
 
 import (
