@@ -14,6 +14,7 @@
 package edsign
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha512"
 	"errors"
@@ -50,8 +51,9 @@ func NewKey(priv ed25519.PrivateKey) (*Key, error) {
 	return k, nil
 }
 
-// Public is the key's public half.
-func (k *Key) Public() ed25519.PublicKey { return ed25519.PublicKey(k.pub[:]) }
+// Public is a copy of the key's public half: the key hashes its own copy
+// into every signature, so a caller must not be able to change it.
+func (k *Key) Public() ed25519.PublicKey { return bytes.Clone(k.pub[:]) }
 
 // Sign signs msg; it returns what ed25519.Sign returns for the same key.
 func (k *Key) Sign(msg []byte) (sig [ed25519.SignatureSize]byte) {
