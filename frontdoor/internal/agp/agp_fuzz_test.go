@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,10 +27,11 @@ func fuzzParseTarget(h *Handler, body []byte, contentType string) (*call, *targe
 
 // FuzzParseTarget feeds AGP query, prepare and execute bodies through
 // parseTarget. A refusal is a 400 VALIDATION_ERROR whose body is JSON. An
-// accepted request names a business and an absolute path the AGTP side
-// can carry; its confirmation hash depends on what the request says, not
-// on how it is spelled (member order, whitespace, escapes, a client's
-// idempotencyKey); and the AGTP body carries exactly its parameters.
+// accepted request names a business and either its call (an absolute path
+// the AGTP side can carry, whose AGTP body carries exactly its parameters)
+// or, in an adapter's shape, no call at all until bind finds it; its
+// confirmation hash depends on what the request says, not on how it is
+// spelled (member order, whitespace, escapes, a client's idempotencyKey).
 func FuzzParseTarget(f *testing.F) {
 	for _, s := range []string{
 		`{"businessId":"orders","request":{"method":"CREATE","path":"/orders","parameters":{"lines":[{"sku":"w","quantity":2}],"amount_cents":1395},"idempotencyKey":"client-chosen"}}`,
@@ -43,6 +45,8 @@ func FuzzParseTarget(f *testing.F) {
 		`{"businessId":"orders","request":{"path":"/orders?limit=1"}}`,
 		`{"businessId":"orders","request":{"path":"/orders","parameters":[1]}}`,
 		`{"businessId":"orders","request":{"path":"/orders"},"x":1}`,
+		`{"businessId":"orders","request":{"items":[{"productId":"widget","quantity":1}],"amount_cents":2995,"idempotencyKey":"client-chosen"}}`,
+		`{"businessId":"orders","request":{}}`,
 		`null`,
 		`{`,
 	} {
@@ -66,28 +70,14 @@ func FuzzParseTarget(f *testing.F) {
 		if tg.Business == "" || len(tg.Business) > 256 {
 			t.Fatalf("businessId %q accepted", tg.Business)
 		}
-		if !strings.HasPrefix(tg.Path, "/") || len(tg.Path) > 2048 || strings.ContainsAny(tg.Path, "?#") || !validTarget(tg.Path) {
-			t.Fatalf("path %q accepted", tg.Path)
-		}
-		if tg.Method == "" || tg.Params == nil {
-			t.Fatalf("target without method or parameters: %+v", tg)
-		}
 		if tg.Amount != nil && (math.IsInf(*tg.Amount, 0) || math.IsNaN(*tg.Amount)) {
 			t.Fatalf("amount %v accepted", *tg.Amount)
 		}
-		req := c.request(tg.Method, tg.Path, tg.body())
-		if req == nil || req.Path != tg.Path || req.Method != tg.Method {
-			t.Fatalf("AGTP request %+v for target %+v", req, tg)
+		if tg.Adapter != nil {
+			checkAdapterTarget(t, tg)
+		} else {
+			checkExplicitTarget(t, c, tg)
 		}
-		if b := tg.body(); len(b) > 0 {
-			var env map[string]json.RawMessage
-			if err := json.Unmarshal(b, &env); err != nil || len(env) != 1 || env["parameters"] == nil {
-				t.Fatalf("AGTP body %s is not a parameters envelope", b)
-			}
-		} else if len(tg.Params) != 0 {
-			t.Fatal("parameters dropped from the AGTP body")
-		}
-
 		hash, err := tg.hash()
 		if err != nil {
 			return
@@ -118,6 +108,44 @@ func FuzzParseTarget(f *testing.F) {
 			t.Fatalf("respelling %s as %s changed the hash: %v", body, respelled, err)
 		}
 	})
+}
+
+// checkAdapterTarget: a request in an adapter's shape names no call yet
+// (bind finds it from the business's declarations), holds none of the
+// members that would name one, and drops the client's idempotencyKey.
+func checkAdapterTarget(t *testing.T, tg *target) {
+	if tg.Method != "" || tg.Path != "" || tg.Params != nil {
+		t.Fatalf("adapter request with a call before bind: %+v", tg)
+	}
+	for _, k := range slices.Concat(explicitMembers, []string{"idempotencyKey"}) {
+		if _, ok := tg.Adapter[k]; ok {
+			t.Fatalf("adapter request keeps %q: %+v", k, tg.Adapter)
+		}
+	}
+}
+
+// checkExplicitTarget: a request that names its call has an absolute path
+// the AGTP side can carry, a method and parameters, and its AGTP body
+// carries exactly those parameters.
+func checkExplicitTarget(t *testing.T, c *call, tg *target) {
+	if !strings.HasPrefix(tg.Path, "/") || len(tg.Path) > 2048 || strings.ContainsAny(tg.Path, "?#") || !validTarget(tg.Path) {
+		t.Fatalf("path %q accepted", tg.Path)
+	}
+	if tg.Method == "" || tg.Params == nil {
+		t.Fatalf("target without method or parameters: %+v", tg)
+	}
+	req := c.request(tg.Method, tg.Path, tg.body())
+	if req == nil || req.Path != tg.Path || req.Method != tg.Method {
+		t.Fatalf("AGTP request %+v for target %+v", req, tg)
+	}
+	if b := tg.body(); len(b) > 0 {
+		var env map[string]json.RawMessage
+		if err := json.Unmarshal(b, &env); err != nil || len(env) != 1 || env["parameters"] == nil {
+			t.Fatalf("AGTP body %s is not a parameters envelope", b)
+		}
+	} else if len(tg.Params) != 0 {
+		t.Fatal("parameters dropped from the AGTP body")
+	}
 }
 
 // FuzzFromAGTP maps arbitrary AGTP answers (a handler's or an upstream's
