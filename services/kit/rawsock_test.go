@@ -71,8 +71,10 @@ func TestInternalConnectionsUseDirectSocketIO(t *testing.T) {
 			if err := rdb.Ping(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := hook.conn.(*rawsock.Conn); !ok {
-				t.Errorf("NewRedis's connection is %T, want *rawsock.Conn", hook.conn)
+			if _, ok := hook.conn.(quietCheckConn); !ok {
+				t.Errorf("NewRedis's connection is %T, want quietCheckConn", hook.conn)
+			} else if under := hook.conn.(quietCheckConn).NetConn(); !isRawsock(under) {
+				t.Errorf("NewRedis's connection is over %T, want *rawsock.Conn", under)
 			}
 		})
 		for _, tc := range []struct {
@@ -96,18 +98,27 @@ func TestInternalConnectionsUseDirectSocketIO(t *testing.T) {
 				if v, err := rdb.Get(ctx, "k").Result(); v != tc.name || err != nil {
 					t.Fatalf("GET = %q, %v", v, err)
 				}
-				under := hook.conn
-				if tlsConn, ok := hook.conn.(*tls.Conn); ok {
-					under = tlsConn.NetConn()
-				} else if tc.conf != nil {
-					t.Fatalf("over TLS the connection is %T", hook.conn)
+				var under net.Conn
+				switch c := hook.conn.(type) {
+				case *tls.Conn:
+					under = c.NetConn()
+				case quietCheckConn:
+					under = c.NetConn()
 				}
-				if _, ok := under.(*rawsock.Conn); !ok {
+				if _, isTLS := hook.conn.(*tls.Conn); under == nil || isTLS != (tc.conf != nil) {
+					t.Fatalf("the connection is %T", hook.conn)
+				}
+				if !isRawsock(under) {
 					t.Errorf("the connection under it is %T, want *rawsock.Conn", under)
 				}
 			})
 		}
 	})
+}
+
+func isRawsock(c net.Conn) bool {
+	_, ok := c.(*rawsock.Conn)
+	return ok
 }
 
 // dialSeen is a go-redis hook that keeps the last connection dialled.

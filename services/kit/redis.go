@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
@@ -89,8 +90,14 @@ func redisDialer(timeout time.Duration, tlsConf *tls.Config) func(context.Contex
 			defer cancel()
 		}
 		c, err := dial(ctx, network, addr)
-		if err != nil || tlsConf == nil {
-			return c, err
+		if err != nil {
+			return nil, err
+		}
+		if tlsConf == nil {
+			if pc, ok := c.(pendingConn); ok {
+				return quietCheckConn{pc}, nil
+			}
+			return c, nil
 		}
 		conf := tlsConf
 		if conf.ServerName == "" {
@@ -106,4 +113,64 @@ func redisDialer(timeout time.Duration, tlsConf *tls.Config) func(context.Contex
 		}
 		return tc, nil
 	}
+}
+
+// pendingConn is a connection that can tell, without the runtime's
+// system-call path, whether a read would return at once (rawsock.Conn).
+type pendingConn interface {
+	net.Conn
+	syscall.Conn
+	Pending() bool
+}
+
+// quietCheckConn is a plain Redis connection that answers go-redis's pool
+// check itself while the socket is quiet.
+//
+// go-redis checks each connection it takes from its pool, and before a
+// command on a connection it has not checked lately, by peeking at the
+// socket through the connection's syscall.RawConn: recvfrom with
+// MSG_PEEK|MSG_DONTWAIT, where nothing to read means healthy, and a byte
+// or the end of the stream means the connection is dropped (or its push
+// frames read). Its recvfrom is an ordinary system call, so it enters the
+// scheduler's system-call state, and in a one-P service whose processor
+// had gone idle the first such call wakes the runtime's monitor thread,
+// which then polls every 20 µs for about a millisecond: most of
+// auditsvc's context switches under load, and 5 % of its CPU for the
+// peek alone (docs/performance.md, "The pool check of a Redis
+// connection"). The connection peeks with rawsock's direct call first;
+// only when something is pending does go-redis's own check run, and it
+// then sees exactly what it would have seen. Over TLS go-redis makes no
+// such check (a tls.Conn is not a syscall.Conn), so this is plain TCP
+// only.
+type quietCheckConn struct{ pendingConn }
+
+// SyscallConn returns the socket's RawConn with Read answering a quiet
+// socket's check (quietCheck).
+func (c quietCheckConn) SyscallConn() (syscall.RawConn, error) {
+	rc, err := c.pendingConn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return quietCheck{RawConn: rc, pending: c.Pending}, nil
+}
+
+// NetConn returns the connection underneath, as tls.Conn's does.
+func (c quietCheckConn) NetConn() net.Conn { return c.pendingConn }
+
+// quietCheck is a RawConn whose Read returns at once, without calling f,
+// when nothing is pending on the socket. That is the answer go-redis's
+// check (its only use of the RawConn) takes for a healthy connection;
+// anything else goes to f as usual. It is not a general-purpose RawConn:
+// a reader that must be called to learn that nothing is there would wait
+// for nothing.
+type quietCheck struct {
+	syscall.RawConn
+	pending func() bool
+}
+
+func (q quietCheck) Read(f func(fd uintptr) bool) error {
+	if !q.pending() {
+		return nil
+	}
+	return q.RawConn.Read(f)
 }

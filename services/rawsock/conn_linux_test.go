@@ -161,6 +161,61 @@ func TestDeadlinesAndEndsAreTheRuntimes(t *testing.T) {
 	})
 }
 
+// TestPendingPeeksWithoutConsuming: Pending is false only while the
+// socket is open and has nothing to read, and what it saw is still there
+// for the next Read.
+func TestPendingPeeksWithoutConsuming(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// act makes something (or nothing) pending on c, through its peer s.
+		act  func(t *testing.T, c, s net.Conn)
+		want bool
+		// then checks what a read finds afterwards.
+		then func(t *testing.T, c net.Conn)
+	}{
+		{"quiet", func(*testing.T, net.Conn, net.Conn) {}, false, nil},
+		{"data", func(t *testing.T, _, s net.Conn) {
+			if _, err := s.Write([]byte("push")); err != nil {
+				t.Fatal(err)
+			}
+		}, true, func(t *testing.T, c net.Conn) {
+			b := make([]byte, 4)
+			if _, err := io.ReadFull(c, b); err != nil || string(b) != "push" {
+				t.Fatalf("read %q, %v after the peek; want the bytes it saw", b, err)
+			}
+		}},
+		{"orderly close", func(_ *testing.T, _, s net.Conn) { s.Close() }, true, func(t *testing.T, c net.Conn) {
+			if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("read = %v, want EOF", err)
+			}
+		}},
+		{"reset", func(_ *testing.T, _, s net.Conn) {
+			_ = s.(*Conn).SetLinger(0)
+			s.Close()
+		}, true, nil},
+		{"closed here", func(_ *testing.T, c, _ net.Conn) { c.Close() }, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := pair(t)
+			tc.act(t, c, s)
+			got := c.(*Conn).Pending()
+			// What the peer sent crosses loopback asynchronously: wait
+			// for it, bounded.
+			for deadline := time.Now().Add(5 * time.Second); tc.want && !got && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+				got = c.(*Conn).Pending()
+			}
+			if got != tc.want {
+				t.Fatalf("Pending = %v, want %v", got, tc.want)
+			}
+			if tc.then != nil {
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				tc.then(t, c)
+			}
+		})
+	}
+}
+
 // TestWrapOnlyTakesTCPAndObeysDisable: other connections pass through,
 // and once disabled nothing is wrapped.
 func TestWrapOnlyTakesTCPAndObeysDisable(t *testing.T) {
