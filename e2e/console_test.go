@@ -89,6 +89,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		// this throwaway browser profile does not hold.
 		chromedp.IgnoreCertErrors,
 		chromedp.WindowSize(1400, 900),
+		// Chromium leaves its singleton socket's directory in TMPDIR when
+		// it is stopped; give it one the test removes.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 	)...)
 	defer cancelAlloc()
 	browser, cancelBrowser := chromedp.NewContext(alloc)

@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -104,24 +105,37 @@ func binaries(tb testing.TB) string {
 	if dir := os.Getenv(BinDirEnv); dir != "" {
 		return dir
 	}
+	if !testing.Testing() {
+		// A program builds for each cluster it starts, into a directory
+		// removed with it.
+		dir := tb.TempDir()
+		if err := buildServices(dir); err != nil {
+			tb.Fatal(err)
+		}
+		return dir
+	}
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "agtp-e2e-bin-")
-		if buildErr != nil {
-			return
-		}
-		args := []string{"build", "-o", buildDir + string(os.PathSeparator)}
-		for _, s := range devpki.ServiceNames {
-			args = append(args, "github.com/agtpsuite/agtp/"+s+"/cmd/"+s)
-		}
-		out, err := exec.Command("go", args...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		// Stays the error if BinaryTempDir ends the test.
+		buildErr = errors.New("no directory to build the services into")
+		buildDir = testkit.BinaryTempDir(tb, "agtp-e2e-bin-")
+		buildErr = buildServices(buildDir)
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// buildServices builds every service's binary into dir.
+func buildServices(dir string) error {
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	for _, s := range devpki.ServiceNames {
+		args = append(args, "github.com/agtpsuite/agtp/"+s+"/cmd/"+s)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
 }
 
 // Start launches the suite's processes against a fresh redis-server and

@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"os"
 	"sync"
 	"testing"
 
@@ -14,20 +13,34 @@ var (
 	pkiErr    error
 )
 
+// pkiNames are the identities PKI issues: every service's, and an
+// "intruder" issued by the same CA for tests that need a second
+// identity (tests that need a foreign CA make their own).
+var pkiNames = append(append([]string{}, devpki.ServiceNames...), "intruder")
+
 // PKI returns a development PKI made once per test binary, since key
-// generation is the slow part. Each binary gets its own temporary
-// directory, so concurrent test binaries never share keys. The "intruder"
-// certificate is issued by the same CA for tests that need a second
-// identity; tests that need a foreign CA make their own.
+// generation is the slow part, in a BinaryTempDir: concurrent test
+// binaries never share keys, and the keys are removed when the binary's
+// tests are done.
+//
+// A program that is not a test (the load benchmark drives the harness
+// with its own testing.TB) gets a PKI of its own on every call, in
+// tb.TempDir, removed with it.
 func PKI(tb testing.TB) devpki.Layout {
 	tb.Helper()
-	pkiOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agtp-test-pki-")
+	if !testing.Testing() {
+		l, err := devpki.Ensure(tb.TempDir(), pkiNames...)
 		if err != nil {
-			pkiErr = err
-			return
+			tb.Fatalf("make PKI: %v", err)
 		}
-		pkiLayout, pkiErr = devpki.Ensure(dir, append(devpki.ServiceNames, "intruder")...)
+		return l
+	}
+	requireMain(tb)
+	pkiOnce.Do(func() {
+		var dir string
+		if dir, pkiErr = binaryTempDir("agtp-test-pki-"); pkiErr == nil {
+			pkiLayout, pkiErr = devpki.Ensure(dir, pkiNames...)
+		}
 	})
 	if pkiErr != nil {
 		tb.Fatalf("make test PKI: %v", pkiErr)

@@ -21,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testkit.Cleaned(m).Run()
 	exampleCleanup()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {

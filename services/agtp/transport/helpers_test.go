@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(idleClientEnv) != "" {
 		os.Exit(runIdleClients())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testkit.Cleaned(m))
 }
 
 func testLogger() *slog.Logger {

@@ -30,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testkit.Cleaned(m))
 }
 
 // server is the front door's real AGTP transport with a test handler.
