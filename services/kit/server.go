@@ -71,7 +71,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 	if s.guard, err = newGuard(cfg, deps); err != nil {
 		return nil, err
 	}
-	sopts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig()))}
+	sopts := append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(deps.MTLS.ServerConfig()))}, internalServerOptions()...)
 	if deps.Telemetry.Recording {
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(deps.Telemetry.TracerProvider),
@@ -207,10 +207,10 @@ func dialInternal(ctx context.Context, addr string) (net.Conn, error) {
 // DialService connects to a service at addr whose certificate names
 // serverName, presenting this process's certificate.
 func DialService(addr, serverName string, m *MTLS, tel *Telemetry) (*grpc.ClientConn, error) {
-	copts := []grpc.DialOption{
+	copts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(m.ClientConfig(serverName))),
 		grpc.WithContextDialer(dialInternal),
-	}
+	}, internalDialOptions()...)
 	if tel.Recording {
 		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
