@@ -69,6 +69,11 @@ type BenchOptions struct {
 	Only []string
 	// Env is added to every service's environment.
 	Env []string
+	// RedisArgs are extra arguments of the suite's redis-server, after
+	// the harness's own (persistence off): "--appendonly", "yes",
+	// "--appendfsync", "always" measures the production overlay's
+	// durability (docs/performance.md, "What durability costs").
+	RedisArgs []string
 	// AbuseRate is the offered load of the abuse scenario's
 	// persistent-connection client (its new-connection and QUIC clients
 	// offer a tenth each). Default 400 req/s: well under the machine's
@@ -252,6 +257,19 @@ type BenchReport struct {
 	Floors []Floor
 	// OneProcess is the one-process scenario (make run's suite).
 	OneProcess *OneProcessReport
+	// Redis is the version and persistence of the suite's redis-server,
+	// as the server reported them.
+	Redis RedisSettings
+}
+
+// RedisSettings are what a redis-server reports of its version and of
+// how durable an acknowledged write is.
+type RedisSettings struct {
+	Pid         int
+	Version     string
+	AppendOnly  string // CONFIG GET appendonly: "yes" or "no"
+	AppendFsync string // CONFIG GET appendfsync: "always", "everysec" or "no"
+	Save        string // CONFIG GET save: the snapshot schedule, "" for none
 }
 
 // Floor is the latency of a round trip that does (almost) no work.
@@ -299,6 +317,7 @@ func Bench(ctx context.Context, opts BenchOptions) (*BenchReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.Redis = s.redis
 	defer func() {
 		if s != nil { // nil when the tuned suite failed to start
 			s.stop()
@@ -465,6 +484,8 @@ type benchSuite struct {
 	certs    []tls.Certificate // the agents' Agent Certificates
 	pprof    map[string]string
 	progress func(string, ...any)
+	// redis is what the suite's redis-server said of itself.
+	redis RedisSettings
 }
 
 // startSuite starts the services with env added to their environment and
@@ -481,7 +502,8 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	// Certificates; caller_proof informational also takes bare headers on
 	// read-only endpoints, so that the throughput-claims scenario measures
 	// the same QUERY without proof, side by side.
-	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=informational"}, o.Env...), env...), ServiceEnv: map[string][]string{}}
+	copts := Options{Env: append(append([]string{"LOG_LEVEL=warn", "AGTP_CALLER_PROOF=informational"}, o.Env...), env...), ServiceEnv: map[string][]string{},
+		RedisArgs: o.RedisArgs}
 	// A GOMAXPROCS of the caller's (Env, the tuned scenario's) replaces the
 	// deployed sizing rather than being overridden by it.
 	if !setsGOMAXPROCS(copts.Env) {
@@ -523,6 +545,9 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 		return nil, fmt.Errorf("the front door does not answer: %w", err)
 	}
 	if s.procs, err = s.c.pids(ctx); err != nil {
+		return nil, err
+	}
+	if s.redis, err = s.c.redisSettings(ctx); err != nil {
 		return nil, err
 	}
 	progress("registering %d agents", o.Agents)
@@ -653,26 +678,51 @@ func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
 			out[name] = pid
 		}
 	}
-	ropts, err := redis.ParseURL(c.RedisURL)
+	rs, err := c.redisSettings(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
+		return nil, err
 	}
-	rc := redis.NewClient(ropts)
-	defer rc.Close()
-	info, err := rc.Info(ctx, "server").Result()
-	if err != nil {
-		return nil, fmt.Errorf("redis INFO: %w", err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			if pid, err := strconv.Atoi(v); err == nil {
-				out["redis"] = pid
-			}
-		}
+	if rs.Pid > 0 {
+		out["redis"] = rs.Pid
 	}
 	if out["frontdoor"] == 0 {
 		return nil, errors.New("the front door is not running")
 	}
+	return out, nil
+}
+
+// redisSettings asks the suite's redis-server for its process, version
+// and persistence, so that a report states what the server ran with
+// rather than what the command asked for.
+func (c *Cluster) redisSettings(ctx context.Context) (RedisSettings, error) {
+	ropts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return RedisSettings{}, fmt.Errorf("redis url: %w", err)
+	}
+	rc := redis.NewClient(ropts)
+	defer rc.Close()
+	var out RedisSettings
+	info, err := rc.Info(ctx, "server").Result()
+	if err != nil {
+		return out, fmt.Errorf("redis INFO: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			out.Pid, _ = strconv.Atoi(v)
+		} else if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			out.Version = v
+		}
+	}
+	conf, err := rc.ConfigGet(ctx, "append*").Result()
+	if err != nil {
+		return out, fmt.Errorf("redis CONFIG GET: %w", err)
+	}
+	save, err := rc.ConfigGet(ctx, "save").Result()
+	if err != nil {
+		return out, fmt.Errorf("redis CONFIG GET: %w", err)
+	}
+	out.AppendOnly, out.AppendFsync, out.Save = conf["appendonly"], conf["appendfsync"], save["save"]
 	return out, nil
 }
 

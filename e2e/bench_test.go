@@ -13,7 +13,8 @@ import (
 // TestBenchRunsEveryScenarioAgainstTheProcesses runs the load benchmark
 // with tiny durations, so that `make bench` cannot rot unnoticed: every
 // scenario gets responses, with no transport errors, and the report
-// holds every section.
+// holds every section. Its redis-server runs the production overlay's
+// durability (-redis-arg), which the report must say it ran with.
 func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -22,10 +23,14 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 		Warmup: 100 * time.Millisecond, Duration: 400 * time.Millisecond, SweepDuration: 300 * time.Millisecond,
 		SweepFractions: []float64{0.5}, ProofRounds: 2, Concurrency: 4, NewConnConcurrency: 2, Agents: 2, IdleConns: 200,
 		AbuseRate: 100, AbuseDuration: 300 * time.Millisecond, AbuseKinds: []string{loadgen.AbuseSlowloris, loadgen.AbuseQUICHandshakeFlood}, AbuseRamp: -1,
-		Progress: &progress,
+		RedisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
+		Progress:  &progress,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if r := rep.Redis; r.Version == "" || r.AppendOnly != "yes" || r.AppendFsync != "always" {
+		t.Errorf("the suite's redis-server reported %+v, want a version and appendonly yes, appendfsync always", r)
 	}
 	want := []string{ScenarioLatency, ScenarioLatencyMix, ScenarioThroughput, ScenarioThroughputClaims, ScenarioThroughputMix, ScenarioNewConn,
 		ScenarioNewConnResumed, ScenarioQUICLatency, ScenarioQUICThroughput, "tuned " + ScenarioLatency, "tuned " + ScenarioThroughput}
@@ -123,7 +128,7 @@ func TestBenchRunsEveryScenarioAgainstTheProcesses(t *testing.T) {
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md, "test", "plot.svg")
 	for _, section := range []string{"## Targets", "## Round trips without work", "## The limit", "## Proof of the caller, side by side", "## Closed-loop runs", "## Latency against offered load", "## Idle connections", "## Abuse", "tuned throughput",
-		"### Context switches per request by process", "server context switches/req"} {
+		"### Context switches per request by process", "server context switches/req", "AOF on, appendfsync always"} {
 		if !strings.Contains(md.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

@@ -167,9 +167,9 @@ func (r *BenchReport) WriteMarkdown(w io.Writer, command, svgName string) {
 	fmt.Fprintf(w, "| CPUs (nproc) | %d |\n| CPU model | %s |\n| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n",
 		m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.Kernel, m.GoVersion)
 	fmt.Fprintf(w, "| load average before the run | %.2f %.2f %.2f |\n| open-file limit (services inherit it) | %d |\n\n", r.Load[0], r.Load[1], r.Load[2], r.FileLimit)
-	fmt.Fprintf(w, "All services ran as separate processes with mTLS gRPC between them and a real redis-server, on loopback, "+
+	fmt.Fprintf(w, "All services ran as separate processes with mTLS gRPC between them and a real redis-server (%s), on loopback, "+
 		"on the same %d cores as the load generator, %s. Each run: %v warm-up, then %v measured. Latency is from sending the "+
-		"request (open loop: from when it was due) to reading the whole response.\n\n", m.CPUs, r.processorsText(), r.Options.Warmup, r.Options.Duration)
+		"request (open loop: from when it was due) to reading the whole response.\n\n", r.redisText(), m.CPUs, r.processorsText(), r.Options.Warmup, r.Options.Duration)
 
 	if v := r.Verdicts(); len(v) > 0 {
 		fmt.Fprintf(w, "## Targets\n\n| target | measured | met | |\n|---|---:|---|---|\n")
@@ -340,6 +340,38 @@ func (r *BenchReport) processorsText() string {
 		parts = append(parts, fmt.Sprintf("%s %d", n, DeployedProcessors[n]))
 	}
 	return "each with the GOMAXPROCS the Kubernetes manifests give it (" + strings.Join(parts, ", ") + ") unless a run says otherwise"
+}
+
+// redisText says how durable the suite's redis-server made a write, as
+// the server reported it: the harness runs it without persistence unless
+// the command's -redis-arg turned it on, as the production overlay does
+// with the AOF and appendfsync always.
+func (r *BenchReport) redisText() string {
+	rs := r.Redis
+	var parts []string
+	if rs.Version != "" {
+		parts = append(parts, rs.Version)
+	}
+	switch {
+	case rs.AppendOnly == "":
+		parts = append(parts, "persistence not reported")
+	case rs.AppendOnly == "no" && rs.Save == "":
+		parts = append(parts, "persistence off: no AOF, no snapshots")
+	default:
+		if rs.AppendOnly == "yes" {
+			parts = append(parts, "AOF on, appendfsync "+rs.AppendFsync)
+		} else {
+			parts = append(parts, "no AOF")
+		}
+		if rs.Save != "" {
+			parts = append(parts, "snapshots (save "+rs.Save+")")
+		}
+	}
+	text := strings.Join(parts, ", ")
+	if len(r.Options.RedisArgs) > 0 {
+		text += "; -redis-arg " + strings.Join(r.Options.RedisArgs, " ")
+	}
+	return text
 }
 
 // CommandLine is how a report names the run that made it: args (without

@@ -134,6 +134,34 @@ func TestReportNamesTheServicesProcessors(t *testing.T) {
 	}
 }
 
+// The report's header says how durable the suite's redis-server made a
+// write, from what the server reported: the harness runs it without
+// persistence, and a command can add the production overlay's AOF.
+func TestReportNamesTheRedisPersistence(t *testing.T) {
+	for _, tc := range []struct {
+		name, want, notWant string
+		redis               RedisSettings
+		args                []string
+	}{
+		{"harness default", "redis-server (7.0.15, persistence off: no AOF, no snapshots)", "AOF on",
+			RedisSettings{Version: "7.0.15", AppendOnly: "no", AppendFsync: "everysec"}, nil},
+		{"the production overlay's", "redis-server (7.0.15, AOF on, appendfsync always; -redis-arg --appendonly yes --appendfsync always)", "persistence off",
+			RedisSettings{Version: "7.0.15", AppendOnly: "yes", AppendFsync: "always"}, []string{"--appendonly", "yes", "--appendfsync", "always"}},
+		{"snapshots only", "redis-server (7.0.15, no AOF, snapshots (save 3600 1); -redis-arg --save 3600 1)", "persistence off",
+			RedisSettings{Version: "7.0.15", AppendOnly: "no", AppendFsync: "everysec", Save: "3600 1"}, []string{"--save", "3600 1"}},
+		{"not asked", "redis-server (persistence not reported)", "AOF", RedisSettings{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &BenchReport{Options: BenchOptions{RedisArgs: tc.args}, Redis: tc.redis}
+			var b bytes.Buffer
+			rep.WriteMarkdown(&b, "test", "")
+			if md := b.String(); !strings.Contains(md, tc.want) || strings.Contains(md, tc.notWant) {
+				t.Errorf("header does not say %q (or says %q):\n%s", tc.want, tc.notWant, md)
+			}
+		})
+	}
+}
+
 // TestAbuseReportShowsTheAbusersOwnCPU writes the abuse section of pairs
 // made up here: an abuser run as a process has the cores it used while the
 // clients were measured, and one that ran inside the measuring process has

@@ -46,6 +46,10 @@ func run() int {
 		o.Env = append(o.Env, v)
 		return nil
 	})
+	flag.Func("redis-arg", "argument added to the suite's redis-server command line, repeatable (e.g. -redis-arg --appendonly -redis-arg yes)", func(v string) error {
+		o.RedisArgs = append(o.RedisArgs, v)
+		return nil
+	})
 	flag.Float64Var(&o.AbuseRate, "abuse-rate", 400, "offered load of the abuse scenario's persistent-connection client, req/s (its new-connection and QUIC clients offer a tenth each)")
 	abuse := flag.String("abuse-kinds", strings.Join(loadgen.AbuseKinds, ","), "abusers the abuse scenario runs, in order")
 	flag.DurationVar(&o.AbuseDuration, "abuse-duration", 5*time.Second, "measured window of each abuse-scenario measurement")
