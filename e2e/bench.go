@@ -544,10 +544,10 @@ func startSuite(ctx context.Context, o BenchOptions, env []string, progress func
 	if err := loadgen.Check(ctx, s.target); err != nil {
 		return nil, fmt.Errorf("the front door does not answer: %w", err)
 	}
-	if s.procs, err = s.c.pids(ctx); err != nil {
+	if s.redis, err = s.c.redisSettings(ctx); err != nil {
 		return nil, err
 	}
-	if s.redis, err = s.c.redisSettings(ctx); err != nil {
+	if s.procs, err = s.c.pids(s.redis.Pid); err != nil {
 		return nil, err
 	}
 	progress("registering %d agents", o.Agents)
@@ -670,20 +670,16 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 
 // pids returns the processes the benchmark measures: every service and
-// the redis-server (whose pid it reports in INFO).
-func (c *Cluster) pids(ctx context.Context) (map[string]int, error) {
+// the redis-server (redisPid, as it reported it in INFO).
+func (c *Cluster) pids(redisPid int) (map[string]int, error) {
 	out := map[string]int{}
 	for name, p := range c.Procs {
 		if pid := p.Pid(); pid > 0 {
 			out[name] = pid
 		}
 	}
-	rs, err := c.redisSettings(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if rs.Pid > 0 {
-		out["redis"] = rs.Pid
+	if redisPid > 0 {
+		out["redis"] = redisPid
 	}
 	if out["frontdoor"] == 0 {
 		return nil, errors.New("the front door is not running")
