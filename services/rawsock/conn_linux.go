@@ -32,12 +32,12 @@ type Conn struct {
 	write   call
 	onWrite func(fd uintptr) bool
 	peekMu  sync.Mutex
-	peek    call
+	peeked  syscall.Errno // what the last peek's recv returned
 	onPeek  func(fd uintptr)
 }
 
-// call is one read, write or peek: the caller's buffer, and what the
-// system call returned.
+// call is one read or write: the caller's buffer, and what the system
+// call returned.
 type call struct {
 	p     []byte
 	n     int
@@ -145,11 +145,10 @@ func (c *Conn) writeReady(fd uintptr) bool {
 func (c *Conn) Pending() bool {
 	c.peekMu.Lock()
 	defer c.peekMu.Unlock()
-	c.peek = call{}
 	if err := c.raw.Control(c.onPeek); err != nil {
 		return true
 	}
-	return c.peek.errno != syscall.EAGAIN
+	return c.peeked != syscall.EAGAIN
 }
 
 // peekReady is Pending's callback.
@@ -159,7 +158,7 @@ func (c *Conn) peekReady(fd uintptr) {
 		_, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
 			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		if errno != syscall.EINTR {
-			c.peek.errno = errno
+			c.peeked = errno
 			return
 		}
 	}
