@@ -27,11 +27,18 @@ type Config struct {
 	Options server.Options
 }
 
+// MinRequestWindow is the shortest request window the service accepts. The
+// front door retries an append for at most its 5-second audit deadline, so
+// a minute keeps every retry of its inside the window with room to spare;
+// a shorter window would let a retry append a second record.
+const MinRequestWindow = time.Minute
+
 // DefaultConfig returns the defaults used by make run.
 func DefaultConfig() Config {
 	c := Config{Common: kit.DefaultCommon("auditsvc", "127.0.0.1:7105", "127.0.0.1:8105"), ServerID: "agtp.localhost"}
 	c.RedisRequired = true
 	c.Options.Chain.ReplicaTimeout = chain.DefaultReplicaTimeout
+	c.Options.Chain.RequestWindow = chain.DefaultRequestWindow
 	c.Options.RefusalSummaryInterval = server.DefaultRefusalSummaryInterval
 	return c
 }
@@ -45,6 +52,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		"Redis replicas that must have an audit record before it is acknowledged; 0 does not wait (env AGTP_AUDIT_REPLICA_ACKS)")
 	fs.DurationVar(&c.Options.Chain.ReplicaTimeout, "audit-replica-timeout", c.Options.Chain.ReplicaTimeout,
 		"how long an audit append waits for its replicas before it fails as unavailable (env AGTP_AUDIT_REPLICA_TIMEOUT)")
+	fs.DurationVar(&c.Options.Chain.RequestWindow, "audit-request-window", c.Options.Chain.RequestWindow,
+		"how long a request ID's entry is kept: a retry within it gets the record appended then, a later one appends another; at least "+MinRequestWindow.String()+" (env AGTP_AUDIT_REQUEST_WINDOW)")
 	fs.DurationVar(&c.Options.RefusalSummaryInterval, "refusal-summary-interval", c.Options.RefusalSummaryInterval,
 		"how often the anonymous refusals signed unchained are summarised into the server chain (env AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL)")
 	fs.DurationVar(&c.Options.Retention, "audit-retention", c.Options.Retention,
@@ -80,6 +89,13 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 		c.Options.Chain.ReplicaTimeout = d
 	}
+	if v, ok := lookup("AGTP_AUDIT_REQUEST_WINDOW"); ok && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("AGTP_AUDIT_REQUEST_WINDOW: %w", err)
+		}
+		c.Options.Chain.RequestWindow = d
+	}
 	if v, ok := lookup("AGTP_AUDIT_REFUSAL_SUMMARY_INTERVAL"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -109,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.Options.Chain.ReplicaAcks > 0 && c.Options.Chain.ReplicaTimeout < time.Millisecond {
 		errs = append(errs, fmt.Errorf("audit replica timeout (AGTP_AUDIT_REPLICA_TIMEOUT) is %v; with replica acks it must be at least 1ms", c.Options.Chain.ReplicaTimeout))
+	}
+	if w := c.Options.Chain.RequestWindow; w < MinRequestWindow {
+		errs = append(errs, fmt.Errorf("audit request window (AGTP_AUDIT_REQUEST_WINDOW) is %v; it must be at least %v, longer than any caller keeps retrying one append", w, MinRequestWindow))
 	}
 	if c.Options.Retention < 0 {
 		errs = append(errs, fmt.Errorf("audit retention (AGTP_AUDIT_RETENTION) is %v; it must be 0 (keep everything) or more", c.Options.Retention))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	"github.com/agtpsuite/agtp/auditsvc/internal/server"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -56,6 +57,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			"replica_acks", n, "replica_timeout", opts.Chain.ReplicaTimeout)
 	} else {
 		base.Log.Info("audit appends do not wait for Redis replicas (AGTP_AUDIT_REPLICA_ACKS=0): an acknowledged record survives a Redis restart (with appendonly) but not necessarily a failover")
+	}
+	if w := opts.Chain.RequestWindow; w < chain.DefaultRequestWindow {
+		base.Log.Warn("audit request IDs are remembered for less than the default: a retry of an append later than the window appends a second record",
+			"request_window", w, "default", chain.DefaultRequestWindow)
 	}
 	if err := observe(meter, srv, base.Redis); err != nil {
 		_ = base.Close(ctx)

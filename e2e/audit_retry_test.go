@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -20,9 +21,14 @@ import (
 // which also loses its cached chain heads). The caller sends the same
 // request, with the same request_id, to the restarted process and gets
 // that record; the chain holds it once. Other content under the ID is
-// refused.
+// refused. auditsvc runs with a shortened request window, which it warns
+// about at start-up and gives the request entry as its expiry.
 func TestAuditRetryAcrossRestartAppendsOnce(t *testing.T) {
-	c := Start(t, Options{})
+	c := Start(t, Options{ServiceEnv: map[string][]string{"auditsvc": {"AGTP_AUDIT_REQUEST_WINDOW=10m"}}})
+	if logs := c.Procs["auditsvc"].Logs(); !strings.Contains(logs, "audit request IDs are remembered for less than the default") ||
+		!strings.Contains(logs, "request_window=10m0s") {
+		t.Errorf("auditsvc started with a 10-minute request window without saying so:\n%s", logs)
+	}
 	agent := strings.Repeat("5e", 32)
 	payload := attribution.Payload{
 		ServerID: "agtp.e2e", Timestamp: time.Now().UTC().Format(time.RFC3339Nano), RequestHash: strings.Repeat("a", 64),
@@ -52,6 +58,19 @@ func TestAuditRetryAcrossRestartAppendsOnce(t *testing.T) {
 	}
 	if n := c.chainLength(t, agent); n != 1 {
 		t.Fatalf("chain has %d records, want 1", n)
+	}
+	ropts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	keys, err := rdb.Keys(context.Background(), "*auditrid*"+payload.ResponseID).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("request entries %v (%v), want one", keys, err)
+	}
+	if ttl := rdb.PTTL(context.Background(), keys[0]).Val(); ttl <= 9*time.Minute || ttl > 10*time.Minute {
+		t.Fatalf("the request entry expires in %v, want the configured 10 minutes", ttl)
 	}
 
 	other := payload
