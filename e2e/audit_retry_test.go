@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -59,12 +58,7 @@ func TestAuditRetryAcrossRestartAppendsOnce(t *testing.T) {
 	if n := c.chainLength(t, agent); n != 1 {
 		t.Fatalf("chain has %d records, want 1", n)
 	}
-	ropts, err := redis.ParseURL(c.RedisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(ropts)
-	defer rdb.Close()
+	rdb := c.Redis.Client(t)
 	keys, err := rdb.Keys(context.Background(), "*auditrid*"+payload.ResponseID).Result()
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("request entries %v (%v), want one", keys, err)
