@@ -687,15 +687,24 @@ func (c *Cluster) pids(redisPid int) (map[string]int, error) {
 	return out, nil
 }
 
+// redisClient is a client of the suite's redis-server, from the URL the
+// processes were given; the caller closes it.
+func (c *Cluster) redisClient() (*redis.Client, error) {
+	o, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	return redis.NewClient(o), nil
+}
+
 // redisSettings asks the suite's redis-server for its process, version
 // and persistence, so that a report states what the server ran with
 // rather than what the command asked for.
 func (c *Cluster) redisSettings(ctx context.Context) (RedisSettings, error) {
-	ropts, err := redis.ParseURL(c.RedisURL)
+	rc, err := c.redisClient()
 	if err != nil {
-		return RedisSettings{}, fmt.Errorf("redis url: %w", err)
+		return RedisSettings{}, err
 	}
-	rc := redis.NewClient(ropts)
 	defer rc.Close()
 	var out RedisSettings
 	info, err := rc.Info(ctx, "server").Result()
@@ -888,11 +897,10 @@ func (c *Cluster) floors(ctx context.Context, target loadgen.Target, n int) ([]F
 	} else {
 		out = append(out, Floor{Name: "auditsvc SignAndAppend called directly: not measured (" + firstLine(err) + ")"})
 	}
-	ropts, err := redis.ParseURL(c.RedisURL)
+	rc, err := c.redisClient()
 	if err != nil {
 		return nil, err
 	}
-	rc := redis.NewClient(ropts)
 	defer rc.Close()
 	var h loadgen.Histogram
 	for i := 0; i < n && ctx.Err() == nil; i++ {
