@@ -32,6 +32,7 @@ type Redis struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
 	log    *tailBuffer   // the server's log, for a failure message
+	hold   net.Listener  // a stopped server's port, kept (see Stop)
 }
 
 // URL is the redis:// URL of the server.
@@ -69,7 +70,10 @@ func StartRedis(tb testing.TB, extra ...string) *Redis {
 		}
 	}
 	r := &Redis{Dir: tb.TempDir(), bin: bin}
-	tb.Cleanup(r.Stop)
+	tb.Cleanup(func() {
+		r.kill()
+		r.releasePort()
+	})
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		port, err := pickPort(busOffset)
@@ -106,6 +110,7 @@ func (r *Redis) start(tb testing.TB) {
 // launch starts the server and waits until it answers PING, it exits, or
 // 10 s pass; a failure says why with the end of the server's log.
 func (r *Redis) launch() error {
+	r.releasePort()
 	r.log = &tailBuffer{max: 4 << 10}
 	r.cmd = exec.Command(r.bin, r.args...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
@@ -125,7 +130,7 @@ func (r *Redis) launch() error {
 			if pid == r.cmd.Process.Pid {
 				return nil
 			}
-			r.Stop()
+			r.kill()
 			return fmt.Errorf("redis-server on %s: the port is another server's (pid %d)", r.Addr, pid)
 		}
 		select {
@@ -134,16 +139,52 @@ func (r *Redis) launch() error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	r.Stop()
+	r.kill()
 	return fmt.Errorf("redis-server on %s did not answer PING within 10s: %s", r.Addr, r.log.String())
 }
 
-// Stop kills the server (like a crash: no shutdown save).
+// Stop kills the server and keeps its port until the server starts again
+// or the test ends: a connection to it is accepted and closed at once. A
+// freed port could be picked by another test process, whose fresh server
+// would then answer this test's clients as if the Redis had never gone.
 func (r *Redis) Stop() {
+	r.kill()
+	if r.hold == nil {
+		r.hold = holdPort(r.Addr)
+	}
+}
+
+func (r *Redis) kill() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
 		<-r.exited
 	}
+}
+
+func (r *Redis) releasePort() {
+	if r.hold != nil {
+		_ = r.hold.Close()
+		r.hold = nil
+	}
+}
+
+// holdPort listens on addr and closes every connection it accepts; nil
+// when addr cannot be bound (someone else has it already).
+func holdPort(addr string) net.Listener {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return ln
 }
 
 // tailBuffer keeps the last max bytes written to it.
