@@ -16,16 +16,22 @@ func CountingListener(tb testing.TB) (addr string, accepted *atomic.Int32) {
 		tb.Fatal(err)
 	}
 	accepted = &atomic.Int32{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
+	go closeAccepted(ln, accepted)
 	tb.Cleanup(func() { _ = ln.Close() })
 	return ln.Addr().String(), accepted
+}
+
+// closeAccepted closes each connection ln accepts at once, counting them
+// in accepted when it is not nil, until ln is closed.
+func closeAccepted(ln net.Listener, accepted *atomic.Int32) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		if accepted != nil {
+			accepted.Add(1)
+		}
+		_ = c.Close()
+	}
 }

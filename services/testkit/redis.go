@@ -143,8 +143,9 @@ func (r *Redis) launch() error {
 	return fmt.Errorf("redis-server on %s did not answer PING within 10s: %s", r.Addr, r.log.String())
 }
 
-// Stop kills the server and keeps its port until the server starts again
-// or the test ends: a connection to it is accepted and closed at once. A
+// Stop kills the server (like a crash: no shutdown save) and keeps its
+// port until the server starts again or the test ends: a connection to it
+// is accepted and closed at once. A
 // freed port could be picked by another test process, whose fresh server
 // would then answer this test's clients as if the Redis had never gone.
 func (r *Redis) Stop() {
@@ -175,15 +176,7 @@ func holdPort(addr string) net.Listener {
 	if err != nil {
 		return nil
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	go closeAccepted(ln, nil)
 	return ln
 }
 
