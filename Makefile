@@ -27,10 +27,13 @@ run:
 	exec $(BIN)/agtpsuite
 
 ## test: unit, integration and e2e tests against a real redis-server (and
-## headless Chromium for the console's browser test)
+## headless Chromium for the console's browser test); then the JCS
+## canonicaliser against the standard library's RFC 8785 form, which Go
+## builds only with GOEXPERIMENT=jsonv2
 test: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run MatchesJSONText ./services/jcs/
 
 ## test-short: the tests without the race detector (quicker while editing)
 test-short: redis-server chromium
