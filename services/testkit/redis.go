@@ -145,9 +145,9 @@ func (r *Redis) launch() error {
 
 // Stop kills the server (like a crash: no shutdown save) and keeps its
 // port until the server starts again or the test ends: a connection to it
-// is accepted and closed at once. A
-// freed port could be picked by another test process, whose fresh server
-// would then answer this test's clients as if the Redis had never gone.
+// is accepted and closed at once. A freed port could be picked by another
+// test process, whose fresh server would then answer this test's clients
+// as if the Redis had never gone.
 func (r *Redis) Stop() {
 	r.kill()
 	if r.hold == nil {
