@@ -7,6 +7,8 @@ TOOL      := $(GO) tool -modfile=tools/go.mod
 BIN       := bin
 SERVICES  := frontdoor catalogsvc policysvc rcnssvc identitysvc auditsvc
 PKGS      := ./...
+# the packages whose Go benchmarks make bench runs (the hot paths)
+BENCH_PKGS := ./frontdoor/... ./catalogsvc/... ./policysvc/... ./rcnssvc/... ./auditsvc/... ./identitysvc/... ./services/...
 # VERSION is the service.version of the binaries' traces and metrics.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/agtpsuite/agtp/services/kit.version=$(VERSION)
@@ -29,11 +31,14 @@ run:
 ## test: unit, integration and e2e tests against a real redis-server (and
 ## headless Chromium for the console's browser test); then the JCS
 ## canonicaliser against the standard library's RFC 8785 form, which Go
-## builds only with GOEXPERIMENT=jsonv2
+## builds only with GOEXPERIMENT=jsonv2; then every Go benchmark of make
+## bench once, so that one that no longer runs fails here rather than in
+## the next make bench
 test: redis-server chromium
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run MatchesJSONText ./services/jcs/
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
 ## test-short: the tests without the race detector (quicker while editing)
 test-short: redis-server chromium
@@ -94,7 +99,7 @@ generate-check: generate
 ## docs/bench/; BENCH_FLAGS passes flags, e.g. BENCH_FLAGS="-only latency")
 BENCH_FLAGS ?=
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./frontdoor/... ./catalogsvc/... ./policysvc/... ./rcnssvc/... ./auditsvc/... ./identitysvc/... ./services/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCH_PKGS)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s)) ./e2e/cmd/agtpbench
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(BIN)/agtpbench -out docs/bench $(BENCH_FLAGS)

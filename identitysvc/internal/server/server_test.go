@@ -718,9 +718,12 @@ func BenchmarkResolveAgent(b *testing.B) {
 	})
 	b.Run("with-session", func(b *testing.B) {
 		sreq := &identityv1.ResolveAgentRequest{AgentId: g.AgentID, SessionId: "bench-session-0123456789abcdef"}
+		// Only the front door binds sessions; the guard would have
+		// admitted this call as it.
+		ctx := access.WithCaller(context.Background(), access.FrontDoor)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := e.a.srv.ResolveAgent(context.Background(), sreq); err != nil {
+			if _, err := e.a.srv.ResolveAgent(ctx, sreq); err != nil {
 				b.Fatal(err)
 			}
 		}
