@@ -39,7 +39,7 @@ type auditOptions struct {
 	conn          connFlags
 	agent         string
 	exports       list
-	jwks, jwksURL string
+	jwks          string
 	allowUnsigned bool
 	max           uint64
 	verbose       bool
@@ -57,7 +57,6 @@ func auditFlags(out io.Writer) (*flagSet, *auditOptions) {
 	f.str(&o.agent, []string{"agent"}, "ID", "the agent whose chain to walk, when the URI does not name it")
 	o.conn.register(f)
 	f.str(&o.jwks, []string{"jwks"}, "FILE", "signing keys: a JWKS, JWK or PEM public key file")
-	f.str(&o.jwksURL, []string{"jwks-url"}, "URL", fmt.Sprintf("where to fetch the JWKS (default https://HOST:%d/.well-known/jwks.json)", DefaultJWKSPort))
 	f.boolean(&o.allowUnsigned, []string{"allow-unsigned"}, "accept alg none records (a server without a signing key; never authoritative)")
 	f.uint(&o.max, []string{"max"}, "N", fmt.Sprintf("give up after N records, walking over INSPECT (default %d)", DefaultMaxRecords))
 	f.str(&o.grpcAddr, []string{"grpc"}, "HOST:PORT", "stream the chain from the audit service's gRPC API (ExportChain) instead of walking it over INSPECT; --cacert, --cert and --key name an operator certificate")
@@ -176,7 +175,7 @@ func runAuditVerify(ctx context.Context, args []string, env Env) int {
 	if o.jwks != "" {
 		vopts.Keys, err = loadKeyFile(o.jwks)
 	} else {
-		vopts.Keys, err = fetchKeys(ctx, c, o.jwksURL, u.Host)
+		vopts.Keys, err = fetchKeys(ctx, c, o.conn.jwksURL, u.Host)
 	}
 	if err != nil {
 		return fail(env, err)

@@ -463,6 +463,25 @@ func TestVerifyAttribution(t *testing.T) {
 	if r.code != ExitOK {
 		t.Fatalf("--jwks-url: exit %d: %s", r.code, r.stderr)
 	}
+	// The same location from the environment, and the flag winning over it.
+	jwksURL := hs.URL + "/.well-known/jwks.json"
+	nowhere := "https://127.0.0.1:1/.well-known/jwks.json"
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+		code int
+	}{
+		{"from " + EnvJWKSURL, jwksURL, nil, ExitOK},
+		{EnvJWKSURL + " unreachable", nowhere, nil, ExitError},
+		{"--jwks-url wins over " + EnvJWKSURL, nowhere, []string{"--jwks-url", jwksURL}, ExitOK},
+	} {
+		args := append(append([]string{"--cacert", good.ca, "--verify-attribution"}, tc.args...), "QUERY", good.uri("/"))
+		r := runEnv(t, map[string]string{EnvJWKSURL: tc.env}, "", false, args...)
+		if r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d: %s", tc.name, r.code, tc.code, r.stderr)
+		}
+	}
 }
 
 func TestForm1aIdentityMismatchExitsWithVerifyFailure(t *testing.T) {

@@ -161,6 +161,9 @@ const (
 	EnvCert    = "AGTP_CERT"
 	EnvKey     = "AGTP_KEY"
 	EnvAgentID = "AGTP_AGENT_ID"
+	// EnvJWKSURL names where the server's signing keys are, for a front
+	// door whose HTTPS is not on DefaultJWKSPort.
+	EnvJWKSURL = "AGTP_JWKS_URL"
 )
 
 // connFlags are the connection flags every command that talks to a
@@ -171,8 +174,11 @@ type connFlags struct {
 	insecure  bool
 	cert, key string
 	agentID   string
-	timeout   time.Duration
-	retries   int
+	// jwksURL is where --verify-attribution and audit verify fetch the
+	// JWKS, with the same CA and client certificate.
+	jwksURL string
+	timeout time.Duration
+	retries int
 
 	flags *flagSet
 	// fromEnv names the variables that supplied values, for messages.
@@ -188,6 +194,7 @@ func (c *connFlags) register(f *flagSet) {
 	f.boolean(&c.insecure, []string{"k", "insecure"}, "do not verify the server certificate (testing only)")
 	f.str(&c.cert, []string{"cert"}, "FILE", "client certificate (PEM) for mutual TLS, e.g. an Agent Certificate ($"+EnvCert+")")
 	f.str(&c.key, []string{"key"}, "FILE", "private key (PEM) of --cert ($"+EnvKey+")")
+	f.str(&c.jwksURL, []string{"jwks-url"}, "URL", fmt.Sprintf("where to fetch the JWKS (default https://HOST:%d/.well-known/jwks.json) ($%s)", DefaultJWKSPort, EnvJWKSURL))
 	f.duration(&c.timeout, []string{"timeout"}, "give up after this long (default 30s)")
 	f.integer(&c.retries, []string{"retry"}, "N", "wait out a 429 or 503 (honouring Retry-After, with jitter) and resend up to N times; only requests safe to repeat")
 }
@@ -217,6 +224,9 @@ func (c *connFlags) applyEnv(getenv func(string) string) {
 	}
 	if !c.flags.isSet("agent-id") {
 		take(&c.agentID, EnvAgentID)
+	}
+	if !c.flags.isSet("jwks-url") {
+		take(&c.jwksURL, EnvJWKSURL)
 	}
 }
 

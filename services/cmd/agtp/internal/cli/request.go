@@ -36,7 +36,7 @@ type requestOptions struct {
 	allowRCNS                             bool
 	verbose, include, verify, pretty, raw bool
 	jsonOut                               bool
-	jwks, jwksURL                         string
+	jwks                                  string
 	help                                  bool
 }
 
@@ -55,7 +55,6 @@ func requestFlags(out io.Writer) (*flagSet, *requestOptions) {
 	f.boolean(&o.include, []string{"i", "include"}, "print the response status line and header fields before the body")
 	f.boolean(&o.verify, []string{"verify-attribution"}, "verify the response's Attribution-Record and Audit-ID (exit 2 if they fail)")
 	f.str(&o.jwks, []string{"jwks"}, "FILE", "keys for --verify-attribution: a JWKS, JWK or PEM public key file")
-	f.str(&o.jwksURL, []string{"jwks-url"}, "URL", fmt.Sprintf("where to fetch the JWKS (default https://HOST:%d/.well-known/jwks.json)", DefaultJWKSPort))
 	f.boolean(&o.pretty, []string{"pretty"}, "indent JSON bodies even when stdout is not a terminal")
 	f.boolean(&o.raw, []string{"raw"}, "print bodies exactly as received, even on a terminal")
 	f.boolean(&o.jsonOut, []string{"json"}, "print each response as one JSON object per line: status, header fields in order, body")
@@ -170,7 +169,7 @@ func runRequest(ctx context.Context, args []string, env Env) int {
 		}
 		if o.verify && (resp.Header.Has(agtp.HeaderAttributionRecord) || !resp.More()) {
 			if keys == nil {
-				if keys, err = fetchKeys(ctx, c, o.jwksURL, u.Host); err != nil {
+				if keys, err = fetchKeys(ctx, c, o.conn.jwksURL, u.Host); err != nil {
 					return fail(env, err)
 				}
 			}
@@ -403,7 +402,7 @@ func fetchKeys(ctx context.Context, c *client.Client, rawURL, host string) (attr
 	}
 	keys, err := c.FetchJWKS(ctx, rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n  hint: give the keys with --jwks FILE, or their location with --jwks-url URL", err)
+		return nil, fmt.Errorf("%w\n  hint: give the keys with --jwks FILE, or their location with --jwks-url URL or $"+EnvJWKSURL, err)
 	}
 	return keys, nil
 }
