@@ -13,7 +13,7 @@ BENCH_PKGS := ./frontdoor/... ./catalogsvc/... ./policysvc/... ./rcnssvc/... ./a
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X github.com/agtpsuite/agtp/services/kit.version=$(VERSION)
 
-.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server chromium clean
+.PHONY: all build run test test-short lint generate generate-check bench fuzz redis-server chromium walkthrough-tools clean
 
 all: build
 
@@ -34,14 +34,14 @@ run:
 ## builds only with GOEXPERIMENT=jsonv2; then every Go benchmark of make
 ## bench once, so that one that no longer runs fails here rather than in
 ## the next make bench
-test: redis-server chromium
+test: redis-server chromium walkthrough-tools
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 20m $(PKGS)
 	GOEXPERIMENT=jsonv2 $(GO) test -count=1 -run MatchesJSONText ./services/jcs/
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
 ## test-short: the tests without the race detector (quicker while editing)
-test-short: redis-server chromium
+test-short: redis-server chromium walkthrough-tools
 	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./$(s)/cmd/$(s))
 	AGTP_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m $(PKGS)
 
@@ -52,6 +52,15 @@ redis-server:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+## walkthrough-tools: install curl and python3 when missing; the README's
+## walkthrough uses them, and services/suite runs it as a test
+walkthrough-tools:
+	@missing=; for c in curl python3; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (Debian packages)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; fi
 
 ## chromium: install Debian's chromium when it is missing (the operator
 ## console's browser test drives it headless)

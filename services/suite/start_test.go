@@ -27,6 +27,10 @@ func (b *banner) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// embeddedRedis as a Config.RedisURL asks startTestSuite for make run's
+// embedded Redis instead of a redis-server.
+const embeddedRedis = "embedded"
+
 // startTestSuite runs the suite as make run does, on free ports, against
 // a real redis-server (cfg's, else one of its own), until the test ends.
 // It returns once the start-up tasks are done: stopping before them would
@@ -36,7 +40,10 @@ func startTestSuite(t *testing.T, cfg Config) *Suite {
 	if cfg.StateDir == "" {
 		cfg.StateDir = t.TempDir()
 	}
-	if cfg.RedisURL == "" {
+	switch cfg.RedisURL {
+	case embeddedRedis:
+		cfg.RedisURL = ""
+	case "":
 		cfg.RedisURL = testkit.StartRedis(t).URL()
 	}
 	if cfg.LogLevel == "" {
