@@ -32,7 +32,16 @@ type Stream[M any] struct {
 	// Warning is logged when a stream breaks, e.g. "catalog watch
 	// interrupted; reconnecting".
 	Warning string
+	// StartupGrace is how long after Follow starts a stream that has
+	// never delivered is expected to fail (its server still starting);
+	// those failures are logged at Info, later ones at Warn. Zero means
+	// DefaultStartupGrace.
+	StartupGrace time.Duration
 }
+
+// DefaultStartupGrace covers services of a suite started together, in any
+// order, as a deployment or make run starts them.
+const DefaultStartupGrace = 10 * time.Second
 
 // Backoff bounds: the first wait after a broken stream, and the longest.
 const (
@@ -47,8 +56,17 @@ const (
 // random part of up to half of it: every replica of every service loses
 // its watch in the same instant when a server restarts, and without
 // jitter they would all come back in the same instant too.
+//
+// Until a stream first delivers, and for s.StartupGrace, a failure is
+// expected (the server is starting too) and logged at Info rather than
+// Warn, so a clean start of the suite warns about nothing.
 func Follow[M any](ctx context.Context, log *slog.Logger, s Stream[M]) {
 	backoff := minBackoff
+	grace := s.StartupGrace
+	if grace == 0 {
+		grace = DefaultStartupGrace
+	}
+	starting, delivered := time.Now(), false
 	for {
 		stream, err := s.Open(ctx)
 		if err == nil {
@@ -58,7 +76,7 @@ func Follow[M any](ctx context.Context, log *slog.Logger, s Stream[M]) {
 					err = rerr
 					break
 				}
-				backoff = minBackoff
+				backoff, delivered = minBackoff, true
 				s.Receive(msg)
 			}
 		}
@@ -70,7 +88,11 @@ func Follow[M any](ctx context.Context, log *slog.Logger, s Stream[M]) {
 		}
 		wait := backoff + rand.N(backoff/2)
 		if !errors.Is(err, context.Canceled) {
-			log.Warn(s.Warning, "error", err, "backoff", wait)
+			level := slog.LevelWarn
+			if !delivered && time.Since(starting) < grace {
+				level = slog.LevelInfo
+			}
+			log.Log(ctx, level, s.Warning, "error", err, "backoff", wait)
 		}
 		select {
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,18 +96,51 @@ func TestFollow(t *testing.T) {
 			t.Errorf("wait %d was %v, shorter than the %v logged", i, wait, got)
 		}
 	}
+	// The two refusals before anything was delivered are the server still
+	// starting; the breaks after it delivered are warnings.
+	if want := []slog.Level{slog.LevelInfo, slog.LevelInfo, slog.LevelWarn, slog.LevelWarn}; !slices.Equal(logged.levels, want) {
+		t.Errorf("logged levels %v, want %v", logged.levels, want)
+	}
 }
 
-// backoffLog records the backoff of each warning.
+// TestFollowWarnsOncePastTheStartupGrace: a server that never answers is
+// warned about once the grace is over, though no stream ever delivered.
+func TestFollowWarnsOncePastTheStartupGrace(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logged := &backoffLog{}
+	opens := 0
+	streamwatch.Follow(ctx, slog.New(logged), streamwatch.Stream[int]{
+		Open: func(context.Context) (streamwatch.Receiver[int], error) {
+			if opens++; opens > 2 {
+				cancel()
+				return nil, context.Canceled
+			}
+			return nil, errors.New("refused")
+		},
+		Receive:      func(int) {},
+		Warning:      "test watch interrupted",
+		StartupGrace: time.Nanosecond,
+	})
+	if want := []slog.Level{slog.LevelWarn, slog.LevelWarn}; !slices.Equal(logged.levels, want) {
+		t.Errorf("logged levels %v, want %v", logged.levels, want)
+	}
+}
+
+// backoffLog records the level and backoff of each warning.
 type backoffLog struct {
 	mu       sync.Mutex
 	backoffs []time.Duration
+	levels   []slog.Level
 }
 
 func (l *backoffLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *backoffLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *backoffLog) WithGroup(string) slog.Handler            { return l }
 func (l *backoffLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.levels = append(l.levels, r.Level)
+	l.mu.Unlock()
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "backoff" {
 			l.mu.Lock()
