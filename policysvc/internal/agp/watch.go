@@ -29,10 +29,9 @@ var (
 // already handles (it must survive this replica going away), so every
 // gap ends the streams: a broken or lost subscription ends all of them,
 // and a stream that falls buf changes behind is ended alone, so one slow
-// watcher never delays the others. A stream opened while the subscription
-// is down (a replica starting, Redis away) waits for it before it is
-// confirmed: until then the watcher caches no keys, as it cannot be told
-// about them, and it does not have to retry (and warn) meanwhile.
+// watcher never delays the others. While the subscription is down no
+// stream is accepted: a watcher is told at once, and does not cache keys
+// it cannot be told about.
 type hub struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
@@ -41,10 +40,6 @@ type hub struct {
 	mu       sync.Mutex
 	live     bool
 	watchers map[*watcher]struct{}
-	// up is closed when the subscription is (again) live; stopped when
-	// run has returned, so a stream still waiting for up ends.
-	up      chan struct{}
-	stopped chan struct{}
 }
 
 type watcher struct {
@@ -55,31 +50,19 @@ type watcher struct {
 }
 
 func newHub(rdb redis.UniversalClient, log *slog.Logger, buf int) *hub {
-	return &hub{rdb: rdb, log: log, buf: buf, watchers: map[*watcher]struct{}{},
-		up: make(chan struct{}), stopped: make(chan struct{})}
+	return &hub{rdb: rdb, log: log, buf: buf, watchers: map[*watcher]struct{}{}}
 }
 
-// add registers a watcher once the subscription is live, waiting for it
-// while it is down, until ctx ends or the hub stops.
-func (h *hub) add(ctx context.Context) (*watcher, error) {
-	for {
-		h.mu.Lock()
-		if h.live {
-			w := &watcher{ch: make(chan *agpv1.WatchKeyEventsResponse, h.buf), gone: make(chan struct{})}
-			h.watchers[w] = struct{}{}
-			h.mu.Unlock()
-			return w, nil
-		}
-		up := h.up
-		h.mu.Unlock()
-		select {
-		case <-up:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-h.stopped:
-			return nil, errFeedDown
-		}
+// add registers a watcher, or refuses while the subscription is down.
+func (h *hub) add() (*watcher, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.live {
+		return nil, errFeedDown
 	}
+	w := &watcher{ch: make(chan *agpv1.WatchKeyEventsResponse, h.buf), gone: make(chan struct{})}
+	h.watchers[w] = struct{}{}
+	return w, nil
 }
 
 func (h *hub) remove(w *watcher) {
@@ -112,15 +95,10 @@ func (h *hub) broadcast(ev *agpv1.WatchKeyEventsResponse) {
 func (h *hub) setLive(on bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if on == h.live {
-		return
-	}
 	h.live = on
 	if on {
-		close(h.up)
 		return
 	}
-	h.up = make(chan struct{})
 	for w := range h.watchers {
 		h.dropLocked(w, errFeedDown)
 	}
@@ -133,11 +111,10 @@ func (h *hub) count() int {
 	return len(h.watchers)
 }
 
-// run keeps the subscription up until ctx ends. The hub is down, ends
-// its streams and holds new ones, from a lost subscription until the
-// channel's subscribe confirmation is read again.
+// run keeps the subscription up until ctx ends. The hub is down, and
+// refuses and ends streams, from a lost subscription until the channel's
+// subscribe confirmation is read again.
 func (h *hub) run(ctx context.Context) error {
-	defer close(h.stopped)
 	subscription.Run(ctx, h.rdb, rediskeys.AGPKeyEvents, subscription.Handler{
 		Up: func() { h.setLive(true) },
 		Down: func(err error) {
@@ -170,7 +147,7 @@ func (s *Server) Run(ctx context.Context) error { return s.hub.run(ctx) }
 // then every change this replica receives, until the client leaves or the
 // hub ends the stream.
 func (s *Server) WatchKeyEvents(_ *agpv1.WatchKeyEventsRequest, stream grpc.ServerStreamingServer[agpv1.WatchKeyEventsResponse]) error {
-	w, err := s.hub.add(stream.Context())
+	w, err := s.hub.add()
 	if err != nil {
 		return err
 	}

@@ -181,30 +181,15 @@ func TestWatchEndsWhenTheSubscriptionBreaks(t *testing.T) {
 	}
 }
 
-// TestWatchWaitsWhileTheSubscriptionIsDown: a stream opened before the
-// subscription is up is held, not refused, and registered once it is up;
-// the caller leaving or the hub stopping ends the wait; a registered
-// stream ends when the subscription goes down.
-func TestWatchWaitsWhileTheSubscriptionIsDown(t *testing.T) {
+func TestWatchRefusedWhileTheSubscriptionIsDown(t *testing.T) {
 	h := newHub(nil, slog.New(slog.DiscardHandler), 1)
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := h.add(gone); !errors.Is(err, context.Canceled) || h.count() != 0 {
-		t.Fatalf("watch whose caller left while the subscription was down: %v with %d streams, want Canceled and none", err, h.count())
+	if _, err := h.add(); code(err) != codes.Unavailable {
+		t.Fatalf("watch before the subscription is up: %v, want Unavailable", err)
 	}
-
-	added := make(chan *watcher, 1)
-	go func() {
-		w, err := h.add(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		added <- w
-	}()
 	h.setLive(true)
-	w := <-added
-	if w == nil || h.count() != 1 {
-		t.Fatalf("the held watch was not registered once the subscription was up (%d streams)", h.count())
+	w, err := h.add()
+	if err != nil {
+		t.Fatal(err)
 	}
 	h.setLive(false)
 	select {
@@ -215,29 +200,13 @@ func TestWatchWaitsWhileTheSubscriptionIsDown(t *testing.T) {
 	default:
 		t.Fatal("a stream outlived its replica's subscription")
 	}
-
-	// A hub that stops releases the streams still waiting for it.
-	h = newHub(testkit.StartRedis(t).Client(t), slog.New(slog.DiscardHandler), 1)
-	ctx, stop := context.WithCancel(context.Background())
-	held := make(chan error, 1)
-	go func() {
-		_, err := h.add(context.Background())
-		held <- err
-	}()
-	stop()
-	if err := h.run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-held; code(err) != codes.Unavailable {
-		t.Fatalf("watch held when the hub stopped: %v, want Unavailable", err)
-	}
 }
 
 func TestSlowWatcherIsEndedAlone(t *testing.T) {
 	h := newHub(nil, slog.New(slog.DiscardHandler), 2)
 	h.setLive(true)
-	slow, _ := h.add(context.Background())
-	fast, _ := h.add(context.Background())
+	slow, _ := h.add()
+	fast, _ := h.add()
 	ev := &agpv1.WatchKeyEventsResponse{KeyId: "k", Change: agpv1.ApiKeyChange_API_KEY_CHANGE_REVOKED}
 	for i := range 3 {
 		h.broadcast(ev)
