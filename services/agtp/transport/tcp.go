@@ -59,6 +59,9 @@ type tcpConn struct {
 	first    [1]byte
 	hasFirst bool
 	inBody   bool // ReadRequest has passed the header section
+	// writeArmed is set once the current response's write deadline is:
+	// see Write.
+	writeArmed bool
 
 	addrKey netip.Addr // the source's per-address count, if limited
 	pending *pending   // the handshake backlog entry
@@ -278,12 +281,9 @@ func (c *tcpConn) serve() {
 		}
 		s.stats.tcpRequests.Add(1)
 		if c.bw == nil {
-			c.bw = getWriter(c.tc)
+			c.bw = getWriter(c)
 		}
-		if len(resp.Body) >= c.bw.Available() {
-			// The response will not fit: Write flushes as it goes.
-			c.raw.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
-		}
+		c.writeArmed = false
 		if err := s.writeResponse(c.ctx, c.bw, resp, &c.info, req); err != nil {
 			reason = "write: " + err.Error()
 			return
@@ -434,8 +434,20 @@ func (c *tcpConn) Read(p []byte) (int, error) {
 }
 
 func (c *tcpConn) flush() error {
-	c.raw.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
 	return c.bw.Flush()
+}
+
+// Write is where bw sends to the network. The first write of each
+// response sets the write deadline: a response goes out either with a
+// flush or, when it is larger than what bw has left, while it is being
+// written, and either way it gets WriteTimeout from its first byte, never
+// a deadline left over from the handshake or an earlier response.
+func (c *tcpConn) Write(p []byte) (int, error) {
+	if !c.writeArmed {
+		c.raw.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		c.writeArmed = true
+	}
+	return c.tc.Write(p)
 }
 
 // bodyLimit is Limits.BodyLimit: agtp.ReadRequestHead calls it when the header

@@ -137,6 +137,56 @@ func TestTCPBodyDeadline(t *testing.T) {
 	waitFor(t, "body timeout counted", func() bool { return ts.Stats().BodyTimeouts == 1 })
 }
 
+// Each response gets a write deadline of its own, however it leaves the
+// connection's buffer: a response whose body fits the buffer but whose
+// head and body together do not is written out while it is being built,
+// before any flush. Such a response must not go out under a deadline left
+// from the handshake or from the previous response, which has passed for
+// a client that waits longer than the handshake or write timeout between
+// requests (both well inside the idle timeout).
+func TestTCPEachResponseHasItsOwnWriteDeadline(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	overflowing := func(_ context.Context, _ *ConnInfo, req *agtp.Request) *agtp.Response {
+		if req.Path == "/small" {
+			return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, []byte(`"small"`))
+		}
+		// The body alone fits the 4 KiB buffer; with the head (an
+		// Attribution-Record is about this large) it does not.
+		resp := agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, []byte(strconv.Quote(strings.Repeat("b", 3000))))
+		resp.Header.Set("X-Large-Field", strings.Repeat("h", 2000))
+		return resp
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		before []string // requests answered before the wait
+	}{
+		{"first request after the handshake timeout", Options{HandshakeTimeout: timeout}, nil},
+		{"later request after the write timeout", Options{WriteTimeout: timeout}, []string{"/small"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.DisableQUIC = true
+			ts := startServer(t, tc.opts, HandlerFunc(overflowing))
+			c := newClient(ts.dial(t, nil))
+			for _, p := range tc.before {
+				if resp := c.roundTrip(t, "QUERY", p); resp.Status != agtp.StatusOK {
+					t.Fatalf("%s: status %d", p, resp.Status)
+				}
+			}
+			time.Sleep(2 * timeout)
+			c.send(t, "QUERY", "/large")
+			c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := agtp.ReadResponse(c.br, agtp.Limits{})
+			if err != nil {
+				t.Fatalf("the response was lost: %v", err)
+			}
+			if resp.Status != agtp.StatusOK || len(resp.Body) != 3002 {
+				t.Fatalf("status %d, %d body bytes", resp.Status, len(resp.Body))
+			}
+		})
+	}
+}
+
 // docs/decisions.md#D-limits: exceeding a limit gets 400 with a reason
 // naming it, and the connection is closed.
 func TestTCPOversizedInputGets400AndClose(t *testing.T) {
