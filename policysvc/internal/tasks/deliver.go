@@ -50,9 +50,11 @@ const (
 	maxGroups       = 256
 	maxGroupMembers = 256
 	maxInbox        = 10_000
-	// maxSeenWindow bounds how long a relayed notification_id is
-	// remembered beyond the task TTL, whatever expiry the sender chose.
-	maxSeenWindow = 30 * 24 * time.Hour
+	// maxNotifyLifetime is the furthest ahead a notification's expiry
+	// may lie (docs/mechanics.md): it keeps what a caller can pin in
+	// Redis, the record and a relayed notification_id's de-duplication
+	// marker, to a bounded time beyond the task TTL.
+	maxNotifyLifetime = 30 * 24 * time.Hour
 )
 
 // inboxPaging is ListInbox's page sizes.
@@ -220,7 +222,7 @@ return {1, id}`)
 // deliverInbox puts a notification in the inbox of an agent hosted here;
 // duplicate is true when it was already there.
 func (s *Server) deliverInbox(ctx context.Context, n *notification, now time.Time) (duplicate bool, err error) {
-	window := min(max(n.Expiry.Sub(now), 0), maxSeenWindow) + s.opts.TaskTTL
+	window := notifyTTL(n.Expiry, now, s.opts.TaskTTL)
 	res, err := inboxScript.Run(ctx, s.rdb,
 		[]string{rediskeys.InboxSeen(n.AgentID, n.Sender, n.ID), rediskeys.Inbox(n.AgentID)},
 		window.Milliseconds(), maxInbox,

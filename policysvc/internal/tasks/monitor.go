@@ -424,8 +424,7 @@ func (s *Server) enqueueMonitorNotification(ctx context.Context, sub *monitorSub
 	}
 	n := &notification{ID: MonitorNotificationID(sub.ID, rev), Sender: sub.Target, Recipient: sub.Callback, Content: content,
 		Urgency: informational, Guarantee: AtLeastOnce, Expiry: now.Add(s.opts.NotifyDefaultExpiry), Status: NotifyQueued, Created: now}
-	ttl := n.Expiry.Sub(now) + s.opts.TaskTTL
-	first, err := s.rdb.SetNX(ctx, rediskeys.Notification(n.ID), mustJSON(n), ttl).Result()
+	first, err := s.rdb.SetNX(ctx, rediskeys.Notification(n.ID), mustJSON(n), notifyTTL(n.Expiry, now, s.opts.TaskTTL)).Result()
 	if err != nil {
 		return storeErr("monitor notify", err)
 	}

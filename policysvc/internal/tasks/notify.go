@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -133,9 +134,16 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 	now := s.opts.Now().UTC()
 	expiry := now.Add(s.opts.NotifyDefaultExpiry)
 	if e := in.GetExpiry(); e != nil {
+		if err := e.CheckValid(); err != nil {
+			return nil, grpcerr.InvalidArgument("expiry-invalid", "expiry is not a valid timestamp: "+err.Error())
+		}
 		expiry = e.AsTime().UTC()
 		if !expiry.After(now) {
 			return nil, grpcerr.InvalidArgument("expiry-passed", "expiry is in the past")
+		}
+		if latest := now.Add(maxNotifyLifetime); expiry.After(latest) {
+			return nil, grpcerr.InvalidArgument("expiry-too-far", fmt.Sprintf("expiry is at most %d days ahead", maxNotifyLifetime/(24*time.Hour)),
+				"latest_expiry", latest.Format(time.RFC3339))
 		}
 	}
 	n := &notification{Sender: in.GetSenderAgentId(), Recipient: rcpt, Content: content,
@@ -172,6 +180,19 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 	return &taskv1.NotifyResponse{Notification: n.proto()}, nil
 }
 
+// notifyTTL is how long a notification's keys are kept: until its expiry,
+// then the task TTL so its sender can still read the outcome. The expiry
+// is clamped and the sum saturates because an overflow turns negative,
+// and go-redis sets no TTL at all for a negative one: the key would be
+// kept for ever.
+func notifyTTL(expiry, now time.Time, taskTTL time.Duration) time.Duration {
+	live := min(max(expiry.Sub(now), 0), maxNotifyLifetime)
+	if taskTTL > math.MaxInt64-live {
+		return math.MaxInt64
+	}
+	return live + taskTTL
+}
+
 // queue stores one delivery: an agent hosted here gets it in its inbox at
 // once; the others are put in the due set for the retry worker.
 func (s *Server) queue(ctx context.Context, n *notification, d dest, now time.Time) error {
@@ -182,8 +203,7 @@ func (s *Server) queue(ctx context.Context, n *notification, d dest, now time.Ti
 		}
 		n.Status, n.Attempts, n.Delivered = NotifyDelivered, 1, now
 	}
-	ttl := n.Expiry.Sub(now) + s.opts.TaskTTL
-	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), ttl).Err(); err != nil {
+	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), notifyTTL(n.Expiry, now, s.opts.TaskTTL)).Err(); err != nil {
 		return storeErr("notify", err)
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -220,7 +240,7 @@ func (s *Server) notifyGroup(ctx context.Context, n *notification, group string)
 		n.Members = append(n.Members, c.ID)
 		out.Deliveries = append(out.Deliveries, c.proto())
 	}
-	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), n.Expiry.Sub(now)+s.opts.TaskTTL).Err(); err != nil {
+	if err := s.rdb.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), notifyTTL(n.Expiry, now, s.opts.TaskTTL)).Err(); err != nil {
 		return nil, storeErr("notify group", err)
 	}
 	s.summarize(n, out.Deliveries)

@@ -80,7 +80,8 @@ type Options struct {
 	NotifyMaxAttempts int `json:"notify_max_attempts,omitempty"`
 	// NotifyTimeout bounds one webhook POST (default 10s).
 	NotifyTimeout time.Duration `json:"notify_timeout,omitempty"`
-	// NotifyDefaultExpiry applies when a NOTIFY names no expiry (default 24h).
+	// NotifyDefaultExpiry applies when a NOTIFY names no expiry (default
+	// 24h, at most the 30 days a NOTIFY may ask for).
 	NotifyDefaultExpiry time.Duration `json:"notify_default_expiry,omitempty"`
 	// CAFile is a PEM bundle of roots trusted, besides the system roots,
 	// for webhook recipients and for the AGTP servers of remote agent
@@ -151,6 +152,9 @@ func (o Options) Validate() error {
 	}
 	if o.NotifyMaxBackoff < o.NotifyBackoff {
 		return errors.New("notify_max_backoff is below notify_backoff")
+	}
+	if o.NotifyDefaultExpiry > maxNotifyLifetime {
+		return fmt.Errorf("notify_default_expiry is above the maximum notification lifetime, %v", maxNotifyLifetime)
 	}
 	return nil
 }
