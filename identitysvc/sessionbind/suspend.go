@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,17 @@ const DefaultSuspension = 24 * time.Hour
 
 // MaxCheckpoint bounds the checkpoint kept with a suspension.
 const MaxCheckpoint = 64 << 10
+
+// MaxReason bounds the reason kept with a suspension, in bytes: the bound
+// the suite puts on every reason a caller gives (lifecycle transitions,
+// contract revocations, escalations).
+const MaxReason = 1024
+
+// MaxSuspension is the furthest ahead resume_by may lie. The binding is
+// kept until resume_by, so without a bound a caller could pin a session
+// key in Redis for centuries; a workflow paused longer than this starts
+// a new session.
+const MaxSuspension = 30 * 24 * time.Hour
 
 // Suspension is the result of Suspend (core §7.2.12).
 type Suspension struct {
@@ -66,12 +78,19 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 	if len(checkpoint) > MaxCheckpoint {
 		return nil, grpcerr.InvalidArgument("checkpoint-too-large", fmt.Sprintf("a checkpoint is at most %d bytes", MaxCheckpoint))
 	}
+	if len(reason) > MaxReason {
+		return nil, grpcerr.InvalidArgument("reason-too-long", fmt.Sprintf("a reason is at most %d bytes", MaxReason))
+	}
 	now := time.Now()
 	if resumeBy.IsZero() {
 		resumeBy = now.Add(DefaultSuspension)
 	}
 	if !resumeBy.After(now) {
 		return nil, grpcerr.InvalidArgument("resume-by-past", "resume_by must be in the future")
+	}
+	if latest := now.Add(MaxSuspension); resumeBy.After(latest) {
+		return nil, grpcerr.InvalidArgument("resume-by-too-far", fmt.Sprintf("resume_by is at most %d days ahead", MaxSuspension/(24*time.Hour)),
+			"latest_resume_by", latest.UTC().Format(time.RFC3339))
 	}
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -82,9 +101,8 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 		return nil, grpcerr.Internal(err)
 	}
 	s.ID = "susp-" + hex.EncodeToString(raw[:])
-	keep := time.Until(resumeBy) + b.ttl
 	res, err := suspendScript.Run(ctx, b.rdb, []string{rediskeys.SessionBinding(sessionID)},
-		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keep.Milliseconds()).Int()
+		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepFor(resumeBy, now, b.ttl).Milliseconds()).Int()
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("suspend session: %w", err))
 	}
@@ -95,6 +113,19 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 		return nil, grpcerr.Conflict(ReasonSuspended, "the session is already suspended")
 	}
 	return s, nil
+}
+
+// keepFor is how long a suspended binding is kept: until resume_by, then
+// the idle TTL, so an expired suspension is still reported as expired.
+// It is at least a millisecond and cannot overflow, because PEXPIRE with
+// zero or a negative value deletes the binding: the session would then
+// bind again, unsuspended, while SUSPEND answered "suspended".
+func keepFor(resumeBy, now time.Time, ttl time.Duration) time.Duration {
+	until := min(max(resumeBy.Sub(now), 0), MaxSuspension)
+	if ttl > math.MaxInt64-until {
+		return math.MaxInt64
+	}
+	return max(until+ttl, time.Millisecond)
 }
 
 // Resume consumes a suspension's nonce and returns its ID and checkpoint.

@@ -19,6 +19,9 @@ import (
 func (s *Server) SuspendSession(ctx context.Context, req *identityv1.SuspendSessionRequest) (*identityv1.SuspendSessionResponse, error) {
 	var resumeBy time.Time // zero: the default suspension
 	if req.GetResumeBy() != nil {
+		if err := req.GetResumeBy().CheckValid(); err != nil {
+			return nil, grpcerr.InvalidArgument("resume-by-invalid", "resume_by is not a valid timestamp: "+err.Error())
+		}
 		resumeBy = req.GetResumeBy().AsTime()
 	}
 	//lint:ignore SA1019 the first release's front door sends the checkpoint only as bytes
