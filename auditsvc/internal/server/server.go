@@ -437,14 +437,10 @@ func (s *Server) startAppend(ctx context.Context, req *auditv1.SignAndAppendRequ
 	if c == rediskeys.ServerChain {
 		c = s.anonymousChain(req.GetRequestId(), p.ResponseID)
 	}
-	if !rediskeys.IsServerChain(c) {
-		// An agent's chain holds only its own records. Unauthenticated
-		// traffic goes to the server chain, whatever Agent-ID it claimed.
-		if p.AgentID == "" {
-			p.AgentID = c
-		} else if p.AgentID != c {
-			return nil, grpcerr.InvalidArgument("audit-chain-agent-mismatch", "agent_id differs from chain_agent_id")
-		}
+	// Unauthenticated traffic goes to the server chain, whatever Agent-ID
+	// it claimed.
+	if err := ownRecord(&p, c, "chain_agent_id"); err != nil {
+		return nil, err
 	}
 	var outcome *chain.IdempotentOutcome
 	if o := req.GetIdempotentOutcome(); o != nil {
@@ -522,10 +518,10 @@ func (s *Server) AppendLifecycleEvent(ctx context.Context, req *auditv1.AppendLi
 	if p.EventType != "" && p.EventType != et {
 		return nil, grpcerr.InvalidArgument("event-type-invalid", "claims event_type differs from event_type")
 	}
-	if p.AgentID != "" && p.AgentID != c {
-		return nil, grpcerr.InvalidArgument("audit-chain-agent-mismatch", "claims agent_id differs from agent_id")
+	if err := ownRecord(&p, c, "agent_id"); err != nil {
+		return nil, err
 	}
-	p.EventType, p.AgentID = et, c
+	p.EventType = et
 	r, err := requestOf(req.GetRequestId(), req)
 	if err != nil {
 		return nil, err
@@ -553,8 +549,8 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	if err != nil {
 		return nil, err
 	}
-	if !rediskeys.IsServerChain(c) && p.AgentID == "" {
-		p.AgentID = c
+	if err := ownRecord(&p, c, "agent_id"); err != nil {
+		return nil, err
 	}
 	r, err := requestOf(req.GetRequestId(), req)
 	if err != nil {
@@ -566,6 +562,22 @@ func (s *Server) AppendSignedRecord(ctx context.Context, req *auditv1.AppendSign
 	}
 	return &auditv1.AppendSignedRecordResponse{Jws: a.JWS, AuditId: a.AuditID, PreviousAuditId: a.PreviousAuditID,
 		Sequence: a.Sequence, Replayed: a.Replayed}, nil
+}
+
+// ownRecord makes p a record of the agent whose chain c is: an agent's
+// streams hold only that agent's own records, so agent_id is filled in
+// when the claims leave it out and refused when they name another agent
+// (chainField is the request field that named the chain). Records on the
+// server chain keep the agent_id they carry.
+func ownRecord(p *attribution.Payload, c, chainField string) error {
+	if rediskeys.IsServerChain(c) {
+		return nil
+	}
+	if p.AgentID != "" && p.AgentID != c {
+		return grpcerr.InvalidArgument("audit-chain-agent-mismatch", "claims agent_id differs from "+chainField)
+	}
+	p.AgentID = c
+	return nil
 }
 
 func validEventType(s string) bool {

@@ -559,6 +559,60 @@ func TestSignedRecordStreams(t *testing.T) {
 	}
 }
 
+// An agent's streams hold only its own records, whichever RPC appends to
+// them: claims naming another agent are refused and nothing is appended,
+// and claims that name none are recorded as the chain's agent's.
+func TestAppendsRefuseAnotherAgentsClaims(t *testing.T) {
+	ctx := context.Background()
+	f := start(t, Options{Keys: keySet(t, genKey(t))})
+	other := map[string]any{"agent_id": "agent-other", "event_type": "confirm-attestation", "status": 200}
+	none := map[string]any{"event_type": "confirm-attestation", "status": 200}
+	for _, tc := range []struct {
+		name   string
+		stream string
+		append func(members map[string]any) (*auditv1.Record, error)
+	}{
+		{"AppendSignedRecord", "confirm", func(m map[string]any) (*auditv1.Record, error) {
+			r, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: "agent-own", Stream: "confirm", Claims: string(claims(t, m))})
+			return recordOf(ctx, t, f, r.GetAuditId(), err)
+		}},
+		{"AppendLifecycleEvent", "lifecycle", func(m map[string]any) (*auditv1.Record, error) {
+			r, err := f.client.AppendLifecycleEvent(ctx, &auditv1.AppendLifecycleEventRequest{AgentId: "agent-own", EventType: "confirm-attestation", Claims: string(claims(t, m))})
+			return recordOf(ctx, t, f, r.GetAuditId(), err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.append(other)
+			wantReason(t, err, codes.InvalidArgument, "audit-chain-agent-mismatch")
+			rec, err := tc.append(none)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := attribution.Parse(rec.GetJws())
+			if err != nil || p.Payload.AgentID != "agent-own" || rec.GetSequence() != 1 {
+				t.Fatalf("record %+v (%v): want agent-own's first record", rec, err)
+			}
+			v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: "agent-own", Stream: tc.stream})
+			if err != nil || !v.GetValid() || v.GetLength() != 1 {
+				t.Fatalf("verify: %v %+v; the refused append must leave nothing", err, v)
+			}
+		})
+	}
+}
+
+// recordOf fetches the record an append returned.
+func recordOf(ctx context.Context, t *testing.T, f *fixture, auditID string, err error) (*auditv1.Record, error) {
+	t.Helper()
+	if err != nil {
+		return nil, err
+	}
+	g, err := f.client.GetRecord(ctx, &auditv1.GetRecordRequest{AuditId: auditID})
+	if err != nil {
+		t.Fatalf("get %s: %v", auditID, err)
+	}
+	return g.GetRecord(), nil
+}
+
 func TestArchiveReceivesAppendedRecords(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
