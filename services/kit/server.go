@@ -91,7 +91,7 @@ func NewServer(cfg Common, deps Deps) (*Server, error) {
 		// Callers hold long-lived connections; ageing them out spreads
 		// load onto replicas added later. Watch streams reconnect.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: time.Minute}),
-		grpc.MaxRecvMsgSize(8<<20),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
 		// Long-lived workers keep the stacks that signing and JSON grew,
 		// instead of a new goroutine growing its stack again for every
 		// RPC (about 25 µs of a sequential SignAndAppend); when all are
@@ -261,7 +261,7 @@ func (s *Server) Run(ctx context.Context, extra ...Task) error {
 		}
 		tlsCfg := s.mtls.ServerConfig()
 		tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		httpSrv = NewHTTPServer(serveMetrics(traceGateway(mux, s.cfg.Name, s.tel), s.tel.PrometheusHandler, s.guard.Recognizer()), tlsCfg, s.log)
+		httpSrv = NewHTTPServer(serveMetrics(traceGateway(limitGatewayBodies(mux), s.cfg.Name, s.tel), s.tel.PrometheusHandler, s.guard.Recognizer()), tlsCfg, s.log)
 		if s.tel.PrometheusHandler != nil {
 			s.log.Info("serving Prometheus metrics on the admin listener", "addr", s.HTTPAddr(), "path", MetricsPath, "readers", "operator and system identities")
 		}
