@@ -161,7 +161,7 @@ func refuseFreeForm(x *exchange, ep *endpoint.Endpoint, query url.Values, body m
 		}
 	}
 	if member == "" {
-		member = freeFormMember(body, 0)
+		member = freeFormMember(body)
 	}
 	if member == "" {
 		return nil
@@ -171,31 +171,27 @@ func refuseFreeForm(x *exchange, ep *endpoint.Endpoint, query url.Values, body m
 		map[string]any{"member": member})
 }
 
-// freeFormMember returns the first free-form member name found in v.
-func freeFormMember(v any, depth int) string {
-	if depth > maxFreeFormDepth {
-		return ""
-	}
+// freeFormMember returns the first free-form member name found in v, at
+// any depth: the walk has no cutoff for a member to hide below, and needs
+// none, since v was decoded by encoding/json, which refuses documents
+// nested deeper than 10,000 levels.
+func freeFormMember(v any) string {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, e := range t {
 			if endpoint.IsFreeFormMember(k) {
 				return k
 			}
-			if m := freeFormMember(e, depth+1); m != "" {
+			if m := freeFormMember(e); m != "" {
 				return m
 			}
 		}
 	case []any:
 		for _, e := range t {
-			if m := freeFormMember(e, depth+1); m != "" {
+			if m := freeFormMember(e); m != "" {
 				return m
 			}
 		}
 	}
 	return ""
 }
-
-// maxFreeFormDepth bounds the walk over a RUN body; JSON nesting is
-// already bounded by the body size limit.
-const maxFreeFormDepth = 64

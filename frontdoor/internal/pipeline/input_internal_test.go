@@ -24,6 +24,7 @@ func TestRefuseFreeForm(t *testing.T) {
 		{"a top-level command", run, "", `{"command":"rm -rf /"}`, "command"},
 		{"a nested script", run, "", `{"input":{"steps":[{"Script":"x"}]}}`, "Script"},
 		{"an exec in the query", run, "exec=ls", `{}`, "exec"},
+		{"a shell nested 100 levels deep", run, "", `{"options":` + nestedJSON(100, `{"shell":"sh -c id"}`) + `}`, "shell"},
 		{"a free-form member on another method is not RUN's rule", execute, "", `{"code":"x"}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,4 +78,9 @@ func TestBodyParametersEnvelope(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nestedJSON wraps inner in depth single-member objects.
+func nestedJSON(depth int, inner string) string {
+	return strings.Repeat(`{"a":`, depth) + inner + strings.Repeat(`}`, depth)
 }

@@ -545,7 +545,7 @@ func tier2Record(x *exchange, payload *attribution.Payload) {
 		if json.Unmarshal(x.input, &in) != nil {
 			return
 		}
-		redactSecrets(in, 0)
+		redactSecrets(in)
 		b, err := json.Marshal(in)
 		if err != nil {
 			return
@@ -570,11 +570,9 @@ func recorded(v string) string {
 }
 
 // redactSecrets replaces credential-like members (the names a record must
-// never carry, core §8.6) at any depth.
-func redactSecrets(v any, depth int) {
-	if depth > maxFreeFormDepth {
-		return
-	}
+// never carry, core §8.6) at any depth; like freeFormMember it has no
+// cutoff for a member to hide below.
+func redactSecrets(v any) {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, e := range t {
@@ -582,11 +580,11 @@ func redactSecrets(v any, depth int) {
 				t[k] = "[redacted]"
 				continue
 			}
-			redactSecrets(e, depth+1)
+			redactSecrets(e)
 		}
 	case []any:
 		for _, e := range t {
-			redactSecrets(e, depth+1)
+			redactSecrets(e)
 		}
 	}
 }

@@ -32,6 +32,10 @@ func TestTier2Record(t *testing.T) {
 			func(p attribution.Payload) bool {
 				return p.ProcedureID == "/procedures/reindex-orders" && string(p.RunInput) == `{"opts":{"api_key":"[redacted]","n":1},"status":"open"}`
 			}},
+		{"a credential nested 100 levels deep is redacted too", "RUN", "/procedures/p", `{"opts":` + nestedJSON(100, `{"password":"s3cret"}`) + `}`,
+			func(p attribution.Payload) bool {
+				return strings.Contains(string(p.RunInput), `{"password":"[redacted]"}`) && !strings.Contains(string(p.RunInput), "s3cret")
+			}},
 		{"an overlong RUN input is recorded by its hash", "RUN", "/procedures/p", `{"blob":"` + strings.Repeat("b", maxRecordedRunInput) + `"}`,
 			func(p attribution.Payload) bool { return strings.HasPrefix(string(p.RunInput), `{"sha256":"`) }},
 		{"other methods get no Tier 2 members", "CREATE", "/orders", `{"from_principal":"alice"}`,
