@@ -293,12 +293,16 @@ func canonicalIDError(explanation string) *ProtocolError {
 	return badRequest(ReasonInvalidCanonicalID, explanation, false)
 }
 
+// CanonicalIDLen is the length of a canonical Agent-ID (core §6.1.2):
+// 256 bits as lowercase hex.
+const CanonicalIDLen = 64
+
 // IsCanonicalID reports whether s is a canonical Agent-ID: exactly 64
 // lowercase hex digits (core §6.1.2).
 func IsCanonicalID(s string) bool { return isCanonicalID(s) }
 
 func isCanonicalID(s string) bool {
-	if len(s) != 64 {
+	if len(s) != CanonicalIDLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

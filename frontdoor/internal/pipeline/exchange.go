@@ -135,7 +135,7 @@ func (p *Pipeline) begin(ctx context.Context, conn *transport.ConnInfo, req *agt
 	// (or a server that exports nothing) builds none.
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("agtp.method", req.Method), attribute.String("agtp.transport", conn.Transport))
-		if sid := req.Header.Get(agtp.HeaderSessionID); sid != "" {
+		if sid, ok := echoed(req.Header, agtp.HeaderSessionID); ok && sid != "" {
 			span.SetAttributes(attribute.String("agtp.session_id", sid))
 		}
 	}
@@ -174,8 +174,10 @@ func (x *exchange) handlerKey() string {
 	return key
 }
 
-// fail builds an error response; extra members go into the body.
+// fail builds an error response; extra members go into the body, and the
+// request's Task-ID too when it is within its bound (echoed).
 func (x *exchange) fail(status int, reason, explanation string, extra map[string]any) *agtp.Response {
 	x.rejection = reason
-	return answer.Error(x.req.Header.Get(agtp.HeaderTaskID), status, reason, explanation, extra)
+	taskID, _ := echoed(x.req.Header, agtp.HeaderTaskID)
+	return answer.Error(taskID, status, reason, explanation, extra)
 }

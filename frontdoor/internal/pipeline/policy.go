@@ -268,7 +268,8 @@ func taskRun(x *exchange, ep *catalogv1.Endpoint) *policyv1.TaskRun {
 }
 
 // Bounds of what is indexed for RETRY: a larger request is not indexed,
-// and a RETRY naming it gets 404.
+// and a RETRY naming it gets 404. maxTaskIDLen is also the bound of Task-ID
+// and Request-ID on every request (echoedFields, wire.go).
 const (
 	maxTaskRunBody   = 64 << 10
 	maxTaskRunTarget = 8 << 10

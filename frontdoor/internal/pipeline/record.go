@@ -194,12 +194,13 @@ func (p *Pipeline) describeSpan(x *exchange, resp *agtp.Response) {
 	}
 }
 
-// stampStable sets the response fields that a replay reproduces.
+// stampStable sets the response fields that a replay reproduces. The
+// request's fields are echoed within their bounds (echoed).
 func (p *Pipeline) stampStable(x *exchange, resp *agtp.Response) {
 	h := &resp.Header
 	h.Set(agtp.HeaderServerID, p.opts.ServerID)
 	for _, name := range [...]string{agtp.HeaderAgentID, agtp.HeaderTaskID, agtp.HeaderRequestID} {
-		if v, ok := x.req.Header.Lookup(name); ok {
+		if v, ok := echoed(x.req.Header, name); ok {
 			h.Set(name, v)
 		}
 	}
@@ -316,8 +317,13 @@ func (p *Pipeline) unchainedRecord(x *exchange, resp *agtp.Response, responseID,
 var unsignedSigner = attribution.NewSigner(nil)
 
 // payload builds the Attribution-Record members of
-// docs/decisions.md#D-attribution-payload.
+// docs/decisions.md#D-attribution-payload. The request's fields are
+// recorded within their bounds (echoed); request_hash commits to the
+// whole request either way.
 func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) attribution.Payload {
+	sessionID, _ := echoed(x.req.Header, agtp.HeaderSessionID)
+	taskID, _ := echoed(x.req.Header, agtp.HeaderTaskID)
+	requestID, _ := echoed(x.req.Header, agtp.HeaderRequestID)
 	payload := attribution.Payload{
 		ServerID:           p.opts.ServerID,
 		Timestamp:          time.Now().UTC().Format(time.RFC3339Nano),
@@ -326,9 +332,9 @@ func (p *Pipeline) payload(x *exchange, resp *agtp.Response, responseID string) 
 		Method:             x.req.Method,
 		AgentID:            x.agentID,
 		OwnerID:            x.caller.GetOwnerId(),
-		SessionID:          x.req.Header.Get(agtp.HeaderSessionID),
-		TaskID:             x.req.Header.Get(agtp.HeaderTaskID),
-		RequestID:          x.req.Header.Get(agtp.HeaderRequestID),
+		SessionID:          sessionID,
+		TaskID:             taskID,
+		RequestID:          requestID,
 		ResponseID:         responseID,
 		ResultHash:         sha256Hex(resp.Body),
 		AuditRecordVersion: "1",
