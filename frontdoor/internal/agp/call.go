@@ -86,8 +86,9 @@ func (c *call) refuse(e *apiError) {
 }
 
 // refusal runs such an error through the pipeline: the caller is
-// identified and the response signed and chained (the server's chain
-// when the caller is not authenticated).
+// identified, spends its rate limits (a 429 answers instead once they are
+// spent) and the response is signed and chained (the server's chain when
+// the caller is not authenticated).
 func (c *call) refusal(e *apiError) *pipeline.BoundOutcome {
 	req := c.request(c.method, c.path, nil)
 	return c.h.o.Pipeline.ServeBound(c.r.Context(), &pipeline.Bound{
@@ -97,8 +98,13 @@ func (c *call) refusal(e *apiError) *pipeline.BoundOutcome {
 		Shape: func(_ context.Context, v *pipeline.View, resp *agtp.Response) *agtp.Response {
 			if v.Rejection != strings.ToLower(strings.ReplaceAll(e.Code, "_", "-")) {
 				// The pipeline refused first (e.g. the key's agent is
-				// not active).
-				return fromAGTP(resp).response(c.rid)
+				// not active) or instead (its rate limit is spent); a
+				// transaction's refusal still names the transaction.
+				pe := fromAGTP(resp)
+				if id, ok := e.Details["transactionId"]; ok {
+					pe.Details["transactionId"] = id
+				}
+				return pe.response(c.rid)
 			}
 			return e.response(c.rid)
 		},

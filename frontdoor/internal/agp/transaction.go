@@ -2,10 +2,13 @@ package agp
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -16,6 +19,7 @@ import (
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/jcs"
 	"github.com/agtpsuite/agtp/services/jsondoc"
 )
 
@@ -58,15 +62,22 @@ func (c *call) finish(tx *transaction, out *pipeline.BoundOutcome) {
 	c.write(out)
 }
 
-// store writes the transaction record of a finished operation.
+// store writes the transaction record of a finished operation. A failed
+// one keeps its input only as failedInput: the record of a refusal costs
+// the store a few KiB whatever the caller sent.
 func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 	if out.Replayed || out.AgentID == "" {
 		return
 	}
-	in, _ := json.Marshal(tx.input)
-	input, _ := jsondoc.Struct(in)
 	resp := out.Response
 	st := txStatus(resp.Status)
+	var in []byte
+	if st == txFailed {
+		in = failedInput(tx.input)
+	} else {
+		in, _ = json.Marshal(tx.input)
+	}
+	input, _ := jsondoc.Struct(in)
 	rec := &agpv1.Transaction{
 		Id: tx.id, AgentId: out.AgentID, AgpOperation: enumname.Value[agpv1.AgpOperation](tx.op), BusinessId: tx.business,
 		CreatedAt: timestamppb.New(tx.created), UpdatedAt: timestamppb.Now(),
@@ -91,6 +102,39 @@ func (c *call) store(tx *transaction, out *pipeline.BoundOutcome) {
 	if _, err := c.h.o.Keys.PutTransaction(ctx, &agpv1.PutTransactionRequest{Transaction: rec}); err != nil {
 		c.h.o.Log.ErrorContext(ctx, "agp transaction record not stored", "transaction_id", tx.id, "audit_id", out.AuditID, "error", err)
 	}
+}
+
+// maxFailedInputPrefix is how much of a failed transaction's input its
+// record keeps: at most this many bytes of the input's canonical form
+// (docs/agp.md, "Transactions").
+const maxFailedInputPrefix = 4 << 10
+
+// failedInput is what the record of a failed transaction keeps of its
+// input (a JSON object): {sha256, size, prefix, truncated}, the SHA-256
+// (hex) and the length in bytes of the input's RFC 8785 form, which for
+// query and execute is the request hash a confirmation token is bound to,
+// and that form's first maxFailedInputPrefix bytes at most, cut at a
+// character boundary; truncated says whether the prefix is less than the
+// whole. What a refused or failed call sent is then identifiable and
+// readable in part, and its record stays a few KiB however large the
+// input was.
+func failedInput(input any) []byte {
+	b, err := jcs.Marshal(input)
+	if err != nil {
+		// Not canonicalizable (operations refuse such requests before
+		// they have a transaction): its plain JSON stands in.
+		b, _ = json.Marshal(input)
+	}
+	sum := sha256.Sum256(b)
+	n := len(b)
+	if n > maxFailedInputPrefix {
+		n = maxFailedInputPrefix
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+	}
+	out, _ := json.Marshal(map[string]any{"sha256": hex.EncodeToString(sum[:]), "size": len(b), "prefix": string(b[:n]), "truncated": n < len(b)})
+	return out
 }
 
 // shaper returns the Shape hook of an operation: a handler's result

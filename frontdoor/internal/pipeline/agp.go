@@ -7,6 +7,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/transport"
 )
@@ -30,9 +31,10 @@ type Bound struct {
 	// per-address limits, TLS state).
 	Conn *transport.ConnInfo
 	// Refusal, when set, answers the request as soon as the caller is
-	// identified, with no policy call and no handler: a refusal the
-	// binding decided itself (a missing AGP scope) is still signed and
-	// chained to the caller.
+	// identified, with no handler: a refusal the binding decided itself (a
+	// missing AGP scope) is still signed and chained to the caller, and
+	// spends the caller's rate limits like every refusal of a bound
+	// request (spendRefused); past a limit the answer is the 429.
 	Refusal *Refusal
 	// Intercept runs once policy allowed the request and it is not an
 	// idempotent replay, just before the endpoint's handler. A non-nil
@@ -119,7 +121,7 @@ func (p *Pipeline) ServeBound(ctx context.Context, b *Bound) *BoundOutcome {
 	x := p.begin(ctx, b.Conn, b.Request)
 	defer x.end()
 	x.bound = b
-	resp := p.serve(x)
+	resp := p.record(x, p.spendRefused(x, p.decideRecovered(x)))
 	out := &BoundOutcome{Response: resp, AgentID: x.agentID, Replayed: x.replayed, AuditID: resp.Header.Get(agtp.HeaderAuditID)}
 	if a := x.authz; a != nil && a.GetRateLimitLimit() > 0 {
 		out.RateLimit = &RateLimit{Limit: a.GetRateLimitLimit(), Remaining: max(a.GetRateLimitRemaining(), 0), ResetSeconds: a.GetRateLimitResetSeconds()}
@@ -135,6 +137,45 @@ func (p *Pipeline) refuseBound(x *exchange, r *Refusal) *agtp.Response {
 		return resp
 	}
 	return x.fail(r.Status, r.Reason, r.Explanation, nil)
+}
+
+// spendRefused makes a bound request that was refused before the policy
+// stage (the binding's own refusal, input that does not validate, a call
+// that names no endpoint) spend its caller's rate limits, the way a
+// request policysvc refuses does (docs/policy.md, "One decision"): a
+// binding keeps something of every refused call (AGP's transaction
+// record), so a caller must not be able to make them without limit. The
+// mechanism is policysvc's own: an Authorize for the request, which spends
+// the buckets before anything else refuses. It carries no Idempotency-Key,
+// Task-ID, credential or required scopes (nothing is claimed, indexed or
+// checked on the request's behalf), so only its rate limits count: a 429
+// replaces the refusal, and any other decision leaves the refusal
+// standing, with the limit's X-RateLimit state. Only a caller the
+// pipeline identified spends; dependency failures (5xx) do not, and a
+// policysvc that does not answer leaves the refusal as it was.
+func (p *Pipeline) spendRefused(x *exchange, resp *agtp.Response) *agtp.Response {
+	refused := resp.Status == agtp.StatusAuthorizationRequired || resp.Status >= 400 && resp.Status < 500
+	if x.bound == nil || x.authz != nil || x.agentID == "" || !refused {
+		return resp
+	}
+	method, path := x.req.Method, x.req.Path
+	if x.matched && x.decision.Endpoint != nil {
+		// The endpoint's own limits count too.
+		method, path = x.decision.Method, x.decision.Endpoint.Proto.GetPath()
+	}
+	// path is an endpoint's template, or the path of a call that matched
+	// none (a binding's own route, an unknown path): policysvc only
+	// compares it with the configured endpoint limits.
+	out, err := p.Policy.Authorize(x.ctx, callerAuthorize(x, method, path))
+	if err != nil {
+		p.Log.WarnContext(x.ctx, "rate limits of a refused request not spent: policysvc did not answer", "agent_id", x.agentID, "method", method, "error", err)
+		return resp
+	}
+	x.authz = out
+	if d := out.GetDenial(); out.GetDecision() == policyv1.Decision_DECISION_DENY && d.GetStatus() == agtp.StatusRateLimited {
+		return denied(x, d)
+	}
+	return resp
 }
 
 // intercept runs a bound request's Intercept hook (run.go calls it after

@@ -39,17 +39,9 @@ const maxPolicyInput = 1 << 20
 // still has its grant checked against the caller's scopes (tier2.go). A
 // request with a Task-ID is indexed for RETRY in the same call (retry.go).
 func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string, input []byte) *agtp.Response {
-	in := &policyv1.AuthorizeRequest{
-		AgentId:                x.agentID,
-		AgentScopes:            x.caller.GetScopes(),
-		Method:                 method,
-		PathTemplate:           ep.GetPath(),
-		RequiredScopes:         ep.GetRequiredScopes(),
-		EndpointIdempotent:     ep.GetIsIdempotent(),
-		IdempotencyKeyRequired: ep.GetIdempotencyKeyRequired(),
-		ClientIp:               clientIP(x.conn),
-		Principal:              x.caller.GetOwner(),
-	}
+	in := callerAuthorize(x, method, ep.GetPath())
+	in.RequiredScopes = ep.GetRequiredScopes()
+	in.EndpointIdempotent, in.IdempotencyKeyRequired = ep.GetIsIdempotent(), ep.GetIdempotencyKeyRequired()
 	in.AuthorityScope, in.AuthorityScopePresent = x.req.Header.Lookup(agtp.HeaderAuthorityScope)
 	key, present, resp := requestKey(x, method, input)
 	if resp != nil {
@@ -69,10 +61,6 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	in.TaskRun = taskRun(x, ep)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
 	in.TokenProvesAgent = x.tokenPending
-	if peer := peerOf(x); peer != nil {
-		in.ClientCertThumbprint = peer.Thumbprint
-	}
-	in.TrustTier = x.caller.GetTrustTier()
 	in.BudgetLimit = x.req.Header.Get(agtp.HeaderBudgetLimit)
 	if in.BudgetLimit != "" && len(input) <= maxPolicyInput {
 		// Costs the operator reads from the body (a PURCHASE's amount)
@@ -106,17 +94,42 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 		x.replayed = true
 		return nil
 	case policyv1.Decision_DECISION_DENY:
-		d := out.GetDenial()
-		extra := map[string]any{}
-		for k, v := range d.GetDetails() {
-			extra[k] = v
-		}
-		if d.GetRetryAfterSeconds() > 0 {
-			extra["retry_after_seconds"] = d.GetRetryAfterSeconds()
-		}
-		return x.fail(int(d.GetStatus()), d.GetReason(), d.GetExplanation(), extra)
+		return denied(x, out.GetDenial())
 	}
 	return x.fail(agtp.StatusServerError, "internal", "policy returned no decision", nil)
+}
+
+// callerAuthorize is the part of an Authorize request that says who calls
+// what: the caller's identity, scopes, owner and trust tier, where it
+// connects from and with which certificate, and the method and path
+// template its limits are looked up by.
+func callerAuthorize(x *exchange, method, pathTemplate string) *policyv1.AuthorizeRequest {
+	in := &policyv1.AuthorizeRequest{
+		AgentId:      x.agentID,
+		AgentScopes:  x.caller.GetScopes(),
+		Method:       method,
+		PathTemplate: pathTemplate,
+		ClientIp:     clientIP(x.conn),
+		Principal:    x.caller.GetOwner(),
+		TrustTier:    x.caller.GetTrustTier(),
+	}
+	if peer := peerOf(x); peer != nil {
+		in.ClientCertThumbprint = peer.Thumbprint
+	}
+	return in
+}
+
+// denied answers policysvc's denial d: its status, reason and
+// explanation, with its details and Retry-After seconds in the body.
+func denied(x *exchange, d *policyv1.Denial) *agtp.Response {
+	extra := map[string]any{}
+	for k, v := range d.GetDetails() {
+		extra[k] = v
+	}
+	if d.GetRetryAfterSeconds() > 0 {
+		extra["retry_after_seconds"] = d.GetRetryAfterSeconds()
+	}
+	return x.fail(int(d.GetStatus()), d.GetReason(), d.GetExplanation(), extra)
 }
 
 // Reasons of the Tier 2 refusals.
