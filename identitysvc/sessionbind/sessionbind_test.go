@@ -2,7 +2,6 @@ package sessionbind
 
 import (
 	"context"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -55,28 +54,5 @@ func TestBindRefusesWeakSessionIDs(t *testing.T) {
 	}
 	if n, _ := rdb.DBSize(context.Background()).Result(); n != 0 {
 		t.Fatal("a refused Session-ID was stored")
-	}
-}
-
-// TestKeepForNeverOverflows: a suspended binding's TTL is positive and
-// within the bound however far resume_by or long the idle TTL, since
-// PEXPIRE with zero or less deletes the binding.
-func TestKeepForNeverOverflows(t *testing.T) {
-	now := time.Now()
-	for _, tc := range []struct {
-		name     string
-		resumeBy time.Time
-		ttl      time.Duration
-		want     time.Duration
-	}{
-		{"a day", now.Add(24 * time.Hour), time.Hour, 25 * time.Hour},
-		{"passed", now.Add(-time.Hour), time.Hour, time.Hour},
-		{"year 9999", time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), time.Hour, MaxSuspension + time.Hour},
-		{"idle TTL of centuries", now.Add(time.Hour), math.MaxInt64 - time.Minute, math.MaxInt64},
-		{"under a millisecond", now, time.Microsecond, time.Millisecond},
-	} {
-		if got := keepFor(tc.resumeBy, now, tc.ttl); got != tc.want {
-			t.Errorf("%s: keepFor = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,7 +101,7 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 	}
 	s.ID = "susp-" + hex.EncodeToString(raw[:])
 	res, err := suspendScript.Run(ctx, b.rdb, []string{rediskeys.SessionBinding(sessionID)},
-		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepFor(resumeBy, now, b.ttl).Milliseconds()).Int()
+		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepSuspended(resumeBy, now, b.ttl).Milliseconds()).Int()
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("suspend session: %w", err))
 	}
@@ -115,17 +114,13 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 	return s, nil
 }
 
-// keepFor is how long a suspended binding is kept: until resume_by, then
-// the idle TTL, so an expired suspension is still reported as expired.
-// It is at least a millisecond and cannot overflow, because PEXPIRE with
-// zero or a negative value deletes the binding: the session would then
-// bind again, unsuspended, while SUSPEND answered "suspended".
-func keepFor(resumeBy, now time.Time, ttl time.Duration) time.Duration {
-	until := min(max(resumeBy.Sub(now), 0), MaxSuspension)
-	if ttl > math.MaxInt64-until {
-		return math.MaxInt64
-	}
-	return max(until+ttl, time.Millisecond)
+// keepSuspended is how long a suspended binding is kept: until
+// resume_by, then the idle TTL, so an expired suspension is still
+// reported as expired. It is never zero, since PEXPIRE would then delete
+// the binding, which would bind again unsuspended while SUSPEND answered
+// "suspended".
+func keepSuspended(resumeBy, now time.Time, ttl time.Duration) time.Duration {
+	return rediskeys.KeepUntil(resumeBy, now, MaxSuspension, ttl)
 }
 
 // Resume consumes a suspension's nonce and returns its ID and checkpoint.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -181,16 +180,9 @@ func (s *Server) Notify(ctx context.Context, in *taskv1.NotifyRequest) (*taskv1.
 }
 
 // notifyTTL is how long a notification's keys are kept: until its expiry,
-// then the task TTL so its sender can still read the outcome. The expiry
-// is clamped and the sum saturates because an overflow turns negative,
-// and go-redis sets no TTL at all for a negative one: the key would be
-// kept for ever.
+// then the task TTL so its sender can still read the outcome.
 func notifyTTL(expiry, now time.Time, taskTTL time.Duration) time.Duration {
-	live := min(max(expiry.Sub(now), 0), maxNotifyLifetime)
-	if taskTTL > math.MaxInt64-live {
-		return math.MaxInt64
-	}
-	return live + taskTTL
+	return rediskeys.KeepUntil(expiry, now, maxNotifyLifetime, taskTTL)
 }
 
 // queue stores one delivery: an agent hosted here gets it in its inbox at

@@ -75,27 +75,6 @@ func TestNotifyExpiryIsBounded(t *testing.T) {
 	}
 }
 
-// TestNotifyTTLNeverOverflows: the TTL stays positive and within the
-// bound however far the expiry or long the task TTL.
-func TestNotifyTTLNeverOverflows(t *testing.T) {
-	now := time.Now()
-	for _, tc := range []struct {
-		name    string
-		expiry  time.Time
-		taskTTL time.Duration
-		want    time.Duration
-	}{
-		{"an hour", now.Add(time.Hour), time.Hour, 2 * time.Hour},
-		{"passed", now.Add(-time.Hour), time.Hour, time.Hour},
-		{"year 9999", time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), time.Hour, maxNotifyLifetime + time.Hour},
-		{"task TTL of centuries", now.Add(time.Hour), math.MaxInt64 - time.Minute, math.MaxInt64},
-	} {
-		if got := notifyTTL(tc.expiry, now, tc.taskTTL); got != tc.want {
-			t.Errorf("%s: notifyTTL = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestDefaultExpiryIsWithinTheBound(t *testing.T) {
 	rdb := testkit.StartRedis(t).Client(t)
 	if _, err := New(rdb, nil, Options{NotifyDefaultExpiry: maxNotifyLifetime + time.Hour}); err == nil {
