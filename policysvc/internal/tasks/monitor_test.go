@@ -1,9 +1,11 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,6 +96,7 @@ type monitorContent struct {
 	Event          string `json:"event"`
 	Status         string `json:"status"`
 	OccurredAt     string `json:"occurred_at"`
+	Revision       uint64 `json:"revision"`
 }
 
 func contents(t *testing.T, entries []*taskv1.InboxEntry) []monitorContent {
@@ -155,7 +158,10 @@ func TestMonitorDeliversOnceAcrossReplicas(t *testing.T) {
 	// revision exists and the second had time to read it; an extra
 	// delivery would be in the inbox by then.
 	time.Sleep(200 * time.Millisecond)
+	// Replicas race to deliver successive revisions, so the inbox may hold
+	// them in either order; each names its revision.
 	got := contents(t, inbox(t, clients[0], owner))
+	slices.SortFunc(got, func(a, b monitorContent) int { return cmp.Compare(a.Revision, b.Revision) })
 	if len(got) != 2 || got[0].Event != MonitorSuspended || got[0].Status != "suspended" || got[1].Event != MonitorReinstated ||
 		got[0].SubscriptionID != sub.GetSubscriptionId() || got[0].Target != reviewer || got[0].OccurredAt == "" {
 		t.Fatalf("owner's inbox = %+v", got)
