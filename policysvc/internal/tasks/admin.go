@@ -59,7 +59,11 @@ func (s *Server) ListEscalations(ctx context.Context, in *taskv1.ListEscalations
 			e, err := s.loadEscalation(ctx, id)
 			if err != nil {
 				if errors.Is(err, errNoTarget) {
-					continue // expired with its task
+					// Expired with its task: the listing forgets it.
+					if err := s.rdb.ZRem(ctx, rediskeys.EscalationsPending, id).Err(); err != nil {
+						return nil, storeErr("list escalations", err)
+					}
+					continue
 				}
 				return nil, err
 			}

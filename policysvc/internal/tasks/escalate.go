@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,10 +204,14 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 		// The index and the admin listing live in other slots; written
 		// after the task so that a crash leaves a paused task whose
 		// escalation the owner can still read, never a listed one without
-		// a task.
+		// a task. The listing is scored by creation, and an escalation
+		// created a task TTL ago has expired with its index key, so each
+		// new one drops those: the set holds one task TTL's worth of
+		// escalations, however many are never resolved.
 		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.Set(ctx, rediskeys.EscalationIndex(e.ID), owner+"\x00"+e.TaskID, s.opts.TaskTTL)
 			p.ZAdd(ctx, rediskeys.EscalationsPending, redis.Z{Score: float64(now.UnixMilli()), Member: e.ID})
+			p.ZRemRangeByScore(ctx, rediskeys.EscalationsPending, "-inf", "("+strconv.FormatInt(now.Add(-s.opts.TaskTTL).UnixMilli(), 10))
 			return nil
 		})
 		if err != nil {
@@ -264,11 +269,8 @@ func (s *Server) resolveTarget(ctx context.Context, caller, id string) (target, 
 func mayConfirm(caller string, e *escalation) bool {
 	r := e.RoutedTo
 	if rest, ok := strings.CutPrefix(r, "agtp://"); ok {
-		id, _, found := strings.Cut(rest, "@")
-		if !found {
-			return false
-		}
-		r = id
+		// agtp://<id> (hosted here) or agtp://<id>@host.
+		r, _, _ = strings.Cut(rest, "@")
 	}
 	return caller != "" && r == caller
 }

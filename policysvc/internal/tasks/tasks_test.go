@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -405,5 +407,64 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 	last := hist[len(hist)-1]
 	if last.GetActor() != "admin:"+person+" via operator/console" || len(last.GetRef()) != 64 {
 		t.Fatalf("task history ends with %v, want the person via the console and the signed event's Audit-ID", last)
+	}
+}
+
+// Only an escalation's recipient may CONFIRM it, in whichever form the
+// escalation named it: an Agent-ID, or an agtp:// URI hosted here or
+// elsewhere.
+func TestConfirmByTheRecipientInEveryForm(t *testing.T) {
+	c, _ := start(t, Options{Outbound: loopbackPeers})
+	ctx := context.Background()
+	for i, tc := range []struct {
+		recipient string
+		caller    string
+		may       bool
+	}{
+		{reviewer, reviewer, true},
+		{"agtp://" + reviewer, reviewer, true},
+		{"agtp://" + reviewer + "@127.0.0.1:4480", reviewer, true},
+		{"agtp://" + reviewer, owner, false},
+		{"agtp://" + reviewer, stranger, false},
+	} {
+		t.Run(tc.recipient+" by "+tc.caller[:4], func(t *testing.T) {
+			r, err := c.Escalate(ctx, &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: fmt.Sprintf("form-%d", i),
+				Reason: "ethical_flag", Context: testkit.JSONValue(`{"why":"check"}`), Recipient: tc.recipient})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: tc.caller, TargetId: r.GetEscalation().GetEscalationId(),
+				Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)})
+			if (err == nil) != tc.may {
+				t.Fatalf("BeginConfirm = %v, want allowed %v", err, tc.may)
+			}
+		})
+	}
+}
+
+// The admin listing forgets escalations that expired with their tasks
+// unresolved: a listing drops the ones it meets, and every new escalation
+// drops those older than the task TTL, so the pending set does not grow
+// with escalations nobody resolves.
+func TestPendingEscalationsExpireFromTheListing(t *testing.T) {
+	const ttl = time.Second
+	c, srv := start(t, Options{TaskTTL: ttl})
+	ctx := context.Background()
+	pending := func() int64 { return srv.rdb.ZCard(ctx, rediskeys.EscalationsPending).Val() }
+	for i := range 3 {
+		escalate(t, c, fmt.Sprintf("gone-%d", i))
+	}
+	time.Sleep(ttl + 200*time.Millisecond)
+	escalate(t, c, "fresh")
+	if n := pending(); n != 1 {
+		t.Fatalf("after a new escalation the pending set holds %d, want only the live one", n)
+	}
+	time.Sleep(ttl + 200*time.Millisecond)
+	list, err := c.ListEscalations(ctx, &taskv1.ListEscalationsRequest{Principal: "ops"})
+	if err != nil || len(list.GetEscalations()) != 0 {
+		t.Fatalf("listed %v, %v; want none", list.GetEscalations(), err)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("after a listing the pending set holds %d expired escalations", n)
 	}
 }
