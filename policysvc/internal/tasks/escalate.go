@@ -137,6 +137,11 @@ func (s *Server) Escalate(ctx context.Context, in *taskv1.EscalateRequest) (*tas
 	if routed == "" {
 		routed = s.opts.DefaultRecipient
 	}
+	if mayConfirm(owner, &escalation{RoutedTo: routed}) {
+		// Its recipient resolves an escalation; one routed back to the
+		// escalating agent would be resolved by it (core §7.2.10).
+		return nil, grpcerr.InvalidArgument("recipient-invalid", "an escalation goes to a reviewer other than the escalating agent")
+	}
 	routing := RoutingListed
 	if strings.HasPrefix(routed, "https://") {
 		if u, err := url.Parse(routed); err != nil || u.Host == "" || u.User != nil {

@@ -21,6 +21,7 @@ import (
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/access"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -439,6 +440,19 @@ func TestConfirmByTheRecipientInEveryForm(t *testing.T) {
 				t.Fatalf("BeginConfirm = %v, want allowed %v", err, tc.may)
 			}
 		})
+	}
+}
+
+// An escalation routed back to the escalating agent, in any form, is
+// refused: its recipient resolves it, and the escalating agent may not.
+func TestEscalateRefusesTheEscalatingAgentAsRecipient(t *testing.T) {
+	c, _ := start(t, Options{Outbound: loopbackPeers})
+	for _, recipient := range []string{owner, "agtp://" + owner, "agtp://" + owner + "@127.0.0.1:4480"} {
+		_, err := c.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "self",
+			Reason: "ethical_flag", Context: testkit.JSONValue(`{"why":"check"}`), Recipient: recipient})
+		if c, reason, _, _ := grpcerr.Reason(err); c != codes.InvalidArgument || reason != "recipient-invalid" {
+			t.Fatalf("ESCALATE to %s by itself = %v, want recipient-invalid", recipient, err)
+		}
 	}
 }
 
