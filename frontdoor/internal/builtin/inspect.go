@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
@@ -94,6 +95,9 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 		if r.GetContract() == nil {
 			return call.Fail(agtp.StatusNotFound, "contract-not-found", "no contract with that synthesis_id", nil)
 		}
+		if err := bi.ACL.Allow(caller, r.GetContract().GetOriginatingAgentId()); err != nil {
+			return bi.dependencyFailure(ctx, call, "inspect", err)
+		}
 		return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, ContractJSON(r.GetContract()))
 	case "rcns-attempt":
 		if bi.RCNS == nil {
@@ -107,6 +111,15 @@ func (bi *Registry) inspect(ctx context.Context, call *Call) *agtp.Response {
 		attempt, err := jsondoc.PreferStruct(r.GetAttempt(), r.GetAttemptJson())
 		if err != nil {
 			return bi.dependencyFailure(ctx, call, "rcnssvc", err)
+		}
+		var subject struct {
+			AgentID string `json:"agent_id"`
+		}
+		if err := json.Unmarshal(attempt, &subject); err != nil {
+			return bi.dependencyFailure(ctx, call, "rcnssvc", err)
+		}
+		if err := bi.ACL.Allow(caller, subject.AgentID); err != nil {
+			return bi.dependencyFailure(ctx, call, "inspect", err)
 		}
 		return agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, attempt)
 	case "":

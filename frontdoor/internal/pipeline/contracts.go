@@ -13,7 +13,9 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings"
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
+	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -76,7 +78,14 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 	if resp := p.identify(x, false); resp != nil {
 		return resp
 	}
+	if resp := p.settleTokenNow(x); resp != nil {
+		return resp
+	}
 	if x.agentID == "" {
+		if x.proof.IgnoredClaim != "" {
+			return x.fail(agtp.StatusUnauthorized, callerpolicy.ReasonAgentUnauthenticated,
+				"a contract is bound to a proven caller, and the bearer token proves no agent: present your Agent Certificate or a valid token naming your Agent-ID", nil)
+		}
 		return p.structuralFailure(x)
 	}
 	in := &rcnsv1.GetContractRequest{Caller: p.rcnsCaller(x), Method: x.req.Method, Path: x.req.Path}
@@ -108,6 +117,10 @@ func (p *Pipeline) contractRoute(x *exchange) *agtp.Response {
 // standing (docs/decisions.md#D-decision-order).
 func (p *Pipeline) implicitContract(x *exchange) *agtp.Response {
 	if resp := p.identify(x, true); resp != nil || x.agentID == "" {
+		x.forgetCaller(callerproof.Proof{})
+		return p.structuralFailure(x)
+	}
+	if resp := p.settleTokenNow(x); resp != nil || x.agentID == "" {
 		x.forgetCaller(callerproof.Proof{})
 		return p.structuralFailure(x)
 	}
@@ -159,6 +172,34 @@ func (p *Pipeline) contractRefused(x *exchange, presented string, r *rcnsv1.GetC
 		resp.Header.Set(agtp.HeaderRCNSAttemptID, r.GetAttemptId())
 	}
 	return resp
+}
+
+// settleTokenNow has policysvc check a pending bearer token before
+// anything acts for the agent it names. Everywhere else the authorize
+// stage checks it, but the contract route asks rcnssvc for the caller
+// first (a gate that spends the caller's negotiation limit and contract
+// slots, a presented contract it accepts), so it is checked here, with a
+// decision for the request as it stands: a token that proves nothing
+// leaves the caller anonymous (settleTokenProof). A policysvc that does
+// not answer is the dependency failure it is everywhere.
+func (p *Pipeline) settleTokenNow(x *exchange) *agtp.Response {
+	if !x.tokenPending {
+		return nil
+	}
+	in := callerAuthorize(x, x.req.Method, x.req.Path)
+	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
+	in.TokenProvesAgent = true
+	out, err := p.Policy.Authorize(x.ctx, in)
+	if err != nil {
+		return p.dependencyFailure(x, "policysvc", err)
+	}
+	if resp := p.settleTokenProof(x, out); resp != nil {
+		return resp
+	}
+	if d := out.GetDenial(); x.agentID != "" && out.GetDecision() == policyv1.Decision_DECISION_DENY && d.GetStatus() == agtp.StatusRateLimited {
+		return denied(x, d)
+	}
+	return nil
 }
 
 // rcnsGate handles an unregistered (method, path) from a caller that sent
