@@ -135,6 +135,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	set(&c.OIDC.ClientSecret, "AGTP_CONSOLE_OIDC_CLIENT_SECRET")
 	set(&c.OIDC.RedirectURL, "AGTP_CONSOLE_OIDC_REDIRECT_URL")
 	set(&c.OIDC.GroupsClaim, "AGTP_CONSOLE_OIDC_GROUPS_CLAIM")
+	set(&c.OIDC.LoginKeyFile, "AGTP_CONSOLE_OIDC_LOGIN_KEY_FILE")
 	if v, ok := lookup("AGTP_CONSOLE_OIDC_ALLOWED_GROUPS"); ok && v != "" {
 		c.OIDC.AllowedGroups = nil
 		for _, g := range strings.Split(v, ",") {

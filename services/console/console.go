@@ -103,7 +103,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Console, err err
 		c.sessions.log = c.log
 	}
 	if cfg.OIDC.Enabled() {
-		c.oidc = newOIDCLogin(cfg.OIDC)
+		secret, shared, err := cfg.OIDC.loginKey()
+		if err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		if !shared && cfg.RedisURL != "" {
+			// Sessions in Redis are for replicas; a sign-in started on one
+			// of them would be refused by the others.
+			c.log.Warn("OpenID Connect sign-ins are sealed with a random key of this process (AGTP_CONSOLE_OIDC_LOGIN_KEY_FILE is not set): " +
+				"a sign-in started on another replica, or before a restart, is refused")
+		}
+		c.oidc = newOIDCLogin(cfg.OIDC, secret)
 	}
 	if len(cfg.Metrics) > 0 {
 		c.metrics = newSampler(cfg.Metrics, cfg.MetricsInterval, m)

@@ -248,7 +248,7 @@ func (c *Console) loginCallback(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusNotFound, "OpenID Connect sign-in is not configured")
 		return
 	}
-	person, err := c.oidc.finish(w, r)
+	who, err := c.oidc.finish(w, r)
 	if err != nil {
 		c.log.WarnContext(r.Context(), "oidc sign-in refused", "error", err)
 		code := http.StatusUnauthorized
@@ -258,7 +258,7 @@ func (c *Console) loginCallback(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, code, "sign-in refused: "+err.Error())
 		return
 	}
-	c.signIn(w, r, person, "oidc")
+	c.signIn(w, r, who.person, "oidc", "subject", who.subject)
 }
 
 // loginOnce redeems a one-time sign-in link.
@@ -274,7 +274,9 @@ func (c *Console) loginOnce(w http.ResponseWriter, r *http.Request) {
 // signIn starts the session. The answer is a page that moves on to the
 // console rather than a redirect: a navigation that began at another site
 // (the provider) would not send the SameSite=Strict cookie on a redirect.
-func (c *Console) signIn(w http.ResponseWriter, r *http.Request, person, how string) {
+// The log line names the person and how they signed in, and logAttrs
+// (the ID token's subject of an OpenID Connect sign-in).
+func (c *Console) signIn(w http.ResponseWriter, r *http.Request, person, how string, logAttrs ...any) {
 	if old, ok := c.session(r); ok {
 		c.sessions.end(r.Context(), old.id)
 	}
@@ -285,7 +287,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request, person, how str
 		return
 	}
 	setCookie(w, se, c.cfg.SessionTimeout)
-	c.log.InfoContext(r.Context(), "person signed in", "person", person, "via", how)
+	c.log.InfoContext(r.Context(), "person signed in", append([]any{"person", person, "via", how}, logAttrs...)...)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = c.pages.render(w, "signedin", pageData{Title: "Signed in", Person: person})
 }

@@ -2,17 +2,28 @@ package console
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
 	"github.com/agtpsuite/agtp/services/access"
+	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
 // OIDCConfig is the organisation's OpenID Connect provider, through which
@@ -32,6 +43,13 @@ type OIDCConfig struct {
 	AllowedGroups []string
 	// GroupsClaim is the ID token claim listing the person's groups.
 	GroupsClaim string
+	// LoginKeyFile holds the secret (at least 32 bytes, surrounding
+	// white space ignored) that the login cookie of a started sign-in is
+	// sealed with. Every replica behind one console URL needs the same
+	// one, so that a sign-in started on one completes on any. Empty: a
+	// random secret of this process, and a sign-in completes only on the
+	// replica that started it, and not across a restart of it.
+	LoginKeyFile string
 	// HTTPClient reaches the provider; nil uses http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -57,34 +75,137 @@ func (c OIDCConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// minLoginKey is the least secret the login cookie is sealed with.
+const minLoginKey = 32
+
+// loginKey is the secret of cfg.LoginKeyFile, or a random one of this
+// process; shared reports which.
+func (c OIDCConfig) loginKey() (secret []byte, shared bool, err error) {
+	if c.LoginKeyFile == "" {
+		secret = make([]byte, minLoginKey)
+		_, _ = rand.Read(secret) // crypto/rand.Read never fails (Go 1.24+)
+		return secret, false, nil
+	}
+	b, err := keyfile.Read(c.LoginKeyFile)
+	if err != nil {
+		return nil, false, fmt.Errorf("oidc login key (AGTP_CONSOLE_OIDC_LOGIN_KEY_FILE): %w", err)
+	}
+	if b = []byte(strings.TrimSpace(string(b))); len(b) < minLoginKey {
+		return nil, false, fmt.Errorf("oidc login key %s: %d bytes, want at least %d random ones (openssl rand -base64 32)", c.LoginKeyFile, len(b), minLoginKey)
+	}
+	return b, true, nil
+}
+
 // pendingTTL bounds how long a started sign-in may take at the provider.
 const pendingTTL = 10 * time.Minute
 
-// loginCookie binds a started sign-in to the browser that started it.
+// loginSkew is how far in the future a sign-in may say it started: the
+// replica that started it may run a little ahead of this one.
+const loginSkew = time.Minute
+
+// loginCookie carries a started sign-in, sealed, in the browser that
+// started it: the console keeps nothing per started sign-in.
 // SameSite=Lax, because the provider's redirect back is a cross-site
 // navigation that a Strict cookie would not come with.
 const loginCookie = "__Host-agtp-console-login"
 
+// loginSealInfo names what the sealing keys derived from the login key
+// are for, and loginVersion the cookie's format.
+const (
+	loginSealInfo = "agtp console oidc login cookie"
+	loginVersion  = 1
+	loginSaltLen  = 32
+)
+
+// loginState is a started sign-in: what the callback must match (state),
+// what the ID token must carry (nonce), what redeems the code (the PKCE
+// verifier), and when it started.
+type loginState struct {
+	State    string `json:"s"`
+	Nonce    string `json:"n"`
+	Verifier string `json:"v"`
+	Started  int64  `json:"t"` // Unix seconds
+}
+
 // oidcLogin runs the authorization code flow with PKCE, state and nonce.
 type oidcLogin struct {
 	cfg OIDCConfig
+	// secret is the login key the login cookie is sealed with.
+	secret []byte
 
 	mu       sync.Mutex
 	provider *oidc.Provider
-	pending  map[string]pendingLogin
 }
 
-type pendingLogin struct {
-	binding, nonce, verifier string
-	expires                  time.Time
-}
-
-func newOIDCLogin(cfg OIDCConfig) *oidcLogin {
+func newOIDCLogin(cfg OIDCConfig, secret []byte) *oidcLogin {
 	if cfg.GroupsClaim == "" {
 		cfg.GroupsClaim = "groups"
 	}
-	return &oidcLogin{cfg: cfg, pending: map[string]pendingLogin{}}
+	return &oidcLogin{cfg: cfg, secret: secret}
 }
+
+// aead is AES-256-GCM under the key and nonce derived (HKDF-SHA256) from
+// the login key and a cookie's own random salt: each cookie is sealed
+// under a key of its own, so no number of sign-ins started wears out the
+// login key (GCM's random 96-bit nonces would after about 2^32).
+func (o *oidcLogin) aead(salt []byte) (cipher.AEAD, []byte, error) {
+	km, err := hkdf.Key(sha256.New, o.secret, salt, loginSealInfo, 32+12)
+	if err != nil {
+		return nil, nil, err
+	}
+	block, err := aes.NewCipher(km[:32])
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := cipher.NewGCM(block)
+	return g, km[32:], err
+}
+
+// seal is the login cookie's value for ls: base64url of the version
+// byte, the salt and the AES-GCM sealed JSON of ls, with the version byte
+// and the cookie's name as associated data.
+func (o *oidcLogin) seal(ls loginState) (string, error) {
+	plain, err := json.Marshal(ls)
+	if err != nil {
+		return "", err
+	}
+	out := make([]byte, 1+loginSaltLen, 1+loginSaltLen+len(plain)+16)
+	out[0] = loginVersion
+	_, _ = rand.Read(out[1:]) // crypto/rand.Read never fails (Go 1.24+)
+	g, nonce, err := o.aead(out[1:])
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(g.Seal(out, nonce, plain, loginAD(out[0]))), nil
+}
+
+// open returns the started sign-in a login cookie carries, if the
+// console sealed it and it has not expired.
+func (o *oidcLogin) open(v string, now time.Time) (loginState, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil || len(b) < 1+loginSaltLen+16 || b[0] != loginVersion {
+		return loginState{}, false
+	}
+	g, nonce, err := o.aead(b[1 : 1+loginSaltLen])
+	if err != nil {
+		return loginState{}, false
+	}
+	plain, err := g.Open(nil, nonce, b[1+loginSaltLen:], loginAD(b[0]))
+	if err != nil {
+		return loginState{}, false
+	}
+	var ls loginState
+	if json.Unmarshal(plain, &ls) != nil || ls.State == "" || ls.Nonce == "" || ls.Verifier == "" {
+		return loginState{}, false
+	}
+	started := time.Unix(ls.Started, 0)
+	if now.Sub(started) > pendingTTL || started.After(now.Add(loginSkew)) {
+		return loginState{}, false
+	}
+	return ls, true
+}
+
+func loginAD(version byte) []byte { return append([]byte{version}, loginCookie...) }
 
 func (o *oidcLogin) client() *http.Client {
 	if o.cfg.HTTPClient != nil {
@@ -119,87 +240,119 @@ func (o *oidcLogin) discover(ctx context.Context) (*oidc.Provider, *oauth2.Confi
 	}, nil
 }
 
-// begin starts a sign-in: the browser gets the binding cookie and is sent
-// to the provider.
+// begin starts a sign-in: the browser gets the login cookie, which holds
+// the sign-in sealed, and is sent to the provider. The console keeps
+// nothing, so no number of sign-ins started can crowd out another, and
+// the callback may reach any replica that holds the same login key.
 func (o *oidcLogin) begin(w http.ResponseWriter, r *http.Request) error {
 	_, oc, err := o.discover(r.Context())
 	if err != nil {
 		return err
 	}
-	state, p := randomToken(), pendingLogin{binding: randomToken(), nonce: randomToken(), verifier: oauth2.GenerateVerifier(), expires: time.Now().Add(pendingTTL)}
-	o.mu.Lock()
-	for k, v := range o.pending {
-		if time.Now().After(v.expires) {
-			delete(o.pending, k)
-		}
+	ls := loginState{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(), Started: time.Now().Unix()}
+	v, err := o.seal(ls)
+	if err != nil {
+		return err
 	}
-	if len(o.pending) >= maxLinks {
-		o.mu.Unlock()
-		return errors.New("too many sign-ins in progress; retry shortly")
-	}
-	o.pending[state] = p
-	o.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: p.binding, Path: "/", MaxAge: int(pendingTTL.Seconds()),
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: v, Path: "/", MaxAge: int(pendingTTL.Seconds()),
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
-	http.Redirect(w, r, oc.AuthCodeURL(state, oidc.Nonce(p.nonce), oauth2.S256ChallengeOption(p.verifier)), http.StatusFound)
+	http.Redirect(w, r, oc.AuthCodeURL(ls.State, oidc.Nonce(ls.Nonce), oauth2.S256ChallengeOption(ls.Verifier)), http.StatusFound)
 	return nil
 }
 
 // errNotAllowed is a verified person outside the allowed groups.
 var errNotAllowed = errors.New("you are not in a group allowed to use the console")
 
+// errNotStarted is a callback without a sign-in this browser started
+// (no, a tampered or an expired login cookie, or another state).
+var errNotStarted = errors.New("this sign-in was not started here or has expired; start again")
+
+// signedIn is who a completed sign-in is for: the person, and the ID
+// token's subject, which the console logs with the person.
+type signedIn struct {
+	person, subject string
+}
+
 // finish completes a sign-in from the provider's redirect and returns the
-// person: the code is exchanged, the ID token verified (signature,
-// issuer, audience, expiry, nonce) and the groups checked.
-func (o *oidcLogin) finish(w http.ResponseWriter, r *http.Request) (string, error) {
-	state := r.URL.Query().Get("state")
-	o.mu.Lock()
-	p, ok := o.pending[state]
-	delete(o.pending, state)
-	o.mu.Unlock()
+// person: the login cookie is opened and its state matched, the code
+// exchanged, the ID token verified (signature, issuer, audience, expiry,
+// nonce) and the groups checked.
+func (o *oidcLogin) finish(w http.ResponseWriter, r *http.Request) (signedIn, error) {
+	q := r.URL.Query()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
 	c, err := r.Cookie(loginCookie)
-	if !ok || time.Now().After(p.expires) || err != nil || !csrfMatches(session{csrf: p.binding}, c.Value) {
-		return "", errors.New("this sign-in was not started here or has expired; start again")
+	if err != nil {
+		return signedIn{}, errNotStarted
 	}
-	if e := r.URL.Query().Get("error"); e != "" {
-		return "", fmt.Errorf("the provider refused the sign-in: %.200s", e)
+	ls, ok := o.open(c.Value, time.Now())
+	if !ok || !tokenMatches(ls.State, q.Get("state")) {
+		return signedIn{}, errNotStarted
+	}
+	if e := q.Get("error"); e != "" {
+		return signedIn{}, fmt.Errorf("the provider refused the sign-in: %.200s", e)
 	}
 	prov, oc, err := o.discover(r.Context())
 	if err != nil {
-		return "", err
+		return signedIn{}, err
 	}
 	ctx := context.WithValue(r.Context(), oauth2.HTTPClient, o.client())
-	tok, err := oc.Exchange(ctx, r.URL.Query().Get("code"), oauth2.VerifierOption(p.verifier))
+	tok, err := oc.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(ls.Verifier))
 	if err != nil {
-		return "", fmt.Errorf("code exchange: %w", err)
+		return signedIn{}, fmt.Errorf("code exchange: %w", err)
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return "", errors.New("the provider returned no ID token")
+		return signedIn{}, errors.New("the provider returned no ID token")
 	}
 	idt, err := prov.Verifier(&oidc.Config{ClientID: o.cfg.ClientID}).Verify(oidc.ClientContext(ctx, o.client()), raw)
 	if err != nil {
-		return "", fmt.Errorf("ID token: %w", err)
+		return signedIn{}, fmt.Errorf("ID token: %w", err)
 	}
-	if !csrfMatches(session{csrf: p.nonce}, idt.Nonce) {
-		return "", errors.New("ID token: nonce does not match this sign-in")
+	if !tokenMatches(ls.Nonce, idt.Nonce) {
+		return signedIn{}, errors.New("ID token: nonce does not match this sign-in")
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		return "", fmt.Errorf("ID token claims: %w", err)
+		return signedIn{}, fmt.Errorf("ID token claims: %w", err)
 	}
 	if !o.allowed(claims[o.cfg.GroupsClaim]) {
-		return "", errNotAllowed
+		return signedIn{}, errNotAllowed
 	}
-	person := idt.Subject
-	if email, _ := claims["email"].(string); email != "" {
-		person = email
+	person, err := personOf(idt.Subject, claims)
+	if err != nil {
+		return signedIn{}, err
 	}
-	if !access.ValidPerson(person) {
-		return "", errors.New("the ID token names no usable person (email or subject)")
+	return signedIn{person: person, subject: idt.Subject}, nil
+}
+
+// personOf is who an ID token signs in: its email when the provider
+// says it verified it (email_verified is JSON true, nothing else), else
+// its subject. Anyone may type any address into a provider's profile; an
+// unverified one would let a member act as the colleague it names.
+func personOf(subject string, claims map[string]any) (string, error) {
+	person := subject
+	if verified, _ := claims["email_verified"].(bool); verified {
+		if email, _ := claims["email"].(string); email != "" {
+			person = email
+		}
+	}
+	if !oidcPerson(person) {
+		return "", errors.New("the ID token names no usable person: its verified email, else its subject, must be one line without spaces")
 	}
 	return person, nil
+}
+
+// oidcPerson reports whether a provider's name for a person may be the
+// person: access.ValidPerson (printable, one line, bounded) and no space
+// at all, so that no name reads as another or as two.
+func oidcPerson(p string) bool {
+	return utf8.ValidString(p) && access.ValidPerson(p) && !strings.ContainsRune(p, ' ')
+}
+
+// tokenMatches compares a presented token with the expected one in
+// constant time.
+func tokenMatches(want, presented string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(want), []byte(presented)) == 1
 }
 
 func (o *oidcLogin) allowed(groups any) bool {
