@@ -145,7 +145,8 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 	pki := testkit.PKI(t)
 	b := Start(t, Options{Env: []string{"AGTP_TRUSTED_PEER_CA_FILE=" + pki.CA(), "AGTP_TRUSTED_PEER_NAMES=" + devpki.AGTPServer}})
 	worker := newPortableAgent(t, "x-worker", "orders:read", "orders:write", "documents:read")
-	sub := newPortableAgent(t, "x-sub", "orders:read", "orders:write")
+	// The sub-agent takes delegated work (delegation_permitted).
+	sub := newPortableDelegatee(t, "x-sub", "orders:read", "orders:write")
 	rcpt := newPortableAgent(t, "x-recipient", "orders:read")
 	worker.registerWith(t, b)
 	sub.registerWith(t, b)
@@ -415,6 +416,22 @@ func TestMechanicsAcrossSuites(t *testing.T) {
 		scope := []string{"orders:read"}
 		if resp, body := delegate(task, scope, delegationToken(t, forger, worker.id, sub.id, scope, task, exp)); resp.Status != agtp.StatusAuthorityChainBroken || body["failing_link"] == nil {
 			t.Fatalf("forged DELEGATE = %d %v", resp.Status, body)
+		}
+	})
+
+	t.Run("a DELEGATE to a sub-agent on another host that does not permit delegation is 551 from that host", func(t *testing.T) {
+		// The recipient's Genesis has no delegation_permitted: its host
+		// refuses the hop before running anything.
+		scope := []string{"orders:read"}
+		s, _ := json.Marshal(scope)
+		resp, body := call(a, worker.id, "DELEGATE", "/", `{"target_agent_id":"agtp://`+rcpt.id+`@`+bAddr+`","task":`+task+`,"authority_scope":`+string(s)+
+			`,"task_id":"x-closed","delegation_token":"`+delegationToken(t, worker.key, worker.id, rcpt.id, scope, task, exp)+`"}`)
+		link, _ := body["failing_link"].(string)
+		if resp.Status != agtp.StatusAuthorityChainBroken || !strings.Contains(link, "at "+bAddr) || !strings.Contains(link, "delegatee consent") {
+			t.Fatalf("DELEGATE to a sub-agent that does not take delegated work = %d %v", resp.Status, body)
+		}
+		if results, _ := body["results"].([]any); len(results) != 0 {
+			t.Fatalf("the refused hop ran %v", results)
 		}
 	})
 

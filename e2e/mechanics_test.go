@@ -52,7 +52,9 @@ func TestMechanics(t *testing.T) {
 	c := Start(t, Options{InProcess: true, Env: []string{outbound.EnvWebhooks + "=https://hooks.invalid/agtp"}})
 	worker, workerKey := c.registerAgentKey(t, "e2e-worker", "orders:read", "orders:write", "documents:read")
 	reviewer := c.registerAgent(t, "e2e-reviewer", "orders:read")
-	sub := c.registerAgent(t, "e2e-sub", "orders:read")
+	// The sub-agent takes delegated work: its Genesis says
+	// delegation_permitted (docs/decisions.md#D-delegation-consent).
+	sub := c.registerDelegatee(t, "e2e-sub", "orders:read")
 
 	call := func(agent, method, path, body string) (*agtp.Response, map[string]any) {
 		t.Helper()

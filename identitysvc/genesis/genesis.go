@@ -63,7 +63,16 @@ const (
 	FieldOrgDomain         = "org_domain"
 	FieldOrgLabel          = "org_label"
 	FieldLogInclusionProof = "log_inclusion_proof"
+	// FieldDelegationPermitted and FieldMaxDelegationDepth are the
+	// identity document's delegation_permitted and max_delegation_depth
+	// (core §6.3.3), which the agent's issuer states in its Genesis
+	// (docs/decisions.md#D-delegation-consent).
+	FieldDelegationPermitted = "delegation_permitted"
+	FieldMaxDelegationDepth  = "max_delegation_depth"
 )
+
+// MaxDelegationDepthLimit bounds max_delegation_depth.
+const MaxDelegationDepthLimit = 255
 
 // Archetype is the behavioural category (core §6.5.3). It is an
 // observability signal, never a security boundary.
@@ -145,6 +154,12 @@ type Genesis struct {
 	OrgDomain         string
 	OrgLabel          string
 	LogInclusionProof json.RawMessage
+	// DelegationPermitted is delegation_permitted: the agent takes work a
+	// DELEGATE hands it. Absent is false.
+	DelegationPermitted bool
+	// MaxDelegationDepth is max_delegation_depth, the number of
+	// delegation hops the agent accepts work through; nil when absent.
+	MaxDelegationDepth *int
 
 	obj map[string]any // the document as parsed or built
 	raw []byte         // the bytes as received or produced
@@ -397,6 +412,9 @@ func decode(obj map[string]any, requireSigned bool) (*Genesis, error) {
 		}
 		g.LogInclusionProof = b
 	}
+	if g.DelegationPermitted, g.MaxDelegationDepth, err = decodeDelegation(obj); err != nil {
+		return nil, err
+	}
 	if g.OrgDomain != "" && !isDomainName(g.OrgDomain) {
 		return nil, invalid(FieldOrgDomain, "%q is not a DNS domain name", g.OrgDomain)
 	}
@@ -457,6 +475,29 @@ func decodeTier(obj map[string]any) (int, error) {
 		return 0, invalid(FieldTrustTier, "must be the number 1, 2 or 3")
 	}
 	return int(f), nil
+}
+
+// decodeDelegation reads the optional delegation_permitted (a boolean)
+// and max_delegation_depth (an integer from 0 to MaxDelegationDepthLimit).
+func decodeDelegation(obj map[string]any) (bool, *int, error) {
+	permitted := false
+	if v, ok := obj[FieldDelegationPermitted]; ok && v != nil {
+		b, isBool := v.(bool)
+		if !isBool {
+			return false, nil, invalid(FieldDelegationPermitted, "must be true or false")
+		}
+		permitted = b
+	}
+	v, ok := obj[FieldMaxDelegationDepth]
+	if !ok || v == nil {
+		return permitted, nil, nil
+	}
+	f, isNum := v.(float64)
+	if !isNum || f != float64(int(f)) || f < 0 || f > MaxDelegationDepthLimit {
+		return false, nil, invalid(FieldMaxDelegationDepth, "must be an integer from 0 to %d", MaxDelegationDepthLimit)
+	}
+	depth := int(f)
+	return permitted, &depth, nil
 }
 
 // checkPath applies the verification-path rules of core §6.5.2 and

@@ -495,3 +495,51 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+// delegation_permitted and max_delegation_depth are the issuer's word on
+// whether the agent takes delegated work (docs/decisions.md#D-delegation-consent).
+func TestDelegationMembers(t *testing.T) {
+	depth := func(n int) *int { return &n }
+	cases := []struct {
+		name      string
+		extra     map[string]any
+		permitted bool
+		depth     *int
+		invalid   string
+	}{
+		{"absent is not permitted", nil, false, nil, ""},
+		{"true", map[string]any{FieldDelegationPermitted: true}, true, nil, ""},
+		{"false", map[string]any{FieldDelegationPermitted: false}, false, nil, ""},
+		{"with a depth", map[string]any{FieldDelegationPermitted: true, FieldMaxDelegationDepth: 1.0}, true, depth(1), ""},
+		{"depth 0", map[string]any{FieldDelegationPermitted: true, FieldMaxDelegationDepth: 0.0}, true, depth(0), ""},
+		{"a string is not a boolean", map[string]any{FieldDelegationPermitted: "true"}, false, nil, FieldDelegationPermitted},
+		{"a negative depth", map[string]any{FieldMaxDelegationDepth: -1.0}, false, nil, FieldMaxDelegationDepth},
+		{"a fractional depth", map[string]any{FieldMaxDelegationDepth: 1.5}, false, nil, FieldMaxDelegationDepth},
+		{"too deep", map[string]any{FieldMaxDelegationDepth: float64(MaxDelegationDepthLimit + 1)}, false, nil, FieldMaxDelegationDepth},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := vectorTemplate("Acme Corp")
+			tmpl.Extra = tc.extra
+			g, err := Create(tmpl, testKey())
+			if tc.invalid != "" {
+				var ge *Error
+				if !errors.As(err, &ge) || ge.Reason != ReasonFieldInvalid || ge.Field != tc.invalid {
+					t.Fatalf("Create = %v, want %s invalid", err, tc.invalid)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			loaded, err := Load(g.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loaded.DelegationPermitted != tc.permitted || (loaded.MaxDelegationDepth == nil) != (tc.depth == nil) ||
+				tc.depth != nil && *loaded.MaxDelegationDepth != *tc.depth {
+				t.Fatalf("permitted %v depth %v, want %v %v", loaded.DelegationPermitted, loaded.MaxDelegationDepth, tc.permitted, tc.depth)
+			}
+		})
+	}
+}

@@ -81,7 +81,8 @@ func MethodList(extra []string) []string {
 }
 
 // Identity builds the unsigned Agent Identity Document (core §6.3.3): the
-// 16 required members, the recommended ones the registry knows, the
+// 16 required members, the recommended ones the registry knows (with
+// delegation_permitted and max_delegation_depth from the Genesis), the
 // conditional trust_warning/trust_explanation, and the deprecation or
 // revocation signal of §6.1.8.1 step 3.
 func Identity(a Agent, p Params) (map[string]any, error) {
@@ -134,6 +135,13 @@ func Identity(a Agent, p Params) (map[string]any, error) {
 		"governance_zone":            g.GovernanceZone,
 		"archetype":                  string(g.Archetype),
 		"genesis_issuer_fingerprint": g.IssuerFingerprint(),
+		// Whether the agent takes work a DELEGATE hands it, as its
+		// issuer stated in the Genesis; false when it did not
+		// (docs/decisions.md#D-delegation-consent).
+		"delegation_permitted": g.DelegationPermitted,
+	}
+	if d := g.MaxDelegationDepth; d != nil {
+		doc["max_delegation_depth"] = float64(*d)
 	}
 	if path := g.EffectivePath(); path != "" {
 		doc["verification_path"] = string(path)

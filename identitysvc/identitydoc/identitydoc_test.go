@@ -112,3 +112,40 @@ func TestMethodListKeepsFloorFirstWithoutDuplicates(t *testing.T) {
 		t.Fatalf("%v", got)
 	}
 }
+
+// The identity document carries delegation_permitted (false unless the
+// Genesis says true) and max_delegation_depth when the Genesis has one
+// (core §6.3.3; docs/decisions.md#D-delegation-consent).
+func TestIdentityCarriesDelegationMembers(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(nil)
+	for _, tc := range []struct {
+		name      string
+		extra     map[string]any
+		permitted bool
+		depth     any
+	}{
+		{"absent", nil, false, nil},
+		{"permitted", map[string]any{genesis.FieldDelegationPermitted: true}, true, nil},
+		{"permitted with a depth", map[string]any{genesis.FieldDelegationPermitted: true, genesis.FieldMaxDelegationDepth: 1.0}, true, 1.0},
+		{"refused", map[string]any{genesis.FieldDelegationPermitted: false}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := genesis.Create(genesis.Template{
+				Owner: "Acme", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
+				Scope: []string{"orders:read"}, TrustTier: genesis.TierOrgAsserted, Extra: tc.extra,
+			}, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &identityv1.AgentRecord{AgentId: g.AgentID, Name: "sub", Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE}
+			doc, err := Identity(Agent{Record: rec, Genesis: g}, Params{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, present := doc["max_delegation_depth"]
+			if doc["delegation_permitted"] != tc.permitted || present != (tc.depth != nil) || got != tc.depth {
+				t.Fatalf("delegation_permitted %v, max_delegation_depth %v; want %v, %v", doc["delegation_permitted"], got, tc.permitted, tc.depth)
+			}
+		})
+	}
+}

@@ -218,6 +218,13 @@ func New(deps Deps) *Registry {
 		{"RETRY", AnyPath}:      bi.retry,
 		{"MONITOR", AnyPath}:    bi.monitor,
 	}
+	// The built-ins a DELEGATE's calls may not reach refuse them here,
+	// whatever path they were reached by (delegation.go).
+	for k, f := range bi.table {
+		if refusedWhenDelegated(k.method, k.path) {
+			bi.table[k] = bi.refuseWhenDelegated(f)
+		}
+	}
 	return bi
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agtpsuite/agtp/auditsvc/auditclient"
+	"github.com/agtpsuite/agtp/frontdoor/internal/answer"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
@@ -408,12 +409,32 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 	}
 	sum := sha256.Sum256(canon)
 	taskHash := hex.EncodeToString(sum[:])
+	calls, bad := parseDelegatedTask(taskJSONBytes)
+	if bad != "" {
+		return call.Fail(agtp.StatusBadRequest, "task-invalid", bad, nil)
+	}
+	// Nothing is signed or run until every check passed: the calls may
+	// reach no built-in that acts as the sub-agent in person, the token
+	// verifies, a sub-agent hosted here consents (one on another host is
+	// asked by its host), and the task may run.
+	if resp := bi.refusedCall(ctx, call, delegatee, calls); resp != nil {
+		return resp
+	}
 	if resp := bi.verifyDelegationToken(ctx, call, str(params, "delegation_token"), delegatee, scopes, taskHash); resp != nil {
+		return resp
+	}
+	if addr == "" {
+		if resp := bi.checkDelegateeConsent(ctx, call, delegatee); resp != nil {
+			return resp
+		}
+	}
+	taskID := str(params, "task_id")
+	if resp := bi.checkDelegationTask(ctx, call, taskID); resp != nil {
 		return resp
 	}
 	hop, _ := json.Marshal(map[string]any{
 		"method": "DELEGATE", "type": "delegate", "delegator_agent_id": call.AgentID, "delegatee_agent_id": delegatee, "target": target,
-		"authority_scope": scopes, "task_hash": taskHash, "task_id": str(params, "task_id"),
+		"authority_scope": scopes, "task_hash": taskHash, "task_id": taskID,
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano),
 	})
 	rec, err := auditclient.AppendSignedRecord(ctx, bi.Audit, &auditv1.AppendSignedRecordRequest{AgentId: call.AgentID, Stream: delegateStream, Claims: string(hop)})
@@ -428,9 +449,9 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 	var remote map[string]any
 	failed, remoteBroken := "", ""
 	if addr == "" {
-		results, failed = bi.runDelegated(ctx, call, delegatee, granted, str(params, "task_id"), taskJSONBytes)
+		results, failed = bi.runDelegated(ctx, call, delegatee, granted, taskID, calls)
 	} else {
-		results, remote, failed, remoteBroken = bi.runRemoteDelegated(ctx, call, addr, delegatee, scopes, str(params, "task_id"), taskJSONBytes, str(params, "delegation_token"))
+		results, remote, failed, remoteBroken = bi.runRemoteDelegated(ctx, call, addr, delegatee, scopes, taskID, taskJSONBytes, str(params, "delegation_token"))
 	}
 	status := "delegated"
 	if failed != "" || remoteBroken != "" {
@@ -441,11 +462,22 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 		detail = strings.TrimSpace("remote " + addr + " delegation " + fmt.Sprint(remote["delegation_id"]) + " audit_id " + fmt.Sprint(remote["audit_id"]) + " " + detail)
 	}
 	r, err := bi.Tasks.RecordDelegation(ctx, &taskv1.RecordDelegationRequest{
-		DelegatorAgentId: call.AgentID, DelegateeAgentId: delegatee, TaskId: str(params, "task_id"),
-		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Outcome: enumname.Value[taskv1.DelegationOutcome](status), Detail: detail,
+		DelegatorAgentId: call.AgentID, DelegateeAgentId: delegatee, TaskId: taskID,
+		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Outcome: enumname.Value[taskv1.DelegationOutcome](status),
+		Detail: truncate(detail, maxHopDetail),
 	})
 	if err != nil {
-		return bi.dependencyFailure(ctx, call, "policysvc", err)
+		// The task changed between the check and the record (an ESCALATE
+		// of it meanwhile): the calls ran and the signed hop record
+		// names them, so the refusal says so.
+		f := answer.Dependency(ctx, bi.Log, "policysvc", err)
+		bi.Log.WarnContext(ctx, "delegation ran but its task refused the hop", "delegator", call.AgentID, "delegatee", delegatee,
+			"task_id", taskID, "audit_id", rec.GetAuditId(), "reason", f.Reason)
+		extra := map[string]any{"audit_id": rec.GetAuditId(), "executed": true, "results": results}
+		for k, v := range f.Extra {
+			extra[k] = v
+		}
+		return call.Fail(f.Status, f.Reason, f.Explanation, extra)
 	}
 	bi.Log.InfoContext(ctx, "delegation hop", "delegator", call.AgentID, "delegatee", delegatee, "scope", scopes, "audit_id", rec.GetAuditId(),
 		"delegation_id", r.GetDelegationId(), "host", addr, "status", status, "remote", remote)
@@ -468,42 +500,20 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 	return jsonResponse(call, agtp.StatusOK, agtp.MediaTypeJSON, body)
 }
 
-// delegatedCall is one AGTP call of a DELEGATE task.
-type delegatedCall struct {
-	Method string          `json:"method"`
-	Path   string          `json:"path"`
-	Body   json.RawMessage `json:"body,omitempty"`
-}
-
-const maxDelegatedCalls = 16
-
 // runDelegated runs a task (one call or a sequence) through this pipeline
 // as the sub-agent with the narrowed scope, stopping at the first failure.
-// It returns each call's outcome and, on failure, what failed.
-func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee string, scope agtp.ScopeSet, taskID string, raw []byte) ([]map[string]any, string) {
-	var calls []delegatedCall
-	if err := json.Unmarshal(raw, &calls); err != nil {
-		var one delegatedCall
-		if err := json.Unmarshal(raw, &one); err != nil {
-			return nil, "task is neither an AGTP call {method, path, body} nor a list of them"
-		}
-		calls = []delegatedCall{one}
-	}
-	if len(calls) == 0 || len(calls) > maxDelegatedCalls {
-		return nil, "a task holds 1 to 16 calls"
-	}
+// It returns each call's outcome and, on failure, what failed (bounded:
+// it goes into the task's history).
+func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee string, scope agtp.ScopeSet, taskID string, calls []delegatedCall) ([]map[string]any, string) {
 	results := []map[string]any{}
 	// The calls run as the delegatee, proven by the DELEGATE this front
 	// door verified rather than by the delegator's connection.
 	conn := *call.Conn
 	conn.Peer = &callerproof.Delegated{AgentID: delegatee, Level: call.ProofLevel}
 	for i, c := range calls {
-		if c.Method == "DELEGATE" {
-			return results, "a delegated task may not DELEGATE again through this hop"
-		}
 		req, err := agtp.NewRequest(c.Method, c.Path)
 		if err != nil {
-			return results, "call " + strconv.Itoa(i) + ": " + err.Error()
+			return results, "call " + strconv.Itoa(i) + ": " + truncate(err.Error(), maxPathInDetail)
 		}
 		req.Header.Set(agtp.HeaderAgentID, delegatee)
 		req.Header.Set(agtp.HeaderAuthorityScope, scope.String())
@@ -521,7 +531,7 @@ func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee stri
 		}
 		results = append(results, out)
 		if resp.Status < 200 || resp.Status >= agtp.StatusNegotiationInProgress { // 261-263 are not outcomes
-			return results, c.Method + " " + c.Path + " answered " + strconv.Itoa(resp.Status)
+			return results, truncate(c.Method, 64) + " " + truncate(c.Path, maxPathInDetail) + " answered " + strconv.Itoa(resp.Status)
 		}
 	}
 	return results, ""

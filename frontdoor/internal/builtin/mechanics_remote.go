@@ -371,16 +371,9 @@ func (bi *Registry) runRemoteDelegated(ctx context.Context, call *Call, addr, de
 		if link == "" {
 			link = "unverified"
 		}
-		return results, remote, "", "at " + addr + ": " + link
+		return results, remote, "", "at " + addr + ": " + truncate(link, 256)
 	case resp.Status == agtp.StatusDelegationFailure:
 		return results, remote, "at " + addr + ": " + truncate(answer.Explanation, 256), ""
 	}
 	return results, remote, "the sub-agent's host " + addr + " answered " + strconv.Itoa(resp.Status) + " " + truncate(answer.Reason, 64) + ": " + truncate(answer.Explanation, 256), ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

@@ -207,7 +207,9 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 }
 
 // RecordDelegation records one verified DELEGATE hop on the delegator's
-// task (a new task when none is named).
+// task (a new task when none is named). A paused task is refused, 409
+// task-paused, and an ended one, 409 task-ended; a detail longer than
+// maxReason is cut to it.
 func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegationRequest) (*taskv1.RecordDelegationResponse, error) {
 	owner := in.GetDelegatorAgentId()
 	if owner == "" || in.GetDelegateeAgentId() == "" {
@@ -242,15 +244,26 @@ func (s *Server) RecordDelegation(ctx context.Context, in *taskv1.RecordDelegati
 			t = task{TaskID: taskID, Owner: owner, Created: now}
 			s.record(&t, now, "created", StatusRunning, owner, "", "")
 		}
-		if t.Status == StatusEscalated {
-			return grpcerr.FailedPrecondition("task-paused", "task "+taskID+" is paused by an escalation")
+		// A paused task runs no work and an ended one none again: the
+		// front door checks before it runs the calls, this is the check
+		// that holds (docs/mechanics.md, DELEGATE).
+		if t.Status == StatusEscalated || t.Status == StatusPaused || t.Pending != "" {
+			return grpcerr.Conflict("task-paused", "task "+taskID+" is paused by an escalation")
+		}
+		if ended(t.Status) {
+			return grpcerr.Conflict("task-ended", "task "+taskID+" has ended ("+t.Status+")")
 		}
 		detail := "to " + in.GetDelegateeAgentId() + " scope " + strings.Join(in.GetAuthorityScope(), " ") + " task_hash " + in.GetTaskHash()
 		if in.GetAuditId() != "" {
 			detail += " audit_id " + in.GetAuditId()
 		}
-		if in.GetDetail() != "" {
-			detail += ": " + in.GetDetail()
+		if d := in.GetDetail(); d != "" {
+			// Bounded like an escalation's routing detail, but cut
+			// rather than refused: the hop ran, and is recorded.
+			if len(d) > maxReason {
+				d = strings.ToValidUTF8(d[:maxReason], "") + " (truncated)"
+			}
+			detail += ": " + d
 		}
 		s.record(&t, now, "delegated", status, owner, id, detail)
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
