@@ -126,6 +126,11 @@ GENESIS is a file, or - for stdin.
   agtp genesis new --owner "Acme Corp" --archetype assistant --zone development \
        --scope documents:read,orders:read --label helper --key issuer.key --out helper.json
 
+  # One that takes work other agents DELEGATE to it, through one hop:
+  agtp genesis new --owner "Acme Corp" --archetype assistant --zone development \
+       --scope orders:read --label reviewer --delegation-permitted --max-delegation-depth 1 \
+       --key issuer.key --out reviewer.json
+
   # After editing helper.json, sign it again (the Agent-ID changes):
   agtp genesis sign --key issuer.key helper.json
   agtp genesis verify helper.json

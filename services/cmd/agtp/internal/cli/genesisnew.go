@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,8 @@ type genesisNewOptions struct {
 	tier                          uint64
 	path, orgDomain, label        string
 	packageRef, issuedAt, logProf string
+	delegationPermitted           bool
+	delegationDepth               string
 	key, out                      string
 	help                          bool
 }
@@ -40,6 +43,10 @@ func genesisNewFlags() (*flagSet, *genesisNewOptions) {
 	f.str(&o.packageRef, []string{"package-ref"}, "REF", "package_ref: the agent package this Genesis is for")
 	f.str(&o.issuedAt, []string{"issued-at"}, "TIME", "issued_at as RFC 3339 (default now, to the second)")
 	f.str(&o.logProf, []string{"log-proof"}, "JSON", "log_inclusion_proof: a JSON value or @FILE (required for log-anchored)")
+	f.boolean(&o.delegationPermitted, []string{"delegation-permitted"},
+		"delegation_permitted: the agent consents to run work a DELEGATE hands it (absent: it takes none; =false writes false)")
+	f.str(&o.delegationDepth, []string{"max-delegation-depth"}, "N",
+		fmt.Sprintf("max_delegation_depth: delegation hops the agent takes work through, 0 to %d (absent: no limit; a hop here is 1)", genesis.MaxDelegationDepthLimit))
 	f.str(&o.key, []string{"key"}, "FILE", "issuer key, Ed25519 PKCS#8 PEM; created (mode 0600) when missing (default "+DefaultIssuerKey+")")
 	f.str(&o.out, []string{"o", "out"}, "FILE", "write the Genesis here instead of stdout")
 	f.boolean(&o.help, []string{"h", "help"}, "show this help")
@@ -53,6 +60,7 @@ var newFlagFor = map[string]string{
 	genesis.FieldScope: "--scope", genesis.FieldTrustTier: "--tier", genesis.FieldVerificationPath: "--path",
 	genesis.FieldOrgDomain: "--org-domain", genesis.FieldOrgLabel: "--label", genesis.FieldPackageRef: "--package-ref",
 	genesis.FieldIssuedAt: "--issued-at", genesis.FieldLogInclusionProof: "--log-proof",
+	genesis.FieldDelegationPermitted: "--delegation-permitted", genesis.FieldMaxDelegationDepth: "--max-delegation-depth",
 }
 
 func runGenesisNew(args []string, env Env) int {
@@ -114,6 +122,10 @@ func runGenesisNew(args []string, env Env) int {
 		}
 		t.LogInclusionProof = proof
 	}
+	note, err := delegationMembers(f, o, &t)
+	if err != nil {
+		return genesisUsageError(env, name, err.Error())
+	}
 
 	priv, created, err := ensureIssuerKey(o.key)
 	if err != nil {
@@ -132,6 +144,9 @@ func runGenesisNew(args []string, env Env) int {
 		}
 		return genesisFail(env, name, err)
 	}
+	if note != "" {
+		fmt.Fprintf(env.Stderr, "note: %s\n", note)
+	}
 	if created {
 		fmt.Fprintf(env.Stderr, "created issuer key %s (Ed25519, PKCS#8 PEM, mode 0600); keep it to sign this Genesis again\n", o.key)
 	}
@@ -149,6 +164,44 @@ func runGenesisNew(args []string, env Env) int {
 		fmt.Fprintln(env.Stdout, g.AgentID)
 	}
 	return ExitOK
+}
+
+// delegationMembers puts the delegation consent the flags state into the
+// Template: delegation_permitted when --delegation-permitted was given
+// (true, or false when spelled =false), max_delegation_depth when
+// --max-delegation-depth was. The Template has no typed fields for them,
+// so they go in Extra, covered by the Agent-ID and the signature like
+// the others; genesis.New validates them again. Without the flags the
+// members are absent, and the agent takes no delegated work
+// (docs/decisions.md#D-delegation-consent). The note, when not empty,
+// says that the depth given leaves the agent without that consent.
+func delegationMembers(f *flagSet, o *genesisNewOptions, t *genesis.Template) (string, error) {
+	permittedSet, depthSet := f.isSet("delegation-permitted"), f.isSet("max-delegation-depth")
+	if !permittedSet && !depthSet {
+		return "", nil
+	}
+	if t.Extra == nil {
+		t.Extra = map[string]any{}
+	}
+	if permittedSet {
+		t.Extra[genesis.FieldDelegationPermitted] = o.delegationPermitted
+	}
+	if !depthSet {
+		return "", nil
+	}
+	depth, err := strconv.Atoi(strings.TrimSpace(o.delegationDepth))
+	if err != nil || depth < 0 || depth > genesis.MaxDelegationDepthLimit {
+		return "", fmt.Errorf("--max-delegation-depth %q is not an integer from 0 to %d", o.delegationDepth, genesis.MaxDelegationDepthLimit)
+	}
+	// A JSON number, as genesis.Parse reads it back.
+	t.Extra[genesis.FieldMaxDelegationDepth] = float64(depth)
+	switch {
+	case !o.delegationPermitted:
+		return "max_delegation_depth alone gives no consent: without --delegation-permitted the agent takes no delegated work", nil
+	case depth == 0:
+		return "max_delegation_depth 0: the agent takes no delegated work (a hop here is depth 1)", nil
+	}
+	return "", nil
 }
 
 // ensureIssuerKey reads the issuer key at path, creating it when there is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agtpsuite/agtp/identitysvc/genesis"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/jcs"
 	"github.com/agtpsuite/agtp/services/keyfile"
 )
 
@@ -70,6 +71,18 @@ func TestGenesisNewNamesTheFlagOfARefusedValue(t *testing.T) {
 		{"issued-at is RFC 3339", []string{"--issued-at", "yesterday"}, "", "--issued-at \"yesterday\" is not an RFC 3339 time"},
 		{"log proof is JSON", []string{"--log-proof", "{nope"}, "", "--log-proof is not JSON"},
 		{"no positional arguments", []string{"extra"}, "", "unexpected argument \"extra\""},
+		{"a negative delegation depth", []string{"--delegation-permitted", "--max-delegation-depth", "-1"}, "",
+			`--max-delegation-depth "-1" is not an integer from 0 to 255`},
+		{"a delegation depth over the limit", []string{"--delegation-permitted", "--max-delegation-depth", "256"}, "",
+			`--max-delegation-depth "256" is not an integer from 0 to 255`},
+		{"a fractional delegation depth", []string{"--max-delegation-depth", "1.5"}, "",
+			`--max-delegation-depth "1.5" is not an integer from 0 to 255`},
+		{"a delegation depth that is no number", []string{"--max-delegation-depth", "two"}, "",
+			`--max-delegation-depth "two" is not an integer from 0 to 255`},
+		{"an empty delegation depth", []string{"--max-delegation-depth", ""}, "",
+			`--max-delegation-depth "" is not an integer from 0 to 255`},
+		{"delegation-permitted is a boolean", []string{"--delegation-permitted=maybe"}, "",
+			"invalid boolean value \"maybe\" for -delegation-permitted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := filepath.Join(t.TempDir(), "issuer.key")
@@ -109,5 +122,76 @@ func TestGenesisNewTier1WithItsAnchors(t *testing.T) {
 	path, _ = makeGenesis(t, dir, key, "--tier", "1", "--path", "dns-anchored", "--org-domain", "acme.example")
 	if g := loadFile(t, path); g.OrgDomain != "acme.example" || g.TrustWarning() != "" {
 		t.Fatalf("dns-anchored Genesis: %s", g.Bytes())
+	}
+}
+
+// TestGenesisNewDelegationConsent: --delegation-permitted and
+// --max-delegation-depth put the sub-agent's consent to delegated work
+// into the signed Genesis (docs/decisions.md#D-delegation-consent), and
+// without them the members are absent.
+func TestGenesisNewDelegationConsent(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "issuer.key")
+	plainID := ""
+	for _, tc := range []struct {
+		name      string
+		flags     []string
+		permitted any // the delegation_permitted member; nil when absent
+		depth     any // the max_delegation_depth member; nil when absent
+		note      string
+	}{
+		{"without the flags both members are absent", nil, nil, nil, ""},
+		{"--delegation-permitted", []string{"--delegation-permitted"}, true, nil, ""},
+		{"--delegation-permitted=true", []string{"--delegation-permitted=true"}, true, nil, ""},
+		{"--delegation-permitted=false states the refusal", []string{"--delegation-permitted=false"}, false, nil, ""},
+		{"with a depth of one hop", []string{"--delegation-permitted", "--max-delegation-depth", "1"}, true, 1.0, ""},
+		{"with the largest depth", []string{"--max-delegation-depth=255", "--delegation-permitted"}, true, 255.0, ""},
+		{"depth 0 takes no delegated work", []string{"--delegation-permitted", "--max-delegation-depth", "0"}, true, 0.0,
+			"max_delegation_depth 0: the agent takes no delegated work"},
+		{"a depth alone gives no consent", []string{"--max-delegation-depth", "2"}, nil, 2.0,
+			"max_delegation_depth alone gives no consent: without --delegation-permitted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "g.json")
+			r := run(t, "", false, newArgs(key, append(tc.flags, "--out", out)...)...)
+			if r.code != ExitOK {
+				t.Fatalf("exit %d\n%s", r.code, r.stderr)
+			}
+			if tc.note != "" && !strings.Contains(r.stderr, "note: "+tc.note) {
+				t.Errorf("stderr does not note %q:\n%s", tc.note, r.stderr)
+			}
+			if tc.note == "" && strings.Contains(r.stderr, "note:") {
+				t.Errorf("an unexpected note:\n%s", r.stderr)
+			}
+			// genesis.Load verifies the Agent-ID and the signature, which
+			// cover the members.
+			g := loadFile(t, out)
+			raw, err := jcs.ParseObject(g.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for member, want := range map[string]any{genesis.FieldDelegationPermitted: tc.permitted, genesis.FieldMaxDelegationDepth: tc.depth} {
+				got, present := raw[member]
+				if want == nil && present {
+					t.Errorf("%s is %v, want it absent", member, got)
+				}
+				if want != nil && got != want {
+					t.Errorf("%s is %v (present %v), want %v", member, got, present, want)
+				}
+			}
+			if g.DelegationPermitted != (tc.permitted == true) {
+				t.Errorf("DelegationPermitted %v, want %v", g.DelegationPermitted, tc.permitted)
+			}
+			if (g.MaxDelegationDepth == nil) != (tc.depth == nil) || g.MaxDelegationDepth != nil && float64(*g.MaxDelegationDepth) != tc.depth {
+				t.Errorf("MaxDelegationDepth %v, want %v", g.MaxDelegationDepth, tc.depth)
+			}
+			id := strings.TrimSpace(r.stdout)
+			switch {
+			case tc.flags == nil:
+				plainID = id
+			case id == plainID:
+				t.Errorf("the members did not change the Agent-ID %s", id)
+			}
+		})
 	}
 }

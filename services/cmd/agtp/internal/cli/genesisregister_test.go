@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -202,6 +203,32 @@ func TestGenesisRegisterAgainstIdentitysvc(t *testing.T) {
 	}
 	if r := register("--name", "X-lab", experimental); r.code != ExitOK || !strings.Contains(r.stdout, "trust:     tier 3") {
 		t.Fatalf("X- name: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// The delegation consent `genesis new` states reaches the identity
+	// document; without it the document says delegation_permitted false.
+	consenting, consentingID := makeGenesis(t, dir, key, "--owner", "Delegate Corp", "--label", "reviewer",
+		"--delegation-permitted", "--max-delegation-depth", "1")
+	if r := register("--activate", consenting); r.code != ExitOK {
+		t.Fatalf("register a consenting Genesis: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct {
+		id        string
+		permitted bool
+		depth     any
+	}{{consentingID, true, 1.0}, {helperID, false, nil}} {
+		resp, err := s.client.GetIdentityDocument(context.Background(), &identityv1.GetIdentityDocumentRequest{AgentId: tc.id, Format: "json"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(resp.GetDocument()), &doc); err != nil {
+			t.Fatalf("identity document: %v\n%s", err, resp.GetDocument())
+		}
+		if doc["delegation_permitted"] != tc.permitted || doc["max_delegation_depth"] != tc.depth {
+			t.Fatalf("identity document of %s: delegation_permitted %v, max_delegation_depth %v; want %v, %v",
+				tc.id, doc["delegation_permitted"], doc["max_delegation_depth"], tc.permitted, tc.depth)
+		}
 	}
 }
 
