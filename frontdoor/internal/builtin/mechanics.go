@@ -544,10 +544,6 @@ func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token
 		bi.Log.WarnContext(ctx, "authority chain broken", "delegator", call.AgentID, "delegatee", delegatee, "link", link)
 		return call.Fail(agtp.StatusAuthorityChainBroken, "authority-chain-broken", "the delegation token does not verify: "+link, map[string]any{"failing_link": link})
 	}
-	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
-	if err != nil {
-		return broken("delegation_token is not a compact EdDSA JWS")
-	}
 	issuer := ed25519.PublicKey(call.Caller.GetIssuerPublicKey())
 	if len(issuer) != ed25519.PublicKeySize {
 		// A record from before issuer keys were kept on it: read the
@@ -563,13 +559,9 @@ func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token
 		}
 		issuer = gen.IssuerPublicKey
 	}
-	payload, err := jws.Verify(issuer)
-	if err != nil {
-		return broken("signature does not verify against the delegator's Genesis issuer_public_key")
-	}
-	var c DelegationClaims
-	if err := json.Unmarshal(payload, &c); err != nil {
-		return broken("payload is not a delegation claim set")
+	c, link := OpenDelegationToken(token, issuer, time.Now())
+	if link != "" {
+		return broken(link)
 	}
 	want := slices.Clone(scopes)
 	slices.Sort(want)
@@ -584,8 +576,33 @@ func (bi *Registry) verifyDelegationToken(ctx context.Context, call *Call, token
 		return broken("scope does not match authority_scope")
 	case c.TaskHash != taskHash:
 		return broken("task_hash does not match the task")
-	case c.Exp == 0 || time.Now().Unix() >= c.Exp:
-		return broken("token expired")
 	}
 	return nil
+}
+
+// OpenDelegationToken returns the claims of a delegation token (core
+// §7.2.9) that issuer, a delegator's Genesis issuer key, signed and that
+// has not expired at now; otherwise the failing link, which names what
+// did not verify. Whether the claims fit the request (delegator,
+// delegatee, scope, task) is the caller's to check.
+func OpenDelegationToken(token string, issuer ed25519.PublicKey, now time.Time) (DelegationClaims, string) {
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return DelegationClaims{}, "delegation_token is not a compact EdDSA JWS"
+	}
+	if len(issuer) != ed25519.PublicKeySize {
+		return DelegationClaims{}, "the delegator has no Genesis issuer key here"
+	}
+	payload, err := jws.Verify(issuer)
+	if err != nil {
+		return DelegationClaims{}, "signature does not verify against the delegator's Genesis issuer_public_key"
+	}
+	var c DelegationClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return DelegationClaims{}, "payload is not a delegation claim set"
+	}
+	if c.Exp == 0 || now.Unix() >= c.Exp {
+		return DelegationClaims{}, "token expired"
+	}
+	return c, ""
 }

@@ -2,14 +2,11 @@ package pipeline
 
 import (
 	"cmp"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"time"
-
-	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
@@ -142,10 +139,12 @@ func (p *Pipeline) identify(x *exchange, anonymousOK bool) *agtp.Response {
 			// signed with its Genesis issuer key, is its proof; the
 			// handler checks the rest of the token.
 			x.proof = callerproof.Proof{Level: callerproof.LevelCertificate, By: callerproof.ByDelegationToken}
-		case peer != nil && peer.PeerServer != "":
-			// Another suite's server forwards for its own agent (a
-			// DELEGATE hop, a NOTIFY delivery); the operator trusts its
-			// word.
+		case peer != nil && peer.PeerServer != "" && x.decision.Method == agtp.MethodNotify && builtinEndpoint(x):
+			// Another suite's server delivers its agent's NOTIFY; the
+			// operator trusts its word for that, and only that: its
+			// certificate cannot tell which of the agents registered
+			// here are its own, so it speaks for none of them on any
+			// other call (a DELEGATE hop carries the delegator's token).
 			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByPeerServer, PeerServer: peer.PeerServer}
 		case x.req.Header.Get(agtp.HeaderAuthorization) != "" && p.opts.CallerProof != callerproof.Off:
 			x.proof = callerproof.Proof{Level: callerproof.LevelToken, By: callerproof.ByToken}
@@ -222,13 +221,15 @@ func (p *Pipeline) informational(x *exchange) bool {
 	return ep != nil && ep.Def != nil && ep.Def.Semantic.Impact == "informational"
 }
 
-// delegationSignedBy reports whether a DELEGATE carries a delegation
-// token (core §7.2.9) that agentID's Genesis issuer key signed for
-// agentID as the delegator. That is what a DELEGATE forwarded by another
-// server can prove about its delegator; expiry, delegatee, scope and task
-// are the handler's to check.
+// delegationSignedBy reports whether a request to the built-in DELEGATE
+// carries an unexpired delegation token (core §7.2.9) that agentID's
+// Genesis issuer key signed for agentID as the delegator. That is what a
+// DELEGATE forwarded by another server can prove about its delegator, and
+// it proves nothing for any other endpoint: an operator's endpoint with
+// the method DELEGATE does not check the token's delegatee, scope and
+// task against its request, as the built-in does.
 func delegationSignedBy(x *exchange, agentID string, issuer []byte) bool {
-	if x.decision.Method != "DELEGATE" || len(issuer) != ed25519.PublicKeySize || len(x.req.Body) == 0 {
+	if x.decision.Method != "DELEGATE" || !builtinEndpoint(x) || len(x.req.Body) == 0 {
 		return false
 	}
 	var body struct {
@@ -240,17 +241,16 @@ func delegationSignedBy(x *exchange, agentID string, issuer []byte) bool {
 	if json.Unmarshal(x.req.Body, &body) != nil {
 		return false
 	}
-	token := cmp.Or(body.Token, body.Parameters.Token)
-	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
-	if err != nil {
-		return false
-	}
-	payload, err := jws.Verify(ed25519.PublicKey(issuer))
-	if err != nil {
-		return false
-	}
-	var c builtin.DelegationClaims
-	return json.Unmarshal(payload, &c) == nil && c.Delegator == agentID
+	c, link := builtin.OpenDelegationToken(cmp.Or(body.Token, body.Parameters.Token), issuer, time.Now())
+	return link == "" && c.Delegator == agentID
+}
+
+// builtinEndpoint reports whether the matched endpoint runs one of the
+// front door's built-ins.
+func builtinEndpoint(x *exchange) bool {
+	ep := x.decision.Endpoint
+	return ep != nil && (ep.Proto.GetHandlerKind() == kindRegisteredFunction || ep.Proto.GetHandlerKind() == "") &&
+		strings.HasPrefix(ep.Proto.GetHandlerName(), builtinPrefix)
 }
 
 // anonymousDiscoveryClosed applies policies.anonymous_discovery=false

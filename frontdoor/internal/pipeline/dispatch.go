@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agtpsuite/agtp/catalogsvc/route"
@@ -45,7 +44,7 @@ func (p *Pipeline) dispatch(x *exchange, input []byte) *agtp.Response {
 	}
 	switch ep.GetHandlerKind() {
 	case kindRegisteredFunction, "":
-		if strings.HasPrefix(ep.GetHandlerName(), builtinPrefix) {
+		if builtinEndpoint(x) {
 			x.dispatched = true
 			return p.builtin(x, input)
 		}
