@@ -161,6 +161,9 @@ func TestRules(t *testing.T) {
 			m["errors"] = []any{"composition_failed"}
 		}, "handler.recipe", "handler-unresolved"},
 		{"external http url", external, func(m map[string]any) { handler(m)["url"] = "http://internal.acme.tld/booking" }, "handler.url", "url-https"},
+		{"external parameter in the query", external, func(m map[string]any) { handler(m)["url"] = "https://internal.acme.tld/booking?q={room_id}" }, "handler.url", "url-param-place"},
+		{"external parameter in the host", external, func(m map[string]any) { handler(m)["url"] = "https://{room_id}.acme.tld/booking" }, "handler.url", "url-param-place"},
+		{"external parameter in the fragment", external, func(m map[string]any) { handler(m)["url"] = "https://internal.acme.tld/booking#{room_id}" }, "handler.url", "url-param-place"},
 		{"external method missing", external, func(m map[string]any) { delete(handler(m), "method") }, "handler.method", "upstream-method"},
 		{"external without upstream errors", external, func(m map[string]any) { m["errors"] = []any{"room_unavailable"} }, "errors", "upstream-errors"},
 		{"external error_map value undeclared", external, func(m map[string]any) { handler(m)["error_map"] = map[string]any{"404": "room_not_found"} }, "handler.error_map.404", "error-map-undeclared"},
@@ -211,6 +214,10 @@ func TestRules(t *testing.T) {
 func TestValidDefinitions(t *testing.T) {
 	mustCompile(t, bookRoom())
 	mustCompile(t, external())
+	// {param}s fill path segments; ${VAR}s may sit anywhere.
+	ext := external()
+	handler(ext)["url"] = "https://internal.acme.tld/rooms/{room_id}/holds/h-{room_id}.json?v=1&k=${BOOKING_API_TOKEN}"
+	mustCompile(t, ext)
 	comp := bookRoom()
 	comp["handler"] = map[string]any{"type": "composition", "recipe": "audit-via-query-and-summarize"}
 	comp["errors"] = []any{"composition_failed"}

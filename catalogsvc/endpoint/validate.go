@@ -526,6 +526,9 @@ func (c *checker) external(def *Definition, ctx Context) {
 	case u.User != nil:
 		c.fail("handler.url", "url-userinfo", "credentials belong in headers, not the URL")
 	}
+	if p := URLParamOutsidePath(h.URL); p != "" {
+		c.fail("handler.url", "url-param-place", "%s is outside the URL's path: an input value may fill path segments only, not the host, port, query or fragment", p)
+	}
 	if !slices.Contains(upstreamMethods, h.Method) {
 		c.fail("handler.method", "upstream-method", "required; one of %s (AGTP-API §12.3)", strings.Join(upstreamMethods, ", "))
 	}

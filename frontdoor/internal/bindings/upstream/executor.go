@@ -309,6 +309,11 @@ var (
 // placeholder): the operator's error, answered as a server failure.
 var ErrBinding = errors.New("external_service binding unusable")
 
+// errInvalidInput names an input the binding cannot send (a URL parameter
+// whose value would leave its path segment): the caller's error, 422, as
+// handler.Typed names an input it cannot decode.
+const errInvalidInput = "invalid_input"
+
 func (e *Executor) compile(def *endpoint.Definition) (*binding, error) {
 	h := def.Handler
 	if h.Type != endpoint.HandlerExternalService {
@@ -342,6 +347,8 @@ func (e *Executor) compile(def *endpoint.Definition) (*binding, error) {
 		return fail("handler.url: no host")
 	case u.User != nil:
 		return fail("handler.url: credentials belong in headers")
+	case endpoint.URLParamOutsidePath(raw) != "":
+		return fail("handler.url: %s is outside the path; an input value fills path segments only", endpoint.URLParamOutsidePath(raw))
 	}
 	b.rawURL, b.u = raw, u
 	b.key = authorityKey(u)

@@ -10,8 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
 )
 
 // bodyless methods send the input as query parameters.
@@ -19,6 +23,10 @@ var bodyless = map[string]bool{http.MethodGet: true, http.MethodHead: true, http
 
 func (e *Executor) callHTTP(ctx context.Context, b *binding, in map[string]any, hdr callHeader) (attempt, error) {
 	target, err := fillURL(b.rawURL, in)
+	var refused *handler.Error
+	if errors.As(err, &refused) {
+		return attempt{}, refused
+	}
 	if err != nil {
 		return attempt{}, fmt.Errorf("%w: %s: handler.url: %v", ErrBinding, b.endpoint, err)
 	}
@@ -92,24 +100,61 @@ func (e *Executor) do(ctx context.Context, req *http.Request) attempt {
 	return a
 }
 
-// fillURL substitutes the URL's {param}s from the input (percent-encoded
-// as one path segment) and removes the members it used.
+// fillURL substitutes the URL's {param}s, which compile keeps to the
+// path, from the input and removes the members it used. A value is
+// percent-encoded to stay within its path segment (url.PathEscape, which
+// encodes '/', '?', '#', ';', ',', '%' and '\\' among others). A value the
+// upstream could resolve outside the binding's path is refused as the
+// caller's error (invalid_input, 422): one that leaves its segment empty,
+// "." or "..", or that holds a "." or ".." part between slashes or
+// backslashes (a server that decodes %2F or %5C before it resolves dot
+// segments would climb with it).
 func fillURL(raw string, in map[string]any) (*url.URL, error) {
-	var missing error
-	s := paramRe.ReplaceAllStringFunc(raw, func(m string) string {
-		name := m[1 : len(m)-1]
-		v, ok := scalar(in[name])
-		if !ok {
-			missing = errors.Join(missing, fmt.Errorf("{%s} has no scalar input value", name))
-			return ""
+	start, end := endpoint.URLPathSpan(raw)
+	segs := strings.Split(raw[start:end], "/")
+	var missing, refused error
+	for i, seg := range segs {
+		if !paramRe.MatchString(seg) {
+			continue
 		}
-		delete(in, name)
-		return url.PathEscape(v)
-	})
-	if missing != nil {
-		return nil, missing
+		dotted := false
+		segs[i] = paramRe.ReplaceAllStringFunc(seg, func(m string) string {
+			name := m[1 : len(m)-1]
+			v, ok := scalar(in[name])
+			if !ok {
+				missing = errors.Join(missing, fmt.Errorf("{%s} has no scalar input value", name))
+				return ""
+			}
+			delete(in, name)
+			if dotSegment(v) {
+				dotted = true
+				refused = errors.Join(refused, fmt.Errorf("%s may not hold a \".\" or \"..\" part between slashes", name))
+			}
+			return url.PathEscape(v)
+		})
+		if !dotted && missing == nil && (segs[i] == "" || segs[i] == "." || segs[i] == "..") {
+			refused = errors.Join(refused, fmt.Errorf("the input makes the URL path segment %s empty, \".\" or \"..\"", seg))
+		}
 	}
-	return url.Parse(s)
+	switch {
+	case missing != nil:
+		return nil, missing
+	case refused != nil:
+		return nil, &handler.Error{Name: errInvalidInput, Status: http.StatusUnprocessableEntity,
+			Message: "a value cannot fill the upstream URL's path: " + strings.ReplaceAll(refused.Error(), "\n", "; ")}
+	}
+	return url.Parse(raw[:start] + strings.Join(segs, "/") + raw[end:])
+}
+
+// dotSegment reports whether v, split at slashes and backslashes, has a
+// "." or ".." part.
+func dotSegment(v string) bool {
+	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if part == "." || part == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // addQuery renders input members as query parameters: scalars as text,

@@ -405,3 +405,92 @@ func TestCoreParametersHeader(t *testing.T) {
 		}
 	}
 }
+
+// A URL parameter's value stays inside its path segment: a value that
+// would make the segment empty, "." or "..", or that holds such a part
+// between slashes (a server that decodes %2F first would climb with it),
+// is the caller's invalid_input (422) and reaches no upstream; other
+// values are percent-encoded, ';' and '?' included, so none adds a path
+// parameter or a query.
+func TestURLParametersStayInTheirSegment(t *testing.T) {
+	type seen struct{ path, query string }
+	var mu sync.Mutex
+	var got []seen
+	srv := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, seen{r.URL.EscapedPath(), r.URL.RawQuery})
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	e := newExecutor(t, nil)
+	for _, tc := range []struct {
+		name, url, input string
+		path, query      string // "" path: refused
+	}{
+		{name: "dot dot", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":".."}`},
+		{name: "dot", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"."}`},
+		{name: "empty", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":""}`},
+		{name: "dot dot after a slash", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"a/../../admin"}`},
+		{name: "dot dot after a backslash", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"a\\..\\admin"}`},
+		{name: "two parameters making dot dot", url: "/v2/rooms/{a}{b}/holds", input: `{"a":".","b":"."}`},
+		{name: "dots within a segment", url: "/v2/rooms/{room_id}.json", input: `{"room_id":".."}`},
+		{name: "dots in a name", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"r..1"}`, path: "/v2/rooms/r..1/holds"},
+		{name: "three dots", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"..."}`, path: "/v2/rooms/.../holds"},
+		{name: "query and fragment characters", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"x?scope=admin#f"}`,
+			path: "/v2/rooms/x%3Fscope=admin%23f/holds"},
+		{name: "path parameter", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"x;jsessionid=1"}`, path: "/v2/rooms/x%3Bjsessionid=1/holds"},
+		{name: "percent", url: "/v2/rooms/{room_id}/holds", input: `{"room_id":"%2e%2e"}`, path: "/v2/rooms/%252e%252e/holds"},
+		{name: "number", url: "/v2/rooms/{room_id}/holds?v=1", input: `{"room_id":7}`, path: "/v2/rooms/7/holds", query: "v=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			b := binding{url: srv.URL + tc.url}
+			_, err := e.Call(testCtx(t), b.def(), call(tc.input))
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.path == "" {
+				var he *handler.Error
+				if !errors.As(err, &he) || he.Name != "invalid_input" || he.Status != http.StatusUnprocessableEntity {
+					t.Fatalf("err %v, want invalid_input 422", err)
+				}
+				if len(got) != 0 {
+					t.Fatalf("the upstream was called: %v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].path != tc.path || got[0].query != tc.query {
+				t.Fatalf("upstream saw %v, want path %q query %q", got, tc.path, tc.query)
+			}
+		})
+	}
+}
+
+// A {param} outside the URL's path (host, query, fragment) makes the
+// binding unusable: an input value could choose the upstream or add
+// query parameters.
+func TestURLParametersOutsideThePathAreRefused(t *testing.T) {
+	e := newExecutor(t, nil)
+	for _, u := range []string{
+		"https://127.0.0.1:1/rooms?q={q}",
+		"https://127.0.0.1:1/rooms?v=1&q=x{q}",
+		"https://127.0.0.1:1/rooms#{q}",
+		"https://{q}.example/rooms",
+		"https://{q}/rooms",
+	} {
+		b := binding{url: u}
+		if err := e.Check(b.def()); !errors.Is(err, upstream.ErrBinding) {
+			t.Errorf("%s: Check: %v", u, err)
+		}
+		if _, err := e.Call(testCtx(t), b.def(), call(`{"q":"x&scope=admin"}`)); !errors.Is(err, upstream.ErrBinding) {
+			t.Errorf("%s: Call: %v", u, err)
+		}
+	}
+	if err := e.Check(binding{url: "https://127.0.0.1:1/rooms/{q}?v=1&t=${TOKEN}"}.def()); err != nil {
+		t.Errorf("a path parameter beside a query ${VAR}: %v", err)
+	}
+}
