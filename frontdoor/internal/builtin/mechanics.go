@@ -222,8 +222,13 @@ func notificationJSON(n *taskv1.Notification) map[string]any {
 	if d := timeString(n.GetDeliveredAt()); d != "" {
 		out["delivered_at"] = d
 	}
-	if n.GetLastError() != "" {
-		out["last_error"] = n.GetLastError()
+	if e := n.GetLastError(); e != "" {
+		// policysvc stores the kind of failure only; a record stored
+		// before it did may quote the webhook URL, token and all.
+		if r := n.GetRecipient(); strings.HasPrefix(r, "https://") {
+			e = strings.ReplaceAll(e, r, redactURL(r))
+		}
+		out["last_error"] = e
 	}
 	if n.GetDuplicate() {
 		out["duplicate"] = true

@@ -354,10 +354,29 @@ func (s *Server) sendAGTP(ctx context.Context, n *notification) error {
 	case st >= 200 && st <= 299:
 		return nil
 	case st == agtp.StatusTimeout, st == agtp.StatusRateLimited, st == agtp.StatusTooEarly, st >= 500:
-		return fmt.Errorf("agtp %s answered %d", n.Addr, st)
+		return &agtpAnswerError{addr: n.Addr, status: st}
 	default:
-		return &permanentError{fmt.Errorf("agtp %s refused the notification: %d %s", n.Addr, st, reasonOf(resp.Body))}
+		return &permanentError{&agtpAnswerError{addr: n.Addr, status: st, reason: reasonOf(resp.Body), refused: true}}
 	}
+}
+
+// agtpAnswerError is a remote agent's server that answered a relayed
+// NOTIFY without taking it: for a while (refused false), or for good.
+type agtpAnswerError struct {
+	addr    string
+	status  int
+	reason  string
+	refused bool
+}
+
+func (e *agtpAnswerError) Error() string { return "agtp " + e.addr + " " + e.outcome() }
+
+// outcome is the answer without the server's address.
+func (e *agtpAnswerError) outcome() string {
+	if e.refused {
+		return fmt.Sprintf("refused the notification: %d %s", e.status, e.reason)
+	}
+	return fmt.Sprintf("answered %d", e.status)
 }
 
 // reasonOf is the reason member of an AGTP error body, for the log.

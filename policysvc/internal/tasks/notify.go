@@ -3,11 +3,15 @@ package tasks
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/agtp/client"
 	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jsondoc"
@@ -367,22 +372,25 @@ func (s *Server) attempt(ctx context.Context, id string) error {
 	default:
 		err = s.post(ctx, &n)
 	}
-	var perm *permanentError
-	switch {
-	case err == nil:
+	if err == nil {
 		n.Status, n.Delivered, n.LastError = NotifyDelivered, now, ""
 		return s.settle(ctx, &n, 0)
+	}
+	n.LastError = failureClass(err)
+	var perm *permanentError
+	switch {
 	case errors.Is(err, outbound.ErrNotAllowed):
 		// The recipient's name resolved to an internal address: no
 		// retry changes the policy.
-		s.log.WarnContext(ctx, "notification refused at dial time", "notification_id", n.ID, "error", err)
-		n.Status, n.LastError = NotifyFailed, err.Error()
+		s.log.WarnContext(ctx, "notification refused at dial time", "notification_id", n.ID, "error", failureDetail(err))
+		n.Status = NotifyFailed
 		return s.settle(ctx, &n, 0)
 	case n.Guarantee == AtMostOnce || n.Attempts >= s.opts.NotifyMaxAttempts || errors.As(err, &perm):
-		n.Status, n.LastError = NotifyFailed, err.Error()
+		s.log.InfoContext(ctx, "notification attempt failed", "notification_id", n.ID, "attempt", n.Attempts, "error", failureDetail(err))
+		n.Status = NotifyFailed
 		return s.settle(ctx, &n, 0)
 	}
-	n.LastError = err.Error()
+	s.log.InfoContext(ctx, "notification attempt failed", "notification_id", n.ID, "attempt", n.Attempts, "error", failureDetail(err))
 	backoff := s.opts.NotifyBackoff << min(n.Attempts-1, 20)
 	if backoff > s.opts.NotifyMaxBackoff || backoff <= 0 {
 		backoff = s.opts.NotifyMaxBackoff
@@ -434,7 +442,71 @@ func (s *Server) post(ctx context.Context, n *notification) error {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook answered %d", resp.StatusCode)
+		return &webhookStatusError{status: resp.StatusCode}
 	}
 	return nil
+}
+
+// webhookStatusError is a webhook's answer other than 2xx.
+type webhookStatusError struct{ status int }
+
+func (e *webhookStatusError) Error() string { return fmt.Sprintf("webhook answered %d", e.status) }
+
+// failureClass is what a failed delivery attempt stores as last_error,
+// which the notification's sender reads (QUERY /notifications/{id}): the
+// kind of failure, never the error itself. A transport error quotes the
+// webhook URL, whose query or userinfo may carry the operator's token,
+// and names the addresses dialled, which for a recipient the operator
+// configured (a broadcast group's member, a trusted or default
+// recipient) are internal; the log has the detail (failureDetail).
+func failureClass(err error) string {
+	var status *webhookStatusError
+	var refused *outbound.Error
+	var dns *net.DNSError
+	var answered *agtpAnswerError
+	switch {
+	case errors.As(err, &status):
+		return "HTTP " + strconv.Itoa(status.status)
+	case errors.As(err, &refused):
+		// Why names the address class, never the address.
+		return "destination not allowed: " + refused.Why
+	case isTimeout(err):
+		return "timed out"
+	case isTLSFailure(err):
+		return "TLS handshake failed"
+	case errors.As(err, &dns):
+		return "name not resolved"
+	case errors.Is(err, client.ErrNoResponse):
+		return "connection closed before an answer"
+	case errors.As(err, &answered):
+		return "agtp " + answered.outcome()
+	}
+	return "connection failed"
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+func isTLSFailure(err error) bool {
+	var cv *tls.CertificateVerificationError
+	var rh tls.RecordHeaderError
+	var alert tls.AlertError
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &alert) ||
+		errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ci)
+}
+
+// failureDetail is err for the log, without the URL a transport error
+// quotes (its query may carry a token; the notification_id names the
+// recipient).
+func failureDetail(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Op + ": " + ue.Err.Error()
+	}
+	return err.Error()
 }

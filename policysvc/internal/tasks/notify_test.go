@@ -2,7 +2,15 @@ package tasks
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log"
 	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
+	"github.com/agtpsuite/agtp/services/enumname"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -83,4 +92,90 @@ func TestDefaultExpiryIsWithinTheBound(t *testing.T) {
 	if _, err := New(rdb, nil, Options{NotifyDefaultExpiry: maxNotifyLifetime}); err != nil {
 		t.Fatalf("a default expiry at the bound: %v", err)
 	}
+}
+
+// TestLastErrorCarriesNoURLSecretOrAddress: what a failed delivery stores
+// as last_error, which the sender reads, is the kind of failure only:
+// never the webhook URL's query (a token), nor the addresses dialled. The
+// operator's group members sit on internal addresses; a caller-named
+// webhook's own token stays out too.
+func TestLastErrorCarriesNoURLSecretOrAddress(t *testing.T) {
+	const secret = "s3cr3t-hook-token"
+	silent, _ := testkit.CountingListener(t) // accepts and closes: no TLS
+	refusing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := refusing.Addr().String()
+	_ = refusing.Close() // nothing listens there now
+	pki := testkit.PKI(t)
+	cert, err := tls.LoadX509KeyPair(pki.Cert("agtp-server"), pki.Key("agtp-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	failing.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	failing.StartTLS()
+	t.Cleanup(failing.Close)
+	untrusted := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	untrusted.Config.ErrorLog = log.New(io.Discard, "", 0)
+	t.Cleanup(untrusted.Close)
+	hook := func(base string) string { return base + "/hook?token=" + secret + "#" + secret }
+	members := []struct{ rcpt, want string }{
+		{hook("https://" + silent), "connection failed"},
+		{hook("https://" + closed), "connection failed"},
+		{hook(failing.URL), "HTTP 503"},
+		{hook(untrusted.URL), "TLS handshake failed"},
+		{"agtp://" + reviewer + "@" + silent, "connection failed"},
+	}
+	group := make([]string, len(members))
+	for i, m := range members {
+		group[i] = m.rcpt
+	}
+	c, srv := start(t, Options{CAFile: pki.CA(), Outbound: loopbackPeers, Groups: map[string][]string{"ops": group}})
+	ctx := context.Background()
+	atMostOnce := taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE
+	g, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: "group:ops", Content: testkit.JSONValue(`1`), Guarantee: atMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: hook("https://" + silent), Content: testkit.JSONValue(`1`), Guarantee: atMostOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.deliverDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, lastError, want string) {
+		t.Helper()
+		for _, leak := range []string{secret, "127.0.0.1", "token", "://"} {
+			if strings.Contains(lastError, leak) {
+				t.Errorf("%s: last_error %q carries %q", what, lastError, leak)
+			}
+		}
+		if lastError != want {
+			t.Errorf("%s: last_error %q, want %q", what, lastError, want)
+		}
+	}
+	r, err := c.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: g.GetNotification().GetNotificationId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := r.GetNotification().GetDeliveries()
+	if len(ds) != len(members) {
+		t.Fatalf("%d deliveries, want %d", len(ds), len(members))
+	}
+	for i, d := range ds {
+		if enumname.Of(d.GetState()) != NotifyFailed {
+			t.Errorf("delivery to member %d: state %v, want failed", i, d.GetState())
+		}
+		check(fmt.Sprintf("member %d", i), d.GetLastError(), members[i].want)
+	}
+	r, err = c.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: own.GetNotification().GetNotificationId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("caller-named webhook", r.GetNotification().GetLastError(), "connection failed")
 }
