@@ -69,7 +69,9 @@ type Options struct {
 	FetchTimeout time.Duration `json:"fetch_timeout,omitempty"`
 	// MaxTokenBytes bounds the Authorization value. Default 8 KiB.
 	MaxTokenBytes int `json:"max_token_bytes,omitempty"`
-	// HTTPClient fetches JWKSURL; default a client with FetchTimeout.
+	// HTTPClient fetches JWKSURL; default a client with FetchTimeout, the
+	// system roots and no proxy (the environment's proxy settings are not
+	// read). Either way a redirect is followed only to an https URL.
 	HTTPClient *http.Client `json:"-"`
 }
 
@@ -215,8 +217,11 @@ func New(opts Options, log *slog.Logger) (*Verifier, error) {
 		v.algs = append(v.algs, jose.SignatureAlgorithm(a))
 	}
 	if v.http == nil {
-		v.http = &http.Client{Timeout: opts.FetchTimeout}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.Proxy = nil // the IdP is reached directly; libraries do not read the environment
+		v.http = &http.Client{Timeout: opts.FetchTimeout, Transport: tr}
 	}
+	v.http = httpsRedirectsOnly(v.http)
 	if opts.JWKSFile != "" {
 		if err := v.reload(context.Background()); err != nil {
 			return nil, err
@@ -434,6 +439,30 @@ func readFileLimited(path string) ([]byte, error) {
 		return nil, fmt.Errorf("oauth: read jwks: %w", err)
 	}
 	return data, nil
+}
+
+// maxRedirects bounds the redirects a JWKS fetch follows, as net/http
+// does by default.
+const maxRedirects = 10
+
+// httpsRedirectsOnly returns a copy of hc that follows a redirect only to
+// an https URL (then hc's own CheckRedirect, if any, decides; else at
+// most maxRedirects): keys fetched over plain HTTP could be anyone's.
+func httpsRedirectsOnly(hc *http.Client) *http.Client {
+	cp, next := *hc, hc.CheckRedirect
+	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" {
+			return fmt.Errorf("oauth: jwks redirect to a %s URL refused: only https is accepted", req.URL.Scheme)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("oauth: jwks: stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
+	return &cp
 }
 
 func (v *Verifier) fetch(ctx context.Context) ([]byte, error) {

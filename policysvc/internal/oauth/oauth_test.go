@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -333,5 +334,86 @@ func TestBadJWKSFileFailsAtStart(t *testing.T) {
 	}
 	if _, err := oauth.New(fileOptions(path), discard); err == nil {
 		t.Fatal("a JWKS holding only a symmetric key was accepted")
+	}
+}
+
+// TestJWKSRedirectsAreFollowedOnlyToHTTPS: the https JWKS URL redirecting
+// to plain http loads no keys (the http server is never asked), so a
+// token the http server's keys would verify is refused; a redirect to
+// another https URL is followed.
+func TestJWKSRedirectsAreFollowedOnlyToHTTPS(t *testing.T) {
+	rsaKey, _, _ := newKeys(t)
+	published := jwks(t, rsaKey)
+	serve := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		_, _ = w.Write(published)
+	}
+	var plainHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plainHits.Add(1)
+		serve(w, r)
+	}))
+	t.Cleanup(plain.Close)
+	other := httptest.NewTLSServer(http.HandlerFunc(serve))
+	t.Cleanup(other.Close)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/to-http":
+			http.Redirect(w, r, plain.URL+"/jwks", http.StatusFound)
+		case "/to-https":
+			http.Redirect(w, r, other.URL+"/jwks", http.StatusFound)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	good := "Bearer " + sign(t, rsaKey, validClaims())
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{{"/to-http", false}, {"/to-https", true}} {
+		v := newVerifier(t, oauth.Options{JWKSURL: srv.URL + tc.path, Issuer: issuer, Audiences: []string{audience}, HTTPClient: srv.Client()})
+		_, err := v.Verify(context.Background(), good)
+		if (err == nil) != tc.ok {
+			t.Errorf("JWKS behind %s: verify = %v, want ok %v", tc.path, err, tc.ok)
+		}
+	}
+	if n := plainHits.Load(); n != 0 {
+		t.Errorf("the plain http JWKS was fetched %d times", n)
+	}
+}
+
+// TestDefaultJWKSClientUsesNoProxy: the default client reaches the IdP
+// directly, whatever HTTPS_PROXY says (the proxy here is a listener that
+// counts connections).
+func TestDefaultJWKSClientUsesNoProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var proxied atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			proxied.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Setenv("HTTPS_PROXY", "http://"+ln.Addr().String())
+	t.Setenv("https_proxy", "http://"+ln.Addr().String())
+	t.Setenv("NO_PROXY", "")
+	t.Setenv("no_proxy", "")
+	rsaKey, _, _ := newKeys(t)
+	v := newVerifier(t, oauth.Options{JWKSURL: "https://idp.example.invalid/jwks", Issuer: issuer, Audiences: []string{audience},
+		FetchTimeout: 2 * time.Second})
+	if _, err := v.Verify(context.Background(), "Bearer "+sign(t, rsaKey, validClaims())); err == nil {
+		t.Fatal("a token verified without a reachable JWKS")
+	}
+	if n := proxied.Load(); n != 0 {
+		t.Fatalf("the JWKS fetch went through the environment's proxy (%d connections)", n)
 	}
 }

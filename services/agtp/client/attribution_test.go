@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
@@ -197,5 +198,65 @@ func TestFetchJWKSUsesTheSuiteCA(t *testing.T) {
 	untrusting := newClient(t, "", client.Options{RootCAs: nil, CAFile: "", TLS: &tls.Config{}, ServerName: ""})
 	if _, err := untrusting.FetchJWKS(testContext(t), hs.URL+"/.well-known/jwks.json"); err == nil {
 		t.Error("JWKS fetched from a server whose CA is not trusted")
+	}
+}
+
+// TestFetchJWKSFollowsRedirectsOnlyToHTTPS: a redirect from the https
+// JWKS URL to plain http is refused before the http server is asked, so
+// keys that anyone on the path could have written are never accepted; a
+// redirect to another https URL is followed.
+func TestFetchJWKSFollowsRedirectsOnlyToHTTPS(t *testing.T) {
+	pki := testkit.PKI(t)
+	ks, err := attribution.LoadKeySet(pki.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks, err := ks.JWKS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(pki.Cert("agtp-server"), pki.Key("agtp-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plainHits atomic.Int32
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plainHits.Add(1)
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Write(jwks)
+	}))
+	defer plain.Close()
+	var target string
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/to-http":
+			http.Redirect(w, r, plain.URL+"/.well-known/jwks.json", http.StatusFound)
+		case "/to-https":
+			http.Redirect(w, r, target+"/.well-known/jwks.json", http.StatusMovedPermanently)
+		case "/.well-known/jwks.json":
+			w.Header().Set("Content-Type", "application/jwk-set+json")
+			w.Write(jwks)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	hs.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	hs.StartTLS()
+	defer hs.Close()
+	target = hs.URL
+
+	c := newClient(t, pki.CA(), client.Options{})
+	if keys, err := c.FetchJWKS(testContext(t), hs.URL+"/to-http"); err == nil || !strings.Contains(err.Error(), "https") {
+		t.Errorf("redirect to http: keys %v, err %v; want a refusal", keys, err)
+	}
+	if n := plainHits.Load(); n != 0 {
+		t.Errorf("the plain http server was asked %d times", n)
+	}
+	keys, err := c.FetchJWKS(testContext(t), hs.URL+"/to-https")
+	if err != nil {
+		t.Fatalf("redirect to https: %v", err)
+	}
+	if _, ok := keys[ks.ActiveKID()]; !ok {
+		t.Fatalf("keys %v after an https redirect, want the active kid %s", keys, ks.ActiveKID())
 	}
 }
