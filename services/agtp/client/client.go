@@ -76,7 +76,10 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	pools := c.tcp
+	pools := make([]*tcpPool, 0, len(c.tcp))
+	for _, p := range c.tcp {
+		pools = append(pools, p)
+	}
 	q := c.quic
 	c.mu.Unlock()
 	for _, p := range pools {
@@ -303,6 +306,7 @@ func (c *Client) start(ctx context.Context, req *agtp.Request, addr string) (exc
 	if err != nil {
 		return nil, nil, err
 	}
+	defer c.unref(p)
 	return retry(ctx, req, tr, c.opts.MaxConnsPerHost, func() (exchange, *agtp.Response, error) {
 		return p.start(ctx, req, tr)
 	})
@@ -344,26 +348,61 @@ func (c *Client) withDefaults(req *agtp.Request) *agtp.Request {
 	return &cp
 }
 
+// tcpPool returns the pool of addr's normalised host:port, made on first
+// use, with a reference taken for the caller, who gives it back with
+// unref. A pool leaves the map once it is unused (dropIfUnused), so an
+// address named once costs nothing after its connections are gone.
 func (c *Client) tcpPool(addr string) (*tcpPool, error) {
+	hostport, host, err := splitAddr(addr)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
-	if p := c.tcp[addr]; p != nil {
-		return p, nil
+	p := c.tcp[hostport]
+	if p == nil {
+		p = newTCPPool(c, hostport, c.tlsFor(host))
+		c.tcp[hostport] = p
 	}
-	hostport, host, err := splitAddr(addr)
-	if err != nil {
-		return nil, err
-	}
-	if p := c.tcp[hostport]; p != nil {
-		c.tcp[addr] = p
-		return p, nil
-	}
-	p := newTCPPool(c, hostport, c.tlsFor(host))
-	c.tcp[addr], c.tcp[hostport] = p, p
+	p.refs++
 	return p, nil
+}
+
+// unref gives back a reference tcpPool took, and drops the pool if it is
+// now unused.
+func (c *Client) unref(p *tcpPool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p.refs--
+	c.dropIfUnusedLocked(p)
+}
+
+// dropIfUnused removes p from the map when nobody holds a reference to it
+// and it has no connection, no dial in progress and no waiter: the next
+// request to its address makes a new pool.
+func (c *Client) dropIfUnused(p *tcpPool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropIfUnusedLocked(p)
+}
+
+func (c *Client) dropIfUnusedLocked(p *tcpPool) {
+	if p.refs > 0 || c.tcp[p.addr] != p {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.conns) > 0 || p.dialing > 0 || len(p.waiters) > 0 {
+		return
+	}
+	delete(c.tcp, p.addr)
+	if p.sweep != nil {
+		p.sweep.Stop()
+		p.sweep = nil
+	}
 }
 
 func (c *Client) quicPool() (*quicPool, error) {

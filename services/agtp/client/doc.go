@@ -35,7 +35,9 @@
 //
 // Over TCP, each address has a pool of up to Options.MaxConnsPerHost TLS
 // 1.3 connections (ALPN "agtp"), kept open between requests for
-// Options.IdleConnTimeout. A connection carries one request at a time,
+// Options.IdleConnTimeout. A pool with no connection left, no dial in
+// progress and no request using it is dropped, so an address used once
+// costs nothing afterwards. A connection carries one request at a time,
 // or, with Options.MaxPipeline above 1, several, answered in order. The
 // context's deadline becomes the connection's deadline; cancelling the
 // context abandons the request, and because the stream then holds an

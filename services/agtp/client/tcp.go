@@ -34,6 +34,11 @@ type tcpPool struct {
 	addr string
 	tls  *tls.Config
 
+	// refs counts the requests that took the pool from the Client's map
+	// and have not given it back (Client.unref). Guarded by c.mu, which
+	// is taken before mu.
+	refs int
+
 	mu      sync.Mutex
 	conns   []*tcpConn // every open connection
 	idle    []*tcpConn // connections with nothing in flight, most recently used last
@@ -258,9 +263,13 @@ func (p *tcpPool) release(c *tcpConn) {
 		}
 	}
 	p.wakeLocked()
+	empty := len(p.conns) == 0
 	p.mu.Unlock()
 	if closeNow {
 		c.kill()
+	}
+	if empty {
+		p.c.dropIfUnused(p)
 	}
 }
 
@@ -301,9 +310,13 @@ func (p *tcpPool) sweepIdle() {
 	if next >= 0 && !p.closed {
 		p.sweep = time.AfterFunc(next, p.sweepIdle)
 	}
+	empty := len(p.conns) == 0
 	p.mu.Unlock()
 	for _, c := range expired {
 		c.closeIdle()
+	}
+	if empty {
+		p.c.dropIfUnused(p)
 	}
 }
 
