@@ -524,3 +524,32 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// Every stream of an agent's chain holds only that agent's records, so an
+// export's chain of another agent's records fails, whichever the stream.
+func TestVerifyEntriesChecksTheAgentOnEveryStream(t *testing.T) {
+	ks, err := NewKeySet(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentA, agentB := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for _, stream := range []string{StreamAttribution, StreamLifecycle, "confirm"} {
+		t.Run(stream, func(t *testing.T) {
+			var entries []Entry
+			prev := ZeroAuditID
+			for i := range 3 {
+				jws, id, err := ks.Signer().SignPayload(&Payload{ServerID: "s", Timestamp: "2026-01-01T00:00:00Z",
+					AgentID: agentA, EventType: "agent-lifecycle-activated", PreviousAuditID: prev, AuditRecordVersion: RecordVersion})
+				if err != nil {
+					t.Fatal(err)
+				}
+				entries = append(entries, Entry{Format: "jws", Stream: stream, Chain: agentB, Sequence: uint64(i + 1), AuditID: id, JWS: jws})
+				prev = id
+			}
+			r := VerifyEntries(entries, ChainOptions{VerifyOptions: VerifyOptions{Keys: ks}}, true)[ChainKey{Stream: stream, Chain: agentB}]
+			if r.Valid || r.Break == nil || r.Break.Problem != ProblemAgentMismatch {
+				t.Fatalf("agent A's records as agent B's %s chain: valid %v, break %+v", stream, r.Valid, r.Break)
+			}
+		})
+	}
+}

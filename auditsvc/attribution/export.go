@@ -90,7 +90,7 @@ func VerifyEntries(entries []Entry, opts ChainOptions, agentCheck bool) map[Chai
 	for k, es := range byChain {
 		slices.SortStableFunc(es, func(a, b Entry) int { return cmp.Compare(a.Sequence, b.Sequence) })
 		o := opts
-		if agentCheck && !rediskeys.IsServerChain(k.Chain) && k.Stream == StreamAttribution {
+		if agentCheck && !rediskeys.IsServerChain(k.Chain) {
 			o.AgentID = k.Chain
 		}
 		v := NewChainVerifier(o)

@@ -750,7 +750,9 @@ func (s *Server) chainOptions(stream, c string) attribution.ChainOptions {
 	if ks.ActiveKID() == "" {
 		opts.Algorithms = []string{attribution.AlgEdDSA, attribution.AlgNone}
 	}
-	if !rediskeys.IsServerChain(c) && (stream == attribution.StreamAttribution || stream == attribution.StreamLifecycle) {
+	// Every stream of an agent's chain holds only that agent's records
+	// (ownRecord).
+	if !rediskeys.IsServerChain(c) {
 		opts.AgentID = c
 	}
 	return opts

@@ -600,6 +600,32 @@ func TestAppendsRefuseAnotherAgentsClaims(t *testing.T) {
 	}
 }
 
+// A stored signed stream of another agent's records fails VerifyChain,
+// as the attribution and lifecycle streams do.
+func TestVerifyChainChecksTheAgentOnSignedStreams(t *testing.T) {
+	ctx := context.Background()
+	f := start(t, Options{Keys: keySet(t, genKey(t))})
+	agentA, agentB := strings.Repeat("aa", 32), strings.Repeat("bb", 32)
+	for i := range 3 {
+		if _, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agentA, Stream: "confirm",
+			Claims: string(claims(t, map[string]any{"method": "CONFIRM", "type": "confirm", "target_id": i}))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Someone with write access to Redis copies A's stream under B's keys.
+	for _, m := range f.rdb.XRange(ctx, rediskeys.SignedStream(agentA, "confirm"), "-", "+").Val() {
+		f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: rediskeys.SignedStream(agentB, "confirm"), ID: m.ID, Values: m.Values})
+	}
+	f.rdb.Copy(ctx, rediskeys.SignedStreamHead(agentA, "confirm"), rediskeys.SignedStreamHead(agentB, "confirm"), 0, false)
+	v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: agentB, Stream: "confirm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.GetValid() || !strings.HasPrefix(v.GetProblem(), attribution.ProblemAgentMismatch) {
+		t.Fatalf("agent A's confirm records as agent B's: valid %v, problem %q", v.GetValid(), v.GetProblem())
+	}
+}
+
 // recordOf fetches the record an append returned.
 func recordOf(ctx context.Context, t *testing.T, f *fixture, auditID string, err error) (*auditv1.Record, error) {
 	t.Helper()

@@ -78,18 +78,23 @@ func VerifyAttributionWith(resp *agtp.Response, opts AttributionOptions) (*attri
 	if err != nil {
 		return nil, fmt.Errorf("agtp client: Attribution-Record: %w", err)
 	}
+	// The record must be this response's: the suite signs other records
+	// with the same key (lifecycle events, signed streams, checkpoints),
+	// which carry none of these, so each is required, not only compared
+	// when present.
 	p := &rec.Payload
-	if p.Status != 0 && p.Status != resp.Status {
+	if p.AuditRecordVersion != attribution.RecordVersion {
+		return nil, fmt.Errorf("%w: audit_record_version %q", ErrRecordMismatch, p.AuditRecordVersion)
+	}
+	if p.Status != resp.Status {
 		return nil, fmt.Errorf("%w: record status %d, response status %d", ErrRecordMismatch, p.Status, resp.Status)
 	}
-	if rid := resp.Header.Get(agtp.HeaderResponseID); p.ResponseID != "" && rid != p.ResponseID {
+	if rid := resp.Header.Get(agtp.HeaderResponseID); p.ResponseID == "" || rid != p.ResponseID {
 		return nil, fmt.Errorf("%w: record response_id %q, Response-ID %q", ErrRecordMismatch, p.ResponseID, rid)
 	}
-	if p.ResultHash != "" {
-		sum := sha256.Sum256(resp.Body)
-		if got := hex.EncodeToString(sum[:]); got != p.ResultHash {
-			return nil, fmt.Errorf("%w: record result_hash %s, body hashes to %s", ErrRecordMismatch, p.ResultHash, got)
-		}
+	sum := sha256.Sum256(resp.Body)
+	if got := hex.EncodeToString(sum[:]); got != p.ResultHash {
+		return nil, fmt.Errorf("%w: record result_hash %q, body hashes to %s", ErrRecordMismatch, p.ResultHash, got)
 	}
 	return rec, nil
 }

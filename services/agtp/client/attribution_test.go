@@ -113,6 +113,18 @@ func TestVerifyAttributionRefusesTampering(t *testing.T) {
 			r.Body = []byte(`{"status":200,"result":{"ok":false}}`)
 		}, client.ErrRecordMismatch},
 		{"Response-ID changed", func(_ testing.TB, _ signedFixture, r *agtp.Response) { r.Header.Set(agtp.HeaderResponseID, "r-2") }, client.ErrRecordMismatch},
+		// The suite signs other records with the same key: a lifecycle
+		// event names no status, response or result, and must not stand
+		// for any response.
+		{"another kind of record", func(t testing.TB, f signedFixture, r *agtp.Response) {
+			jws, auditID, err := f.signer.SignPayload(&attribution.Payload{ServerID: "s", Timestamp: "2026-01-01T00:00:00Z", AgentID: "agent-a",
+				EventType: "agent-lifecycle-activated", PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: "1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Header.Set(agtp.HeaderAttributionRecord, jws)
+			r.Header.Set(agtp.HeaderAuditID, auditID)
+		}, client.ErrRecordMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSigned(t)

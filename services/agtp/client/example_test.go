@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,9 +202,13 @@ func ExampleVerifyAttribution() {
 	kid, _ := attribution.KeyID(pub)
 	keys := attribution.PublicKeys{kid: pub} // what FetchJWKS returns
 
-	resp := agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, []byte(`{"status":200}`))
+	body := []byte(`{"status":200}`)
+	resp := agtp.NewResponse(agtp.StatusOK, agtp.MediaTypeJSON, body)
+	resp.Header.Set(agtp.HeaderResponseID, "r-1")
+	sum := sha256.Sum256(body)
 	jws, auditID, _ := signer.SignPayload(&attribution.Payload{
-		Status: 200, Method: "QUERY", PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: "1",
+		Status: 200, Method: "QUERY", ResponseID: "r-1", ResultHash: hex.EncodeToString(sum[:]),
+		PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: "1",
 	})
 	resp.Header.Set(agtp.HeaderAttributionRecord, jws)
 	resp.Header.Set(agtp.HeaderAuditID, auditID)

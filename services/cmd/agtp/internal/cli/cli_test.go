@@ -422,9 +422,10 @@ func (s signing) handler(tamper bool) transport.HandlerFunc {
 	return func(_ context.Context, _ *transport.ConnInfo, req *agtp.Request) *agtp.Response {
 		body := []byte(`{"status":200}`)
 		resp := agtp.NewResponse(200, agtp.MediaTypeJSON, body)
+		resp.Header.Set(agtp.HeaderResponseID, "r-1")
 		sum := sha256.Sum256(body)
 		jws, id, _ := s.signer.SignPayload(&attribution.Payload{ServerID: "s1", Timestamp: "2026-01-01T00:00:00Z", Status: 200,
-			Method: req.Method, ResultHash: hex.EncodeToString(sum[:]), PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: "1"})
+			Method: req.Method, ResponseID: "r-1", ResultHash: hex.EncodeToString(sum[:]), PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: "1"})
 		if tamper {
 			resp.Body = []byte(`{"status":201}`)
 		}
