@@ -168,9 +168,15 @@ func lua(s string) string {
 // which may run again over an unknown outcome: it claims such a slot
 // instead of being refused. Embed it at the top of a script whose KEYS
 // include slot.
+//
+// A claim the same token already holds is claimed again: when a script's
+// reply is lost, the Redis client sends the script once more, and the
+// re-run must not find its own claim in flight (which would refuse the
+// request and leave the slot pending for the lease).
 var ClaimLuaFunction = lua(`
 local function agtp_idem_claim(slot, fp, token, lease_ms, rerun)
-  local v = redis.call('HMGET', slot, $STATE, $FINGERPRINT, $RESPONSE)
+  local v = redis.call('HMGET', slot, $STATE, $FINGERPRINT, $RESPONSE, $TOKEN)
+  if v[1] == $PENDING and v[4] == token and v[2] == fp then return {1} end
   if not v[1] then
     redis.call('HSET', slot, $STATE, $PENDING, $TOKEN, token, $FINGERPRINT, fp)
     redis.call('PEXPIRE', slot, lease_ms)

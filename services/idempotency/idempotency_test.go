@@ -101,6 +101,31 @@ func TestSlotLifecycle(t *testing.T) {
 	}
 }
 
+// A claim run again with the token that holds it (the script's reply was
+// lost and the Redis client sent it once more) is claimed again, not in
+// flight; another token, or the same token with another body, still is not.
+func TestClaimRunAgainByItsHolder(t *testing.T) {
+	ctx := context.Background()
+	rdb := startRedis(t)
+	slot := rediskeys.IdempotencySlot("agent-1", "key-again")
+	for i, tc := range []struct {
+		fp, token string
+		want      idempotency.Outcome
+	}{
+		{fpA, "tok1", idempotency.Claimed},
+		{fpA, "tok1", idempotency.Claimed},
+		{fpA, "tok2", idempotency.InFlight},
+		{fpB, "tok1", idempotency.Reused},
+	} {
+		if r, err := idempotency.Claim(ctx, rdb, slot, tc.fp, tc.token, time.Minute); err != nil || r.Outcome != tc.want {
+			t.Fatalf("claim %d (%s) = %v, %v; want %v", i, tc.token, r.Outcome, err, tc.want)
+		}
+	}
+	if ok, err := idempotency.Complete(ctx, rdb, slot, "tok1", []byte("r"), time.Hour); !ok || err != nil {
+		t.Fatalf("the holder's complete after its claim ran twice = %v, %v", ok, err)
+	}
+}
+
 // TestCompletedSlotExpires: once the result TTL has passed, the same key
 // and body run anew (companions 39) instead of replaying.
 func TestCompletedSlotExpires(t *testing.T) {
