@@ -27,6 +27,11 @@ const (
 	CodeForbidden          = "FORBIDDEN"
 	CodeRateLimited        = "RATE_LIMITED"
 	CodeUnavailable        = "SERVICE_UNAVAILABLE"
+	// CodeRouteNotFound and CodeMethodNotAllowed answer a request no AGP
+	// route takes: an unknown path under /agp/ or /keys, or a known one
+	// with another method (405, with Allow).
+	CodeRouteNotFound    = "NOT_FOUND"
+	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	// CodeAgentMismatch: an admin key tried to manage the keys of an agent
 	// other than its own.
 	CodeAgentMismatch = "AGENT_MISMATCH"

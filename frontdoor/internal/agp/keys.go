@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	"github.com/agtpsuite/agtp/policysvc/agpkey"
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	"github.com/agtpsuite/agtp/services/kit"
@@ -240,7 +241,42 @@ func (c *call) admin() bool {
 		c.writeError(&apiError{Status: http.StatusForbidden, Code: CodeForbidden, Error: "Forbidden", Message: "Missing required scope: admin"})
 		return false
 	}
+	if e := c.h.keyAgent(c.r.Context(), c.key); e != nil {
+		c.writeError(e)
+		return false
+	}
 	return true
+}
+
+// keyAgent checks that the agent a key acts as is a caller the pipeline
+// would serve: registered and active (or deprecated, still served), by
+// the caller stage's own rule (callerpolicy.Caller) on the front door's
+// cached record. Key management does not run through the pipeline, so
+// without this a suspended, retired or unknown agent's admin key would
+// still mint, list and revoke keys. Any other state is 401 UNAUTHORIZED,
+// naming the agent's state; an identitysvc that does not answer is 503.
+func (h *Handler) keyAgent(ctx context.Context, k *agpv1.ApiKey) *apiError {
+	if h.o.Agents == nil {
+		h.o.Log.ErrorContext(ctx, "agp key management has no agent lookup; refused")
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Error: "Service unavailable", Message: "The key's agent cannot be checked right now; retry shortly."}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rec, err := h.o.Agents.Lookup(ctx, k.GetAgentId())
+	if err != nil {
+		h.o.Log.WarnContext(ctx, "agp key's agent cannot be looked up", "key_id", k.GetId(), "error", err)
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Error: "Service unavailable", Message: "The key's agent cannot be checked right now; retry shortly."}
+	}
+	d := callerpolicy.Caller(rec)
+	if d.Allowed {
+		return nil
+	}
+	e := unauthorized("The API key's agent is not registered and active: " + d.Explanation + ".")
+	e.Details = map[string]any{"agtpStatus": d.Status, "agtpReason": d.Reason}
+	if d.State != "" {
+		e.Details["lifecycleState"] = d.State
+	}
+	return e
 }
 
 // manages reports whether the caller's admin key may manage the keys of

@@ -30,7 +30,7 @@ func TestAdminKeyManagesItsOwnAgent(t *testing.T) {
 	// The keys the test starts with are an operator's; the handler under
 	// test is the front door.
 	keys := policy.operator
-	h := New(Options{Keys: policy.frontdoor, KeyCacheTTL: -1, Log: slog.New(slog.DiscardHandler)})
+	h := New(Options{Keys: policy.frontdoor, Agents: agentStates{}, KeyCacheTTL: -1, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	h.Register(mux)
 	ctx := context.Background()

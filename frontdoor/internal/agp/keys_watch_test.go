@@ -85,7 +85,7 @@ func TestKeyChangesReachTheCache(t *testing.T) {
 	// A is an operator's connection (it manages keys directly), B the
 	// front door's.
 	viaA, viaB := startPolicy(t, pki, rds).operator, startPolicy(t, pki, rds).frontdoor
-	h := New(Options{Keys: viaB, Log: slog.New(slog.DiscardHandler)})
+	h := New(Options{Keys: viaB, Agents: agentStates{}, Log: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	h.Register(mux)
 	ctx, stopWatch := context.WithCancel(context.Background())

@@ -118,6 +118,11 @@ func (h *Handler) operate(w http.ResponseWriter, r *http.Request, op string) {
 	out := h.o.Pipeline.ServeBound(r.Context(), &pipeline.Bound{
 		Request: req,
 		Conn:    c.conn(),
+		// The AGP request, business included, is what an Idempotency-Key
+		// is bound to: the AGTP call alone can be the same for two of
+		// them (a member the mapping drops, another business's endpoint
+		// with the same method and path).
+		Fingerprint: hash,
 		Intercept: func(ctx context.Context, v *pipeline.View) *agtp.Response {
 			if e := checkCapability(v.Endpoint, t, op); e != nil {
 				e.Details["transactionId"] = tx.id

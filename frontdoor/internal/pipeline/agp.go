@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
@@ -47,6 +49,25 @@ type Bound struct {
 	// Attribution-Record's result_hash covers the bytes the client gets.
 	// A replay is already shaped and is not passed through it again.
 	Shape func(ctx context.Context, v *View, resp *agtp.Response) *agtp.Response
+	// Fingerprint identifies the binding's own request (AGP: the SHA-256
+	// of {businessId, request} in JCS). A mapping can drop what its
+	// protocol sent (a member the endpoint ignores, the business), so the
+	// AGTP method, path and input alone would take two different requests
+	// for one; folded into the idempotency fingerprint, an
+	// Idempotency-Key reused with another body of the binding is 409
+	// idempotency-key-reused, never a replay of the first answer.
+	Fingerprint string
+}
+
+// idempotencyFingerprint is the fingerprint an Idempotency-Key of the
+// bound request is bound to: the AGTP one, fp, with the binding's own
+// request folded in (still a SHA-256 in hex, as policysvc requires).
+func (b *Bound) idempotencyFingerprint(fp string) string {
+	if b == nil || b.Fingerprint == "" {
+		return fp
+	}
+	sum := sha256.Sum256([]byte("bound\n" + fp + "\n" + b.Fingerprint))
+	return hex.EncodeToString(sum[:])
 }
 
 // Refusal is a binding's own refusal.

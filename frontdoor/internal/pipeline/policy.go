@@ -56,7 +56,7 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	}
 	if present && x.agentID != "" {
 		in.IdempotencyKey = key
-		in.RequestFingerprint = fingerprint(method, x.req.Path, input)
+		in.RequestFingerprint = x.bound.idempotencyFingerprint(fingerprint(method, x.req.Path, input))
 	}
 	in.TaskRun = taskRun(x, ep)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
