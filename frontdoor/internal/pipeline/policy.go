@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
@@ -56,7 +57,7 @@ func (p *Pipeline) authorize(x *exchange, ep *catalogv1.Endpoint, method string,
 	}
 	if present && x.agentID != "" {
 		in.IdempotencyKey = key
-		in.RequestFingerprint = x.bound.idempotencyFingerprint(fingerprint(method, x.req.Path, input))
+		in.RequestFingerprint = x.bound.idempotencyFingerprint(fingerprint(x, method, input))
 	}
 	in.TaskRun = taskRun(x, ep)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
@@ -289,9 +290,16 @@ const (
 	maxTaskIDLen     = 256
 )
 
-// fingerprint binds an Idempotency-Key to the request.
-func fingerprint(method, target string, input []byte) string {
-	return idempotency.Fingerprint(method, target, input)
+// fingerprint is what an Idempotency-Key is bound to: the method, the
+// path, the input and the core parameters the input stage took out of it
+// (EXECUTE's action, QUERY's intent, ..., from the body, its envelope's
+// context or the query), which the handler gets as well: the same key
+// with another action is another request, not a replay of the first.
+func fingerprint(x *exchange, method string, input []byte) string {
+	if core := x.core.JSON(); core != nil {
+		input = slices.Concat([]byte(`{"core":`), core, []byte(`,"input":`), orNull(input), []byte(`}`))
+	}
+	return idempotency.Fingerprint(method, x.req.Path, input)
 }
 
 func clientIP(c *transport.ConnInfo) string {
