@@ -20,6 +20,7 @@ const Draft202012 = "https://json-schema.org/draft/2020-12/schema"
 type compiledSchema struct {
 	doc    map[string]any
 	schema *jsonschema.Schema
+	graph  *schemaGraph
 }
 
 // noLoader refuses every external reference: AGTP-API v00 schemas are
@@ -31,7 +32,13 @@ func (noLoader) Load(u string) (any, error) {
 	return nil, fmt.Errorf("external schema %s: schemas are inline only (AGTP-API §6.4)", u)
 }
 
+// compileSchema compiles a schema within the bounds of bounds.go, which
+// every schema meets whoever wrote it: an operator's catalog, a PUT, a
+// PROPOSE or a contract.
 func compileSchema(name string, raw []byte) (*compiledSchema, error) {
+	if len(raw) > MaxSchemaBytes {
+		return nil, bound("", "the schema is %d bytes, more than %d", len(raw), MaxSchemaBytes)
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
@@ -43,9 +50,13 @@ func compileSchema(name string, raw []byte) (*compiledSchema, error) {
 	if s, ok := obj["$schema"]; ok && s != Draft202012 {
 		return nil, fmt.Errorf("$schema %v is not %s (AGTP-API §6.4)", s, Draft202012)
 	}
+	if err := checkSchemaDoc(doc); err != nil {
+		return nil, err
+	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
+	c.UseRegexpEngine(compileRegexp)
 	c.UseLoader(noLoader{})
 	loc := "urn:agtp:endpoint:" + name + ".json"
 	if err := c.AddResource(loc, doc); err != nil {
@@ -55,7 +66,39 @@ func compileSchema(name string, raw []byte) (*compiledSchema, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &compiledSchema{doc: obj, schema: sch}, nil
+	g, err := checkFanOut(sch)
+	if err != nil {
+		return nil, err
+	}
+	return &compiledSchema{doc: obj, schema: sch, graph: g}, nil
+}
+
+// schemaFailure reports a schema that did not compile: a bound it passes,
+// or what makes it invalid.
+func (c *checker) schemaFailure(field string, err error) {
+	var be *boundError
+	if errors.As(err, &be) {
+		c.fail(field, "schema-invalid", "the schema is beyond this server's bounds: %s (docs/catalogsvc.md \"Schema bounds\")", be)
+		return
+	}
+	c.fail(field, "schema-invalid", "not a valid JSON Schema 2020-12 document: %s (AGIS pass 8)", oneLine(err))
+}
+
+// validate checks v against the schema. A number no schema may hold
+// (bounds.go), or a value that would cost too much to validate (work.go),
+// is refused before the validator sees it.
+func (s *compiledSchema) validate(v any) *Report {
+	var ne *NumberError
+	if errors.As(CheckNumbers(v), &ne) {
+		return &Report{Violations: []Violation{{Location: ne.Pointer, Message: ne.Error()}}}
+	}
+	if !s.graph.work(v) {
+		return &Report{Violations: []Violation{{Location: "", Message: tooMuchWork}}}
+	}
+	if err := s.schema.Validate(v); err != nil {
+		return report(err)
+	}
+	return nil
 }
 
 func (c *checker) schemas(def *Definition, tp *route.Template) (in, out *compiledSchema) {
@@ -64,7 +107,7 @@ func (c *checker) schemas(def *Definition, tp *route.Template) (in, out *compile
 		def.InputSchema = canonicalJSON(def.InputSchema)
 		in, err = compileSchema("input", def.InputSchema)
 		if err != nil {
-			c.fail("input_schema", "schema-invalid", "not a valid JSON Schema 2020-12 document: %s (AGIS pass 8)", oneLine(err))
+			c.schemaFailure("input_schema", err)
 		} else {
 			if in.doc["type"] != "object" {
 				c.fail("input_schema.type", "input-type-object", "must be \"object\" (AGTP-API §6.4)")
@@ -93,7 +136,7 @@ func (c *checker) schemas(def *Definition, tp *route.Template) (in, out *compile
 		def.OutputSchema = canonicalJSON(def.OutputSchema)
 		out, err = compileSchema("output", def.OutputSchema)
 		if err != nil {
-			c.fail("output_schema", "schema-invalid", "not a valid JSON Schema 2020-12 document: %s (AGIS pass 8)", oneLine(err))
+			c.schemaFailure("output_schema", err)
 		} else if ap, ok := out.doc["additionalProperties"].(bool); ok && !ap {
 			c.warnf("output_schema.additionalProperties", "should be true so handlers can add fields (AGTP-API §13.3)")
 		}
@@ -142,37 +185,76 @@ func (r *Report) Error() string {
 	return "input does not match the schema: " + strings.Join(parts, "; ")
 }
 
+// A report's size is bounded: the validator's errors can number as many
+// as the subschemas it applied, and a message can quote the whole value.
+const (
+	maxReportErrors       = 1000 // of the validator's error tree, rendered
+	maxViolations         = 100
+	maxViolationBytes     = 512
+	maxReportMessageBytes = 16 << 10
+)
+
 func report(err error) *Report {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		return &Report{Violations: []Violation{{Location: "", Keyword: "", Message: err.Error()}}}
 	}
-	out := ve.BasicOutput()
+	budget := maxReportErrors
+	out := pruneErrors(ve, &budget).BasicOutput()
 	r := &Report{}
+	size, more := 0, false
 	for _, u := range out.Errors {
 		if u.Error == nil {
 			continue
 		}
-		r.Violations = append(r.Violations, Violation{Location: u.InstanceLocation, Keyword: u.KeywordLocation, Message: u.Error.String()})
+		if len(r.Violations) == maxViolations || size > maxReportMessageBytes {
+			more = true
+			break
+		}
+		msg := u.Error.String()
+		if len(msg) > maxViolationBytes {
+			// The quoted value comes first, the reason last.
+			h := maxViolationBytes / 2
+			msg = strings.ToValidUTF8(msg[:h]+"…"+msg[len(msg)-h:], "")
+		}
+		size += len(msg)
+		r.Violations = append(r.Violations, Violation{Location: u.InstanceLocation, Keyword: u.KeywordLocation, Message: msg})
 	}
 	if len(r.Violations) == 0 {
 		r.Violations = []Violation{{Location: out.InstanceLocation, Keyword: out.KeywordLocation, Message: ve.Error()}}
 	}
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Location < r.Violations[j].Location })
+	if more {
+		r.Violations = append(r.Violations, Violation{Location: "", Keyword: "", Message: "more violations are not listed"})
+	}
 	return r
+}
+
+// pruneErrors copies the first *budget nodes of an error tree, depth
+// first.
+func pruneErrors(ve *jsonschema.ValidationError, budget *int) *jsonschema.ValidationError {
+	*budget--
+	cp := *ve
+	cp.Causes = nil
+	for _, c := range ve.Causes {
+		if *budget <= 0 {
+			break
+		}
+		cp.Causes = append(cp.Causes, pruneErrors(c, budget))
+	}
+	return &cp
 }
 
 // ValidateInput checks an input object against input_schema. The value
 // must be built from JSON values (map[string]any, []any, string,
-// float64 or json.Number, bool, nil).
+// float64 or json.Number, bool, nil). A number beyond MaxNumberBytes or
+// a 64-bit float, or an input too large for the schema
+// (docs/catalogsvc.md "Schema bounds"), is a violation of its own.
 func (e *Endpoint) ValidateInput(v any) *Report {
 	if e.input == nil {
 		return nil
 	}
-	if err := e.input.schema.Validate(v); err != nil {
-		return report(err)
-	}
-	return nil
+	return e.input.validate(v)
 }
 
 // Declares reports whether the input schema names member among its
@@ -205,10 +287,7 @@ func (e *Endpoint) ValidateOutput(v any) *Report {
 	if e.output == nil {
 		return nil
 	}
-	if err := e.output.schema.Validate(v); err != nil {
-		return report(err)
-	}
-	return nil
+	return e.output.validate(v)
 }
 
 // BuildInput assembles the object validated against input_schema, the

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 )
@@ -92,6 +93,10 @@ func NewID() string {
 }
 
 // DecodeJSON decodes exactly one JSON value, numbers kept as json.Number.
+// A number longer than endpoint.MaxNumberBytes or beyond a 64-bit
+// float's finite range is refused (docs/wire.md "Numbers in JSON bodies"): schema
+// validation would turn it into an exact rational, whose cost grows with
+// the exponent. The error reads after "the body is ".
 func DecodeJSON(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -101,6 +106,9 @@ func DecodeJSON(b []byte) (any, error) {
 	}
 	if dec.More() {
 		return nil, errors.New("more than one JSON value")
+	}
+	if err := endpoint.CheckNumbers(v); err != nil {
+		return nil, fmt.Errorf("refused: %w", err)
 	}
 	return v, nil
 }

@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"container/list"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
@@ -258,7 +261,7 @@ func orNull(b []byte) []byte {
 func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 	x.synthesisID, x.contractHash, x.negotiationOrigin = c.GetSynthesisId(), c.GetContractHash(), c.GetNegotiationOrigin()
 	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
-	ep, err := endpoint.FromJSON(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson()))
+	ep, err := contractEndpoints.get(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson()))
 	if err != nil {
 		p.Log.ErrorContext(x.ctx, "contract endpoint does not compile", "synthesis_id", c.GetSynthesisId(), "error", err)
 		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract's endpoint definition is unusable", nil)
@@ -325,4 +328,78 @@ func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {
 		Scopes:    p.effectiveScopes(x),
 		TrustTier: x.caller.GetTrustTier(),
 	}
+}
+
+// contractEndpoints holds the compiled endpoints of the contracts this
+// front door ran lately, so that a contract's endpoint is compiled on its
+// first call rather than on every one. The key is the SHA-256 of the
+// definition: compiling is a function of those bytes alone, so an entry
+// can never be stale, and a contract whose definition changes is a new
+// key. An entry's weight is its definition's size (a compiled schema
+// holds about 200 times its JSON), and the cache holds at most
+// contractCacheEntries entries and contractCacheBytes of definitions,
+// dropping the least recently used.
+var contractEndpoints = &endpointCache{compile: endpoint.FromJSON, maxEntries: contractCacheEntries, maxBytes: contractCacheBytes}
+
+const (
+	contractCacheEntries = 256
+	contractCacheBytes   = 512 << 10
+)
+
+type endpointCache struct {
+	compile              func([]byte) (*endpoint.Endpoint, error)
+	maxEntries, maxBytes int
+
+	mu    sync.Mutex
+	bytes int
+	order list.List // of *cachedEndpoint, the most recently used first
+	byKey map[[sha256.Size]byte]*list.Element
+}
+
+type cachedEndpoint struct {
+	key  [sha256.Size]byte
+	size int
+	ep   *endpoint.Endpoint
+}
+
+// get returns the compiled endpoint of a definition, compiling it (out
+// of the lock) when it is not held. A definition that does not compile
+// is not kept: its refusal is quick (catalogsvc/endpoint's bounds).
+func (c *endpointCache) get(def []byte) (*endpoint.Endpoint, error) {
+	key := sha256.Sum256(def)
+	if ep := c.lookup(key); ep != nil {
+		return ep, nil
+	}
+	ep, err := c.compile(def)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[key]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*cachedEndpoint).ep, nil
+	}
+	if c.byKey == nil {
+		c.byKey = map[[sha256.Size]byte]*list.Element{}
+	}
+	c.byKey[key] = c.order.PushFront(&cachedEndpoint{key: key, size: len(def), ep: ep})
+	c.bytes += len(def)
+	for c.order.Len() > 1 && (c.order.Len() > c.maxEntries || c.bytes > c.maxBytes) {
+		old := c.order.Remove(c.order.Back()).(*cachedEndpoint)
+		delete(c.byKey, old.key)
+		c.bytes -= old.size
+	}
+	return ep, nil
+}
+
+func (c *endpointCache) lookup(key [sha256.Size]byte) *endpoint.Endpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.byKey[key]
+	if !ok {
+		return nil
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*cachedEndpoint).ep
 }

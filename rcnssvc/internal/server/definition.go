@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/grpcerr"
 )
 
 // completeSignature builds the endpoint of a core §7.2.7 proposal: its
@@ -120,14 +122,24 @@ func prepareDefinition(def map[string]any, recipeName string) {
 }
 
 // validateDefinition is steps 3 and 4: every failure of the definition,
-// reported under the earliest step it belongs to.
-func (s *Server) validateDefinition(st *catalogState, def map[string]any, negID string) (*endpoint.Endpoint, *rcnsv1.ProposeResponse) {
+// reported under the earliest step it belongs to. The schemas are
+// checked against the bounds of catalogsvc/endpoint before they are
+// compiled (docs/rcns.md "Schema bounds"); compilation itself cannot be
+// interrupted, so the evaluation's deadline is checked on either side of
+// it, and the bounds are what keep it short.
+func (s *Server) validateDefinition(ctx context.Context, st *catalogState, def map[string]any, negID string) (*endpoint.Endpoint, *rcnsv1.ProposeResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, grpcerr.FromContext(err)
+	}
 	ep, err := recipe.CompileDefinition(def, endpoint.Context{
 		Method: func(name string) ([]string, bool) { c, ok := st.methods[name]; return c, ok },
 		Verbs:  st.table.Verbs(),
 	})
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, nil, grpcerr.FromContext(cerr)
+	}
 	if err == nil {
-		return ep, nil
+		return ep, nil, nil
 	}
 	var fes endpoint.Errors
 	var fe *endpoint.FieldError
@@ -136,7 +148,7 @@ func (s *Server) validateDefinition(st *catalogState, def map[string]any, negID 
 	case errors.As(err, &fe):
 		fes = endpoint.Errors{fe}
 	default:
-		return nil, invalid(agtp.StatusBadRequest, negID, "endpoint-invalid", err.Error(), nil)
+		return nil, invalid(agtp.StatusBadRequest, negID, "endpoint-invalid", err.Error(), nil), nil
 	}
 	stage := func(f string) int {
 		switch {
@@ -164,5 +176,5 @@ func (s *Server) validateDefinition(st *catalogState, def map[string]any, negID 
 	case 4:
 		reason, what = "schema-invalid", "input_schema or output_schema is not a valid JSON Schema 2020-12 object as AGTP-API §6.4 requires (§10.6 step 4)"
 	}
-	return nil, invalid(agtp.StatusBadRequest, negID, reason, what, map[string]any{"violations": violations})
+	return nil, invalid(agtp.StatusBadRequest, negID, reason, what, map[string]any{"violations": violations}), nil
 }

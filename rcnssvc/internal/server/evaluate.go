@@ -118,9 +118,9 @@ func (s *Server) evaluate(ctx context.Context, ev *evaluation) (*rcnsv1.ProposeR
 		recipeName = pat.RecipeName
 	}
 	prepareDefinition(def, recipeName)
-	ep, resp := s.validateDefinition(st, def, negID)
-	if resp != nil {
-		return resp, nil
+	ep, resp, err := s.validateDefinition(ctx, st, def, negID)
+	if resp != nil || err != nil {
+		return resp, err
 	}
 
 	// AGIS §8.3: the data manifest is the ceiling of what is negotiable.
