@@ -8,31 +8,12 @@ import (
 	"fmt"
 	"os"
 	"regexp/syntax"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// boundsCost runs f and returns the CPU time and the bytes allocated
-// meanwhile, by the whole process.
-func boundsCost(t *testing.T, f func()) (time.Duration, uint64) {
-	t.Helper()
-	var r0, r1 syscall.Rusage
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r0); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r1); err != nil {
-		t.Fatal(err)
-	}
-	runtime.ReadMemStats(&m1)
-	cpu := time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
-	return cpu, m1.TotalAlloc - m0.TotalAlloc
-}
+	"github.com/agtpsuite/agtp/services/testkit"
+)
 
 // Generous ceilings on one refusal: the bombs cost seconds to minutes and
 // GiBs before the bounds.
@@ -43,7 +24,7 @@ const (
 
 func wantCheap(t *testing.T, f func()) {
 	t.Helper()
-	cpu, alloc := boundsCost(t, f)
+	cpu, alloc := testkit.Cost(t, f)
 	if cpu > boundsMaxCPU || alloc > boundsMaxAlloc {
 		t.Fatalf("cost %v CPU, %d MiB allocated", cpu, alloc>>20)
 	}

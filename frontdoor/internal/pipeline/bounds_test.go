@@ -5,9 +5,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,27 +16,9 @@ import (
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
-// requestCost runs f and returns the CPU time and the bytes allocated
-// meanwhile, by the whole process.
-func requestCost(t *testing.T, f func()) (time.Duration, uint64) {
-	t.Helper()
-	var r0, r1 syscall.Rusage
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r0); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r1); err != nil {
-		t.Fatal(err)
-	}
-	runtime.ReadMemStats(&m1)
-	return time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano()), m1.TotalAlloc - m0.TotalAlloc
-}
-
 func wantCheapRequest(t *testing.T, f func()) {
 	t.Helper()
-	cpu, alloc := requestCost(t, f)
+	cpu, alloc := testkit.Cost(t, f)
 	t.Logf("cost %v CPU, %.1f MiB allocated", cpu, float64(alloc)/(1<<20))
 	if cpu > 2*time.Second || alloc > 256<<20 {
 		t.Fatalf("cost %v CPU, %d MiB allocated", cpu, alloc>>20)

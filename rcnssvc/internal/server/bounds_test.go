@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,25 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// proposalCost runs f and returns the CPU time and the bytes allocated
-// meanwhile, by the whole process (the server runs in it).
-func proposalCost(t *testing.T, f func()) (time.Duration, uint64) {
-	t.Helper()
-	var r0, r1 syscall.Rusage
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r0); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &r1); err != nil {
-		t.Fatal(err)
-	}
-	runtime.ReadMemStats(&m1)
-	return time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano()), m1.TotalAlloc - m0.TotalAlloc
-}
 
 // proposalWithInput is the order summary proposal with its input_schema
 // replaced.
@@ -75,7 +56,7 @@ func TestProposeSchemaBombsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var resp *rcnsv1.ProposeResponse
 			var b map[string]any
-			cpu, alloc := proposalCost(t, func() { resp, b = e.propose(reader(), proposalWithInput(tc.input), "") })
+			cpu, alloc := testkit.Cost(t, func() { resp, b = e.propose(reader(), proposalWithInput(tc.input), "") })
 			t.Logf("cost %v CPU, %.1f MiB allocated", cpu, float64(alloc)/(1<<20))
 			if resp.GetStatus() != 400 || b["reason"] != "schema-invalid" {
 				t.Fatalf("got %d %v", resp.GetStatus(), b)
