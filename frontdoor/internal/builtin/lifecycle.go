@@ -37,12 +37,17 @@ func (bi *Registry) lifecycle(ctx context.Context, call *Call) *agtp.Response {
 	if method == "REVOKE" && str(params, "target") == "" && str(params, "reason") == "" {
 		return call.Fail(agtp.StatusBadRequest, "reason-required", "REVOKE needs a reason (core §7.2.16)", nil)
 	}
+	deadline, resp := rfc3339(ctx, call, params, "migration_deadline")
+	if resp != nil {
+		return resp
+	}
 	r, err := bi.Identity.TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{
 		AgentId:              target,
 		Transition:           lifecycleTransitions[method],
 		Reason:               str(params, "reason"),
 		Actor:                str(params, "actor"),
 		SuccessorAgentId:     str(params, "successor_agent_id"),
+		MigrationDeadline:    deadline,
 		ClientKeyFingerprint: call.clientKeyFingerprint(),
 		CallerAgentId:        call.AgentID,
 	})
