@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -34,12 +35,33 @@ const (
 // maxText bounds reason and actor, which end up in signed events.
 const maxText = 1024
 
+// How a lifecycle transition was authorised: the event's authorized_by.
+const (
+	// AuthorizedByOperator is an operator proven by its own certificate.
+	AuthorizedByOperator = "operator"
+	// AuthorizedByOperatorFingerprint is a client key on
+	// OperatorFingerprints.
+	AuthorizedByOperatorFingerprint = "operator_fingerprint"
+	// AuthorizedByGenesisIssuer is the Genesis issuer's client key.
+	AuthorizedByGenesisIssuer = "genesis_issuer"
+	// AuthorizedByOpen is lifecycle_auth open: nothing was proven.
+	AuthorizedByOpen = "open"
+	// AuthorizedByRegistration is the ACTIVATE of RegisterGenesis with
+	// activate.
+	AuthorizedByRegistration = "registration"
+)
+
 // TransitionRequest is one lifecycle method call.
 type TransitionRequest struct {
 	AgentID    string
 	Transition identityv1.LifecycleTransition
 	Reason     string
-	Actor      string
+	// Actor is a proven identity (an operator's, or "registration");
+	// empty when the caller proved none.
+	Actor string
+	// ClaimedActor is what a front-door caller wrote as the AGTP actor
+	// parameter: recorded as claimed_actor, never as actor.
+	ClaimedActor string
 	// SuccessorAgentID and MigrationDeadline are DEPRECATE parameters.
 	SuccessorAgentID  string
 	MigrationDeadline time.Time
@@ -161,7 +183,7 @@ func checkTransitionRequest(req TransitionRequest) error {
 	if req.Transition == identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REVOKE && req.Reason == "" {
 		return grpcerr.InvalidArgument(ReasonReasonRequired, "REVOKE requires a reason (core §7.2.16)", "parameter", "reason")
 	}
-	if len(req.Reason) > maxText || len(req.Actor) > maxText {
+	if len(req.Reason) > maxText || len(req.Actor) > maxText || len(req.ClaimedActor) > maxText {
 		return grpcerr.InvalidArgument(ReasonParameterInvalid, fmt.Sprintf("reason and actor are at most %d bytes", maxText))
 	}
 	isDeprecate := req.Transition == identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_DEPRECATE
@@ -184,35 +206,37 @@ func checkTransitionRequest(req TransitionRequest) error {
 
 // authorize applies core §7.2.19. Operators on the allowlist pass in
 // either mode; in genesis_issuer mode everyone else must present the
-// Genesis issuer's key. Failures are logged, as the draft requires.
-func (r *Registry) authorize(ctx context.Context, a *Agent, req TransitionRequest) error {
+// Genesis issuer's key. Failures are logged, as the draft requires. It
+// returns how the call was authorised (an AuthorizedBy* value).
+func (r *Registry) authorize(ctx context.Context, a *Agent, req TransitionRequest) (string, error) {
 	if req.Operator != "" {
 		r.log.InfoContext(ctx, "lifecycle transition by an operator", "method", MethodName(req.Transition), "agent_id", req.AgentID, "operator", req.Operator)
-		return nil
+		return AuthorizedByOperator, nil
 	}
 	fp := req.ClientKeyFingerprint
 	if fp != "" && slices.Contains(r.opts.OperatorFingerprints, fp) {
-		return nil
+		return AuthorizedByOperatorFingerprint, nil
+	}
+	issuer := a.Record.GetIssuerFingerprint()
+	if fp != "" && fp == issuer {
+		return AuthorizedByGenesisIssuer, nil
 	}
 	if r.opts.LifecycleAuth == AuthOpen {
-		return nil
+		return AuthorizedByOpen, nil
 	}
 	method := MethodName(req.Transition)
 	if fp == "" {
 		r.log.WarnContext(ctx, "lifecycle authorization failed: no verified client certificate",
 			"method", method, "agent_id", req.AgentID, "lifecycle_auth", AuthGenesisIssuer)
-		return grpcerr.Unauthenticated(ReasonCertRequired,
+		return "", grpcerr.Unauthenticated(ReasonCertRequired,
 			"lifecycle_auth is genesis_issuer: "+method+" must arrive over mTLS with the Genesis issuer's certificate",
 			"lifecycle_auth", AuthGenesisIssuer)
 	}
-	if issuer := a.Record.GetIssuerFingerprint(); issuer == "" || fp != issuer {
-		r.log.WarnContext(ctx, "lifecycle authorization failed: client key is not the Genesis issuer's",
-			"method", method, "agent_id", req.AgentID, "lifecycle_auth", AuthGenesisIssuer, "client_key_fingerprint", fp)
-		return grpcerr.PermissionDenied(ReasonIssuerMismatch,
-			"lifecycle_auth is genesis_issuer: the client certificate's key is not the Genesis issuer's key",
-			"lifecycle_auth", AuthGenesisIssuer)
-	}
-	return nil
+	r.log.WarnContext(ctx, "lifecycle authorization failed: client key is not the Genesis issuer's",
+		"method", method, "agent_id", req.AgentID, "lifecycle_auth", AuthGenesisIssuer, "client_key_fingerprint", fp)
+	return "", grpcerr.PermissionDenied(ReasonIssuerMismatch,
+		"lifecycle_auth is genesis_issuer: the client certificate's key is not the Genesis issuer's key",
+		"lifecycle_auth", AuthGenesisIssuer)
 }
 
 // Transition runs one lifecycle method. A transition to the current state
@@ -234,8 +258,9 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 		return nil, err
 	}
 	a := agentFromMap(req.AgentID, m)
+	authorizedBy := AuthorizedByRegistration
 	if authorize {
-		if err := r.authorize(ctx, a, req); err != nil {
+		if authorizedBy, err = r.authorize(ctx, a, req); err != nil {
 			return nil, err
 		}
 	}
@@ -263,6 +288,16 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 	out := decide(req.Transition, m[fStatus], a.History)
 	if res, done, err := settle(req, a, out); done {
 		return res, err
+	}
+	if out.to == callerpolicy.StateActive {
+		// A label taken over from this agent while it was deprecated or
+		// retired (core §6.5.9) stays with its new holder: the agent cannot
+		// return to active under it. claimName takes the old holder's
+		// lifecycle lock, held here, so the check and the commit are one
+		// step against a takeover.
+		if err := r.checkNameHeld(ctx, req, m[fName]); err != nil {
+			return nil, err
+		}
 	}
 
 	now := r.opts.Now().UTC()
@@ -297,7 +332,7 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 	}
 	after := agentFromMap(req.AgentID, next)
 
-	claims, err := r.eventClaims(ctx, req, m[fStatus], out, now, rev+1)
+	claims, err := r.eventClaims(ctx, req, authorizedBy, m[fStatus], out, now, rev+1)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +373,7 @@ func (r *Registry) transition(ctx context.Context, req TransitionRequest, author
 	locked = false // the commit script released it
 	r.log.InfoContext(ctx, "agent lifecycle transition", "agent_id", req.AgentID, "method", MethodName(req.Transition),
 		"previous_status", m[fStatus], "status", out.to, "event_type", out.event, "audit_id", ev.GetAuditId(),
-		"actor", req.Actor)
+		"actor", req.Actor, "authorized_by", authorizedBy)
 	return &TransitionResult{
 		Status:         statusFromName(out.to),
 		PreviousStatus: statusFromName(m[fStatus]),
@@ -433,7 +468,12 @@ func (r *Registry) unlock(id, token string) {
 // eventClaims is the payload of the signed lifecycle event. The genesis
 // event carries the full Genesis (core §6.5.6: "genesis record includes
 // full Agent Genesis").
-func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, from string, out outcome, now time.Time, rev uint64) ([]byte, error) {
+//
+// Who acted is stated by proven facts only: authorized_by (how the call
+// was authorised), actor (a proven identity: an operator's certificate),
+// client_key_fingerprint and caller_agent_id (verified by the front
+// door). What a front-door caller wrote as actor is claimed_actor.
+func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, authorizedBy, from string, out outcome, now time.Time, rev uint64) ([]byte, error) {
 	c := map[string]any{
 		"event_type":      out.event,
 		"agent_id":        req.AgentID,
@@ -441,12 +481,14 @@ func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, from 
 		"previous_status": from,
 		// Not "status": in an audit payload that member is the AGTP
 		// response status, an integer.
-		"new_status": out.to,
-		"timestamp":  now.Format(time.RFC3339Nano),
-		"revision":   rev,
+		"new_status":    out.to,
+		"timestamp":     now.Format(time.RFC3339Nano),
+		"revision":      rev,
+		"authorized_by": authorizedBy,
 	}
 	for k, v := range map[string]string{
-		"reason": req.Reason, "actor": req.Actor, "caller_agent_id": req.CallerAgentID,
+		"reason": req.Reason, "actor": req.Actor, "claimed_actor": req.ClaimedActor,
+		"caller_agent_id": req.CallerAgentID, "client_key_fingerprint": req.ClientKeyFingerprint,
 		"successor_agent_id": req.SuccessorAgentID,
 	} {
 		if v != "" {
@@ -468,4 +510,25 @@ func (r *Registry) eventClaims(ctx context.Context, req TransitionRequest, from 
 		return nil, grpcerr.Internal(fmt.Errorf("marshal lifecycle claims: %w", err))
 	}
 	return b, nil
+}
+
+// checkNameHeld refuses a return to active when the agent's label no
+// longer maps to it: it was taken over after the agent was deprecated or
+// retired (core §6.5.9). The caller holds the agent's lifecycle lock.
+func (r *Registry) checkNameHeld(ctx context.Context, req TransitionRequest, name string) error {
+	if name == "" {
+		return nil
+	}
+	holder, err := r.rdb.Get(ctx, rediskeys.AgentName(name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return redisErr(ctx, "read agent name", err)
+	}
+	if holder == req.AgentID {
+		return nil
+	}
+	r.log.WarnContext(ctx, "lifecycle transition refused: the agent's label was taken over", "agent_id", req.AgentID,
+		"method", MethodName(req.Transition), "name", name, "name_holder", holder)
+	return grpcerr.Conflict(ReasonAgentNameTaken,
+		fmt.Sprintf("%s: agent name %q was taken over by another agent; this agent cannot return to active under it (core §6.5.9)",
+			MethodName(req.Transition), name), "name", name)
 }

@@ -5,6 +5,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -331,7 +332,8 @@ func (r *Registry) existsError(id, status string) error {
 
 // claimName maps name to id. It reports whether this call created the
 // mapping (and so must remove it if registration fails). A label held by
-// an agent retired or deprecated for LabelReuseAfter is taken over.
+// an agent retired or deprecated for LabelReuseAfter is taken over; the
+// old holder can then no longer be reinstated (checkNameHeld).
 func (r *Registry) claimName(ctx context.Context, name, id string) (bool, error) {
 	key := rediskeys.AgentName(name)
 	ok, err := r.rdb.SetNX(ctx, key, id, 0).Result()
@@ -353,17 +355,31 @@ func (r *Registry) claimName(ctx context.Context, name, id string) (bool, error)
 			return grpcerr.Conflict(ReasonAgentIDCollision, "agent "+id+" is already registered", "agent_id", id)
 		}
 		if holder != "" {
-			vals, err := r.rdb.HMGet(ctx, rediskeys.Agent(holder), fStatus, fUpdatedAt).Result()
+			reusable := func() (bool, error) {
+				vals, err := r.rdb.HMGet(ctx, rediskeys.Agent(holder), fStatus, fUpdatedAt).Result()
+				if err != nil {
+					return false, err
+				}
+				st, _ := vals[0].(string)
+				upd, _ := vals[1].(string)
+				if st != "" && st != callerpolicy.StateRetired && st != callerpolicy.StateDeprecated {
+					return false, nil
+				}
+				return st == "" || r.opts.Now().Sub(msTime(upd)) >= r.opts.LabelReuseAfter, nil
+			}
+			if ok, err := reusable(); err != nil || !ok {
+				return cmp.Or(err, taken)
+			}
+			// The holder's lifecycle lock keeps it from returning to active
+			// between the check and the takeover: a reinstatement checks its
+			// label under the same lock (checkNameHeld).
+			token, err := r.lock(ctx, holder)
 			if err != nil {
 				return err
 			}
-			st, _ := vals[0].(string)
-			upd, _ := vals[1].(string)
-			if st != "" && st != callerpolicy.StateRetired && st != callerpolicy.StateDeprecated {
-				return taken
-			}
-			if st != "" && r.opts.Now().Sub(msTime(upd)) < r.opts.LabelReuseAfter {
-				return taken
+			defer r.unlock(holder, token)
+			if ok, err := reusable(); err != nil || !ok {
+				return cmp.Or(err, taken)
 			}
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {

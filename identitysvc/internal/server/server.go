@@ -394,12 +394,14 @@ func fromFrontDoor(ctx context.Context) bool {
 // caller proved, never from what it wrote: the front door states the
 // agent's key fingerprint and Agent-ID, which it verified on the AGTP
 // connection; an operator is authorised by its own certificate, and the
-// event names it as the actor.
+// event names it as the actor. The actor an AGTP caller writes proves
+// nothing (the Genesis issuer could write "operator/admin"): it is
+// recorded as claimed_actor, never as actor.
 func callerFacts(ctx context.Context, tr *registry.TransitionRequest, req *identityv1.TransitionLifecycleRequest) error {
 	id, _ := access.Caller(ctx)
 	switch {
 	case fromFrontDoor(ctx):
-		tr.Actor = req.GetActor()
+		tr.ClaimedActor = req.GetActor()
 		tr.ClientKeyFingerprint = req.GetClientKeyFingerprint()
 		tr.CallerAgentID = req.GetCallerAgentId()
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ import (
 
 const (
 	tACTIVATE   = identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_ACTIVATE
+	tREINSTATE  = identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REINSTATE
 	tDEACTIVATE = identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_DEACTIVATE
 	tREVOKE     = identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_REVOKE
 	tDEPRECATE  = identityv1.LifecycleTransition_LIFECYCLE_TRANSITION_DEPRECATE
@@ -469,7 +471,9 @@ func TestTransitionLifecycleOverGRPC(t *testing.T) {
 		t.Fatalf("103: %v", res)
 	}
 	evs := e.audit.Events(g.AgentID)
-	if last := evs[len(evs)-1]; last.AuditID != res.GetAuditId() || last.Claims["actor"] != "ops" || last.Claims["caller_agent_id"] != g.AgentID {
+	if last := evs[len(evs)-1]; last.AuditID != res.GetAuditId() || last.Claims["claimed_actor"] != "ops" || last.Claims["actor"] != nil ||
+		last.Claims["caller_agent_id"] != g.AgentID || last.Claims["authorized_by"] != registry.AuthorizedByGenesisIssuer ||
+		last.Claims["client_key_fingerprint"] != g.IssuerFingerprint() {
 		t.Fatalf("event %+v", last)
 	}
 	res, err = e.a.client.TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{
@@ -762,7 +766,9 @@ func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
 		req    *identityv1.TransitionLifecycleRequest
 		code   codes.Code
 		reason string
-		actor  string // the event's actor when the transition runs
+		// The event's actor, claimed_actor and authorized_by when the
+		// transition runs; "" is absent.
+		actor, claimed, by string
 	}{
 		{name: "an operator claiming the issuer's key", caller: testkit.Operator,
 			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint()},
@@ -781,10 +787,10 @@ func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
 			code: codes.Unauthenticated, reason: "genesis-issuer-cert-required"},
 		{name: "an operator by its certificate, whatever actor it writes", caller: testkit.Operator,
 			req:  &identityv1.TransitionLifecycleRequest{Transition: tDEACTIVATE, Actor: "someone else"},
-			code: codes.OK, actor: "operator/admin"},
+			code: codes.OK, actor: "operator/admin", by: registry.AuthorizedByOperator},
 		{name: "the front door for the issuer", caller: testkit.FrontDoor,
 			req:  &identityv1.TransitionLifecycleRequest{Transition: tACTIVATE, ClientKeyFingerprint: g.IssuerFingerprint(), Actor: "agent", CallerAgentId: g.AgentID},
-			code: codes.OK, actor: "agent"},
+			code: codes.OK, claimed: "agent", by: registry.AuthorizedByGenesisIssuer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(e.audit.Events(g.AgentID))
@@ -801,8 +807,11 @@ func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
 				t.Fatalf("%v %v", res, err)
 			}
 			evs := e.audit.Events(g.AgentID)
-			if last := evs[len(evs)-1]; last.Claims["actor"] != tc.actor {
-				t.Fatalf("actor %v, want %q", last.Claims["actor"], tc.actor)
+			last := evs[len(evs)-1]
+			for k, want := range map[string]string{"actor": tc.actor, "claimed_actor": tc.claimed, "authorized_by": tc.by} {
+				if got, _ := last.Claims[k].(string); got != want {
+					t.Fatalf("%s %v, want %q", k, last.Claims[k], want)
+				}
 			}
 		})
 	}
@@ -810,6 +819,143 @@ func TestLifecycleCallerFactsComeFromTheCaller(t *testing.T) {
 	_, err := as(testkit.Operator).ResolveAgent(context.Background(), &identityv1.ResolveAgentRequest{
 		AgentId: g.AgentID, SessionId: "sess-5mXbR2q9VvLw0kJp3sT7aQ", ClientKeyFingerprint: g.IssuerFingerprint()})
 	wantReason(t, err, codes.PermissionDenied, access.ReasonNotPermitted)
+}
+
+// TestLifecycleEventStatesHowTheCallWasAuthorised: the signed event says
+// how the call was authorised (authorized_by) and with which client key;
+// the actor an AGTP caller writes is only claimed_actor, so the Genesis
+// issuer writing "operator/admin" is told apart from the operator.
+func TestLifecycleEventStatesHowTheCallWasAuthorised(t *testing.T) {
+	opFP := strings.Repeat("ab", 32)
+	e := newEnv(t, Options{LifecycleAuth: registry.AuthGenesisIssuer, OperatorFingerprints: []string{opFP}})
+	operator := identityv1.NewIdentityServiceClient(testkit.ServeGRPCAs(t, testkit.Operator, e.a.srv.Register))
+	for _, tc := range []struct {
+		name   string
+		c      identityv1.IdentityServiceClient
+		fp     func(g *genesis.Genesis) string // the front door's verified client key
+		claims map[string]any                  // nil: absent
+	}{
+		{name: "the Genesis issuer writing an operator's actor", c: e.a.client,
+			fp:     func(g *genesis.Genesis) string { return g.IssuerFingerprint() },
+			claims: map[string]any{"authorized_by": registry.AuthorizedByGenesisIssuer, "actor": nil, "claimed_actor": "operator/admin"}},
+		{name: "an operator by its certificate", c: operator,
+			fp:     func(*genesis.Genesis) string { return "" },
+			claims: map[string]any{"authorized_by": registry.AuthorizedByOperator, "actor": "operator/admin", "claimed_actor": nil, "client_key_fingerprint": nil}},
+		{name: "an allowlisted operator key through the front door", c: e.a.client,
+			fp: func(*genesis.Genesis) string { return opFP },
+			claims: map[string]any{"authorized_by": registry.AuthorizedByOperatorFingerprint, "actor": nil, "claimed_actor": "operator/admin",
+				"client_key_fingerprint": opFP}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGenesis(t, 2)
+			register(t, e.a.client, g, "")
+			req := &identityv1.TransitionLifecycleRequest{AgentId: g.AgentID, Transition: tDEACTIVATE, Actor: "operator/admin"}
+			if fp := tc.fp(g); fp != "" {
+				req.ClientKeyFingerprint, req.CallerAgentId = fp, g.AgentID
+			}
+			res, err := tc.c.TransitionLifecycle(context.Background(), req)
+			if err != nil || res.GetNoop() {
+				t.Fatalf("%v %v", res, err)
+			}
+			evs := e.audit.Events(g.AgentID)
+			last := evs[len(evs)-1]
+			want := maps.Clone(tc.claims)
+			if _, ok := want["client_key_fingerprint"]; !ok {
+				want["client_key_fingerprint"] = req.ClientKeyFingerprint
+			}
+			for k, w := range want {
+				if got := last.Claims[k]; got != w {
+					t.Errorf("%s %v, want %v", k, got, w)
+				}
+			}
+		})
+	}
+}
+
+// TestLabelTakenOverCannotBeReinstated: once a deprecated agent's label
+// was registered to another agent (core §6.5.9), the old agent may not
+// return to active under it, by REINSTATE or ACTIVATE, whoever asks; the
+// namespace lists the label once. An agent whose label was not taken
+// over is reinstated as before.
+func TestLabelTakenOverCannotBeReinstated(t *testing.T) {
+	operator := func(e *env) identityv1.IdentityServiceClient {
+		return identityv1.NewIdentityServiceClient(testkit.ServeGRPCAs(t, testkit.Operator, e.a.srv.Register))
+	}
+	for _, tc := range []struct {
+		name      string
+		method    identityv1.LifecycleTransition
+		issuer    bool // through the front door with the issuer's key, else as an operator
+		takenOver bool
+	}{
+		{name: "REINSTATE by an operator after takeover", method: tREINSTATE, takenOver: true},
+		{name: "ACTIVATE by the issuer after takeover", method: tACTIVATE, issuer: true, takenOver: true},
+		{name: "REINSTATE by the issuer, label kept", method: tREINSTATE, issuer: true},
+		{name: "ACTIVATE by an operator, label kept", method: tACTIVATE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Options{LifecycleAuth: registry.AuthGenesisIssuer, LabelReuseAfter: time.Millisecond})
+			ctx := context.Background()
+			op := operator(e)
+			old := newGenesis(t, 2)
+			register(t, e.a.client, old, "helper")
+			if _, err := op.TransitionLifecycle(ctx, &identityv1.TransitionLifecycleRequest{AgentId: old.AgentID, Transition: tDEPRECATE}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			holder := old.AgentID
+			if tc.takenOver {
+				newer := newGenesis(t, 2)
+				register(t, e.a.client, newer, "helper")
+				holder = newer.AgentID
+			}
+			before := len(e.audit.Events(old.AgentID))
+			req := &identityv1.TransitionLifecycleRequest{AgentId: old.AgentID, Transition: tc.method}
+			c := op
+			if tc.issuer {
+				c, req.ClientKeyFingerprint, req.CallerAgentId = e.a.client, old.IssuerFingerprint(), old.AgentID
+			}
+			res, err := c.TransitionLifecycle(ctx, req)
+			if tc.takenOver {
+				wantReason(t, err, codes.Aborted, registry.ReasonAgentNameTaken)
+				if n := len(e.audit.Events(old.AgentID)); n != before {
+					t.Fatalf("a refused transition appended %d events", n-before)
+				}
+				r, err := e.a.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{AgentId: old.AgentID})
+				if err != nil || r.GetAgent().GetStatus() != identityv1.AgentStatus_AGENT_STATUS_DEPRECATED {
+					t.Fatalf("old agent after the refusal: %v %v", r.GetAgent(), err)
+				}
+			} else if err != nil || res.GetStatus() != identityv1.AgentStatus_AGENT_STATUS_ACTIVE {
+				t.Fatalf("%v %v", res, err)
+			}
+
+			r, err := e.a.client.ResolveAgent(ctx, &identityv1.ResolveAgentRequest{Name: "helper"})
+			if err != nil || r.GetAgent().GetAgentId() != holder {
+				t.Fatalf("helper resolves to %v (%v), want %s", r.GetAgent().GetAgentId(), err, holder)
+			}
+			ns, err := e.a.client.GetNamespaceDocument(ctx, &identityv1.GetNamespaceDocumentRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Agents []struct {
+					Label string `json:"agent_label"`
+					ID    string `json:"canonical_id"`
+				} `json:"agents"`
+			}
+			if err := json.Unmarshal([]byte(ns.GetDocument()), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var helpers []string
+			for _, a := range doc.Agents {
+				if a.Label == "helper" {
+					helpers = append(helpers, a.ID)
+				}
+			}
+			if !slices.Equal(helpers, []string{holder}) {
+				t.Fatalf("namespace lists helper as %v, want only %s", helpers, holder)
+			}
+		})
+	}
 }
 
 // TestIdentityDocumentListsTheFrontDoorsMethods: the methods the front
