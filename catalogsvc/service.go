@@ -38,6 +38,9 @@ func New(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.DemoEndpoints && opts.EndpointsDir == "" {
+		base.Log.Warn("demo endpoints are on: the embedded demo endpoints are served, anonymous ones included; for development only (AGTP_DEMO, -demo)")
+	}
 	srv, err := server.New(ctx, base.Redis, base.Log, opts)
 	if err != nil {
 		_ = base.Close(ctx)

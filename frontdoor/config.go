@@ -270,9 +270,6 @@ func (c Config) Validate() error {
 	if u, err := agtp.ParseURI("agtp://" + c.Domain + "/agents/a"); err != nil || u.Port != 0 || u.Host != strings.ToLower(c.Domain) {
 		errs = append(errs, fmt.Errorf("domain %q is not a domain name (Form 3 URIs agtp://DOMAIN/agents/NAME have no port)", c.Domain))
 	}
-	if u, err := agtp.ParseURI("agtp://" + c.Domain + "/agents/a"); err != nil || u.Port != 0 || u.Host != strings.ToLower(c.Domain) {
-		errs = append(errs, fmt.Errorf("domain %q is not a domain name (Form 3 URIs agtp://DOMAIN/agents/NAME have no port)", c.Domain))
-	}
 	if c.PublicHost != "" {
 		if u, err := url.Parse("agtp://" + c.PublicHost); err != nil || u.Host != c.PublicHost || u.User != nil {
 			errs = append(errs, fmt.Errorf("public host %q is not a host[:port]", c.PublicHost))
@@ -316,6 +313,29 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("the per-address connection limit must not be negative (0 means no limit)"))
 	}
 	return errors.Join(errs...)
+}
+
+// looser lists, one line each, the settings of a validated c that are
+// looser than the defaults, each naming its setting; the front door logs
+// them as warnings at start-up.
+func (c Config) looser() []string {
+	var out []string
+	switch mode, _ := callerproof.ParseMode(c.CallerProof); mode {
+	case callerproof.Off:
+		out = append(out, "caller_proof is off: a bare Agent-ID header is taken as the caller's identity and attributed as such; for development on loopback only (AGTP_CALLER_PROOF, -caller-proof; default required)")
+	case callerproof.Informational:
+		out = append(out, "caller_proof is informational: a bare Agent-ID header is taken as the caller's identity on informational (read-only) endpoints (AGTP_CALLER_PROOF, -caller-proof; default required)")
+	}
+	if mode, _ := inspect.ParseMode(c.InspectACL); mode == inspect.Public {
+		out = append(out, "the INSPECT read ACL is public: any caller, anonymous ones included, may read any agent's records (AGTP_INSPECT_ACL, -inspect-acl; default agent_only)")
+	}
+	if c.MaxConnectionsPerIP == 0 {
+		out = append(out, "max_connections_per_ip is 0: one client address may hold every connection, with no per-address limit; only behind a load balancer that hides client addresses (AGTP_MAX_CONNECTIONS_PER_IP, -max-connections-per-ip)")
+	}
+	if c.Demo {
+		out = append(out, "demo is on: the demo domain's handlers and recipes are served; for development only (AGTP_DEMO, -demo)")
+	}
+	return append(out, c.Outbound.Looser()...)
 }
 
 // PublicAGTPHost is the authority agents are told to use: PublicHost, or

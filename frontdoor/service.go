@@ -105,8 +105,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		return nil, err
 	}
 	s := &Service{cfg: cfg, base: base, catalog: &catalogstate.Store{}, ready: make(chan struct{})}
-	if callerproof.Mode(cfg.CallerProof) == callerproof.Off {
-		base.Log.Warn("caller_proof is off: a bare Agent-ID header is taken as the caller's identity and attributed as such; for development on loopback only")
+	// Every setting looser than the default says so once at start-up.
+	for _, w := range cfg.looser() {
+		base.Log.Warn(w)
 	}
 	defer func() {
 		if err != nil {

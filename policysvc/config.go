@@ -92,6 +92,26 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	return c.Common.ApplyEnv(lookup)
 }
 
+// looser lists, one line each, what cfg and the policy options in effect
+// (opts: the file's, else cfg.Options) leave looser than a deployment
+// exposed to strangers should be, each naming its setting; New logs them
+// as warnings at start-up.
+func looser(cfg Config, opts server.Options) []string {
+	var out []string
+	rl := opts.RateLimits
+	limited := rl.PerIP.Enabled() || rl.PerPrincipal.Enabled()
+	for _, r := range rl.Tiers {
+		limited = limited || r.Enabled()
+	}
+	if !limited {
+		out = append(out, "no rate limit is configured: the policy options set no rate_limits tier, per_ip or per_principal limit, so a caller's request rate is not limited (AGTP_POLICY_FILE, -options: rate_limits)")
+	}
+	if p := cfg.AGP.ExecutePolicy; p == "" || p == agp.PolicyOpen {
+		out = append(out, "the AGP execute policy is open: AGP executes need no confirmation token and a token sent is ignored (AGTP_AGP_EXECUTE_POLICY, -agp-execute-policy: confirm or strict require one)")
+	}
+	return append(out, cfg.Tasks.Outbound.Looser()...)
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	// The options are validated, with their defaults applied, by New.

@@ -62,6 +62,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every setting looser than the safe one says so once at start-up.
+	for _, w := range looser(cfg, opts) {
+		base.Log.Warn(w)
+	}
 	srv, err := server.New(base.Redis, base.Log, opts)
 	if err != nil {
 		_ = base.Close(ctx)

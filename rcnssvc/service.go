@@ -58,6 +58,9 @@ func New(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Demo {
+		base.Log.Warn("demo is on: RCNS is enabled with the demo synthesis patterns and callers of trust tier 2 (org-asserted) may negotiate contracts; for development only (AGTP_DEMO, -demo)")
+	}
 	s := &Service{base: base}
 	defer func() {
 		if err != nil {

@@ -67,6 +67,10 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"readiness not on gRPC health", `[{"op":"replace","path":"/spec/template/spec/containers/0/readinessProbe/exec/command","value":["/usr/local/bin/service","-h"]}]`, "Deployment", "policysvc", "healthcheck"},
 		{"GOMAXPROCS from the node's cores", `[{"op":"remove","path":"/spec/template/spec/containers/0/env/0"}]`, "Deployment", "identitysvc", "GOMAXPROCS"},
 		{"GOMAXPROCS from the limit", `[{"op":"replace","path":"/spec/template/spec/containers/0/env/0/valueFrom/resourceFieldRef/resource","value":"limits.cpu"}]`, "Deployment", "", "GOMAXPROCS"},
+		{"an internal service on the host's network", `[{"op":"add","path":"/spec/template/spec/hostNetwork","value":true}]`, "Deployment", "catalogsvc", "hostNetwork"},
+		{"an internal service on a host port", `[{"op":"add","path":"/spec/template/spec/containers/0/ports/0/hostPort","value":7102}]`, "Deployment", "policysvc", "hostPort 7102"},
+		{"an internal service with an external IP", `[{"op":"remove","path":"/spec/clusterIP"},{"op":"add","path":"/spec/externalIPs","value":["203.0.113.7"]}]`, "Service", "rcnssvc", "externalIPs"},
+		{"an internal service with a load balancer IP", `[{"op":"replace","path":"/spec/type","value":"LoadBalancer"},{"op":"remove","path":"/spec/clusterIP"},{"op":"add","path":"/spec/loadBalancerIP","value":"203.0.113.8"}]`, "Service", "identitysvc", "loadBalancerIP"},
 		{"GRPC_ADDR off the grpc port", `[{"op":"replace","path":"/spec/template/spec/containers/0/ports/0/containerPort","value":9999}]`, "Deployment", "auditsvc", "GRPC_ADDR"},
 	}
 	for _, tc := range cases {

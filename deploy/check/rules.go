@@ -104,6 +104,7 @@ func Rules(objs []*Object) []error {
 
 	for _, p := range pods {
 		checkPod(p, fail)
+		checkHostNetwork(p, fail)
 		// References resolve.
 		for _, v := range p.spec.Volumes {
 			if v.ConfigMap != nil && !has("ConfigMap", v.ConfigMap.Name) {
@@ -137,12 +138,19 @@ func Rules(objs []*Object) []error {
 	}
 
 	// Services: selectors match pods, named target ports exist, only the
-	// front door is public.
+	// front door is public: no other Service is a LoadBalancer or
+	// NodePort, or takes traffic for an external or load balancer IP.
 	for _, o := range byKind["Service"] {
 		svc := o.External.(*corev1.Service)
 		public := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
 		if public && svc.Name != "frontdoor" {
 			fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
+		}
+		if len(svc.Spec.ExternalIPs) > 0 && svc.Name != "frontdoor" {
+			fail("%s: externalIPs %v: only the front door may be reachable from outside", o, svc.Spec.ExternalIPs)
+		}
+		if svc.Spec.LoadBalancerIP != "" && svc.Name != "frontdoor" {
+			fail("%s: loadBalancerIP %s: only the front door may be reachable from outside", o, svc.Spec.LoadBalancerIP)
 		}
 		if slices.Contains(Services, svc.Name) && svc.Name != "frontdoor" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
 			fail("%s: an internal service must be headless (clusterIP: None), so that the gRPC clients balance over every replica's address", o)
@@ -436,6 +444,25 @@ func checkPod(p pod, fail func(string, ...any)) {
 			}
 			if g := pr.HTTPGet; g != nil && g.Port.StrVal != "" && !hasPortIn(c, g.Port.StrVal, corev1.ProtocolTCP) {
 				fail("%s: probe port %s is not a container port", where, g.Port.StrVal)
+			}
+		}
+	}
+}
+
+// checkHostNetwork keeps every pod but the front door's off the node's
+// own addresses: hostNetwork or a hostPort would make it reachable from
+// outside the cluster, past its Service and the NetworkPolicies.
+func checkHostNetwork(p pod, fail func(string, ...any)) {
+	if p.kind == "Deployment" && p.name == "frontdoor" {
+		return
+	}
+	if p.spec.HostNetwork {
+		fail("%s: hostNetwork: only the front door may be reachable from outside", p.owner)
+	}
+	for _, c := range allContainers(p.spec) {
+		for _, cp := range c.Ports {
+			if cp.HostPort != 0 {
+				fail("%s: container %s: port %s hostPort %d: only the front door may be reachable from outside", p.owner, c.Name, cp.Name, cp.HostPort)
 			}
 		}
 	}
