@@ -52,8 +52,9 @@
 // connection only if it is idempotent (see Idempotent), because the
 // server may have acted on it.
 //
-// Over QUIC (Options.QUIC), each address has one connection, and each
-// request has its own bidirectional stream: the client writes the
+// Over QUIC (Options.QUIC), each address has one connection (a dial
+// that fails leaves none behind), and each request has its own
+// bidirectional stream: the client writes the
 // request and closes its side, then reads the response, or series of
 // responses, up to the server's FIN. On a resumed connection, QUERY and
 // DISCOVER may be sent in 0-RTT data (they are the only methods a server

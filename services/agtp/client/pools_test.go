@@ -80,3 +80,17 @@ func TestPoolInUseIsKeptAndReused(t *testing.T) {
 		t.Fatalf("request after the pool was dropped: %v, %v", resp, err)
 	}
 }
+
+// A QUIC dial that fails leaves nothing behind either.
+func TestQUICConnectionsOfFailedDialsAreDropped(t *testing.T) {
+	c := newClient(t, testkit.PKI(t).CA(), client.Options{QUIC: true, HandshakeTimeout: time.Millisecond})
+	for i := range 200 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+i) // nothing answers QUIC there
+		if _, err := c.Do(context.Background(), request(t, agtp.MethodQuery, "/"), addr); err == nil {
+			t.Fatalf("%s answered", addr)
+		}
+	}
+	if n := client.QUICConns(c); n != 0 {
+		t.Fatalf("%d QUIC entries kept after 200 failed dials to distinct addresses, want none", n)
+	}
+}

@@ -97,6 +97,15 @@ func (e *quicConn) current() *quic.Conn {
 	return e.conn
 }
 
+// forget drops e from the pool if it is still addr's entry.
+func (p *quicPool) forget(addr string, e *quicConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns[addr] == e {
+		delete(p.conns, addr)
+	}
+}
+
 // get returns the connection to addr, dialling it when there is none or
 // the one there has ended, and whether it carried requests before.
 func (p *quicPool) get(ctx context.Context, addr string) (*quicConn, bool, error) {
@@ -134,6 +143,10 @@ func (p *quicPool) get(ctx context.Context, addr string) (*quicConn, bool, error
 			e.conn, e.err = p.dial(ctx, tr, e)
 			close(e.ready)
 			if e.err != nil {
+				// Kept, a failed dial's entry would stay until its
+				// address is asked for again: with callers naming a new
+				// host each time, for ever.
+				p.forget(addr, e)
 				return nil, false, e.err
 			}
 			e.requests.Add(1)
