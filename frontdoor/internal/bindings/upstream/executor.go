@@ -263,10 +263,31 @@ func (e *Executor) breaker(key string) *breaker {
 	defer e.mu.Unlock()
 	b := e.breakers[key]
 	if b == nil {
+		if len(e.breakers) >= maxBreakers {
+			e.dropClosedBreakers()
+		}
 		b = newBreaker(e.opts.Breaker, e.opts.Now)
 		e.breakers[key] = b
 	}
 	return b
+}
+
+// maxBreakers bounds the breakers kept before the closed ones are
+// dropped. Upstreams are named by the operator, but a webhook recipient
+// an agent names (under a wildcard allowlist) is one too, and each new
+// host would otherwise leave a breaker for ever.
+const maxBreakers = 1024
+
+// dropClosedBreakers forgets every breaker whose circuit is closed: a
+// new one behaves the same, save for failures counted short of the
+// threshold. Open and half-open circuits stay, so an upstream that is
+// failing stays shed. A call in flight keeps its own breaker.
+func (e *Executor) dropClosedBreakers() {
+	for k, b := range e.breakers {
+		if b.current() == CircuitClosed {
+			delete(e.breakers, k)
+		}
+	}
 }
 
 // Check compiles a binding: the front door calls it when a snapshot
