@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -250,6 +251,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 			return nil, fmt.Errorf("listen https on %s: %w", cfg.HTTPSAddr, err)
 		}
 		s.https = kit.NewHTTPServer(httpsapi.Handler(hopts), httpsapi.TLSConfig(s.transport.GetCertificate), base.Log)
+		// The public listener serves no stream, so every answer has a
+		// write deadline: a client that reads nothing (an HTTP/2 window
+		// it never opens) cannot hold a connection and its handlers.
+		s.https.WriteTimeout = publicWriteTimeout(cfg.RequestTimeout)
 	}
 	s.agents.OnSession = s.pipeline.DropSession
 	if err := s.observeTransport(meter); err != nil {
@@ -473,4 +478,11 @@ func newPeerClient(cfg Config, pol *outbound.Policy) (*client.Client, error) {
 	}
 	return client.New(client.Options{RootCAs: roots, MaxConnsPerHost: 8, DialContext: pol.DialContext,
 		CertFile: cfg.ServerCertFile, KeyFile: cfg.ServerKeyFile})
+}
+
+// publicWriteTimeout is how long the public HTTPS listener gives a
+// request from its headers to its answer's last byte: the pipeline's own
+// timeout, and as long again for the answer to reach its client.
+func publicWriteTimeout(requestTimeout time.Duration) time.Duration {
+	return 2 * requestTimeout
 }

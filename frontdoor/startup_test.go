@@ -133,3 +133,25 @@ func TestStartupWarnsOfLooserSettings(t *testing.T) {
 		})
 	}
 }
+
+// The public HTTPS listener bounds the time to answer a request, so a
+// client that never reads (an HTTP/2 window it never opens) cannot hold
+// a connection and its handlers; the front door's REST gateway serves
+// watch streams and has no such bound.
+func TestPublicListenerHasAWriteDeadline(t *testing.T) {
+	l := testkit.PKI(t)
+	cfg := DefaultConfig()
+	cfg.GRPCAddr, cfg.AGTPAddr, cfg.HTTPSAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.QUIC = false
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = l.CA(), l.Cert("frontdoor"), l.Key("frontdoor")
+	cfg.ServerCertFile, cfg.ServerKeyFile = l.Cert(devpki.AGTPServer), l.Key(devpki.AGTPServer)
+	cfg.Peers = map[string]string{"catalogsvc": "127.0.0.1:1", "identitysvc": "127.0.0.1:1", "policysvc": "127.0.0.1:1", "auditsvc": "127.0.0.1:1"}
+	s, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.https.WriteTimeout; got <= cfg.RequestTimeout {
+		t.Fatalf("public listener write timeout %v, want more than the request timeout %v and not unbounded", got, cfg.RequestTimeout)
+	}
+}

@@ -17,7 +17,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,6 +48,40 @@ type Options struct {
 	// AGP, when set, adds the Agent Gateway Protocol's routes (/agp/...,
 	// /health, /keys; docs/agp.md).
 	AGP interface{ Register(*http.ServeMux) }
+}
+
+// servedHost is the name the links of the bootstrap document use: the
+// request's Host when the connection was made for it (the TLS server name
+// the client asked for, which the certificate had to serve, or for a
+// client that asked for none, the address it connected to), else domain.
+// A Host header alone names whatever the client likes, and the document
+// is cacheable: links taken from it could send agents to another JWKS.
+func servedHost(r *http.Request, domain string) string {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	switch {
+	case r.TLS != nil && r.TLS.ServerName != "":
+		if strings.EqualFold(host, r.TLS.ServerName) {
+			return r.Host
+		}
+	default:
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+		if ap, ok := addrPort(local); ok && err == nil && ip.Unmap() == ap.Addr().Unmap() {
+			return r.Host
+		}
+	}
+	return domain
+}
+
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return ta.AddrPort(), true
 }
 
 // TLSConfig is the public listener's TLS configuration. It presents the
@@ -77,8 +114,8 @@ func Handler(o Options) http.Handler {
 			"verification":   map[string]any{"dns_anchor": "_agtp." + o.Domain, "log_anchor": nil},
 			"issuer":         "https://" + o.Domain,
 			"discovery": map[string]any{
-				"namespace_document":    "https://" + r.Host + "/agents.json",
-				"jwks":                  "https://" + r.Host + "/.well-known/jwks.json",
+				"namespace_document":    "https://" + servedHost(r, o.Domain) + "/agents.json",
+				"jwks":                  "https://" + servedHost(r, o.Domain) + "/.well-known/jwks.json",
 				"well_known_updated_at": started.Format(time.RFC3339),
 			},
 		})

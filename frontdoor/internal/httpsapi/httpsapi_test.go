@@ -229,3 +229,47 @@ func TestPublicListenerServesNoInternalAPI(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The bootstrap document's links use the request's Host only when the
+// connection was made for it (the TLS server name, or the address
+// connected to); a Host the connection was not made for gets the
+// organisation's domain, so a cached document cannot point agents at
+// another JWKS.
+func TestWellKnownLinksUseOnlyAHostTheConnectionServes(t *testing.T) {
+	suite := testkit.PKI(t)
+	served := keyPair(t, suite, devpki.AGTPServer)
+	base := serve(t, publicHandler(), TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &served, nil }))
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
+	hc := client(pool(t, suite.CA()), nil, nil)
+	defer hc.CloseIdleConnections()
+	for _, tc := range []struct {
+		name, dial, host, want string
+	}{
+		{"the TLS server name", "localhost", "localhost:" + port, "localhost:" + port},
+		{"another name than the TLS server name", "localhost", "evil.example", "example.test"},
+		{"the address connected to", "127.0.0.1", "127.0.0.1:" + port, "127.0.0.1:" + port},
+		{"a name, over a connection to an address", "127.0.0.1", "evil.example:" + port, "example.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest("GET", "https://"+net.JoinHostPort(tc.dial, port)+"/.well-known/agtp", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = tc.host
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var doc struct {
+				Discovery map[string]any `json:"discovery"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+				t.Fatal(err)
+			}
+			if got := doc.Discovery["jwks"]; got != "https://"+tc.want+"/.well-known/jwks.json" {
+				t.Fatalf("jwks link %v, want it on %s", got, tc.want)
+			}
+		})
+	}
+}
