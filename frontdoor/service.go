@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	"github.com/agtpsuite/agtp/services/addrlimit"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
 
@@ -396,7 +397,13 @@ func (s *Service) serveHTTPS(name string, srv *http.Server, ln net.Listener, log
 	return func(ctx context.Context) error {
 		s.base.Log.Info(name+" listening", append([]any{"addr", ln.Addr().String()}, logArgs...)...)
 		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(tls.NewListener(kit.LimitListener(ln), srv.TLSConfig)) }()
+		// One source holds at most its share of the listener's
+		// connections, as on the AGTP listener (MaxConnectionsPerIP,
+		// capped at an eighth of the listener's own bound).
+		perSource := min(s.cfg.MaxConnectionsPerIP, kit.MaxHTTPConns/8)
+		go func() {
+			errc <- srv.Serve(tls.NewListener(addrlimit.Listener(kit.LimitListener(ln), perSource), srv.TLSConfig))
+		}()
 		select {
 		case err := <-errc:
 			if errors.Is(err, http.ErrServerClosed) {

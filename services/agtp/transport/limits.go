@@ -3,7 +3,6 @@ package transport
 import (
 	"container/list"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 )
@@ -16,74 +15,6 @@ import (
 // clients larger than the backlog queues instead of shedding each other
 // into a livelock.
 const handshakeShedAge = time.Second
-
-// addrKey is the source a per-address connection count is kept for: the
-// IPv4 address, or the /64 prefix of an IPv6 address (a single host is
-// routinely given a whole /64, so counting its addresses one by one would
-// not limit it).
-func addrKey(a net.Addr) (netip.Addr, bool) {
-	var ap netip.AddrPort
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ap = a.AddrPort()
-	case *net.UDPAddr:
-		ap = a.AddrPort()
-	default:
-		return netip.Addr{}, false
-	}
-	ip := ap.Addr().Unmap()
-	if !ip.IsValid() {
-		return netip.Addr{}, false
-	}
-	if ip.Is6() {
-		p, err := ip.Prefix(64)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		ip = p.Addr()
-	}
-	return ip, true
-}
-
-// perAddr counts open connections (TCP and QUIC together, handshakes
-// included) per source address, for MaxConnsPerIP.
-type perAddr struct {
-	max int // <= 0: no limit
-	mu  sync.Mutex
-	n   map[netip.Addr]int
-}
-
-func newPerAddr(max int) *perAddr { return &perAddr{max: max, n: make(map[netip.Addr]int)} }
-
-// acquire counts a connection from a, or reports that a already has max.
-// Addresses that are not IP (never seen in practice) are not limited.
-func (p *perAddr) acquire(a net.Addr) (key netip.Addr, ok bool) {
-	key, valid := addrKey(a)
-	if p.max <= 0 || !valid {
-		return netip.Addr{}, true
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n[key] >= p.max {
-		return netip.Addr{}, false
-	}
-	p.n[key]++
-	return key, true
-}
-
-// release gives back what acquire counted; the zero key is a no-op.
-func (p *perAddr) release(key netip.Addr) {
-	if !key.IsValid() {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n[key] <= 1 {
-		delete(p.n, key)
-		return
-	}
-	p.n[key]--
-}
 
 // handshakes is the handshake backlog (MaxHandshakes), TCP and QUIC
 // together, oldest first.

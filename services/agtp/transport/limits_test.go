@@ -5,62 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 )
-
-func TestAddrKeyGroupsIPv6By64(t *testing.T) {
-	tests := []struct {
-		name string
-		addr net.Addr
-		want string // "" = not limited
-	}{
-		{"ipv4", &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 1}, "192.0.2.7"},
-		{"ipv4-mapped ipv6 is the ipv4 address", &net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.7"), Port: 1}, "192.0.2.7"},
-		{"ipv6 keyed by its /64", &net.UDPAddr{IP: net.ParseIP("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), Port: 1}, "2001:db8:1:2::"},
-		{"another host of the same /64", &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2::1"), Port: 9}, "2001:db8:1:2::"},
-		{"a different /64", &net.TCPAddr{IP: net.ParseIP("2001:db8:1:3::1"), Port: 9}, "2001:db8:1:3::"},
-		{"not an IP address", &net.UnixAddr{Name: "/tmp/x", Net: "unix"}, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := addrKey(tt.addr)
-			if tt.want == "" {
-				if ok {
-					t.Fatalf("addrKey = %v, want not limited", got)
-				}
-				return
-			}
-			if !ok || got != netip.MustParseAddr(tt.want) {
-				t.Fatalf("addrKey = %v %v, want %s", got, ok, tt.want)
-			}
-		})
-	}
-}
-
-func TestPerAddrCountsAndReleases(t *testing.T) {
-	p := newPerAddr(2)
-	a := &net.TCPAddr{IP: net.ParseIP("192.0.2.1")}
-	b := &net.TCPAddr{IP: net.ParseIP("192.0.2.2")}
-	k1, ok1 := p.acquire(a)
-	_, ok2 := p.acquire(a)
-	_, ok3 := p.acquire(a)
-	_, okB := p.acquire(b)
-	if !ok1 || !ok2 || ok3 || !okB {
-		t.Fatalf("acquire a,a,a,b = %v %v %v %v, want true true false true", ok1, ok2, ok3, okB)
-	}
-	p.release(k1)
-	if _, ok := p.acquire(a); !ok {
-		t.Fatal("a released slot was not reusable")
-	}
-	if _, ok := newPerAddr(-1).acquire(a); !ok {
-		t.Fatal("a negative limit must not limit")
-	}
-}
 
 // dialFrom opens a TLS connection from a given loopback source address.
 func (ts *testServer) dialFrom(src string) (*tls.Conn, error) {

@@ -65,7 +65,7 @@ func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (cont
 	if s.shutting.Load() {
 		return nil, ErrServerClosed
 	}
-	key, ok := s.perAddr.acquire(ci.RemoteAddr)
+	key, ok := s.perAddr.Acquire(ci.RemoteAddr)
 	if !ok {
 		s.stats.perAddrRefused.Add(1)
 		return nil, errAddrLimit
@@ -73,14 +73,14 @@ func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (cont
 	select {
 	case s.connSlots <- struct{}{}:
 	default:
-		s.perAddr.release(key)
+		s.perAddr.Release(key)
 		s.stats.quicRefused.Add(1)
 		return nil, errConnLimit
 	}
 	p, shed, ok := s.hs.admit(time.Now(), nil)
 	if !ok {
 		<-s.connSlots
-		s.perAddr.release(key)
+		s.perAddr.Release(key)
 		s.stats.handshakeLimit.Add(1)
 		return nil, errHandshakeLimit
 	}
@@ -90,7 +90,7 @@ func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (cont
 	context.AfterFunc(ctx, func() {
 		s.hs.done(p)
 		<-s.connSlots
-		s.perAddr.release(key)
+		s.perAddr.Release(key)
 	})
 	return context.WithValue(ctx, pendingKey{}, p), nil
 }

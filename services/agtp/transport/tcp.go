@@ -92,7 +92,7 @@ func (s *Server) acceptTCP(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		key, ok := s.perAddr.acquire(nc.RemoteAddr())
+		key, ok := s.perAddr.Acquire(nc.RemoteAddr())
 		if !ok {
 			s.stats.perAddrRefused.Add(1)
 			s.log.Debug("agtp connection refused: per-address limit", "remote", nc.RemoteAddr().String(), "max_conns_per_ip", s.opts.MaxConnsPerIP)
@@ -112,7 +112,7 @@ func (s *Server) acceptTCP(ln net.Listener) error {
 			select {
 			case s.connSlots <- struct{}{}:
 			case <-s.stopCtx.Done():
-				s.perAddr.release(key)
+				s.perAddr.Release(key)
 				nc.Close()
 				return nil
 			}
@@ -120,7 +120,7 @@ func (s *Server) acceptTCP(ln net.Listener) error {
 		c := s.newTCPConn(nc, key)
 		if !s.admitHandshake(c) {
 			<-s.connSlots
-			s.perAddr.release(key)
+			s.perAddr.Release(key)
 			nc.Close()
 			return nil
 		}
@@ -183,7 +183,7 @@ func (s *Server) startTCP(c *tcpConn) {
 		s.hs.done(c.pending)
 		c.raw.Close()
 		<-s.connSlots
-		s.perAddr.release(c.addrKey)
+		s.perAddr.Release(c.addrKey)
 		return
 	}
 	s.tcpConns[c] = struct{}{}
@@ -232,7 +232,7 @@ func (c *tcpConn) serve() {
 		s.mu.Unlock()
 		s.stats.tcpOpen.Add(-1)
 		<-s.connSlots
-		s.perAddr.release(c.addrKey)
+		s.perAddr.Release(c.addrKey)
 		s.log.Debug("agtp conn closed", "transport", TransportTCP, "conn", c.info.ID,
 			"remote", c.info.RemoteAddr.String(), "requests", c.info.Requests, "reason", reason)
 		s.live.Add(-1) // last: Shutdown returns when it reaches zero

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agtpsuite/agtp/services/addrlimit"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/agtpquic"
 	"github.com/agtpsuite/agtp/services/keyfile"
@@ -344,11 +345,11 @@ type Server struct {
 	tlsConf *tls.Config
 	lim     agtp.Limits
 
-	inflight  chan struct{} // request slots (MaxInFlight)
-	bodies    *bodyBudget   // bytes of bodies held (BodyBudget)
-	connSlots chan struct{} // connection slots (MaxConns)
-	perAddr   *perAddr      // connections per source (MaxConnsPerIP)
-	hs        *handshakes   // handshakes in progress (MaxHandshakes)
+	inflight  chan struct{}      // request slots (MaxInFlight)
+	bodies    *bodyBudget        // bytes of bodies held (BodyBudget)
+	connSlots chan struct{}      // connection slots (MaxConns)
+	perAddr   *addrlimit.Counter // connections per source (MaxConnsPerIP)
+	hs        *handshakes        // handshakes in progress (MaxHandshakes)
 	// retryAbove is the backlog length from which QUIC needs a Retry.
 	retryAbove int
 	retry      *tokenBucket
@@ -397,7 +398,7 @@ func New(opts Options, h Handler) (*Server, error) {
 		inflight:  make(chan struct{}, opts.MaxInFlight),
 		bodies:    newBodyBudget(opts.BodyBudget, opts.BusyWait),
 		connSlots: make(chan struct{}, opts.MaxConns),
-		perAddr:   newPerAddr(opts.MaxConnsPerIP),
+		perAddr:   addrlimit.NewCounter(opts.MaxConnsPerIP),
 		hs:        newHandshakes(opts.MaxHandshakes),
 		// Three quarters, but at least one place short of full.
 		retryAbove: min(opts.MaxHandshakes*3/4, opts.MaxHandshakes-1),
