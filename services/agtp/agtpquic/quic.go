@@ -27,8 +27,9 @@ const HandshakeTimeout = 10 * time.Second
 
 // Config returns the quic-go configuration of an AGTP endpoint: bounded
 // concurrent request streams, no unidirectional streams (AGTP does not
-// use them), the AGTP idle timeout, and 0-RTT allowed so that QUERY and
-// DISCOVER can be answered from early data (see RefuseEarly).
+// use them), the AGTP idle timeout, 0-RTT allowed so that QUERY and
+// DISCOVER can be answered from early data (see RefuseEarly), and
+// receive windows sized for AGTP's messages.
 func Config() *quic.Config {
 	return &quic.Config{
 		HandshakeIdleTimeout:  HandshakeTimeout,
@@ -36,8 +37,25 @@ func Config() *quic.Config {
 		MaxIncomingStreams:    agtp.DefaultMaxStreams,
 		MaxIncomingUniStreams: -1,
 		Allow0RTT:             true,
+		// What a peer may send before it is read is held in memory, per
+		// connection, outside any body budget: quic-go's defaults start
+		// at 512 KiB a stream and 768 KiB a connection. A request head
+		// is a few KiB; the windows grow, up to the maxima, only as
+		// fast as the receiver reads.
+		InitialStreamReceiveWindow:     InitialStreamWindow,
+		MaxStreamReceiveWindow:         MaxStreamWindow,
+		InitialConnectionReceiveWindow: InitialConnectionWindow,
+		MaxConnectionReceiveWindow:     MaxConnectionWindow,
 	}
 }
+
+// The receive windows of Config.
+const (
+	InitialStreamWindow     = 64 << 10
+	MaxStreamWindow         = 2 << 20
+	InitialConnectionWindow = 128 << 10
+	MaxConnectionWindow     = 8 << 20
+)
 
 // HandshakeComplete reports, without blocking, whether conn's handshake
 // has completed. Until it has, request bytes may have come in 0-RTT data,

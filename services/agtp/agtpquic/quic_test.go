@@ -103,4 +103,12 @@ func TestConfigBounds(t *testing.T) {
 		c.MaxIdleTimeout != agtp.DefaultIdleTimeout || c.HandshakeIdleTimeout == 0 || !c.Allow0RTT {
 		t.Errorf("Config = %+v", c)
 	}
+	// What a peer can make an endpoint hold unread is the initial
+	// windows; quic-go's defaults are 512 KiB and 768 KiB.
+	if c.InitialStreamReceiveWindow == 0 || c.InitialStreamReceiveWindow > 64<<10 ||
+		c.InitialConnectionReceiveWindow == 0 || c.InitialConnectionReceiveWindow > 128<<10 ||
+		c.MaxStreamReceiveWindow < c.InitialStreamReceiveWindow || c.MaxConnectionReceiveWindow < c.InitialConnectionReceiveWindow {
+		t.Errorf("receive windows: stream %d up to %d, connection %d up to %d", c.InitialStreamReceiveWindow, c.MaxStreamReceiveWindow,
+			c.InitialConnectionReceiveWindow, c.MaxConnectionReceiveWindow)
+	}
 }
