@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,38 +21,6 @@ import (
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// send makes an AGP request with extra headers (name, value pairs) and
-// the client's key, unless key overrides it.
-func (c *agpRefusalClient) send(method, path, body string, headers ...string) agpAnswer {
-	c.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.key != "" {
-		req.Header.Set("X-Api-Key", c.key)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	a := agpAnswer{status: resp.StatusCode, header: resp.Header, raw: b}
-	_ = json.Unmarshal(b, &a.body)
-	return a
-}
 
 // startAGPGuardSuite starts the suite and returns it with the demo
 // agent's AGP client, once the demo business is served.

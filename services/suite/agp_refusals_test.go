@@ -62,7 +62,15 @@ func (a agpAnswer) remaining() int {
 	return n
 }
 
+// do makes an AGP request with the client's key.
 func (c *agpRefusalClient) do(method, path, body string) agpAnswer {
+	c.t.Helper()
+	return c.send(method, path, body)
+}
+
+// send makes an AGP request with extra headers (name, value pairs) and
+// the client's key, unless key overrides it.
+func (c *agpRefusalClient) send(method, path, body string, headers ...string) agpAnswer {
 	c.t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -77,6 +85,9 @@ func (c *agpRefusalClient) do(method, path, body string) agpAnswer {
 	}
 	if c.key != "" {
 		req.Header.Set("X-Api-Key", c.key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
