@@ -261,7 +261,7 @@ func orNull(b []byte) []byte {
 func (p *Pipeline) runContract(x *exchange, c *rcnsv1.Contract) *agtp.Response {
 	x.synthesisID, x.contractHash, x.negotiationOrigin = c.GetSynthesisId(), c.GetContractHash(), c.GetNegotiationOrigin()
 	//lint:ignore SA1019 the first release's rcnssvc sends it only as bytes
-	ep, err := contractEndpoints.get(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson()))
+	ep, err := p.contracts.get(jsondoc.PreferString(c.GetEndpoint(), c.GetEndpointJson()))
 	if err != nil {
 		p.Log.ErrorContext(x.ctx, "contract endpoint does not compile", "synthesis_id", c.GetSynthesisId(), "error", err)
 		return x.fail(agtp.StatusServerError, "synthesis-error", "the contract's endpoint definition is unusable", nil)
@@ -330,8 +330,8 @@ func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {
 	}
 }
 
-// contractEndpoints holds the compiled endpoints of the contracts this
-// front door ran lately, so that a contract's endpoint is compiled on its
+// newContractCache holds the compiled endpoints of the contracts a
+// pipeline ran lately, so that a contract's endpoint is compiled on its
 // first call rather than on every one. The key is the SHA-256 of the
 // definition: compiling is a function of those bytes alone, so an entry
 // can never be stale, and a contract whose definition changes is a new
@@ -339,7 +339,9 @@ func (p *Pipeline) rcnsCaller(x *exchange) *rcnsv1.Caller {
 // holds about 200 times its JSON), and the cache holds at most
 // contractCacheEntries entries and contractCacheBytes of definitions,
 // dropping the least recently used.
-var contractEndpoints = &endpointCache{compile: endpoint.FromJSON, maxEntries: contractCacheEntries, maxBytes: contractCacheBytes}
+func newContractCache(compile func([]byte) (*endpoint.Endpoint, error)) *endpointCache {
+	return &endpointCache{compile: compile, maxEntries: contractCacheEntries, maxBytes: contractCacheBytes}
+}
 
 const (
 	contractCacheEntries = 256

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agtpsuite/agtp/auditsvc/inspect"
+	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/builtin"
@@ -99,6 +100,9 @@ type Pipeline struct {
 	costs    *builtin.Costs
 	sessions sessionCache
 	builtins *builtin.Registry
+	// contracts holds the compiled endpoints of the contracts this
+	// pipeline ran lately (contracts.go).
+	contracts *endpointCache
 }
 
 // Outbound is how the mechanics verbs reach destinations their callers
@@ -121,7 +125,7 @@ func New(opts Options, deps Deps) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{opts: opts, Deps: deps, metrics: m, costs: builtin.NewCosts()}
+	p := &Pipeline{opts: opts, Deps: deps, metrics: m, costs: builtin.NewCosts(), contracts: newContractCache(endpoint.FromJSON)}
 	var resolveRecipe func(ctx context.Context, name string) (*recipe.Recipe, error)
 	if deps.Bindings != nil && deps.Bindings.Compositions != nil {
 		resolveRecipe = deps.Bindings.Compositions.Resolve
