@@ -27,6 +27,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 
 	"github.com/agtpsuite/agtp/services/batchrpc"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // Options configures the validator ([policies.oauth] in core §8.6). OAuth
@@ -221,7 +222,7 @@ func New(opts Options, log *slog.Logger) (*Verifier, error) {
 		tr.Proxy = nil // the IdP is reached directly; libraries do not read the environment
 		v.http = &http.Client{Timeout: opts.FetchTimeout, Transport: tr}
 	}
-	v.http = httpsRedirectsOnly(v.http)
+	v.http = outbound.HTTPSRedirectsOnly(v.http)
 	if opts.JWKSFile != "" {
 		if err := v.reload(context.Background()); err != nil {
 			return nil, err
@@ -439,30 +440,6 @@ func readFileLimited(path string) ([]byte, error) {
 		return nil, fmt.Errorf("oauth: read jwks: %w", err)
 	}
 	return data, nil
-}
-
-// maxRedirects bounds the redirects a JWKS fetch follows, as net/http
-// does by default.
-const maxRedirects = 10
-
-// httpsRedirectsOnly returns a copy of hc that follows a redirect only to
-// an https URL (then hc's own CheckRedirect, if any, decides; else at
-// most maxRedirects): keys fetched over plain HTTP could be anyone's.
-func httpsRedirectsOnly(hc *http.Client) *http.Client {
-	cp, next := *hc, hc.CheckRedirect
-	cp.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if req.URL.Scheme != "https" {
-			return fmt.Errorf("oauth: jwks redirect to a %s URL refused: only https is accepted", req.URL.Scheme)
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		if len(via) >= maxRedirects {
-			return fmt.Errorf("oauth: jwks: stopped after %d redirects", maxRedirects)
-		}
-		return nil
-	}
-	return &cp
 }
 
 func (v *Verifier) fetch(ctx context.Context) ([]byte, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/services/agtp"
+	"github.com/agtpsuite/agtp/services/outbound"
 )
 
 // Attribution verification failures, for errors.Is. Signature failures
@@ -123,30 +124,13 @@ func (c *Client) FetchJWKS(ctx context.Context, rawURL string) (attribution.Publ
 	return FetchJWKS(ctx, &http.Client{Transport: tr}, rawURL)
 }
 
-// maxJWKSRedirects bounds the redirects a JWKS fetch follows, as net/http
-// does by default.
-const maxJWKSRedirects = 10
-
 // FetchJWKS GETs the JWKS at rawURL (https only) with hc and returns its
 // Ed25519 keys by kid (attribution.ParseJWKS: a key whose kid is not its
 // RFC 7638 thumbprint is refused). A redirect is followed only to another
 // https URL (then hc's own CheckRedirect, if any, decides), at most 10:
 // keys fetched over plain HTTP could be anyone's.
 func FetchJWKS(ctx context.Context, hc *http.Client, rawURL string) (attribution.PublicKeys, error) {
-	httpsOnly, next := *hc, hc.CheckRedirect
-	httpsOnly.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if req.URL.Scheme != "https" {
-			return fmt.Errorf("agtp client: JWKS redirect to a %s URL refused: only https is accepted", req.URL.Scheme)
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		if len(via) >= maxJWKSRedirects {
-			return fmt.Errorf("agtp client: JWKS: stopped after %d redirects", maxJWKSRedirects)
-		}
-		return nil
-	}
-	hc = &httpsOnly
+	hc = outbound.HTTPSRedirectsOnly(hc)
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("agtp client: JWKS URL: %w", err)
