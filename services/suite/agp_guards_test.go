@@ -3,10 +3,6 @@ package suite
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +13,6 @@ import (
 	agpv1 "github.com/agtpsuite/agtp/proto/agtp/agp/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/devpki"
-	"github.com/agtpsuite/agtp/services/keyfile"
 	"github.com/agtpsuite/agtp/services/kit"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
@@ -27,22 +22,7 @@ import (
 func startAGPGuardSuite(t *testing.T) (*Suite, *agpRefusalClient) {
 	t.Helper()
 	s := startTestSuite(t, Config{RedisURL: testkit.StartRedis(t).URL()})
-	key, err := os.ReadFile(filepath.Join(s.StateDir(), "demo-agent", "agp-api-key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots, err := keyfile.CertPool(s.Layout().CA())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}}}
-	t.Cleanup(hc.CloseIdleConnections)
-	c := &agpRefusalClient{t: t, base: "https://" + s.HTTPSAddr(), key: strings.TrimSpace(string(key)), hc: hc}
-	anon := &agpRefusalClient{t: t, base: c.base, hc: hc}
-	testkit.WaitFor(t, 30*time.Second, "the demo business in the directory", func() bool {
-		return strings.Contains(string(anon.do("GET", "/agp/businesses", "").raw), `"orders"`)
-	})
-	return s, c
+	return s, demoAGPClient(t, s)
 }
 
 // TestAGPGuards runs the whole suite in process and checks three rules of

@@ -142,6 +142,15 @@ func startAGPSuite(t *testing.T, policyJSON string) (*agpRefusalClient, *redis.C
 	}
 	rds := testkit.StartRedis(t)
 	s := startTestSuite(t, Config{RedisURL: rds.URL(), LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policy})})
+	c := demoAGPClient(t, s)
+	return c, rds.Client(t)
+}
+
+// demoAGPClient is the demo agent's AGP client of s, once the demo
+// business is in the public directory (anonymous, so waiting spends none
+// of the agent's limits).
+func demoAGPClient(t *testing.T, s *Suite) *agpRefusalClient {
+	t.Helper()
 	key, err := os.ReadFile(filepath.Join(s.StateDir(), "demo-agent", "agp-api-key"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,13 +162,11 @@ func startAGPSuite(t *testing.T, policyJSON string) (*agpRefusalClient, *redis.C
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}}}
 	t.Cleanup(hc.CloseIdleConnections)
 	c := &agpRefusalClient{t: t, base: "https://" + s.HTTPSAddr(), key: strings.TrimSpace(string(key)), hc: hc}
-	// The public directory is anonymous (no tier limits anonymous callers
-	// in these tests), so waiting for the demo business spends nothing.
 	anon := &agpRefusalClient{t: t, base: c.base, hc: hc}
 	testkit.WaitFor(t, 30*time.Second, "the demo business in the directory", func() bool {
 		return strings.Contains(string(anon.do("GET", "/agp/businesses", "").raw), `"orders"`)
 	})
-	return c, rds.Client(t)
+	return c
 }
 
 // The requests of these tests: a query of an unknown business, and one
