@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"net/url"
@@ -15,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,33 +22,22 @@ import (
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/agtp/client"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // tokenIssuer signs OAuth access tokens for the policysvc it configures.
-type tokenIssuer struct {
-	key    ed25519.PrivateKey
-	issuer string
-}
+type tokenIssuer struct{ *testkit.TokenIssuer }
 
-func newTokenIssuer(t *testing.T) (*tokenIssuer, string) {
+// newTokenIssuer returns an issuer and a policysvc options file trusting it.
+func newTokenIssuer(t *testing.T) (tokenIssuer, string) {
 	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
+	ti := tokenIssuer{testkit.NewTokenIssuer(t, "https://idp.e2e.test", "agtp-e2e")}
+	doc, err := json.Marshal(map[string]any{"oauth": ti.OAuthOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ti := &tokenIssuer{key: key, issuer: "https://idp.e2e.test"}
-	dir := t.TempDir()
-	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: key.Public(), KeyID: "e2e", Algorithm: string(jose.EdDSA), Use: "sig"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jwksFile := filepath.Join(dir, "jwks.json")
-	opts := filepath.Join(dir, "policy.json")
-	if err := os.WriteFile(jwksFile, jwks, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	doc := `{"oauth": {"jwks_file": "` + jwksFile + `", "issuer": "` + ti.issuer + `", "audiences": ["agtp-e2e"]}}`
-	if err := os.WriteFile(opts, []byte(doc), 0o644); err != nil {
+	opts := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(opts, doc, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return ti, opts
@@ -59,24 +45,13 @@ func newTokenIssuer(t *testing.T) (*tokenIssuer, string) {
 
 // token is a bearer token naming agentID; with cert it is bound to that
 // certificate (RFC 8705 cnf).
-func (ti *tokenIssuer) token(t *testing.T, agentID string, cert *tls.Certificate) string {
+func (ti tokenIssuer) token(t *testing.T, agentID string, cert *tls.Certificate) string {
 	t.Helper()
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: ti.key}, (&jose.SignerOptions{}).WithHeader("kid", "e2e").WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims := map[string]any{
-		"iss": ti.issuer, "aud": "agtp-e2e", "sub": "operator-of-" + agentID[:8], "agtp_agent_id": agentID,
-		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
-	}
+	claims := map[string]any{"sub": "operator-of-" + agentID[:8], "agtp_agent_id": agentID}
 	if cert != nil {
 		claims["cnf"] = map[string]any{"x5t#S256": agentcert.Thumbprint(cert.Certificate[0])}
 	}
-	tok, err := jwt.Signed(signer).Claims(claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "Bearer " + tok
+	return ti.Bearer(t, claims)
 }
 
 // agentCertWith issues an Agent Certificate for agentID signed by signer
@@ -260,7 +235,7 @@ func TestImpersonationIsRefused(t *testing.T) {
 			if tc.cert != nil && rec.Payload.CertificateFingerprint != agentcert.Fingerprint(tc.cert.Certificate[0]) {
 				t.Fatalf("%s: certificate_fingerprint %q", tc.name, rec.Payload.CertificateFingerprint)
 			}
-			if tc.by == "token" && rec.Payload.TokenIssuer != tokens.issuer {
+			if tc.by == "token" && rec.Payload.TokenIssuer != tokens.Issuer {
 				t.Fatalf("%s: token_issuer %q", tc.name, rec.Payload.TokenIssuer)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,15 +25,15 @@ import (
 )
 
 // negotiator registers a tier-2 agent holding rcns:negotiate (it passes
-// every gate lock of the demo suite) and returns its Agent-ID, an Agent
-// Certificate for it and the admin's mTLS material.
-func negotiator(t *testing.T, s *Suite) (string, tls.Certificate, *kit.MTLS) {
+// every gate lock of the demo suite) under name and returns its Agent-ID,
+// an Agent Certificate for it and the admin's mTLS material.
+func negotiator(t *testing.T, s *Suite, name string) (string, tls.Certificate, *kit.MTLS) {
 	t.Helper()
 	_, issuer, _ := ed25519.GenerateKey(rand.Reader)
 	g, err := genesis.Create(genesis.Template{
 		Owner: "negotiator@example.test", Archetype: genesis.ArchetypeExecutor, GovernanceZone: "development",
 		Scope: []string{"orders:read", "documents:read", "rcns:negotiate"}, TrustTier: genesis.TierOrgAsserted,
-		VerificationPath: genesis.PathOrgAsserted, OrgLabel: "negotiator",
+		VerificationPath: genesis.PathOrgAsserted, OrgLabel: name,
 	}, issuer)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +53,7 @@ func negotiator(t *testing.T, s *Suite) (string, tls.Certificate, *kit.MTLS) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := identityv1.NewIdentityServiceClient(conn).RegisterGenesis(ctx, &identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: "negotiator", Activate: true})
+	r, err := identityv1.NewIdentityServiceClient(conn).RegisterGenesis(ctx, &identityv1.RegisterGenesisRequest{Genesis: string(g.Bytes()), Name: name, Activate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func fields(kv ...string) agtp.Header {
 // that agent's name; the agent's own proven request still negotiates.
 func TestContractRouteChecksABearerTokenFirst(t *testing.T) {
 	s := startTestSuite(t, Config{})
-	victim, victimCert, admin := negotiator(t, s)
+	victim, victimCert, admin := negotiator(t, s, "negotiator")
 	attacker := agentClient(t, s)
 	own := agentClient(t, s, victimCert)
 	ctx := context.Background()
@@ -158,7 +160,7 @@ func TestContractRouteChecksABearerTokenFirst(t *testing.T) {
 // RCNS attempt reads only the caller's own, like every other target.
 func TestInspectReadsOnlyTheCallersOwnContracts(t *testing.T) {
 	s := startTestSuite(t, Config{})
-	owner, ownerCert, _ := negotiator(t, s)
+	owner, ownerCert, _ := negotiator(t, s, "negotiator")
 	own := agentClient(t, s, ownerCert)
 	demoCert, err := tls.LoadX509KeyPair(s.demoCert, s.demoCertKey)
 	if err != nil {
@@ -203,5 +205,70 @@ func TestInspectReadsOnlyTheCallersOwnContracts(t *testing.T) {
 				t.Fatalf("another agent's INSPECT = %d %s, want 403", theirs.Status, theirs.Body)
 			}
 		})
+	}
+}
+
+// A caller proven by a bearer token pays for a contract's request what a
+// caller proven by its certificate pays: the token is checked before
+// rcnssvc acts, and that check spends none of the agent's rate limits, so
+// the contract's own decision spends them once.
+func TestContractRouteSpendsATokenCallersLimitsOnce(t *testing.T) {
+	tokens := testkit.NewTokenIssuer(t, "https://idp.suite.test", "agtp-suite-test")
+	policy, err := json.Marshal(map[string]any{
+		"oauth":       tokens.OAuthOptions(),
+		"rate_limits": map[string]any{"tiers": map[string]any{"default": map[string]any{"limit": 6, "period": int64(time.Minute)}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyFile := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestSuite(t, Config{LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policyFile})})
+	ctx := context.Background()
+	target := "agtp://" + s.AGTPAddr() + "/orders/ord-1001"
+	testkit.WaitFor(t, 30*time.Second, "the front door's catalog", func() bool {
+		resp, err := agentClient(t, s).Send(ctx, "DISCOVER", "agtp://"+s.AGTPAddr()+"/", nil, nil)
+		return err == nil && resp.Status == agtp.StatusOK
+	})
+
+	// served counts the contract's requests answered before the agent's
+	// limit of six a minute refuses one.
+	served := func(t *testing.T, c *client.Client, proof ...string) int {
+		t.Helper()
+		gate, err := c.Send(ctx, "SUMMARIZE", target, nil, fields(append([]string{agtp.HeaderAllowRCNS, "true"}, proof...)...))
+		if err != nil || gate.Status != agtp.StatusRCNSContractAvailable {
+			t.Fatalf("gate: %v %v", gate, err)
+		}
+		var preview struct {
+			SynthesisID string `json:"synthesis_id"`
+		}
+		if err := json.Unmarshal(gate.Body, &preview); err != nil || preview.SynthesisID == "" {
+			t.Fatalf("preview %s: %v", gate.Body, err)
+		}
+		for n := range 12 {
+			resp, err := c.Send(ctx, "SUMMARIZE", target, nil, fields(append([]string{agtp.HeaderContractSynthesized, preview.SynthesisID}, proof...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch resp.Status {
+			case agtp.StatusOK:
+			case agtp.StatusRateLimited:
+				return n
+			default:
+				t.Fatalf("the contract's request %d = %d %s", n+1, resp.Status, resp.Body)
+			}
+		}
+		t.Fatal("the agent's limit of six a minute refused none of 12 requests")
+		return 0
+	}
+	certified, cert, _ := negotiator(t, s, "negotiator-cert")
+	byCert := served(t, agentClient(t, s, cert), agtp.HeaderAgentID, certified)
+	tokened, _, _ := negotiator(t, s, "negotiator-token")
+	byToken := served(t, agentClient(t, s), agtp.HeaderAgentID, tokened,
+		agtp.HeaderAuthorization, tokens.Bearer(t, map[string]any{"sub": "operator", "agtp_agent_id": tokened}))
+	if byCert == 0 || byToken != byCert {
+		t.Fatalf("before the limit refused one, a certificate-proven caller had %d of the contract's requests served and a token-proven caller %d; want the same, at least one", byCert, byToken)
 	}
 }

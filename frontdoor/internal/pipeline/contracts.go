@@ -18,7 +18,6 @@ import (
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/identitysvc/callerpolicy"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
-	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 	"github.com/agtpsuite/agtp/rcnssvc/recipe"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -181,28 +180,24 @@ func (p *Pipeline) contractRefused(x *exchange, presented string, r *rcnsv1.GetC
 // anything acts for the agent it names. Everywhere else the authorize
 // stage checks it, but the contract route asks rcnssvc for the caller
 // first (a gate that spends the caller's negotiation limit and contract
-// slots, a presented contract it accepts), so it is checked here, with a
-// decision for the request as it stands: a token that proves nothing
-// leaves the caller anonymous (settleTokenProof). A policysvc that does
-// not answer is the dependency failure it is everywhere.
+// slots, a presented contract it accepts), so the proof alone is asked
+// for here (caller_proof_only: nothing counted or claimed, so that the
+// contract's own decision spends the request's limits once, as for a
+// caller proven by certificate): a token that proves nothing leaves the
+// caller anonymous (settleTokenProof). A policysvc that does not answer
+// is the dependency failure it is everywhere.
 func (p *Pipeline) settleTokenNow(x *exchange) *agtp.Response {
 	if !x.tokenPending {
 		return nil
 	}
 	in := callerAuthorize(x, x.req.Method, x.req.Path)
 	in.Authorization = x.req.Header.Get(agtp.HeaderAuthorization)
-	in.TokenProvesAgent = true
+	in.TokenProvesAgent, in.CallerProofOnly = true, true
 	out, err := p.Policy.Authorize(x.ctx, in)
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
-	if resp := p.settleTokenProof(x, out); resp != nil {
-		return resp
-	}
-	if d := out.GetDenial(); x.agentID != "" && out.GetDecision() == policyv1.Decision_DECISION_DENY && d.GetStatus() == agtp.StatusRateLimited {
-		return denied(x, d)
-	}
-	return nil
+	return p.settleTokenProof(x, out)
 }
 
 // rcnsGate handles an unregistered (method, path) from a caller that sent

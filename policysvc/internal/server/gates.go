@@ -37,45 +37,9 @@ func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest
 			"this server does not serve anonymous requests; send an Agent-ID"), ""
 	}
 
-	// External credentials (core §8.6): opt-in; without [policies.oauth]
-	// the Authorization header is not read at all.
-	var principal oauth.Principal
-	if s.oauth != nil {
-		method := req.GetMethod()
-		needs := s.oauth.RequiredOn(method) || len(s.opts.OAuth.MethodScopes[method]) > 0
-		switch {
-		case req.GetAuthorization() != "":
-			p, err := s.oauth.Verify(ctx, req.GetAuthorization())
-			if err != nil {
-				reason := agtp.ReasonOAuthInvalid
-				if req.GetTokenProvesAgent() {
-					reason = agtp.ReasonAgentUnauthenticated
-				}
-				var oe *oauth.Error
-				if errors.As(err, &oe) {
-					return deny(agtp.StatusUnauthorized, reason, oe.Explanation), ""
-				}
-				return deny(agtp.StatusUnauthorized, reason, "the credential could not be validated"), ""
-			}
-			if d := tokenBinding(req, p); d != nil {
-				return d, ""
-			}
-			principal = p
-			resp.ActingPrincipalId = p.ID
-			if req.GetTokenProvesAgent() {
-				resp.TokenIssuer = p.Issuer
-			}
-		case needs:
-			return deny(agtp.StatusUnauthorized, agtp.ReasonOAuthRequired,
-				method+" requires an Authorization credential"), ""
-		}
-	}
-	if req.GetTokenProvesAgent() && principal.AgentID == "" {
-		why := "the credential names no Agent-ID"
-		if s.oauth == nil {
-			why = "this server verifies no tokens; prove your Agent-ID with an Agent Certificate"
-		}
-		return deny(agtp.StatusUnauthorized, agtp.ReasonAgentUnauthenticated, why), ""
+	principal, denial := s.checkCredential(ctx, req, resp)
+	if denial != nil {
+		return denial, ""
 	}
 	acting := principal.ID
 
@@ -104,6 +68,53 @@ func (s *Server) localChecks(ctx context.Context, req *policyv1.AuthorizeRequest
 		return d, acting
 	}
 	return s.checkIdempotencyKey(req), acting
+}
+
+// checkCredential verifies the request's bearer token, when the operator
+// configured external credentials (core §8.6; without [policies.oauth]
+// the Authorization header is not read at all), and with
+// token_proves_agent requires it to name the Agent-ID it proves. It
+// fills in the acting principal and the token's issuer.
+func (s *Server) checkCredential(ctx context.Context, req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeResponse) (oauth.Principal, *policyv1.Denial) {
+	var principal oauth.Principal
+	if s.oauth != nil {
+		method := req.GetMethod()
+		needs := s.oauth.RequiredOn(method) || len(s.opts.OAuth.MethodScopes[method]) > 0
+		switch {
+		case req.GetAuthorization() != "":
+			p, err := s.oauth.Verify(ctx, req.GetAuthorization())
+			if err != nil {
+				reason := agtp.ReasonOAuthInvalid
+				if req.GetTokenProvesAgent() {
+					reason = agtp.ReasonAgentUnauthenticated
+				}
+				var oe *oauth.Error
+				if errors.As(err, &oe) {
+					return oauth.Principal{}, deny(agtp.StatusUnauthorized, reason, oe.Explanation)
+				}
+				return oauth.Principal{}, deny(agtp.StatusUnauthorized, reason, "the credential could not be validated")
+			}
+			if d := tokenBinding(req, p); d != nil {
+				return oauth.Principal{}, d
+			}
+			principal = p
+			resp.ActingPrincipalId = p.ID
+			if req.GetTokenProvesAgent() {
+				resp.TokenIssuer = p.Issuer
+			}
+		case needs:
+			return oauth.Principal{}, deny(agtp.StatusUnauthorized, agtp.ReasonOAuthRequired,
+				method+" requires an Authorization credential")
+		}
+	}
+	if req.GetTokenProvesAgent() && principal.AgentID == "" {
+		why := "the credential names no Agent-ID"
+		if s.oauth == nil {
+			why = "this server verifies no tokens; prove your Agent-ID with an Agent Certificate"
+		}
+		return oauth.Principal{}, deny(agtp.StatusUnauthorized, agtp.ReasonAgentUnauthenticated, why)
+	}
+	return principal, nil
 }
 
 func (s *Server) checkTrustTier(req *policyv1.AuthorizeRequest) *policyv1.Denial {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -15,10 +16,13 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/agtpsuite/agtp/policysvc/internal/oauth"
 	"github.com/agtpsuite/agtp/policysvc/internal/server"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // syncBuffer is a log sink safe for the server's goroutines.
@@ -131,4 +135,46 @@ func TestExternalCredentials(t *testing.T) {
 			t.Fatal("a token appears in the log")
 		}
 	})
+}
+
+// A caller_proof_only request says whether a bearer token proves its
+// agent and spends, claims and indexes nothing: the request's own
+// decision that follows spends its limits once.
+func TestCallerProofOnlySpendsNothing(t *testing.T) {
+	tokens := testkit.NewTokenIssuer(t, "https://idp.example", "agtp-suite")
+	tokenFor := func(agent string) string {
+		return tokens.Bearer(t, map[string]any{"sub": "alice", "agtp_agent_id": agent})
+	}
+	c := serve(t, newRedis(t), server.Options{
+		OAuth:      oauth.Options{JWKSFile: tokens.JWKSFile, Issuer: tokens.Issuer, Audiences: []string{tokens.Audience}},
+		RateLimits: server.RateLimitOptions{Tiers: map[string]rateT{"default": {Limit: 2, Period: time.Minute}}},
+	}, nil)
+	proven := func(agent string, proofOnly bool) *policyv1.AuthorizeRequest {
+		r := request(agentA)
+		r.Authorization, r.TokenProvesAgent, r.CallerProofOnly = tokenFor(agent), true, proofOnly
+		return r
+	}
+
+	for range 5 {
+		resp := authorize(t, c, proven(agentA, true))
+		wantAllow(t, resp)
+		if resp.GetTokenIssuer() != "https://idp.example" {
+			t.Fatalf("token_issuer %q, want the token's issuer", resp.GetTokenIssuer())
+		}
+		if resp.GetReusableForMs() != 0 || resp.GetRateLimitLimit() != 0 {
+			t.Fatalf("a proof-only answer is reusable for %d ms and reports a limit of %d", resp.GetReusableForMs(), resp.GetRateLimitLimit())
+		}
+	}
+	wantDenial(t, authorize(t, c, proven(agentB, true)), 401, "agent-unauthenticated")
+
+	// The limit of two is whole after the proof-only calls.
+	wantAllow(t, authorize(t, c, proven(agentA, false)))
+	wantAllow(t, authorize(t, c, proven(agentA, false)))
+	wantDenial(t, authorize(t, c, proven(agentA, false)), 429, "rate-limited")
+
+	r := request(agentA)
+	r.CallerProofOnly = true
+	if _, err := c.Authorize(context.Background(), r); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("caller_proof_only without token_proves_agent: %v, want InvalidArgument", err)
+	}
 }

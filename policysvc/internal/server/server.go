@@ -176,6 +176,8 @@ func validateRequest(req *policyv1.AuthorizeRequest) error {
 		return bad("request_fingerprint must be a SHA-256 in 64 lowercase hex digits")
 	case len(req.GetInputJson()) > maxInputLen:
 		return bad("input_json is larger than 1 MiB")
+	case req.GetCallerProofOnly() && (!req.GetTokenProvesAgent() || req.GetAgentId() == ""):
+		return bad("caller_proof_only asks whether a token proves agent_id: set token_proves_agent and agent_id")
 	}
 	if r := req.GetTaskRun(); r != nil {
 		if err := taskRunOf(r).Validate(); err != nil {
@@ -197,6 +199,9 @@ func validateRequest(req *policyv1.AuthorizeRequest) error {
 func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) (*policyv1.AuthorizeResponse, error) {
 	if err := validateRequest(req); err != nil {
 		return nil, err
+	}
+	if req.GetCallerProofOnly() {
+		return s.proveCaller(ctx, req), nil
 	}
 	resp := &policyv1.AuthorizeResponse{RateLimitRemaining: -1}
 
@@ -270,6 +275,20 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 		resp.ReusableForMs = s.opts.DecisionReuse.Milliseconds()
 	}
 	return resp, nil
+}
+
+// proveCaller answers a caller_proof_only request: whether the bearer
+// token proves agent_id, and nothing else. No bucket is spent and nothing
+// is claimed or indexed, since the request's own decision follows and
+// spends them once; a token that proves nothing touched nothing of the
+// agent's either way.
+func (s *Server) proveCaller(ctx context.Context, req *policyv1.AuthorizeRequest) *policyv1.AuthorizeResponse {
+	resp := &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_ALLOW, RateLimitRemaining: -1}
+	if _, denial := s.checkCredential(ctx, req, resp); denial != nil {
+		s.logDenial(ctx, req, denial)
+		return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, Denial: denial}
+	}
+	return resp
 }
 
 // reusable reports whether resp may answer identical requests for

@@ -253,8 +253,16 @@ type AuthorizeRequest struct {
 	// with, empty without one. A certificate-bound token (cnf claim) is
 	// accepted only with that certificate.
 	ClientCertThumbprint string `protobuf:"bytes,24,opt,name=client_cert_thumbprint,json=clientCertThumbprint,proto3" json:"client_cert_thumbprint,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Set with token_proves_agent when only the caller's proof is asked
+	// for: the bearer token is verified and must name agent_id, and
+	// nothing else is decided, counted, claimed or indexed. The answer is
+	// ALLOW with token_issuer, or DENY 401 agent-unauthenticated. The
+	// front door asks it before a component other than policysvc acts for
+	// the agent (the contract route); the request's own decision, which
+	// spends its limits once, follows.
+	CallerProofOnly bool `protobuf:"varint,25,opt,name=caller_proof_only,json=callerProofOnly,proto3" json:"caller_proof_only,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AuthorizeRequest) Reset() {
@@ -453,6 +461,13 @@ func (x *AuthorizeRequest) GetClientCertThumbprint() string {
 		return x.ClientCertThumbprint
 	}
 	return ""
+}
+
+func (x *AuthorizeRequest) GetCallerProofOnly() bool {
+	if x != nil {
+		return x.CallerProofOnly
+	}
+	return false
 }
 
 // TaskRun is one request as RETRY re-runs it.
@@ -1963,7 +1978,7 @@ var File_agtp_policy_v1_policy_proto protoreflect.FileDescriptor
 
 const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xd1\a\n" +
+	"\x1bagtp/policy/v1/policy.proto\x12\x0eagtp.policy.v1\"\xfd\a\n" +
 	"\x10AuthorizeRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12!\n" +
 	"\fagent_scopes\x18\x02 \x03(\tR\vagentScopes\x12'\n" +
@@ -1992,7 +2007,8 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"input_json\x18\x15 \x01(\fR\tinputJson\x122\n" +
 	"\btask_run\x18\x16 \x01(\v2\x17.agtp.policy.v1.TaskRunR\ataskRun\x12,\n" +
 	"\x12token_proves_agent\x18\x17 \x01(\bR\x10tokenProvesAgent\x124\n" +
-	"\x16client_cert_thumbprint\x18\x18 \x01(\tR\x14clientCertThumbprint\"\xe3\x01\n" +
+	"\x16client_cert_thumbprint\x18\x18 \x01(\tR\x14clientCertThumbprint\x12*\n" +
+	"\x11caller_proof_only\x18\x19 \x01(\bR\x0fcallerProofOnly\"\xe3\x01\n" +
 	"\aTaskRun\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
