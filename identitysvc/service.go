@@ -45,7 +45,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if opts.LifecycleAuth == registry.AuthOpen {
 		base.Log.Warn("lifecycle_auth is open: lifecycle calls are not authorised; any caller that reaches identitysvc "+
-			"may ACTIVATE, DEACTIVATE, REINSTATE, REVOKE or DEPRECATE any agent (allowed because every listener is on loopback)",
+			"may ACTIVATE, DEACTIVATE, REINSTATE, REVOKE or DEPRECATE any agent, and the front door forwards every caller's lifecycle methods, "+
+			"so every agent that reaches the front door may change any agent's state (allowed because every listener of identitysvc is on loopback; "+
+			"for a single-tenant development host only)",
 			"grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
 	}
 	if ca := opts.AgentCA; ca != nil {
