@@ -53,7 +53,8 @@
 // server may have acted on it.
 //
 // Over QUIC (Options.QUIC), each address has one connection (a dial
-// that fails leaves none behind), and each request has its own
+// that fails leaves none behind, and a connection that ends is dropped
+// when it ends), and each request has its own
 // bidirectional stream: the client writes the
 // request and closes its side, then reads the response, or series of
 // responses, up to the server's FIN. On a resumed connection, QUERY and

@@ -94,3 +94,20 @@ func TestQUICConnectionsOfFailedDialsAreDropped(t *testing.T) {
 		t.Fatalf("%d QUIC entries kept after 200 failed dials to distinct addresses, want none", n)
 	}
 }
+
+// A QUIC connection that ended (here the server's idle timeout) leaves no
+// entry behind, though its address is never asked for again.
+func TestQUICConnectionsThatEndedAreDropped(t *testing.T) {
+	srv := startServer(t, transport.Options{IdleTimeout: 150 * time.Millisecond}, echo)
+	c := newClient(t, srv.caFile, client.Options{QUIC: true})
+	if _, err := c.Do(testContext(t), request(t, agtp.MethodQuery, "/"), srv.quicAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.QUICConns(c); n != 1 {
+		t.Fatalf("%d QUIC entries while the connection is open, want 1", n)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the ended connection's entry to go", func() bool { return client.QUICConns(c) == 0 })
+	if _, err := c.Do(testContext(t), request(t, agtp.MethodQuery, "/"), srv.quicAddr()); err != nil {
+		t.Fatalf("a request after the entry went: %v", err)
+	}
+}

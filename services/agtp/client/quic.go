@@ -106,6 +106,22 @@ func (p *quicPool) forget(addr string, e *quicConn) {
 	}
 }
 
+// forgetWhenEnded drops e from the pool once its connection ends (idle
+// timeout, the server's close): kept, an ended connection's entry would
+// stay until its address is asked for again, and with callers naming a
+// new host each time, for ever. A connection that a 0-RTT rejection
+// replaced is followed to its successor.
+func (p *quicPool) forgetWhenEnded(addr string, e *quicConn) {
+	for {
+		conn := e.current()
+		<-conn.Context().Done()
+		if e.current() == conn {
+			p.forget(addr, e)
+			return
+		}
+	}
+}
+
 // get returns the connection to addr, dialling it when there is none or
 // the one there has ended, and whether it carried requests before.
 func (p *quicPool) get(ctx context.Context, addr string) (*quicConn, bool, error) {
@@ -149,6 +165,7 @@ func (p *quicPool) get(ctx context.Context, addr string) (*quicConn, bool, error
 				p.forget(addr, e)
 				return nil, false, e.err
 			}
+			go p.forgetWhenEnded(addr, e)
 			e.requests.Add(1)
 			return e, false, nil
 		}
