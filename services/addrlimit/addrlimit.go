@@ -64,6 +64,18 @@ func (p *Counter) Acquire(a net.Addr) (key netip.Addr, ok bool) {
 	return key, true
 }
 
+// Full reports whether a already holds the maximum, so that Acquire
+// would refuse it.
+func (p *Counter) Full(a net.Addr) bool {
+	key, valid := Key(a)
+	if p.max <= 0 || !valid {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[key] >= p.max
+}
+
 // Release gives back what Acquire counted; the zero key is a no-op.
 func (p *Counter) Release(key netip.Addr) {
 	if !key.IsValid() {

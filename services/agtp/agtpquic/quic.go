@@ -89,6 +89,10 @@ const (
 	// CodeShutdown closes the connections left when a server's drain runs
 	// out of time.
 	CodeShutdown quic.ApplicationErrorCode = 0x1
+	// CodeConnectionLimit closes a connection whose source turned out,
+	// once its handshake proved the address, to hold as many connections
+	// as the server allows one source.
+	CodeConnectionLimit quic.ApplicationErrorCode = 0x2
 	// StreamNoError stops reading the rest of a served stream.
 	StreamNoError quic.StreamErrorCode = 0x0
 	// StreamAbandoned resets a stream whose request never completed: the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,12 @@ func (s *Server) quicConfig() *quic.Config {
 // It also requires a Retry while the handshake backlog is three quarters
 // full: a client that never reads the server's answer (a half-open flood)
 // cannot echo the token, so it stops adding handshakes there, and the
-// last quarter stays for clients that can (RFC 9000 §8.1.2).
-func (s *Server) verifySourceAddress(net.Addr) bool {
-	if s.hs.len() < s.retryAbove && s.retry != nil && s.retry.allow() {
+// last quarter stays for clients that can (RFC 9000 §8.1.2). And it
+// requires one from a source that holds as many connections as
+// MaxConnsPerIP allows, so that the refusal goes to the address that
+// proved it is the source (quicConnContext).
+func (s *Server) verifySourceAddress(addr net.Addr) bool {
+	if s.hs.len() < s.retryAbove && !s.perAddr.Full(addr) && s.retry != nil && s.retry.allow() {
 		return false
 	}
 	s.stats.quicRetry.Add(1)
@@ -53,11 +57,17 @@ func (s *Server) verifySourceAddress(net.Addr) bool {
 }
 
 // quicConnContext is quic.Transport.ConnContext, called for a connection
-// attempt that passed the Retry check. It counts the attempt against the
-// source's limit, takes a connection slot (shared with TCP) and a place in
-// the handshake backlog, or refuses the attempt (CONNECTION_REFUSED). All
-// three are given back when quic-go ends the connection's context; the
-// backlog place earlier, when the handshake completes (startQUIC).
+// attempt that passed the Retry check. It takes a connection slot (shared
+// with TCP) and a place in the handshake backlog, or refuses the attempt
+// (CONNECTION_REFUSED). An attempt whose source a Retry verified is also
+// counted against that source here; any other is counted once its
+// handshake has proved the address (startQUIC): the source address of a
+// first Initial is whatever its sender wrote, and counted at once, a
+// third party's spoofed Initials would take the slots of the address
+// they name, on TCP too, for a handshake timeout. Until then the backlog
+// bounds what unproven attempts hold. Everything is given back when
+// quic-go ends the connection's context; the backlog place earlier, when
+// the handshake completes.
 //
 // It runs on quic-go's packet loop, so it must not wait: where the TCP
 // accept loop pauses, QUIC refuses.
@@ -65,39 +75,79 @@ func (s *Server) quicConnContext(ctx context.Context, ci *quic.ClientInfo) (cont
 	if s.shutting.Load() {
 		return nil, ErrServerClosed
 	}
-	key, ok := s.perAddr.Acquire(ci.RemoteAddr)
-	if !ok {
+	adm := &quicAdmission{}
+	if ci.AddrVerified && !adm.countSource(s, ci.RemoteAddr) {
 		s.stats.perAddrRefused.Add(1)
 		return nil, errAddrLimit
 	}
 	select {
 	case s.connSlots <- struct{}{}:
 	default:
-		s.perAddr.Release(key)
+		adm.end(s)
 		s.stats.quicRefused.Add(1)
 		return nil, errConnLimit
 	}
 	p, shed, ok := s.hs.admit(time.Now(), nil)
 	if !ok {
 		<-s.connSlots
-		s.perAddr.Release(key)
+		adm.end(s)
 		s.stats.handshakeLimit.Add(1)
 		return nil, errHandshakeLimit
 	}
 	if shed {
 		s.stats.handshakesShed.Add(1)
 	}
+	adm.pending = p
 	context.AfterFunc(ctx, func() {
 		s.hs.done(p)
 		<-s.connSlots
-		s.perAddr.Release(key)
+		adm.end(s)
 	})
-	return context.WithValue(ctx, pendingKey{}, p), nil
+	return context.WithValue(ctx, admissionKey{}, adm), nil
 }
 
-// pendingKey carries a QUIC connection's handshake backlog entry from
+// quicAdmission is what a QUIC connection holds from quicConnContext
+// until it ends: its place in the handshake backlog and, once its source
+// address is proved, its count against that source.
+type quicAdmission struct {
+	pending *pending
+	mu      sync.Mutex
+	addrKey netip.Addr
+	counted bool
+	ended   bool
+}
+
+// countSource counts the connection against its source address, once;
+// false when the source already holds MaxConnsPerIP. A connection that
+// has ended is not counted.
+func (a *quicAdmission) countSource(s *Server, addr net.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.counted || a.ended {
+		return true
+	}
+	key, ok := s.perAddr.Acquire(addr)
+	if !ok {
+		return false
+	}
+	a.addrKey, a.counted = key, true
+	return true
+}
+
+// end gives back the source's count.
+func (a *quicAdmission) end(s *Server) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = true
+	if a.counted {
+		s.perAddr.Release(a.addrKey)
+		a.counted = false
+	}
+}
+
+// admissionKey carries a QUIC connection's quicAdmission from
 // quicConnContext to startQUIC.
-type pendingKey struct{}
+type admissionKey struct{}
 
 func (s *Server) acceptQUIC(ln *quic.EarlyListener) error {
 	defer s.live.Add(-1)
@@ -131,10 +181,12 @@ type quicConn struct {
 
 func (s *Server) startQUIC(qc *quic.Conn) {
 	c := &quicConn{s: s, qc: qc, id: s.nextID.Add(1)}
-	if p, _ := qc.Context().Value(pendingKey{}).(*pending); p != nil {
+	if adm, _ := qc.Context().Value(admissionKey{}).(*quicAdmission); adm != nil {
 		// Early connections are handed over as soon as the ClientHello is
 		// processed; from here the handshake can be shed, and it leaves
-		// the backlog when it completes.
+		// the backlog when it completes. A completed handshake proves
+		// the source address, which is then counted.
+		p := adm.pending
 		s.hs.setShed(p, func() {
 			if !agtpquic.HandshakeComplete(qc) {
 				c.wasShed.Store(true)
@@ -144,6 +196,10 @@ func (s *Server) startQUIC(qc *quic.Conn) {
 		go func() {
 			select {
 			case <-qc.HandshakeComplete():
+				if !adm.countSource(s, qc.RemoteAddr()) {
+					s.stats.perAddrRefused.Add(1)
+					qc.CloseWithError(agtpquic.CodeConnectionLimit, "per-address connection limit")
+				}
 			case <-qc.Context().Done():
 			}
 			s.hs.done(p)

@@ -303,9 +303,9 @@ func (c *tcpConn) serve() {
 			putReader(c.br)
 			c.br = nil
 		}
-		// Otherwise a pipelined request is already buffered: its
-		// response joins this one in bw, flushed when Read must wait for
-		// the network.
+		// Otherwise a pipelined request is already buffered: this
+		// response stays in bw until its handler is about to run
+		// (flushBeforeHandler) or Read must wait for the network.
 	}
 }
 
@@ -327,6 +327,9 @@ func (c *tcpConn) request() (req *agtp.Request, resp *agtp.Response, closeAfter 
 		// a request refused after its head (459) needs none.
 		if req, err = head.ReadBody(c.br, nil); err != nil {
 			return c.protocolError(req, err)
+		}
+		if err := c.flushBeforeHandler(); err != nil {
+			return nil, nil, false, err
 		}
 		return req, s.serve(ctx, &c.info, req), false, nil
 	}
@@ -350,7 +353,23 @@ func (c *tcpConn) request() (req *agtp.Request, resp *agtp.Response, closeAfter 
 		}
 		return c.protocolError(req, err)
 	}
+	if err := c.flushBeforeHandler(); err != nil {
+		return nil, nil, false, err
+	}
 	return req, s.handle(ctx, &c.info, req), false, nil
+}
+
+// flushBeforeHandler sends the responses to earlier pipelined requests
+// still in bw before the next request's handler runs: that handler may
+// take as long as the request timeout, or wait for something its client
+// does only once it has the earlier answers. Responses written back to
+// back without a handler between them (refusals of the wire stage) still
+// share a write.
+func (c *tcpConn) flushBeforeHandler() error {
+	if c.bw == nil || c.bw.Buffered() == 0 {
+		return nil
+	}
+	return c.flush()
 }
 
 // protocolError answers a wire error from agtp; any other error is a

@@ -684,3 +684,39 @@ func TestRunDrainsWhenContextEnds(t *testing.T) {
 		t.Errorf("Serve after shutdown = %v", err)
 	}
 }
+
+// A finished response does not wait for the handler of the next
+// pipelined request: that handler may run for as long as the request
+// timeout, or wait for something the client does only once it has the
+// first answer.
+func TestTCPPipelinedResponseIsNotHeldBehindTheNextHandler(t *testing.T) {
+	g := newGate()
+	ts := startServer(t, Options{DisableQUIC: true}, HandlerFunc(func(ctx context.Context, ci *ConnInfo, req *agtp.Request) *agtp.Response {
+		if req.Path == "/slow" {
+			select {
+			case <-g.release:
+			case <-ctx.Done():
+			}
+		}
+		return echo()(ctx, ci, req)
+	}))
+	defer g.open()
+	conn := ts.dial(t, nil)
+	raw := append(rawRequest(t, "QUERY", "/fast"), rawRequest(t, "QUERY", "/slow")...)
+	if _, err := conn.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(conn)
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := agtp.ReadResponse(c.br, agtp.Limits{})
+	if err != nil {
+		t.Fatalf("the response to /fast, complete on the server, did not arrive within 3 s while /slow's handler ran: %v", err)
+	}
+	if string(resp.Body) != strconv.Quote("QUERY /fast") {
+		t.Fatalf("got %s", resp.Body)
+	}
+	g.open()
+	if resp := c.recv(t); string(resp.Body) != strconv.Quote("QUERY /slow") {
+		t.Fatalf("got %s", resp.Body)
+	}
+}

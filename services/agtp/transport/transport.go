@@ -193,7 +193,9 @@ type Options struct {
 	// handshakes included) from one source: an IPv4 address or an IPv6
 	// /64. A connection over the limit is refused before its handshake: a
 	// TCP connection is reset as soon as it is accepted, a QUIC connection
-	// attempt is answered CONNECTION_REFUSED. It keeps one host from
+	// attempt is answered CONNECTION_REFUSED (a QUIC attempt counts once
+	// a Retry or its handshake proved its source address, so spoofed
+	// Initials take no address's slots). It keeps one host from
 	// taking the connection slots every other client needs. Behind a load
 	// balancer that hides client addresses, or a large NAT, raise it.
 	// Negative: no limit. Default 1000.
