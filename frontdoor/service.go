@@ -257,7 +257,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (_ *Service, err error
 		// it never opens) cannot hold a connection and its handlers.
 		s.https.WriteTimeout = publicWriteTimeout(cfg.RequestTimeout)
 	}
-	s.agents.OnSession = s.pipeline.DropSession
+	s.agents.OnSession, s.agents.OnReset = s.pipeline.DropSession, s.pipeline.ResetSessions
 	if err := s.observeTransport(meter); err != nil {
 		return nil, err
 	}

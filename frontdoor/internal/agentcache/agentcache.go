@@ -50,6 +50,10 @@ type Cache struct {
 	// OnSession is called with the Session-ID of every session event
 	// (suspended, resumed), so session caches drop it; set before Watch.
 	OnSession func(sessionID string)
+	// OnReset is called whenever the whole cache is cleared (the watch
+	// opened, resynced or broke; watching says whether it is live), so
+	// caches that follow the same events clear theirs; set before Watch.
+	OnReset func(watching bool)
 
 	// Stats counts the lookups the cache answered and those that asked
 	// identitysvc, for the hit-ratio metric.
@@ -178,11 +182,14 @@ func (c *Cache) Drop(id string) {
 
 func (c *Cache) reset(watching bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.gen++
 	c.entries = map[string]*list.Element{}
 	c.lru.Init()
 	c.watching = watching
+	c.mu.Unlock()
+	if c.OnReset != nil {
+		c.OnReset(watching)
+	}
 }
 
 // Watch follows identitysvc's WatchAgents until ctx is done. Every event

@@ -239,3 +239,31 @@ func TestFullCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		}
 	}
 }
+
+// Caches that follow the same events (the front door's Session-ID
+// bindings) are told whenever this one is cleared: when the watch opens
+// and when identitysvc resyncs it, having perhaps missed events.
+func TestResetsAreReportedToOnReset(t *testing.T) {
+	f := newFake(record(identityv1.AgentStatus_AGENT_STATUS_ACTIVE), record(identityv1.AgentStatus_AGENT_STATUS_ACTIVE), nil)
+	c := startCache(t, f)
+	resets := make(chan bool, 4)
+	c.OnReset = func(watching bool) { resets <- watching }
+	watch(t, c)
+	next := func(what string) bool {
+		t.Helper()
+		select {
+		case w := <-resets:
+			return w
+		case <-time.After(5 * time.Second):
+			t.Fatalf("OnReset was not called when %s", what)
+			return false
+		}
+	}
+	if !next("the watch opened") {
+		t.Fatal("OnReset(false) when the watch opened, want true")
+	}
+	f.events <- &identityv1.WatchAgentsResponse{Resync: true}
+	if !next("identitysvc resynced the watch") {
+		t.Fatal("OnReset(false) on a resync, want true")
+	}
+}

@@ -311,50 +311,97 @@ func (p *Pipeline) checkSession(x *exchange) *agtp.Response {
 	}
 	fp := clientKeyFingerprint(x)
 	binding := x.agentID + "|" + fp
-	if p.sessions.confirmed(sid, binding) {
+	ok, gen := p.sessions.confirmed(sid, binding, time.Now())
+	if ok {
 		return nil
 	}
 	_, err := p.Identity.ResolveAgent(x.ctx, &identityv1.ResolveAgentRequest{AgentId: x.agentID, SessionId: sid, ClientKeyFingerprint: fp})
 	if err != nil {
 		return p.dependencyFailure(x, "identitysvc", err)
 	}
-	p.sessions.remember(sid, binding)
+	p.sessions.remember(gen, sid, binding, time.Now())
 	return nil
 }
 
 // sessionCache remembers Session-ID bindings identitysvc has confirmed,
 // so a session costs one ResolveAgent call on first sight and none after
 // (core §10.4.5: Session-ID, Agent-ID and the TLS client identity must
-// agree). A binding never changes once made, so a confirmed one stays
-// true; the cache is bounded and simply cleared when full.
+// agree). A binding never changes once made, but a session can be
+// suspended and resumed: identitysvc's watch says so (DropSession), and a
+// confirmed binding is trusted without expiry only while that watch is
+// live. While it is not, or before it first opened, a binding is kept
+// for sessionUnwatchedTTL only, and a watch that opens or resyncs (it may
+// have missed events) clears them all (ResetSessions). The cache is
+// bounded and simply cleared when full.
 type sessionCache struct {
 	mu    sync.RWMutex
-	bound map[string]string // Session-ID -> Agent-ID + "|" + client key fingerprint
+	bound map[string]sessionEntry // by Session-ID
+	// gen counts drops and resets: an answer from identitysvc that a
+	// drop overtook (the session was suspended while it was on its way)
+	// is not remembered.
+	gen     uint64
+	watched bool
 }
 
-const maxSessions = 100_000
+type sessionEntry struct {
+	binding string // Agent-ID + "|" + client key fingerprint
+	expires time.Time
+}
 
-func (c *sessionCache) confirmed(sessionID, binding string) bool {
+const (
+	maxSessions         = 100_000
+	sessionUnwatchedTTL = 2 * time.Second
+)
+
+// confirmed reports whether binding is the session's confirmed one, or
+// the generation a check with identitysvc starts from.
+func (c *sessionCache) confirmed(sessionID, binding string, now time.Time) (bool, uint64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.bound[sessionID] == binding
+	e, ok := c.bound[sessionID]
+	if ok && e.binding == binding && (e.expires.IsZero() || now.Before(e.expires)) {
+		return true, 0
+	}
+	return false, c.gen
 }
 
-func (c *sessionCache) remember(sessionID, binding string) {
+// remember keeps a binding identitysvc confirmed, unless a drop or reset
+// came after the check started (gen).
+func (c *sessionCache) remember(gen uint64, sessionID, binding string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bound == nil || len(c.bound) >= maxSessions {
-		c.bound = map[string]string{}
+	if gen != c.gen {
+		return
 	}
-	c.bound[sessionID] = binding
+	if c.bound == nil || len(c.bound) >= maxSessions {
+		c.bound = map[string]sessionEntry{}
+	}
+	e := sessionEntry{binding: binding}
+	if !c.watched {
+		e.expires = now.Add(sessionUnwatchedTTL)
+	}
+	c.bound[sessionID] = e
 }
 
 // DropSession forgets a confirmed binding, so the next request of the
 // session is checked with identitysvc again (after SUSPEND or RESUME).
 func (p *Pipeline) DropSession(sessionID string) {
 	p.sessions.mu.Lock()
+	defer p.sessions.mu.Unlock()
+	p.sessions.gen++
 	delete(p.sessions.bound, sessionID)
-	p.sessions.mu.Unlock()
+}
+
+// ResetSessions forgets every confirmed binding: identitysvc's watch
+// opened, resynced (it may have missed events) or broke. watched says
+// whether it is live now, so that bindings confirmed from here on can be
+// trusted until it says otherwise.
+func (p *Pipeline) ResetSessions(watched bool) {
+	p.sessions.mu.Lock()
+	defer p.sessions.mu.Unlock()
+	p.sessions.gen++
+	p.sessions.bound = nil
+	p.sessions.watched = watched
 }
 
 // effectiveScopes are the Authority-Scope claim when one was sent (it has
