@@ -91,13 +91,27 @@ func (s *Signer) Sign(payload []byte) string {
 
 // sign is Sign's compact JWS as bytes, so that SignPayload hashes the
 // record without copying it to a string first.
-func (s *Signer) sign(payload []byte) []byte {
-	n := len(s.header) + 1 + b64.EncodedLen(len(payload)) + 1
+func (s *Signer) sign(payload []byte) []byte { return s.signWith(s.header, payload) }
+
+// signTyped signs payload under a protected header that also names typ,
+// so that the JWS cannot be taken for a record (RFC 8725 §3.11).
+func (s *Signer) signTyped(typ string, payload []byte) string {
+	hdr, _ := json.Marshal(struct {
+		Alg string `json:"alg"`
+		Kid string `json:"kid,omitempty"`
+		Typ string `json:"typ"`
+	}{s.Alg(), s.kid, typ})
+	return string(s.signWith(b64.EncodeToString(hdr), payload))
+}
+
+// signWith is the compact JWS over header (base64url) and payload.
+func (s *Signer) signWith(header string, payload []byte) []byte {
+	n := len(header) + 1 + b64.EncodedLen(len(payload)) + 1
 	if s.key != nil {
 		n += b64.EncodedLen(ed25519.SignatureSize)
 	}
 	buf := make([]byte, 0, n)
-	buf = append(buf, s.header...)
+	buf = append(buf, header...)
 	buf = append(buf, '.')
 	buf = b64.AppendEncode(buf, payload)
 	if s.key != nil {
@@ -173,10 +187,13 @@ type VerifyOptions struct {
 
 // Record is a parsed Attribution-Record (or other signed record).
 type Record struct {
-	JWS        string
-	AuditID    string
-	Alg        string
-	KID        string
+	JWS     string
+	AuditID string
+	Alg     string
+	KID     string
+	// Typ is the protected header's typ: empty on records, CheckpointType
+	// on chain checkpoints.
+	Typ        string
 	RawPayload []byte
 	Payload    Payload
 }
@@ -207,7 +224,11 @@ func Parse(jws string) (*Record, error) {
 			if err := json.Unmarshal(v, &r.KID); err != nil {
 				return nil, fmt.Errorf("%w: kid: %v", ErrMalformed, err)
 			}
-		case "typ", "cty":
+		case "typ":
+			if err := json.Unmarshal(v, &r.Typ); err != nil {
+				return nil, fmt.Errorf("%w: typ: %v", ErrMalformed, err)
+			}
+		case "cty":
 		default:
 			// crit, b64, jwk, jku, x5u, x5c ...: nothing this format
 			// needs, and each changes how a verifier must behave.
@@ -234,8 +255,23 @@ func Parse(jws string) (*Record, error) {
 }
 
 // Verify parses a record and checks its signature against opts.Keys. The
-// Audit-ID is computed from the exact input string.
+// Audit-ID is computed from the exact input string. A chain checkpoint
+// (typ CheckpointType) is signed with the same key but is not a record,
+// and is refused.
 func Verify(jws string, opts VerifyOptions) (*Record, error) {
+	r, err := verifySignature(jws, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.Typ == CheckpointType {
+		return nil, fmt.Errorf("%w: typ %q is a chain checkpoint, not a record", ErrMalformed, r.Typ)
+	}
+	return r, nil
+}
+
+// verifySignature is Verify whatever the JWS's typ: the checks every JWS
+// signed with the audit key passes.
+func verifySignature(jws string, opts VerifyOptions) (*Record, error) {
 	r, err := Parse(jws)
 	if err != nil {
 		return nil, err

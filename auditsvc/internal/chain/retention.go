@@ -2,7 +2,6 @@ package chain
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,7 +17,10 @@ import (
 // A chain whose oldest records were moved out of Redis (Store.Trim) starts
 // at a checkpoint (attribution.Checkpoint) signed with the store's signing
 // key. Verification checks the checkpoint's signature and continues the
-// chain from it, so a trimmed chain verifies like a whole one.
+// chain from it, so a trimmed chain verifies like a whole one. A
+// checkpoint an earlier release stored without its typ is signed again
+// by the next Trim of its chain (resignCheckpoint); until then it does
+// not verify (docs/audit.md, "Retention").
 
 // CheckpointVersion is the checkpoint_version of a checkpoint record.
 const CheckpointVersion = attribution.CheckpointVersion
@@ -90,6 +92,9 @@ func (s *Store) Trim(ctx context.Context, stream, chain string, cutoff time.Time
 		// Read the checkpoint every page: another replica may have moved
 		// records meanwhile.
 		cp, err := s.Checkpoint(ctx, stream, chain, opts.VerifyOptions)
+		if first && errors.Is(err, attribution.ErrUntypedCheckpoint) {
+			cp, err = s.resignCheckpoint(ctx, stream, chain, opts.VerifyOptions)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -168,13 +173,53 @@ func (s *Store) Trim(ctx context.Context, stream, chain string, cutoff time.Time
 func (s *Store) signCheckpoint(stream, chain string, last attribution.Entry) (*Checkpoint, error) {
 	cp := Checkpoint{Version: CheckpointVersion, Stream: stream, Chain: chain, Sequence: last.Sequence, AuditID: last.AuditID,
 		TrimmedAt: s.opts.Now().UTC().Format(time.RFC3339Nano)}
-	body, err := json.Marshal(cp)
+	jws, err := s.signer.Load().SignCheckpoint(cp)
 	if err != nil {
 		return nil, err
 	}
-	cp.JWS = s.signer.Load().Sign(body)
+	cp.JWS = jws
 	return &cp, nil
 }
+
+// resignCheckpoint signs again, with its typ, the checkpoint of (stream,
+// chain) that an earlier release stored without one, and returns the
+// chain's checkpoint after that. Only a JWS that
+// attribution.VerifyUntypedCheckpoint accepts is signed again, so a
+// record put in the checkpoint's place never becomes one. The records it
+// covers are gone from Redis, so the old checkpoint's signature is all
+// there is to go on; the new one states the same sequence, Audit-ID and
+// trimmed_at.
+func (s *Store) resignCheckpoint(ctx context.Context, stream, chain string, opts attribution.VerifyOptions) (*Checkpoint, error) {
+	key := checkpointKey(stream, chain)
+	old, err := s.rdb.HGet(ctx, key, rediskeys.CheckpointJWS).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: read checkpoint: %v", ErrUnavailable, err)
+	}
+	cp, err := attribution.VerifyUntypedCheckpoint(old, stream, chain, opts)
+	if err != nil {
+		return nil, err
+	}
+	jws, err := s.signer.Load().SignCheckpoint(*cp)
+	if err != nil {
+		return nil, err
+	}
+	// Only in place of the checkpoint just read: another replica may have
+	// stored a later one meanwhile.
+	if err := resignScript.Run(ctx, s.rdb, []string{key}, old, jws).Err(); err != nil {
+		return nil, fmt.Errorf("%w: store checkpoint: %v", ErrUnavailable, err)
+	}
+	s.log.InfoContext(ctx, "audit retention: checkpoint of an earlier release signed again with its typ",
+		"stream", stream, "chain", chain, "last_sequence", cp.Sequence)
+	return s.Checkpoint(ctx, stream, chain, opts)
+}
+
+// resignScript replaces a checkpoint's JWS if it is still ARGV[1].
+var resignScript = redis.NewScript(strings.ReplaceAll(`
+if redis.call('HGET', KEYS[1], '@JWS@') == ARGV[1] then
+  redis.call('HSET', KEYS[1], '@JWS@', ARGV[2])
+end
+return 0
+`, "@JWS@", rediskeys.CheckpointJWS))
 
 // trimLua stores a checkpoint unless a later one is stored already, then
 // removes the records the stored checkpoint covers.

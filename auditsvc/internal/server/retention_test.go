@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
@@ -253,5 +256,118 @@ func TestRetentionNeedsArchive(t *testing.T) {
 	}
 	if err := (Options{Retention: time.Hour, Archive: archive.Options{Dir: t.TempDir()}}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Records are signed with the key that signs checkpoints and carry members
+// their callers choose; none of them is taken for a checkpoint. Someone
+// who can write to Redis and puts a record in the checkpoint's place,
+// deleting the oldest records without archiving them, leaves a chain that
+// fails verification, and the retention task does not sign such a
+// "checkpoint" again.
+func TestSignedRecordIsRefusedAsTheChainCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	f := startRetention(t)
+	agent := strings.Repeat("9a", 32)
+	var ids []string
+	for i := range 5 {
+		r, err := f.client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ChainAgentId: agent, ClaimsJson: claims(t, response(agent, i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.GetAuditId())
+	}
+	members := map[string]any{"checkpoint_version": "1", "stream": "attribution", "chain": agent,
+		"last_sequence": 3, "last_audit_id": ids[2], "trimmed_at": "x"}
+	// No record carries a checkpoint's member.
+	_, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: "confirm",
+		Claims: string(claims(t, members))})
+	wantReason(t, err, codes.InvalidArgument, "audit-claims-invalid")
+	// A record with every other checkpoint member, signed through an
+	// ordinary append (the agent's confirm stream).
+	delete(members, "checkpoint_version")
+	rec, err := f.client.AppendSignedRecord(ctx, &auditv1.AppendSignedRecordRequest{AgentId: agent, Stream: "confirm",
+		Claims: string(claims(t, members))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And one with checkpoint_version too, as an earlier release signed
+	// such claims: a chained record, with the members the store writes.
+	members["checkpoint_version"] = "1"
+	p := attribution.Payload{ServerID: "audit.test", Timestamp: "2026-01-02T03:04:05Z", AgentID: agent,
+		PreviousAuditID: attribution.ZeroAuditID, AuditRecordVersion: attribution.RecordVersion, Extra: map[string]json.RawMessage{}}
+	for k, v := range members {
+		p.Extra[k], _ = json.Marshal(v)
+	}
+	earlier, _, err := f.srv.Store().Signer().SignPayload(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Records 1 to 3 are deleted from Redis without ever being archived.
+	f.rdb.XTrimMinID(ctx, rediskeys.ChainStream(agent), "4-0")
+	for name, jws := range map[string]string{"an appended record": rec.GetJws(), "an earlier release's record": earlier} {
+		f.rdb.HSet(ctx, rediskeys.ChainCheckpoint(agent), rediskeys.CheckpointJWS, jws, rediskeys.CheckpointSequence, "3")
+		v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.GetValid() || !strings.HasPrefix(v.GetProblem(), attribution.ProblemCheckpoint) {
+			t.Fatalf("VerifyChain with %s as the checkpoint (records 1-3 deleted unarchived): %+v, want %s", name, v, attribution.ProblemCheckpoint)
+		}
+		if st, err := f.srv.Retain(ctx); err != nil || st.Failed != 1 {
+			t.Fatalf("retention with %s as the checkpoint: %+v %v, want the chain failed", name, st, err)
+		}
+		if got := f.rdb.HGet(ctx, rediskeys.ChainCheckpoint(agent), rediskeys.CheckpointJWS).Val(); got != jws {
+			t.Fatalf("retention signed %s again as a checkpoint", name)
+		}
+	}
+}
+
+// A checkpoint an earlier release signed without typ does not verify
+// until the next retention pass signs it again, with the same members;
+// the chain then verifies as before.
+func TestRetentionSignsAnEarlierReleasesCheckpointAgain(t *testing.T) {
+	ctx := context.Background()
+	f := startRetention(t)
+	agent := strings.Repeat("5b", 32)
+	for i := range 4 {
+		if _, err := f.client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ChainAgentId: agent, ClaimsJson: claims(t, response(agent, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Advance(2 * time.Hour)
+	if st, err := f.srv.Retain(ctx); err != nil || st.Moved != 3 {
+		t.Fatalf("retention: %+v %v", st, err)
+	}
+	vopts := attribution.VerifyOptions{Keys: f.ks}
+	cp, err := f.srv.Store().Checkpoint(ctx, attribution.StreamAttribution, agent, vopts)
+	if err != nil || cp == nil {
+		t.Fatalf("checkpoint: %v %v", cp, err)
+	}
+	// The checkpoint as an earlier release signed it: the same payload,
+	// no typ.
+	body, err := json.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	untyped := f.srv.Store().Signer().Sign(body)
+	f.rdb.HSet(ctx, rediskeys.ChainCheckpoint(agent), rediskeys.CheckpointJWS, untyped)
+	v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: agent})
+	if err != nil || v.GetValid() || !strings.Contains(v.GetProblem(), attribution.ErrUntypedCheckpoint.Error()) {
+		t.Fatalf("VerifyChain with an untyped checkpoint: %+v %v", v, err)
+	}
+	if st, err := f.srv.Retain(ctx); err != nil || st.Failed != 0 || st.Moved != 0 {
+		t.Fatalf("retention with an untyped checkpoint: %+v %v", st, err)
+	}
+	again, err := f.srv.Store().Checkpoint(ctx, attribution.StreamAttribution, agent, vopts)
+	if err != nil || again == nil || again.JWS == untyped {
+		t.Fatalf("checkpoint after retention: %+v %v", again, err)
+	}
+	if again.Sequence != cp.Sequence || again.AuditID != cp.AuditID || again.TrimmedAt != cp.TrimmedAt {
+		t.Fatalf("checkpoint signed again as %+v, was %+v", again, cp)
+	}
+	if v, err := f.client.VerifyChain(ctx, &auditv1.VerifyChainRequest{AgentId: agent}); err != nil || !v.GetValid() || v.GetLength() != 4 {
+		t.Fatalf("VerifyChain after retention: %+v %v", v, err)
 	}
 }

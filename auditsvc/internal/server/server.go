@@ -357,6 +357,11 @@ func (s *Server) checkClaims(p *attribution.Payload) error {
 		p.ServerID = s.opts.ServerID
 	}
 	for k := range p.Extra {
+		if attribution.IsCheckpointMember(k) {
+			// A checkpoint is known by its typ; its member stays off
+			// records too, so no signed record ever reads as one.
+			return grpcerr.InvalidArgument("audit-claims-invalid", k+" is a chain checkpoint's member, not a record's")
+		}
 		if attribution.IsSecretMember(k) {
 			// Core §8.6: no credential goes into a signed, replayable record.
 			delete(p.Extra, k)
