@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/internal/chain"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/rediskeys"
@@ -99,6 +104,12 @@ func (s *Server) summarizeRefusals(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			s.appendRefusalSummary(context.WithoutCancel(ctx))
+			s.summaryMu.Lock()
+			if ps := s.summary; ps != nil {
+				s.log.ErrorContext(ctx, "anonymous refusal summary unanswered at shutdown; it may or may not be in the refusals stream",
+					"total", ps.total, "refusals", string(ps.p.Extra["refusals"]), "window_start", ps.since, "request_id", ps.req.ID)
+			}
+			s.summaryMu.Unlock()
 			return
 		case <-t.C:
 			s.appendRefusalSummary(ctx)
@@ -106,14 +117,48 @@ func (s *Server) summarizeRefusals(ctx context.Context) {
 	}
 }
 
-// appendRefusalSummary appends the tally's window as one record: its
-// refusals member maps each status to its count.
+// pendingSummary is a refusal summary on its way to the store: its
+// payload and request ID are fixed when it is made, so that every attempt
+// is the same request and the store appends it once
+// (chain.Store.AppendOnce).
+type pendingSummary struct {
+	since  time.Time
+	counts map[int]uint64
+	total  uint64
+	p      attribution.Payload
+	req    chain.Request
+	// made is when the first attempt was sent: the store remembers the
+	// request ID for the request window from then on.
+	made time.Time
+}
+
+// appendRefusalSummary appends the pending summary, if an earlier call
+// left one, then the tally's window as a new one: its refusals member
+// maps each status to its count.
 func (s *Server) appendRefusalSummary(ctx context.Context) {
+	s.summaryMu.Lock()
+	defer s.summaryMu.Unlock()
+	if s.summary != nil && !s.flushSummary(ctx) {
+		return
+	}
 	now := s.now().UTC()
 	since, counts := s.refusals.take(now)
 	if len(counts) == 0 {
 		return
 	}
+	ps, err := newSummary(s.opts.ServerID, since, now, counts)
+	if err != nil {
+		s.refusals.putBack(since, counts)
+		s.log.ErrorContext(ctx, "anonymous refusal summary not made; kept for the next one", "error", err)
+		return
+	}
+	s.summary = ps
+	s.flushSummary(ctx)
+}
+
+// newSummary makes the pending summary of counts, refused between since
+// and now.
+func newSummary(serverID string, since, now time.Time, counts map[int]uint64) (*pendingSummary, error) {
 	byStatus := map[string]uint64{}
 	var total uint64
 	for st, n := range counts {
@@ -122,7 +167,7 @@ func (s *Server) appendRefusalSummary(ctx context.Context) {
 	}
 	refusals, _ := json.Marshal(byStatus)
 	p := attribution.Payload{
-		ServerID:  s.opts.ServerID,
+		ServerID:  serverID,
 		Timestamp: now.Format(time.RFC3339Nano),
 		EventType: "anonymous-refusals",
 		Extra: map[string]json.RawMessage{
@@ -132,10 +177,55 @@ func (s *Server) appendRefusalSummary(ctx context.Context) {
 			"window_end":   json.RawMessage(strconv.Quote(now.Format(time.RFC3339Nano))),
 		},
 	}
+	body, err := p.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode refusal summary: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return &pendingSummary{since: since, counts: counts, total: total, p: p, made: now,
+		req: chain.Request{ID: "refusals-" + rand.Text(), Fingerprint: hex.EncodeToString(sum[:])}}, nil
+}
+
+// flushSummary sends the pending summary and reports whether it is
+// settled: appended (now or by an earlier attempt whose answer was lost),
+// or certainly not appended, its counts then back in the tally. An
+// unknown outcome (chain.ErrUnavailable, a timeout, ...) keeps it for the
+// next call, which sends the same request again: putting the counts back
+// then would count them twice if the lost attempt had appended.
+func (s *Server) flushSummary(ctx context.Context) bool {
+	ps := s.summary
+	if s.now().Sub(ps.made) >= s.requestWindow() {
+		// The store no longer remembers the request ID, so another attempt
+		// could append the summary a second time, and whether an earlier
+		// one did cannot be learned: the counts are logged, not recorded.
+		s.summary = nil
+		s.log.ErrorContext(ctx, "anonymous refusal summary unanswered for the request window; its counts are not recorded",
+			"total", ps.total, "refusals", string(ps.p.Extra["refusals"]), "window_start", ps.since, "request_id", ps.req.ID)
+		return true
+	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := s.store.Append(actx, StreamRefusals, rediskeys.ServerChain, p, nil); err != nil {
-		s.refusals.putBack(since, counts)
-		s.log.WarnContext(ctx, "anonymous refusal summary not appended; kept for the next one", "total", total, "error", fmt.Sprint(err))
+	_, err := s.store.AppendOnce(actx, StreamRefusals, rediskeys.ServerChain, ps.p, nil, ps.req)
+	switch {
+	case err == nil:
+		s.summary = nil
+		return true
+	case errors.Is(err, chain.ErrInvalid), errors.Is(err, chain.ErrRequestReused):
+		// Refused before anything was written.
+		s.summary = nil
+		s.refusals.putBack(ps.since, ps.counts)
+		s.log.WarnContext(ctx, "anonymous refusal summary refused; its counts go into the next one", "total", ps.total, "error", fmt.Sprint(err))
+		return true
 	}
+	s.log.WarnContext(ctx, "anonymous refusal summary not answered; the same request is sent again with the next one",
+		"total", ps.total, "request_id", ps.req.ID, "error", fmt.Sprint(err))
+	return false
+}
+
+// requestWindow is how long the store remembers a request ID.
+func (s *Server) requestWindow() time.Duration {
+	if w := s.opts.Chain.RequestWindow; w > 0 {
+		return w
+	}
+	return chain.DefaultRequestWindow
 }

@@ -3,15 +3,20 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/rediskeys"
+	"github.com/agtpsuite/agtp/services/testkit"
 )
 
 // An anonymous refusal is signed and stored nowhere; the refusals are
@@ -84,5 +89,89 @@ func TestUnchainedRefusalsAreSignedCountedAndNotStored(t *testing.T) {
 	}
 	if len(entries) != 1 || counts["404"] != 15 || counts["429"] != 5 {
 		t.Fatalf("%d summaries counted %v, want one with 15 404s and 5 429s", len(entries), counts)
+	}
+}
+
+// A refusal summary whose append ran in Redis but whose reply was lost
+// (the connection dropped) has an unknown outcome: the next summary sends
+// the same request again, which the store answers with the record
+// appended then, so the refusals are counted once and not put back into a
+// second summary.
+func TestRefusalSummaryWhoseReplyIsLostCountsOnce(t *testing.T) {
+	ctx := context.Background()
+	ks := keySet(t, genKey(t))
+	rs := testkit.StartRedis(t)
+	rdb := rs.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	var armed atomic.Bool
+	rdb.AddHook(loseNextAppendReply{armed: &armed})
+	s, err := New(rdb, nil, Options{Keys: ks, ServerID: "audit.test", RefusalSummaryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(g, s) })
+	client := auditv1.NewAuditServiceClient(conn)
+	// Warm up: the append script is loaded.
+	if _, err := client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{ChainAgentId: strings.Repeat("ab", 32),
+		ClaimsJson: claims(t, response(strings.Repeat("ab", 32), 0))}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{Unchained: true,
+			Claims: &auditv1.AttributionClaims{Status: 404, Method: "QUERY"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed.Store(true)
+	s.appendRefusalSummary(ctx) // appended in Redis, answer lost
+	if armed.Load() {
+		t.Fatal("the summary's append never reached Redis")
+	}
+	s.appendRefusalSummary(ctx)
+	entries, err := rdb.XRange(ctx, rediskeys.SignedStream("", StreamRefusals), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, en := range entries {
+		rec, err := attribution.Verify(en.Values["jws"].(string), attribution.VerifyOptions{Keys: ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := json.Unmarshal(rec.Payload.Extra["total"], &n); err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if len(entries) != 1 || total != 10 {
+		t.Fatalf("%d summaries count %d refusals, want one counting the 10 signed", len(entries), total)
+	}
+	if s.summary != nil {
+		t.Fatal("the summary is still pending after its retry was answered")
+	}
+}
+
+// loseNextAppendReply, once armed, runs the next pipeline that carries an
+// append script and reports a broken connection for all of its commands.
+type loseNextAppendReply struct{ armed *atomic.Bool }
+
+func (loseNextAppendReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (loseNextAppendReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h loseNextAppendReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		evalsha := false
+		for _, c := range cmds {
+			if c.Name() == "evalsha" && c.Err() == nil {
+				evalsha = true
+			}
+		}
+		if evalsha && h.armed.CompareAndSwap(true, false) {
+			err = errors.New("read: connection reset by peer")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+		}
+		return err
 	}
 }

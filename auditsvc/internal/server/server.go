@@ -156,8 +156,11 @@ type Server struct {
 	keys     atomic.Pointer[attribution.KeySet]
 	now      func() time.Time
 	// refusals counts the anonymous refusals signed unchained since the
-	// last summary.
-	refusals refusalTally
+	// last summary; summary is the summary whose append has no known
+	// outcome yet (nil: none), under summaryMu.
+	refusals  refusalTally
+	summaryMu sync.Mutex
+	summary   *pendingSummary
 	// anonymousSeq spreads anonymous records that name no request.
 	anonymousSeq atomic.Uint64
 }
