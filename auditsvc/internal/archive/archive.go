@@ -94,6 +94,12 @@ type Sink struct {
 	lastDrop  attribution.Entry
 	dropsSeen uint64 // drops already reported
 
+	// stopped is set by Run before its last drain; an Offer holds stopMu
+	// for reading from its check to its send, so every entry queued
+	// before that is drained, and every later one is dropped.
+	stopMu  sync.RWMutex
+	stopped bool
+
 	// writer state, owned by Run
 	f         *os.File
 	w         *bufio.Writer
@@ -117,8 +123,18 @@ func New(opts Options, log *slog.Logger) (*Sink, error) {
 }
 
 // Offer queues an entry without blocking. A full queue drops the entry
-// from the archive (it stays in Redis) and counts it.
+// from the archive (it stays in Redis) and counts it. After Run stopped
+// nothing reads the queue: the entry is counted as dropped and logged,
+// since no later report will name it.
 func (s *Sink) Offer(e attribution.Entry) {
+	s.stopMu.RLock()
+	defer s.stopMu.RUnlock()
+	if s.stopped {
+		s.dropped.Add(1)
+		s.log.Error("archive sink stopped: record not archived (it remains in Redis; export to fill the gap)",
+			"stream", e.Stream, "chain", e.Chain, "sequence", e.Sequence, "audit_id", e.AuditID)
+		return
+	}
 	select {
 	case s.q <- e:
 	default:
@@ -143,7 +159,7 @@ func (s *Sink) Stats() Stats {
 }
 
 // Run writes queued entries until ctx is done, then writes what is still
-// queued and closes the file.
+// queued and closes the file. Entries offered after that are dropped.
 func (s *Sink) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.opts.SyncInterval)
 	defer tick.Stop()
@@ -160,6 +176,9 @@ func (s *Sink) Run(ctx context.Context) error {
 			}
 			s.reportDrops()
 		case <-ctx.Done():
+			s.stopMu.Lock()
+			s.stopped = true
+			s.stopMu.Unlock()
 			s.drain(-1)
 			s.reportDrops()
 			return nil

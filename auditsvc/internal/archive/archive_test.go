@@ -153,6 +153,34 @@ func TestArchiveFullQueueDropsCountsAndLogs(t *testing.T) {
 	}
 }
 
+// Once Run has returned nothing reads the queue: an entry offered then
+// is counted as dropped and logged with its position, not left queued.
+func TestArchiveOfferAfterRunStoppedDropsCountsAndLogs(t *testing.T) {
+	dir := t.TempDir()
+	var logBuf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logBuf.Write(p) }), nil))
+	s, err := New(Options{Dir: dir}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, s)
+	s.Offer(entry(0))
+	stop()
+	s.Offer(entry(1))
+	if st := s.Stats(); st.Written != 1 || st.Dropped != 1 || st.Queued != 0 {
+		t.Fatalf("stats %+v, want 1 written, 1 dropped, none queued", st)
+	}
+	if _, got := readAll(t, dir); len(got) != 1 {
+		t.Fatalf("archived %d, want the one offered while running", len(got))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logBuf.String(), "archive sink stopped") || !strings.Contains(logBuf.String(), "sequence=2") {
+		t.Fatalf("the drop after stop is not logged with its position: %s", logBuf.String())
+	}
+}
+
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
+	"github.com/agtpsuite/agtp/auditsvc/internal/archive"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -173,5 +176,56 @@ func (h loseNextAppendReply) ProcessPipelineHook(next redis.ProcessPipelineHook)
 			}
 		}
 		return err
+	}
+}
+
+// On shutdown Run appends one last refusal summary; the archive sink
+// stops only after that, so the summary reaches the archive as well as
+// Redis.
+func TestShutdownRefusalSummaryReachesTheArchive(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ks := keySet(t, genKey(t))
+	rs := testkit.StartRedis(t)
+	rdb := rs.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	s, err := New(rdb, nil, Options{Keys: ks, ServerID: "audit.test", RefusalSummaryInterval: time.Hour,
+		Archive: archive.Options{Dir: dir, Instance: "t", SyncInterval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := testkit.ServeGRPC(t, func(g grpc.ServiceRegistrar) { auditv1.RegisterAuditServiceServer(g, s) })
+	client := auditv1.NewAuditServiceClient(conn)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	for range 3 {
+		if _, err := client.SignAndAppend(ctx, &auditv1.SignAndAppendRequest{Unchained: true,
+			Claims: &auditv1.AttributionClaims{Status: 404, Method: "QUERY"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n, err := rdb.XLen(ctx, rediskeys.SignedStream("", StreamRefusals)).Result()
+	if err != nil || n != 1 {
+		t.Fatalf("shutdown summary in Redis: %d records, %v", n, err)
+	}
+	var entries []attribution.Entry
+	files, _ := filepath.Glob(filepath.Join(dir, "audit-*.jsonl"))
+	for _, name := range files {
+		fh, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = attribution.ReadEntries(fh, func(e attribution.Entry) error { entries = append(entries, e); return nil })
+		fh.Close()
+	}
+	if len(entries) != 1 || entries[0].Stream != StreamRefusals {
+		t.Fatalf("archive holds %d entries after shutdown, want the shutdown summary (sink stats %+v)", len(entries), s.sink.Stats())
+	}
+	if st := s.sink.Stats(); st.Written != 1 || st.Dropped != 0 || st.Queued != 0 {
+		t.Fatalf("sink stats %+v after shutdown, want the summary written", st)
 	}
 }

@@ -213,22 +213,27 @@ func New(rdb redis.UniversalClient, log *slog.Logger, opts Options) (*Server, er
 
 // Run checks the Redis persistence settings (logging what could lose
 // records) and runs background work (the archive sink, the refusal
-// summaries, the retention task) until ctx is done.
+// summaries, the retention task) until ctx is done. The sink stops last,
+// on its own context, so that it still archives the summary appended on
+// shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	for _, w := range s.store.DurabilityWarnings(ctx) {
 		s.log.WarnContext(ctx, "audit store durability: "+w)
 	}
-	summarized := make(chan struct{})
-	go func() { s.summarizeRefusals(ctx); close(summarized) }()
-	defer func() { <-summarized }()
-	retained := make(chan struct{})
-	go func() { s.retain(ctx); close(retained) }()
-	defer func() { <-retained }()
-	if s.sink == nil {
-		<-ctx.Done()
-		return nil
+	sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSink()
+	sunk := make(chan error, 1)
+	if s.sink != nil {
+		go func() { sunk <- s.sink.Run(sinkCtx) }()
+	} else {
+		sunk <- nil
 	}
-	return s.sink.Run(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.summarizeRefusals(ctx) })
+	wg.Go(func() { s.retain(ctx) })
+	wg.Wait()
+	stopSink()
+	return <-sunk
 }
 
 // SetKeys rotates keys at run time: new records are signed with the new
