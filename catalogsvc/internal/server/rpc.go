@@ -13,6 +13,7 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/internal/builtin"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
+	"github.com/agtpsuite/agtp/catalogsvc/internal/store"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -203,9 +204,6 @@ func (s *Server) PutEndpoint(ctx context.Context, req *catalogv1.PutEndpointRequ
 	if st.Draft.Origin(key) == "built-in" {
 		return nil, grpcerr.FailedPrecondition(ReasonBuiltinEndpoint, key+" is a built-in endpoint")
 	}
-	if n, err := s.store.Count(ctx); err == nil && n >= 10000 {
-		return nil, grpcerr.FailedPrecondition(ReasonEndpointConflict, "the runtime endpoint limit is reached")
-	}
 	entry := registry.Runtime{Key: key, Tier: tier, Definition: ep.JSON}
 	if err := s.rebuildLocked(ctx, "dry run", &entry); err != nil {
 		var ce *ConfigError
@@ -215,7 +213,7 @@ func (s *Server) PutEndpoint(ctx context.Context, req *catalogv1.PutEndpointRequ
 		return nil, grpcerr.Internal(err)
 	}
 	if err := s.store.Put(ctx, entry); err != nil {
-		return nil, grpcerr.Internal(err)
+		return nil, storeError(err)
 	}
 	if err := s.rebuildLocked(ctx, "put "+key, nil); err != nil {
 		return nil, grpcerr.Internal(err)
@@ -259,13 +257,24 @@ func (s *Server) DeleteEndpoint(ctx context.Context, req *catalogv1.DeleteEndpoi
 		err = s.store.Remove(ctx, key)
 	}
 	if err != nil {
-		return nil, grpcerr.Internal(err)
+		return nil, storeError(err)
 	}
 	if err := s.rebuildLocked(ctx, "delete "+key, nil); err != nil {
 		return nil, grpcerr.Internal(err)
 	}
 	st = s.state.Load()
 	return &catalogv1.DeleteEndpointResponse{Revision: st.Snapshot.GetRevision(), ApiVersion: st.Snapshot.GetApiVersion()}, nil
+}
+
+// storeError is the answer to a failed runtime endpoint write: the
+// store's limit is the operator's to resolve (delete runtime endpoints),
+// anything else is internal.
+func storeError(err error) error {
+	if errors.Is(err, store.ErrFull) {
+		return grpcerr.FailedPrecondition(ReasonEndpointConflict,
+			fmt.Sprintf("the runtime endpoint limit (%d, tombstones included) is reached; delete a runtime endpoint first", store.MaxEndpoints))
+	}
+	return grpcerr.Internal(err)
 }
 
 // definition is PutEndpoint's document: definition when set, else the

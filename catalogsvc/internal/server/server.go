@@ -279,7 +279,17 @@ func (s *Server) runtime(ctx context.Context) ([]registry.Runtime, error) {
 	if s.store == nil {
 		return nil, nil
 	}
-	return s.store.Endpoints(ctx)
+	rt, stored, err := s.store.Endpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if stored > len(rt) {
+		// Refusing the hash would stop every replica on this Redis; serve
+		// the part within the limit and tell the operator to delete the rest.
+		s.log.Error("runtime endpoints over the limit; only the first by key are loaded",
+			"stored", stored, "loaded", len(rt), "limit", store.MaxEndpoints)
+	}
+	return rt, nil
 }
 
 // notify wakes every watcher; each reads the newest state, so a slow

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,9 +21,13 @@ import (
 
 	"github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
+	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
+	"github.com/agtpsuite/agtp/catalogsvc/internal/store"
+	"github.com/agtpsuite/agtp/catalogsvc/route"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/jsondoc"
+	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -361,6 +367,64 @@ func TestAdminRPCsWithRedis(t *testing.T) {
 	// Signed manifest verifies.
 	if _, err := manifest.Verify(c.State().Manifest, priv.Public().(ed25519.PublicKey)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeleteAtEndpointLimitKeepsCatalogLoadable: with the runtime hash
+// at store.MaxEndpoints, hiding a file endpoint would add a tombstone;
+// it is refused (422 endpoint-conflict) and stores nothing, so the hash
+// stays loadable. A hash already over the limit (an older version or a
+// race left it) does not stop a replica from starting: the first
+// MaxEndpoints keys are served and the count is logged as an error.
+func TestDeleteAtEndpointLimitKeepsCatalogLoadable(t *testing.T) {
+	rs := testkit.StartRedis(t)
+	rdb := rs.Client(t)
+	ctx := testkit.Context(t)
+	runtimeEntry := func(path string) (string, string) {
+		def := summarizeJSON(t, func(m map[string]any) { m["path"] = path })
+		b, _ := json.Marshal(registry.Runtime{Key: "SUMMARIZE " + path, Tier: catalogv1.EndpointTier_ENDPOINT_TIER_B, Definition: def})
+		return "SUMMARIZE " + path, string(b)
+	}
+	vals := make([]any, 0, 2*store.MaxEndpoints)
+	for i := range store.MaxEndpoints {
+		k, v := runtimeEntry(fmt.Sprintf("/notes-%05d/{note_id}", i))
+		vals = append(vals, k, v)
+	}
+	if err := rdb.HSet(ctx, rediskeys.Endpoints, vals...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	o.DemoEndpoints = true
+	c := serve(t, newServer(t, rdb, o))
+
+	_, err := c.DeleteEndpoint(ctx, &catalogv1.DeleteEndpointRequest{Method: "CANCEL", Path: "/orders/{order_id}"})
+	wantReason(t, err, codes.FailedPrecondition, ReasonEndpointConflict)
+	if n, _ := rdb.HLen(ctx, rediskeys.Endpoints).Result(); n != store.MaxEndpoints {
+		t.Fatalf("runtime entries %d after a refused delete, want %d", n, store.MaxEndpoints)
+	}
+	if r, _ := c.ResolveRoute(ctx, &catalogv1.ResolveRouteRequest{Method: "CANCEL", Path: "/orders/o-1"}); r.GetOutcome() != catalogv1.RouteOutcome_ROUTE_OUTCOME_MATCHED {
+		t.Fatalf("refused delete hid the file endpoint: %v", r)
+	}
+
+	// One entry past the limit, written around the store: a new replica
+	// still starts, serves the keys that fit and names the count.
+	k, v := runtimeEntry("/zz/{note_id}")
+	if err := rdb.HSet(ctx, rediskeys.Endpoints, k, v).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	s, err := New(ctx, rdb, slog.New(slog.NewJSONHandler(&logged, nil)), o)
+	if err != nil {
+		t.Fatalf("catalog cannot start with %d runtime entries: %v", store.MaxEndpoints+1, err)
+	}
+	if d := s.State().Table.Decide("SUMMARIZE", "/zz/n-1"); d.Outcome == route.Matched {
+		t.Fatal("the entry past the limit (last by key) is served")
+	}
+	if d := s.State().Table.Decide("SUMMARIZE", "/notes-00000/n-1"); d.Outcome != route.Matched {
+		t.Fatalf("an entry within the limit is not served: %v", d.Outcome)
+	}
+	if want := fmt.Sprintf(`"level":"ERROR","msg":"runtime endpoints over the limit; only the first by key are loaded","stored":%d`, store.MaxEndpoints+1); !strings.Contains(logged.String(), want) {
+		t.Fatalf("start-up log lacks %s:\n%s", want, logged.String())
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,25 +33,35 @@ type Redis struct {
 // NewRedis wraps a client.
 func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 
-// Endpoints returns every runtime entry, tombstones included.
-func (s *Redis) Endpoints(ctx context.Context) ([]registry.Runtime, error) {
+// ErrFull is Put's answer when the entry would add a key to a hash that
+// already holds MaxEndpoints.
+var ErrFull = fmt.Errorf("store: the runtime endpoint limit (%d) is reached", MaxEndpoints)
+
+// Endpoints returns the runtime entries, tombstones included, and how
+// many the hash holds. A hash over MaxEndpoints (written by a version
+// that checked the limit apart from the write, or by an operator) is
+// not refused, since then no replica could start on it: the first
+// MaxEndpoints keys in byte order are returned, the order registry.Build
+// layers them in, so every replica serves the same subset.
+func (s *Redis) Endpoints(ctx context.Context) ([]registry.Runtime, int, error) {
 	m, err := s.rdb.HGetAll(ctx, rediskeys.Endpoints).Result()
 	if err != nil {
-		return nil, fmt.Errorf("store: read endpoints: %w", err)
+		return nil, 0, fmt.Errorf("store: read endpoints: %w", err)
 	}
-	if len(m) > MaxEndpoints {
-		return nil, fmt.Errorf("store: %d runtime endpoints, more than %d", len(m), MaxEndpoints)
+	keys := slices.Sorted(maps.Keys(m))
+	if len(keys) > MaxEndpoints {
+		keys = keys[:MaxEndpoints]
 	}
-	out := make([]registry.Runtime, 0, len(m))
-	for k, v := range m {
+	out := make([]registry.Runtime, 0, len(keys))
+	for _, k := range keys {
 		var r registry.Runtime
-		if err := json.Unmarshal([]byte(v), &r); err != nil {
-			return nil, fmt.Errorf("store: endpoint %q: %w", k, err)
+		if err := json.Unmarshal([]byte(m[k]), &r); err != nil {
+			return nil, 0, fmt.Errorf("store: endpoint %q: %w", k, err)
 		}
 		r.Key = k
 		out = append(out, r)
 	}
-	return out, nil
+	return out, len(m), nil
 }
 
 // Count returns the number of runtime entries.
@@ -57,15 +69,32 @@ func (s *Redis) Count(ctx context.Context) (int64, error) {
 	return s.rdb.HLen(ctx, rediskeys.Endpoints).Result()
 }
 
+// putScript writes a field unless it is new and the hash already holds
+// ARGV[3] fields. Checking and writing in one script keeps the limit
+// across replicas writing at once; replacing a stored key (a new
+// definition, or a tombstone over a runtime entry) never adds one.
+var putScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
 // Put stores an entry (a definition or a tombstone) and tells the other
-// replicas.
+// replicas. It returns ErrFull when the entry's key is new and the hash
+// holds MaxEndpoints entries.
 func (s *Redis) Put(ctx context.Context, r registry.Runtime) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	if err := s.rdb.HSet(ctx, rediskeys.Endpoints, r.Key, b).Err(); err != nil {
+	ok, err := putScript.Run(ctx, s.rdb, []string{rediskeys.Endpoints}, r.Key, b, MaxEndpoints).Int()
+	if err != nil {
 		return fmt.Errorf("store: write endpoint: %w", err)
+	}
+	if ok == 0 {
+		return ErrFull
 	}
 	return s.publish(ctx, r.Key)
 }

@@ -1,10 +1,15 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
+	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -64,14 +69,70 @@ func TestEndpointsRoundTrip(t *testing.T) {
 	if err := s.Put(ctx, registry.Runtime{Key: "CANCEL /y", Deleted: true}); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := s.Endpoints(ctx)
-	if err != nil || len(rt) != 2 {
-		t.Fatalf("%v %v", rt, err)
+	rt, n, err := s.Endpoints(ctx)
+	if err != nil || len(rt) != 2 || n != 2 {
+		t.Fatalf("%v %d %v", rt, n, err)
 	}
 	if err := s.Remove(ctx, "QUERY /x"); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.Count(ctx); n != 1 {
 		t.Fatalf("count %d", n)
+	}
+}
+
+// fill stores n runtime entries "QUERY /e-00000"... straight into the
+// hash, as an older version or a race between replicas may leave them.
+func fill(t *testing.T, rdb redis.UniversalClient, n int) {
+	t.Helper()
+	vals := make([]any, 0, 2*n)
+	for i := range n {
+		vals = append(vals, fmt.Sprintf("QUERY /e-%05d", i), `{"definition":{}}`)
+	}
+	if err := rdb.HSet(testkit.Context(t), rediskeys.Endpoints, vals...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPutHoldsEndpointLimit: at MaxEndpoints entries a new key (a
+// definition or a tombstone) is refused with ErrFull and not stored,
+// while replacing a stored key still works.
+func TestPutHoldsEndpointLimit(t *testing.T) {
+	rdb := testkit.StartRedis(t).Client(t)
+	s := NewRedis(rdb)
+	ctx := testkit.Context(t)
+	fill(t, rdb, MaxEndpoints-1)
+	if err := s.Put(ctx, registry.Runtime{Key: "QUERY /last", Definition: []byte(`{}`)}); err != nil {
+		t.Fatalf("put up to the limit: %v", err)
+	}
+	for _, r := range []registry.Runtime{{Key: "QUERY /more", Definition: []byte(`{}`)}, {Key: "CANCEL /y", Deleted: true}} {
+		if err := s.Put(ctx, r); !errors.Is(err, ErrFull) {
+			t.Fatalf("put %s past the limit: %v, want ErrFull", r.Key, err)
+		}
+	}
+	if err := s.Put(ctx, registry.Runtime{Key: "QUERY /e-00007", Deleted: true}); err != nil {
+		t.Fatalf("replacing a stored key at the limit: %v", err)
+	}
+	if n, _ := s.Count(ctx); n != MaxEndpoints {
+		t.Fatalf("count %d, want %d", n, MaxEndpoints)
+	}
+}
+
+// TestEndpointsOverLimitLoadsFirstByKey: a hash over MaxEndpoints is
+// read, not refused: the first MaxEndpoints keys in byte order, with
+// the stored count for the caller to report.
+func TestEndpointsOverLimitLoadsFirstByKey(t *testing.T) {
+	rdb := testkit.StartRedis(t).Client(t)
+	s := NewRedis(rdb)
+	fill(t, rdb, MaxEndpoints+3)
+	rt, n, err := s.Endpoints(testkit.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != MaxEndpoints+3 || len(rt) != MaxEndpoints {
+		t.Fatalf("stored %d loaded %d, want %d %d", n, len(rt), MaxEndpoints+3, MaxEndpoints)
+	}
+	if rt[0].Key != "QUERY /e-00000" || rt[len(rt)-1].Key != fmt.Sprintf("QUERY /e-%05d", MaxEndpoints-1) {
+		t.Fatalf("loaded %s .. %s, want the first keys in byte order", rt[0].Key, rt[len(rt)-1].Key)
 	}
 }
