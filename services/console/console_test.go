@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agtpsuite/agtp/services/devpki"
+	"github.com/agtpsuite/agtp/services/grpcerr"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -346,6 +347,16 @@ func TestRefusalOfAnHTMXChangeGoesToTheFlash(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("HX-Retarget") != "#flash" || !strings.Contains(string(body), `class="error"`) {
 		t.Fatalf("htmx change with a forged token = %d %v %q", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestAlreadyResolvedEscalationShowsWhoResolvedIt: policysvc's refusal
+// of a second resolution (Aborted already-confirmed) reaches the person
+// as 409 with its message, which names who resolved the escalation.
+func TestAlreadyResolvedEscalationShowsWhoResolvedIt(t *testing.T) {
+	const msg = "escalation esc-1 was already resolved: accepted by admin:alice@example.test via operator/console"
+	if code, got := httpError(grpcerr.Conflict("already-confirmed", msg)); code != http.StatusConflict || got != msg {
+		t.Fatalf("refusal shown as %d %q, want 409 %q", code, got, msg)
 	}
 }
 

@@ -159,8 +159,9 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 	taskKey, escKey, confirmKey := tg.keys()
 	var t task
 	var e escalation
+	var replayed bool
 	err = s.watch(ctx, func(tx *redis.Tx) error {
-		t, e = task{}, escalation{}
+		t, e, replayed = task{}, escalation{}, false
 		if err := getExisting(ctx, tx, escKey, &e); err != nil {
 			return err
 		}
@@ -168,10 +169,23 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			return err
 		}
 		if e.Status != PendingReview && e.Status != Deferred {
-			if e.Status == status {
+			// Only the same request again (same actor, status and reason,
+			// as for CONFIRM) is answered with the resolution; anyone else
+			// is refused, so no one is told a resolution they did not make
+			// was theirs (docs/mechanics.md, admin resolution).
+			var c confirmation
+			if _, err := getJSON(ctx, tx, confirmKey, &c); err != nil {
+				return err
+			}
+			if c.Claim == "" && c.Status == status && c.Confirmer == actor && c.Reason == in.GetReason() {
+				replayed = true
 				return nil
 			}
-			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status)
+			by := ""
+			if c.Confirmer != "" {
+				by = " by " + c.Confirmer
+			}
+			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status+by)
 		}
 		// Signed inside the transaction's optimistic retry: a retry signs
 		// the same change again, which auditsvc answers with the event
@@ -202,7 +216,9 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			s.log.WarnContext(ctx, "escalation listing not updated", "escalation_id", e.ID, "error", err)
 		}
 	}
-	s.log.InfoContext(ctx, "escalation resolved by admin", "escalation_id", e.ID, "principal", principal, "status", e.Status, "task_status", t.Status)
+	if !replayed {
+		s.log.InfoContext(ctx, "escalation resolved by admin", "escalation_id", e.ID, "principal", principal, "status", e.Status, "task_status", t.Status)
+	}
 	return &taskv1.ResolveEscalationResponse{Escalation: e.proto(), Task: t.proto()}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,6 +410,83 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 	if last.GetActor() != "admin:"+person+" via operator/console" || len(last.GetRef()) != 64 {
 		t.Fatalf("task history ends with %v, want the person via the console and the signed event's Audit-ID", last)
 	}
+}
+
+// TestResolvedEscalationIsNotAnsweredAgainByAnotherPerson: once alice
+// resolved an escalation through the console, bob resolving it the same
+// way is refused 409 already-confirmed naming alice (docs/mechanics.md,
+// admin resolution), as is alice with another reason; only alice's same
+// request again is answered, as a replay: nothing is signed, the history
+// keeps alice, and the success is logged once.
+func TestResolvedEscalationIsNotAnsweredAgainByAnotherPerson(t *testing.T) {
+	rdb := testkit.StartRedis(t).Client(t)
+	var logged lockedBuffer
+	srv, err := New(rdb, slog.New(slog.NewJSONHandler(&logged, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := changelogtest.Start(t)
+	srv.RecordChanges(audit.Recorder)
+	register := func(g grpc.ServiceRegistrar) { taskv1.RegisterTaskServiceServer(g, srv) }
+	agent := taskv1.NewTaskServiceClient(testkit.ServeGRPC(t, register))
+	console := taskv1.NewTaskServiceClient(testkit.ServeGRPCAs(t, access.Console, register))
+	r, err := agent.Escalate(context.Background(), &taskv1.EscalateRequest{CallerAgentId: owner, TaskId: "refund-2",
+		Reason: "confidence_threshold", Context: testkit.JSONValue(`{"order":"o-2"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	escID := r.GetEscalation().GetEscalationId()
+	resolveAs := func(person, reason string) (*taskv1.ResolveEscalationResponse, error) {
+		return console.ResolveEscalation(access.ForPerson(context.Background(), person), &taskv1.ResolveEscalationRequest{
+			EscalationId: escID, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted), Reason: reason})
+	}
+	const alice = "admin:alice@example.test via operator/console"
+	if _, err := resolveAs("alice@example.test", "checked"); err != nil {
+		t.Fatal(err)
+	}
+	for _, again := range []struct{ person, reason string }{{"bob@example.test", "looks fine to me"}, {"bob@example.test", "checked"}, {"alice@example.test", "checked twice"}} {
+		res, err := resolveAs(again.person, again.reason)
+		if err == nil {
+			hist := res.GetTask().GetHistory()
+			t.Fatalf("%s resolving (%q) an escalation alice already resolved succeeded (history ends with actor %q); want 409 already-confirmed",
+				again.person, again.reason, hist[len(hist)-1].GetActor())
+		}
+		if c, reason, _, _ := grpcerr.Reason(err); c != codes.Aborted || reason != "already-confirmed" || !strings.Contains(status.Convert(err).Message(), "by "+alice) {
+			t.Fatalf("%s resolving (%q) = %v, want Aborted already-confirmed naming %s", again.person, again.reason, err, alice)
+		}
+	}
+	res, err := resolveAs("alice@example.test", "checked")
+	if err != nil {
+		t.Fatalf("alice's same resolution again = %v, want it answered", err)
+	}
+	if hist := res.GetTask().GetHistory(); hist[len(hist)-1].GetActor() != alice {
+		t.Fatalf("history ends with %v, want %s", hist[len(hist)-1], alice)
+	}
+	if ev := audit.Events(); len(ev) != 1 {
+		t.Fatalf("%d signed events, want alice's one", len(ev))
+	}
+	if n := strings.Count(logged.String(), `"msg":"escalation resolved by admin"`); n != 1 {
+		t.Fatalf("the resolution is logged %d times, want once:\n%s", n, logged.String())
+	}
+}
+
+// lockedBuffer is a log the server's goroutines write while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Only an escalation's recipient may CONFIRM it, in whichever form the
