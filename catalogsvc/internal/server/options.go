@@ -23,6 +23,10 @@ type Options struct {
 	// DemoEndpoints loads the embedded demo endpoint set when EndpointsDir
 	// is empty (make run). Default false.
 	DemoEndpoints bool
+	// MaxRuntimeEndpoints bounds the endpoints registered through the
+	// admin API, tombstones of hidden file endpoints included. Default
+	// store.DefaultMaxEndpoints (10,000).
+	MaxRuntimeEndpoints int
 	// ReloadInterval is how often EndpointsDir is polled for changes;
 	// 0 disables polling. Default 2 s.
 	ReloadInterval time.Duration

@@ -213,7 +213,7 @@ func (s *Server) PutEndpoint(ctx context.Context, req *catalogv1.PutEndpointRequ
 		return nil, grpcerr.Internal(err)
 	}
 	if err := s.store.Put(ctx, entry); err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(err)
 	}
 	if err := s.rebuildLocked(ctx, "put "+key, nil); err != nil {
 		return nil, grpcerr.Internal(err)
@@ -257,7 +257,7 @@ func (s *Server) DeleteEndpoint(ctx context.Context, req *catalogv1.DeleteEndpoi
 		err = s.store.Remove(ctx, key)
 	}
 	if err != nil {
-		return nil, storeError(err)
+		return nil, s.storeError(err)
 	}
 	if err := s.rebuildLocked(ctx, "delete "+key, nil); err != nil {
 		return nil, grpcerr.Internal(err)
@@ -269,10 +269,10 @@ func (s *Server) DeleteEndpoint(ctx context.Context, req *catalogv1.DeleteEndpoi
 // storeError is the answer to a failed runtime endpoint write: the
 // store's limit is the operator's to resolve (delete runtime endpoints),
 // anything else is internal.
-func storeError(err error) error {
+func (s *Server) storeError(err error) error {
 	if errors.Is(err, store.ErrFull) {
 		return grpcerr.FailedPrecondition(ReasonEndpointConflict,
-			fmt.Sprintf("the runtime endpoint limit (%d, tombstones included) is reached; delete a runtime endpoint first", store.MaxEndpoints))
+			fmt.Sprintf("the runtime endpoint limit (%d, tombstones included) is reached; delete a runtime endpoint first", s.store.MaxEndpoints()))
 	}
 	return grpcerr.Internal(err)
 }

@@ -116,7 +116,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger, opts 
 		}
 	}
 	if rdb != nil {
-		s.store = store.NewRedis(rdb)
+		s.store = store.NewRedis(rdb, opts.MaxRuntimeEndpoints)
 		s.vers = s.store
 	} else {
 		s.vers = store.NewMemory(time.Now())
@@ -287,7 +287,7 @@ func (s *Server) runtime(ctx context.Context) ([]registry.Runtime, error) {
 		// Refusing the hash would stop every replica on this Redis; serve
 		// the part within the limit and tell the operator to delete the rest.
 		s.log.Error("runtime endpoints over the limit; only the first by key are loaded",
-			"stored", stored, "loaded", len(rt), "limit", store.MaxEndpoints)
+			"stored", stored, "loaded", len(rt), "limit", s.store.MaxEndpoints())
 	}
 	return rt, nil
 }

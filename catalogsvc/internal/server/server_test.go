@@ -22,7 +22,6 @@ import (
 	"github.com/agtpsuite/agtp/catalogsvc/demo"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/manifest"
 	"github.com/agtpsuite/agtp/catalogsvc/internal/registry"
-	"github.com/agtpsuite/agtp/catalogsvc/internal/store"
 	"github.com/agtpsuite/agtp/catalogsvc/route"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	"github.com/agtpsuite/agtp/services/grpcerr"
@@ -380,13 +379,14 @@ func TestDeleteAtEndpointLimitKeepsCatalogLoadable(t *testing.T) {
 	rs := testkit.StartRedis(t)
 	rdb := rs.Client(t)
 	ctx := testkit.Context(t)
+	const limit = 50
 	runtimeEntry := func(path string) (string, string) {
 		def := summarizeJSON(t, func(m map[string]any) { m["path"] = path })
 		b, _ := json.Marshal(registry.Runtime{Key: "SUMMARIZE " + path, Tier: catalogv1.EndpointTier_ENDPOINT_TIER_B, Definition: def})
 		return "SUMMARIZE " + path, string(b)
 	}
-	vals := make([]any, 0, 2*store.MaxEndpoints)
-	for i := range store.MaxEndpoints {
+	vals := make([]any, 0, 2*limit)
+	for i := range limit {
 		k, v := runtimeEntry(fmt.Sprintf("/notes-%05d/{note_id}", i))
 		vals = append(vals, k, v)
 	}
@@ -394,13 +394,13 @@ func TestDeleteAtEndpointLimitKeepsCatalogLoadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := testOptions()
-	o.DemoEndpoints = true
+	o.DemoEndpoints, o.MaxRuntimeEndpoints = true, limit
 	c := serve(t, newServer(t, rdb, o))
 
 	_, err := c.DeleteEndpoint(ctx, &catalogv1.DeleteEndpointRequest{Method: "CANCEL", Path: "/orders/{order_id}"})
 	wantReason(t, err, codes.FailedPrecondition, ReasonEndpointConflict)
-	if n, _ := rdb.HLen(ctx, rediskeys.Endpoints).Result(); n != store.MaxEndpoints {
-		t.Fatalf("runtime entries %d after a refused delete, want %d", n, store.MaxEndpoints)
+	if n, _ := rdb.HLen(ctx, rediskeys.Endpoints).Result(); n != limit {
+		t.Fatalf("runtime entries %d after a refused delete, want %d", n, limit)
 	}
 	if r, _ := c.ResolveRoute(ctx, &catalogv1.ResolveRouteRequest{Method: "CANCEL", Path: "/orders/o-1"}); r.GetOutcome() != catalogv1.RouteOutcome_ROUTE_OUTCOME_MATCHED {
 		t.Fatalf("refused delete hid the file endpoint: %v", r)
@@ -415,7 +415,7 @@ func TestDeleteAtEndpointLimitKeepsCatalogLoadable(t *testing.T) {
 	var logged strings.Builder
 	s, err := New(ctx, rdb, slog.New(slog.NewJSONHandler(&logged, nil)), o)
 	if err != nil {
-		t.Fatalf("catalog cannot start with %d runtime entries: %v", store.MaxEndpoints+1, err)
+		t.Fatalf("catalog cannot start with %d runtime entries: %v", limit+1, err)
 	}
 	if d := s.State().Table.Decide("SUMMARIZE", "/zz/n-1"); d.Outcome == route.Matched {
 		t.Fatal("the entry past the limit (last by key) is served")
@@ -423,7 +423,7 @@ func TestDeleteAtEndpointLimitKeepsCatalogLoadable(t *testing.T) {
 	if d := s.State().Table.Decide("SUMMARIZE", "/notes-00000/n-1"); d.Outcome != route.Matched {
 		t.Fatalf("an entry within the limit is not served: %v", d.Outcome)
 	}
-	if want := fmt.Sprintf(`"level":"ERROR","msg":"runtime endpoints over the limit; only the first by key are loaded","stored":%d`, store.MaxEndpoints+1); !strings.Contains(logged.String(), want) {
+	if want := fmt.Sprintf(`"level":"ERROR","msg":"runtime endpoints over the limit; only the first by key are loaded","stored":%d`, limit+1); !strings.Contains(logged.String(), want) {
 		t.Fatalf("start-up log lacks %s:\n%s", want, logged.String())
 	}
 }

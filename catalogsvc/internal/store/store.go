@@ -22,20 +22,31 @@ import (
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
-// MaxEndpoints bounds the runtime endpoints one catalog holds.
-const MaxEndpoints = 10000
+// DefaultMaxEndpoints bounds the runtime endpoints, tombstones included,
+// one catalog holds unless configured otherwise.
+const DefaultMaxEndpoints = 10000
 
 // Redis is the Redis-backed store.
 type Redis struct {
 	rdb redis.UniversalClient
+	max int
 }
 
-// NewRedis wraps a client.
-func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+// NewRedis wraps a client; the catalog holds at most maxEndpoints runtime
+// entries (<= 0: DefaultMaxEndpoints).
+func NewRedis(rdb redis.UniversalClient, maxEndpoints int) *Redis {
+	if maxEndpoints <= 0 {
+		maxEndpoints = DefaultMaxEndpoints
+	}
+	return &Redis{rdb: rdb, max: maxEndpoints}
+}
+
+// MaxEndpoints is the most runtime entries the store holds.
+func (s *Redis) MaxEndpoints() int { return s.max }
 
 // ErrFull is Put's answer when the entry would add a key to a hash that
 // already holds MaxEndpoints.
-var ErrFull = fmt.Errorf("store: the runtime endpoint limit (%d) is reached", MaxEndpoints)
+var ErrFull = errors.New("store: the runtime endpoint limit is reached")
 
 // Endpoints returns the runtime entries, tombstones included, and how
 // many the hash holds. A hash over MaxEndpoints (written by a version
@@ -49,8 +60,8 @@ func (s *Redis) Endpoints(ctx context.Context) ([]registry.Runtime, int, error) 
 		return nil, 0, fmt.Errorf("store: read endpoints: %w", err)
 	}
 	keys := slices.Sorted(maps.Keys(m))
-	if len(keys) > MaxEndpoints {
-		keys = keys[:MaxEndpoints]
+	if len(keys) > s.max {
+		keys = keys[:s.max]
 	}
 	out := make([]registry.Runtime, 0, len(keys))
 	for _, k := range keys {
@@ -89,7 +100,7 @@ func (s *Redis) Put(ctx context.Context, r registry.Runtime) error {
 	if err != nil {
 		return err
 	}
-	ok, err := putScript.Run(ctx, s.rdb, []string{rediskeys.Endpoints}, r.Key, b, MaxEndpoints).Int()
+	ok, err := putScript.Run(ctx, s.rdb, []string{rediskeys.Endpoints}, r.Key, b, s.max).Int()
 	if err != nil {
 		return fmt.Errorf("store: write endpoint: %w", err)
 	}

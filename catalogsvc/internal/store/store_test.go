@@ -18,7 +18,7 @@ import (
 // (companions assertion 18).
 func TestVersionCounter(t *testing.T) {
 	rs := testkit.StartRedis(t)
-	a, b := NewRedis(rs.Client(t)), NewRedis(rs.Client(t))
+	a, b := NewRedis(rs.Client(t), 0), NewRedis(rs.Client(t), 0)
 	ctx := testkit.Context(t)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	v1, err := a.Version(ctx, "h1", t0)
@@ -50,9 +50,12 @@ func TestVersionCounter(t *testing.T) {
 	}
 }
 
+// testMax is the limit of the limit tests: small, so they are quick.
+const testMax = 50
+
 func TestEndpointsRoundTrip(t *testing.T) {
 	rs := testkit.StartRedis(t)
-	s := NewRedis(rs.Client(t))
+	s := NewRedis(rs.Client(t), 0)
 	ctx := testkit.Context(t)
 	ps := s.Subscribe(ctx)
 	defer ps.Close()
@@ -94,14 +97,14 @@ func fill(t *testing.T, rdb redis.UniversalClient, n int) {
 	}
 }
 
-// TestPutHoldsEndpointLimit: at MaxEndpoints entries a new key (a
+// TestPutHoldsEndpointLimit: at testMax entries a new key (a
 // definition or a tombstone) is refused with ErrFull and not stored,
 // while replacing a stored key still works.
 func TestPutHoldsEndpointLimit(t *testing.T) {
 	rdb := testkit.StartRedis(t).Client(t)
-	s := NewRedis(rdb)
+	s := NewRedis(rdb, testMax)
 	ctx := testkit.Context(t)
-	fill(t, rdb, MaxEndpoints-1)
+	fill(t, rdb, testMax-1)
 	if err := s.Put(ctx, registry.Runtime{Key: "QUERY /last", Definition: []byte(`{}`)}); err != nil {
 		t.Fatalf("put up to the limit: %v", err)
 	}
@@ -113,26 +116,26 @@ func TestPutHoldsEndpointLimit(t *testing.T) {
 	if err := s.Put(ctx, registry.Runtime{Key: "QUERY /e-00007", Deleted: true}); err != nil {
 		t.Fatalf("replacing a stored key at the limit: %v", err)
 	}
-	if n, _ := s.Count(ctx); n != MaxEndpoints {
-		t.Fatalf("count %d, want %d", n, MaxEndpoints)
+	if n, _ := s.Count(ctx); n != testMax {
+		t.Fatalf("count %d, want %d", n, testMax)
 	}
 }
 
-// TestEndpointsOverLimitLoadsFirstByKey: a hash over MaxEndpoints is
-// read, not refused: the first MaxEndpoints keys in byte order, with
+// TestEndpointsOverLimitLoadsFirstByKey: a hash over testMax is
+// read, not refused: the first testMax keys in byte order, with
 // the stored count for the caller to report.
 func TestEndpointsOverLimitLoadsFirstByKey(t *testing.T) {
 	rdb := testkit.StartRedis(t).Client(t)
-	s := NewRedis(rdb)
-	fill(t, rdb, MaxEndpoints+3)
+	s := NewRedis(rdb, testMax)
+	fill(t, rdb, testMax+3)
 	rt, n, err := s.Endpoints(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != MaxEndpoints+3 || len(rt) != MaxEndpoints {
-		t.Fatalf("stored %d loaded %d, want %d %d", n, len(rt), MaxEndpoints+3, MaxEndpoints)
+	if n != testMax+3 || len(rt) != testMax {
+		t.Fatalf("stored %d loaded %d, want %d %d", n, len(rt), testMax+3, testMax)
 	}
-	if rt[0].Key != "QUERY /e-00000" || rt[len(rt)-1].Key != fmt.Sprintf("QUERY /e-%05d", MaxEndpoints-1) {
+	if rt[0].Key != "QUERY /e-00000" || rt[len(rt)-1].Key != fmt.Sprintf("QUERY /e-%05d", testMax-1) {
 		t.Fatalf("loaded %s .. %s, want the first keys in byte order", rt[0].Key, rt[len(rt)-1].Key)
 	}
 }
