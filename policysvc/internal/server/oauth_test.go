@@ -178,3 +178,46 @@ func TestCallerProofOnlySpendsNothing(t *testing.T) {
 		t.Fatalf("caller_proof_only without token_proves_agent: %v, want InvalidArgument", err)
 	}
 }
+
+// A caller that names an agent with a bearer token that does not prove it
+// is refused 401, and that refusal spends the limits that are not the
+// agent's, as every refusal does (docs/policy.md, "One decision"), so that
+// one address cannot send unlimited bad tokens, each costing a signature
+// check: the client address's limit counts them, in a whole decision and
+// in a proof-only one, and a 429 replaces the 401. The named agent's tier
+// and its owner's limit are not the caller's to spend.
+func TestUnprovenTokenSpendsTheAddressLimit(t *testing.T) {
+	tokens := testkit.NewTokenIssuer(t, "https://idp.example", "agtp-suite")
+	c := serve(t, newRedis(t), server.Options{
+		OAuth: oauth.Options{JWKSFile: tokens.JWKSFile, Issuer: tokens.Issuer, Audiences: []string{tokens.Audience}},
+		RateLimits: server.RateLimitOptions{
+			PerIP:        rateT{Limit: 1, Period: time.Hour},
+			PerPrincipal: rateT{Limit: 1, Period: time.Hour},
+			Tiers:        map[string]rateT{"default": {Limit: 1, Period: time.Hour}},
+		},
+	}, nil)
+	caller := func(ip, auth string, proofOnly bool) *policyv1.AuthorizeRequest {
+		r := request(agentA)
+		r.ClientIp, r.Principal = ip, "owner-1"
+		r.Authorization, r.TokenProvesAgent, r.CallerProofOnly = auth, true, proofOnly
+		return r
+	}
+	for _, proofOnly := range []bool{false, true} {
+		ip := "192.0.2.10"
+		if proofOnly {
+			ip = "192.0.2.11"
+		}
+		wantDenial(t, authorize(t, c, caller(ip, "Bearer not.a.token", proofOnly)), 401, "agent-unauthenticated")
+		for i, bad := range []string{"Bearer not.a.token", tokens.Bearer(t, map[string]any{"sub": "mallory", "agtp_agent_id": agentB})} {
+			resp := authorize(t, c, caller(ip, bad, proofOnly))
+			if d := resp.GetDenial(); d.GetStatus() != 429 || d.GetDetails()["limit"] != "ip" {
+				t.Fatalf("proof only %v: bad token %d from one address under a per-address limit of 1/h = %d %s %v; want 429 (limit ip)",
+					proofOnly, i+2, d.GetStatus(), d.GetReason(), d.GetDetails())
+			}
+		}
+	}
+	// The agent's tier and its owner's limit are whole: the agent itself,
+	// from another address, passes once.
+	good := caller("192.0.2.20", tokens.Bearer(t, map[string]any{"sub": "alice", "agtp_agent_id": agentA}), false)
+	wantAllow(t, authorize(t, c, good))
+}

@@ -210,10 +210,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 	// here, so that a caller cannot probe policy without limit.
 	denial, acting := s.localChecks(ctx, req, resp)
 	if denial != nil && req.GetTokenProvesAgent() && resp.GetTokenIssuer() == "" {
-		// The caller is not the agent it named: nothing of that agent's
-		// (rate limits, task index) is touched on its behalf.
-		s.logDenial(ctx, req, denial)
-		return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, Denial: denial}, nil
+		return s.refuseUnproven(ctx, req, denial), nil
 	}
 
 	var claim *ratelimit.Claim
@@ -228,7 +225,7 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 			Rerun: req.GetEndpointIdempotent(),
 		}
 	}
-	plan := s.plan(req, acting, claim)
+	plan := s.plan(req, acting, claim, true)
 	var limited *policyv1.Denial
 	var claimRes *ratelimit.Result
 	if plan != nil && plan.batch.Len() > 0 {
@@ -278,17 +275,46 @@ func (s *Server) Authorize(ctx context.Context, req *policyv1.AuthorizeRequest) 
 }
 
 // proveCaller answers a caller_proof_only request: whether the bearer
-// token proves agent_id, and nothing else. No bucket is spent and nothing
-// is claimed or indexed, since the request's own decision follows and
-// spends them once; a token that proves nothing touched nothing of the
-// agent's either way.
+// token proves agent_id, and nothing else. A token that proves the agent
+// spends, claims and indexes nothing, since the request's own decision
+// follows and spends its limits once. A token that proves nothing ends the
+// request there, so it spends the shared limits as any refusal does
+// (refuseUnproven).
 func (s *Server) proveCaller(ctx context.Context, req *policyv1.AuthorizeRequest) *policyv1.AuthorizeResponse {
 	resp := &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_ALLOW, RateLimitRemaining: -1}
 	if _, denial := s.checkCredential(ctx, req, resp); denial != nil {
-		s.logDenial(ctx, req, denial)
-		return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, Denial: denial}
+		return s.refuseUnproven(ctx, req, denial)
 	}
 	return resp
+}
+
+// refuseUnproven answers a request whose bearer token did not prove the
+// agent it names (401). Nothing of that agent's is touched on the caller's
+// behalf: not its own buckets, an idempotency claim or the task index. The
+// limits that are not the agent's are spent as for any refused request
+// (docs/policy.md, "One decision"), so that one address cannot send
+// unlimited bad tokens, each costing a signature check: the client
+// address's and the shared endpoint's; not the principal's, since the
+// owner the request names is the unproven agent's. A refusal by one of
+// them answers 429 instead of the 401, as elsewhere.
+func (s *Server) refuseUnproven(ctx context.Context, req *policyv1.AuthorizeRequest, denial *policyv1.Denial) *policyv1.AuthorizeResponse {
+	if p := s.plan(req, "", nil, false); p != nil && p.batch.Len() > 0 {
+		batchrpc.Blocking(ctx)
+		err := s.gates.Exec(ctx, &p.batch)
+		var limited *policyv1.Denial
+		if err == nil {
+			limited, _, err = s.settle(ctx, p, &policyv1.AuthorizeResponse{RateLimitRemaining: -1})
+		}
+		switch {
+		case err != nil:
+			// The request is refused anyway; say why rather than 503.
+			s.log.WarnContext(ctx, "rate limits not counted: redis", "err", err)
+		case limited != nil:
+			denial = limited
+		}
+	}
+	s.logDenial(ctx, req, denial)
+	return &policyv1.AuthorizeResponse{Decision: policyv1.Decision_DECISION_DENY, Denial: denial}
 }
 
 // reusable reports whether resp may answer identical requests for
@@ -338,9 +364,11 @@ type plan struct {
 // plan groups the buckets of a request by hash slot: the caller's own
 // buckets and its idempotency slot share the agent's tag and go into one
 // script; each shared limit (endpoint, address, principal) is its own call
-// in the same pipeline. It is nil when there is nothing to send, with no
-// allocation.
-func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim) *plan {
+// in the same pipeline. With proven false (the caller did not prove the
+// agent it names) only the address's and the shared endpoints' limits are
+// planned: the agent's own buckets and its owner's are not the caller's to
+// spend. It is nil when there is nothing to send, with no allocation.
+func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *ratelimit.Claim, proven bool) *plan {
 	if claim == nil && !s.limited {
 		return nil
 	}
@@ -365,11 +393,11 @@ func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *rate
 		g.labels = append(g.labels, label)
 		g.rates = append(g.rates, r)
 	}
-	if r, ok := s.tierRate(req); ok {
+	if r, ok := s.tierRate(req); ok && proven {
 		add(&mine, &buckets, own("tier"), "agent", r)
 	}
 	for i, e := range rl.Endpoints {
-		if e.PerAgent && e.Rate.Enabled() && e.matches(req.GetMethod(), req.GetPathTemplate()) {
+		if proven && e.PerAgent && e.Rate.Enabled() && e.matches(req.GetMethod(), req.GetPathTemplate()) {
 			add(&mine, &buckets, own(s.endpointNames[i]), "agent-endpoint", e.Rate)
 		}
 	}
@@ -404,7 +432,7 @@ func (s *Server) plan(req *policyv1.AuthorizeRequest, acting string, claim *rate
 	if principal == "" && acting != "" {
 		principal = "oauth:" + acting
 	}
-	if rl.PerPrincipal.Enabled() && principal != "" {
+	if rl.PerPrincipal.Enabled() && principal != "" && proven {
 		shared(rediskeys.RateLimit("principal", subject(principal)), "principal", rl.PerPrincipal)
 	}
 	return p
