@@ -10,6 +10,7 @@
 //	pending --complete(token)-->  {state: done, response}, PEXPIRE ttl
 //	pending --release(token)-->   absent
 //	pending --unknown(token)-->   {state: unknown}, PEXPIRE hold
+//	absent  --unknown(token, fp)--> {state: unknown, token, fingerprint}, PEXPIRE hold
 //	pending --lease lapses-->     absent (the claimer died; a retry runs again)
 //	unknown --resolve release-->  absent (an operator allows a re-run)
 //	unknown --resolve applied-->  {state: applied}, PEXPIRE ttl
@@ -230,19 +231,25 @@ end
 
 // UnknownLuaFunction defines the Lua function
 //
-//	agtp_idem_unknown(slot, token, hold_ms) -> 1 | 0
+//	agtp_idem_unknown(slot, token, hold_ms, fingerprint) -> 1 | 0
 //
 // which marks a pending claim held by token as having an unknown outcome
 // and keeps it hold_ms, so that retries are refused rather than run again.
 // A slot that is no longer pending (a late completion stored the outcome)
 // or no longer the token's is left alone (0). An absent slot is created
-// as unknown: the claim was lost (a Redis primary that failed over before
-// its replica had it), and the request it guarded ran.
+// as unknown: the claim was lost (its lease lapsed while the request ran,
+// or a Redis primary failed over before its replica had it), and the
+// request it guarded ran. It is created with fingerprint, the request the
+// claim was made for, so that a retry of that request is refused as an
+// unknown outcome (Unknown) and another request under the key still as
+// Reused; an empty fingerprint (a caller that does not know it) leaves
+// the slot without one, and every retry is then Reused.
 var UnknownLuaFunction = lua(`
-local function agtp_idem_unknown(slot, token, hold_ms)
+local function agtp_idem_unknown(slot, token, hold_ms, fp)
   local v = redis.call('HMGET', slot, $STATE, $TOKEN)
   if not v[1] then
     redis.call('HSET', slot, $STATE, $UNKNOWN, $TOKEN, token)
+    if fp and fp ~= '' then redis.call('HSET', slot, $FINGERPRINT, fp) end
     redis.call('PEXPIRE', slot, hold_ms)
     return 1
   end
@@ -277,7 +284,7 @@ var (
 	claimScript    = redis.NewScript(ClaimLuaFunction + `return agtp_idem_claim(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4])`)
 	completeScript = redis.NewScript(CompleteLuaFunction + `return agtp_idem_complete(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))`)
 	releaseScript  = redis.NewScript(ReleaseLuaFunction + `return agtp_idem_release(KEYS[1], ARGV[1])`)
-	unknownScript  = redis.NewScript(UnknownLuaFunction + `return agtp_idem_unknown(KEYS[1], ARGV[1], tonumber(ARGV[2]))`)
+	unknownScript  = redis.NewScript(UnknownLuaFunction + `return agtp_idem_unknown(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3])`)
 )
 
 // Result is the outcome of a claim; Response is set for Replay.
@@ -363,10 +370,14 @@ func Release(ctx context.Context, rdb redis.Scripter, slot, token string) (bool,
 // MarkUnknown records that the request holding the claim ran, or may have
 // run, and that its outcome was not stored: retries with the same request
 // are refused (Unknown) for hold, or until an operator resolves the slot.
-// It reports false if token no longer holds a pending claim (released,
-// lapsed, re-claimed, or completed after all).
-func MarkUnknown(ctx context.Context, rdb redis.Scripter, slot, token string, hold time.Duration) (bool, error) {
-	n, err := unknownScript.Run(ctx, rdb, []string{slot}, token, max(hold.Milliseconds(), 1)).Int()
+// fingerprint is the claimed request's: when the claim vanished before it
+// was marked (its lease lapsed while the request ran), the slot is created
+// again as unknown with it, so that the retry of the same request is still
+// told Unknown (and another request Reused). It reports false if the slot
+// is no longer a pending claim of token (re-claimed by another request, or
+// completed after all).
+func MarkUnknown(ctx context.Context, rdb redis.Scripter, slot, token, fingerprint string, hold time.Duration) (bool, error) {
+	n, err := unknownScript.Run(ctx, rdb, []string{slot}, token, max(hold.Milliseconds(), 1), fingerprint).Int()
 	if err != nil {
 		return false, fmt.Errorf("idempotency: mark unknown: %w", err)
 	}

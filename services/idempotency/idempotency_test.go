@@ -341,10 +341,10 @@ func TestUnknownOutcomeRefusesRetries(t *testing.T) {
 			if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute); r.Outcome != idempotency.Claimed {
 				t.Fatal("first claim failed")
 			}
-			if ok, _ := idempotency.MarkUnknown(ctx, rdb, slot, "not-the-token", time.Hour); ok {
+			if ok, _ := idempotency.MarkUnknown(ctx, rdb, slot, "not-the-token", fpA, time.Hour); ok {
 				t.Fatal("a foreign token marked the slot")
 			}
-			if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour); !ok || err != nil {
+			if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", fpA, time.Hour); !ok || err != nil {
 				t.Fatalf("mark unknown = %v, %v", ok, err)
 			}
 			tc.then(t, rdb, slot)
@@ -360,18 +360,35 @@ func TestMarkUnknownLeavesSettledSlots(t *testing.T) {
 	slot := rediskeys.IdempotencySlot("agent-1", "key-1")
 	_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
 	_, _ = idempotency.Complete(ctx, rdb, slot, "tok1", []byte("done"), time.Hour)
-	if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour); ok || err != nil {
+	if ok, err := idempotency.MarkUnknown(ctx, rdb, slot, "tok1", fpA, time.Hour); ok || err != nil {
 		t.Fatalf("mark unknown of a done slot = %v, %v; want false", ok, err)
 	}
 	// A claim that vanished (lost with a primary that failed over, or
 	// expired while its request ran) guarded a request that ran: the key
 	// is held as unknown, so a retry is refused rather than run again.
 	absent := rediskeys.IdempotencySlot("agent-1", "absent")
-	if ok, err := idempotency.MarkUnknown(ctx, rdb, absent, "tok1", time.Hour); !ok || err != nil {
+	if ok, err := idempotency.MarkUnknown(ctx, rdb, absent, "tok1", fpA, time.Hour); !ok || err != nil {
 		t.Fatalf("mark unknown of a vanished claim = %v, %v; want true", ok, err)
 	}
-	if r, _ := idempotency.Claim(ctx, rdb, absent, fpA, "tok2", time.Minute); r.Outcome == idempotency.Claimed {
-		t.Fatalf("retry after a vanished claim = %v, want it refused", r.Outcome)
+	// The slot is created with the request's fingerprint: the retry of
+	// that request learns its outcome is unknown, another request that
+	// the key was used for another request.
+	if r, _ := idempotency.Claim(ctx, rdb, absent, fpA, "tok2", time.Minute); r.Outcome != idempotency.Unknown {
+		t.Fatalf("retry after a vanished claim = %v, want %v", r.Outcome, idempotency.Unknown)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, absent, fpB, "tok2", time.Minute); r.Outcome != idempotency.Reused {
+		t.Fatalf("another request after a vanished claim = %v, want %v", r.Outcome, idempotency.Reused)
+	}
+	if r, _ := idempotency.ClaimRerun(ctx, rdb, absent, fpB, "tok2", time.Minute); r.Outcome != idempotency.Reused {
+		t.Fatalf("another idempotent request after a vanished claim = %v, want %v", r.Outcome, idempotency.Reused)
+	}
+	// Without the fingerprint the slot still refuses every retry.
+	blind := rediskeys.IdempotencySlot("agent-1", "blind")
+	if ok, err := idempotency.MarkUnknown(ctx, rdb, blind, "tok1", "", time.Hour); !ok || err != nil {
+		t.Fatalf("mark unknown of a vanished claim without its fingerprint = %v, %v; want true", ok, err)
+	}
+	if r, _ := idempotency.Claim(ctx, rdb, blind, fpA, "tok2", time.Minute); r.Outcome == idempotency.Claimed {
+		t.Fatalf("retry after a vanished claim marked without its fingerprint = %v, want it refused", r.Outcome)
 	}
 	if r, _ := idempotency.Claim(ctx, rdb, slot, fpA, "tok2", time.Minute); r.Outcome != idempotency.Replay {
 		t.Fatalf("retry = %v, want replay", r.Outcome)
@@ -382,7 +399,7 @@ func TestResolve(t *testing.T) {
 	ctx := context.Background()
 	unknown := func(t *testing.T, rdb *redis.Client, slot string) {
 		_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
-		_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour)
+		_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", fpA, time.Hour)
 	}
 	for _, tc := range []struct {
 		name        string
@@ -448,7 +465,7 @@ func TestWaitSeesAnUnknownOutcome(t *testing.T) {
 			_, _ = idempotency.Claim(ctx, rdb, slot, fpA, "tok1", time.Minute)
 			go func() {
 				time.Sleep(30 * time.Millisecond)
-				_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", time.Hour)
+				_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "tok1", fpA, time.Hour)
 			}()
 			r, err := idempotency.Wait(ctx, rdb, slot, fpA, "tok2", idempotency.WaitOptions{
 				MaxWait: time.Second, FirstPoll: time.Millisecond, MaxPoll: 10 * time.Millisecond, Lease: time.Minute, Rerun: tc.rerun})

@@ -155,7 +155,7 @@ func TestGateClaimOverAnUnknownOutcome(t *testing.T) {
 			rdb := testkit.StartRedis(t).Client(t)
 			slot := rediskeys.IdempotencySlot("a", "k")
 			_, _ = idempotency.Claim(ctx, rdb, slot, "fp", "first", time.Minute)
-			_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "first", time.Hour)
+			_, _ = idempotency.MarkUnknown(ctx, rdb, slot, "first", "fp", time.Hour)
 			bk := ratelimit.Bucket{Key: rediskeys.AgentRateLimit("a", "tier"), Rate: ratelimit.Rate{Limit: 2, Period: time.Minute}, Cost: 1}
 			var b ratelimit.Batch
 			c := b.Gate([]ratelimit.Bucket{bk}, &ratelimit.Claim{Slot: slot, Fingerprint: "fp", Token: "tok", Lease: time.Minute, Rerun: tc.rerun})

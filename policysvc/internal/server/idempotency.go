@@ -26,12 +26,16 @@ const maxNoteLen = 1024
 // operator resolves the key, a retry of the same request is refused (409
 // idempotency-outcome-unknown) rather than run a second time. A claim that
 // no longer holds a pending slot is left alone (marked false), so that a
-// completion that did land is never hidden.
+// completion that did land is never hidden. A slot that is gone (the lease
+// lapsed while the request ran) is held as unknown again, with the claim's
+// fingerprint, so that the same request's retry is still told its outcome
+// is unknown rather than that the key was used for another request.
 func (s *Server) MarkIdempotencyUnknown(ctx context.Context, req *policyv1.MarkIdempotencyUnknownRequest) (*policyv1.MarkIdempotencyUnknownResponse, error) {
 	if err := validateClaim(req.GetClaim()); err != nil {
 		return nil, err
 	}
-	ok, err := idempotency.MarkUnknown(ctx, s.rdb, req.GetClaim().GetSlot(), req.GetClaim().GetToken(), s.opts.Idempotency.UnknownLease)
+	c := req.GetClaim()
+	ok, err := idempotency.MarkUnknown(ctx, s.rdb, c.GetSlot(), c.GetToken(), c.GetFingerprint(), s.opts.Idempotency.UnknownLease)
 	if err != nil {
 		return nil, s.redisError(ctx, err)
 	}

@@ -30,6 +30,35 @@ func unknownAfterClaim(t *testing.T, c policyv1.PolicyServiceClient, key, body s
 	return first.GetClaim()
 }
 
+// A claim whose lease lapsed before the front door marked it unknown (a
+// handler slower than the lease, a Redis failover that lost the claim) is
+// held as unknown again by MarkIdempotencyUnknown, bound to the claimed
+// request's fingerprint, which the claim carries: the retry of the very
+// same request gets 409 idempotency-outcome-unknown, as for any unknown
+// outcome, and another request under the key still 409
+// idempotency-key-reused.
+func TestUnknownAfterALapsedLeaseKeepsTheRequest(t *testing.T) {
+	rdb := newRedis(t)
+	c := serve(t, rdb, server.Options{}, nil)
+	ctx := context.Background()
+	first := authorize(t, c, withKey(request(agentA), "pay-lapsed", `{"amount":"12.50"}`))
+	wantAllow(t, first)
+	if got, want := first.GetClaim().GetFingerprint(), fingerprint(`{"amount":"12.50"}`); got != want {
+		t.Fatalf("claim fingerprint %q, want the request's %q", got, want)
+	}
+	rdb.Del(ctx, first.GetClaim().GetSlot()) // the lease lapses while the handler runs
+	out, err := c.MarkIdempotencyUnknown(ctx, &policyv1.MarkIdempotencyUnknownRequest{Claim: first.GetClaim()})
+	if err != nil || !out.GetMarked() {
+		t.Fatalf("MarkIdempotencyUnknown = %v, %v; want marked", out, err)
+	}
+	wantDenial(t, authorize(t, c, withKey(request(agentA), "pay-lapsed", `{"amount":"12.50"}`)), 409, server.ReasonIdempotencyOutcomeUnknown)
+	wantDenial(t, authorize(t, c, withKey(request(agentA), "pay-lapsed", `{"amount":"99.00"}`)), 409, "idempotency-key-reused")
+
+	bad := &policyv1.IdempotencyClaim{Slot: first.GetClaim().GetSlot(), Token: first.GetClaim().GetToken(), Fingerprint: "not-a-fingerprint"}
+	_, err = c.MarkIdempotencyUnknown(ctx, &policyv1.MarkIdempotencyUnknownRequest{Claim: bad})
+	wantCode(t, err, codes.InvalidArgument, server.ReasonInvalidPolicyRequest)
+}
+
 // TestUnknownOutcomeRefusesTheRetry: a retry of a request whose outcome is
 // unknown is 409 idempotency-outcome-unknown for the unknown lease, not a
 // second run; an idempotent endpoint's request still runs; the claim can

@@ -550,6 +550,7 @@ func (s *Server) idempotencyOutcome(ctx context.Context, claim *ratelimit.Claim,
 			Token:        claim.Token,
 			TtlSeconds:   int64(s.opts.Idempotency.TTL / time.Second),
 			LeaseSeconds: ratelimit.Seconds(claim.Lease),
+			Fingerprint:  claim.Fingerprint,
 		}
 		resp.Decision = policyv1.Decision_DECISION_ALLOW
 	case idempotency.Replay:
@@ -651,7 +652,8 @@ func validateClaim(c *policyv1.IdempotencyClaim) error {
 	ok := len(slot) <= rediskeysMaxSlotLen &&
 		strings.HasPrefix(slot, rediskeys.Prefix+"{") && i > 0 &&
 		idempotency.ValidFingerprint(slot[i+len(marker):]) &&
-		len(c.GetToken()) == 32 && isHex(c.GetToken())
+		len(c.GetToken()) == 32 && isHex(c.GetToken()) &&
+		(c.GetFingerprint() == "" || idempotency.ValidFingerprint(c.GetFingerprint()))
 	if !ok {
 		return grpcerr.InvalidArgument(ReasonInvalidPolicyRequest, "claim must be one Authorize returned")
 	}

@@ -660,7 +660,14 @@ type IdempotencyClaim struct {
 	TtlSeconds int64 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// How long the claim stays pending without a completion before it lapses
 	// and a duplicate may run; handlers must finish well within it.
-	LeaseSeconds  int64 `protobuf:"varint,4,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	LeaseSeconds int64 `protobuf:"varint,4,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	// The request fingerprint the slot is bound to (the Authorize request's
+	// request_fingerprint). MarkIdempotencyUnknown stores it when it finds
+	// the slot gone (the lease lapsed while the request ran), so that the
+	// retry of the same request is refused as an unknown outcome and another
+	// request under the key as idempotency-key-reused. Send the claim back
+	// as Authorize returned it.
+	Fingerprint   string `protobuf:"bytes,5,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -721,6 +728,13 @@ func (x *IdempotencyClaim) GetLeaseSeconds() int64 {
 		return x.LeaseSeconds
 	}
 	return 0
+}
+
+func (x *IdempotencyClaim) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
 }
 
 // AuthorizeResponse is the decision.
@@ -2025,13 +2039,14 @@ const file_agtp_policy_v1_policy_proto_rawDesc = "" +
 	"\adetails\x18\x05 \x03(\v2#.agtp.policy.v1.Denial.DetailsEntryR\adetails\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
 	"\x10IdempotencyClaim\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\x03R\n" +
 	"ttlSeconds\x12#\n" +
-	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\"\x8f\x05\n" +
+	"\rlease_seconds\x18\x04 \x01(\x03R\fleaseSeconds\x12 \n" +
+	"\vfingerprint\x18\x05 \x01(\tR\vfingerprint\"\x8f\x05\n" +
 	"\x11AuthorizeResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x18.agtp.policy.v1.DecisionR\bdecision\x12.\n" +
 	"\x06denial\x18\x02 \x01(\v2\x16.agtp.policy.v1.DenialR\x06denial\x126\n" +
