@@ -32,8 +32,12 @@ func taskRunOf(r *policyv1.TaskRun) *taskrun.Run {
 // indexTaskRun keeps a decided request that names a Task-ID for RETRY: a
 // refusal with its status, an allowed request with a token for
 // CompleteTaskRun. A replay is an earlier request's answer and is not
-// indexed. The index is a convenience of RETRY, so a Redis failure here
-// is logged and does not fail the decision.
+// indexed. Nor is any request while the Task-ID's entry is a
+// non-idempotent request that succeeded or has no outcome yet
+// (taskrun.Store.Record): a refused duplicate must not make RETRY repeat
+// an effect that happened (standard methods §8.5). The index is a
+// convenience of RETRY, so a Redis failure here is logged and does not
+// fail the decision.
 func (s *Server) indexTaskRun(ctx context.Context, req *policyv1.AuthorizeRequest, resp *policyv1.AuthorizeResponse) {
 	r := req.GetTaskRun()
 	if r == nil || req.GetAgentId() == "" {
@@ -50,11 +54,14 @@ func (s *Server) indexTaskRun(ctx context.Context, req *policyv1.AuthorizeReques
 		return
 	}
 	batchrpc.Blocking(ctx)
-	if err := s.runs.Record(ctx, req.GetAgentId(), taskRunOf(r), status, token, time.Now()); err != nil {
+	indexed, err := s.runs.Record(ctx, req.GetAgentId(), taskRunOf(r), status, token, time.Now())
+	if err != nil {
 		s.log.WarnContext(ctx, "task not indexed for RETRY", "err", err, "agent_id", req.GetAgentId())
 		return
 	}
-	resp.TaskRunToken = token
+	if indexed {
+		resp.TaskRunToken = token
+	}
 }
 
 // CompleteTaskRun records the status an indexed request ended with.

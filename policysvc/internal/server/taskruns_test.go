@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -90,6 +91,49 @@ func TestTaskRunsForRetry(t *testing.T) {
 	big.TaskRun.Body = make([]byte, 64<<10+1)
 	_, err = c.Authorize(ctx, big)
 	wantCode(t, err, codes.InvalidArgument, server.ReasonInvalidPolicyRequest)
+}
+
+// A non-idempotent request that succeeded under a Task-ID is never re-run
+// by RETRY (standard methods §8.5, docs/policy.md). A later request under
+// the same Task-ID that policy refused (the agent re-sent it and hit its
+// rate limit) did nothing: it leaves the entry as it is, whether the first
+// request's 201 is in already or lands after the refusal.
+func TestRefusedDuplicateKeepsTheTaskSuccess(t *testing.T) {
+	c := serve(t, newRedis(t), server.Options{RateLimits: server.RateLimitOptions{
+		Tiers: map[string]rateT{"default": {Limit: 1, Period: time.Hour}}}}, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, agent   string
+		completeFirst bool
+	}{
+		{"completed before the duplicate", agentA, true},
+		{"completed after the duplicate", agentB, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			complete := func(token string) {
+				t.Helper()
+				if _, err := c.CompleteTaskRun(ctx, &policyv1.CompleteTaskRunRequest{
+					AgentId: tc.agent, TaskId: "t-pay", Token: token, Status: 201}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ok := authorize(t, c, withTaskRun(request(tc.agent), "t-pay"))
+			wantAllow(t, ok)
+			if tc.completeFirst {
+				complete(ok.GetTaskRunToken())
+			}
+			dup := authorize(t, c, withTaskRun(request(tc.agent), "t-pay"))
+			wantDenial(t, dup, 429, "rate-limited")
+			if !tc.completeFirst {
+				complete(ok.GetTaskRunToken())
+			}
+			r := retry(t, c, tc.agent, "t-pay", 0)
+			if d := r.GetDenial(); d.GetStatus() != 409 || d.GetReason() != server.ReasonTaskAlreadySucceeded || r.GetPreviousStatus() != 201 {
+				t.Fatalf("RETRY of a task whose non-idempotent request succeeded (201) = denial %v, run %v (previous status %d); want 409 %s",
+					d, r.GetTaskRun() != nil, r.GetPreviousStatus(), server.ReasonTaskAlreadySucceeded)
+			}
+		})
+	}
 }
 
 // BenchmarkAuthorizeTaskRun is BenchmarkAuthorize's claim case with a

@@ -78,29 +78,52 @@ func New(rdb redis.UniversalClient, ttl time.Duration) *Store {
 	return &Store{rdb: rdb, ttl: ttl}
 }
 
+// recordScript writes an entry, unless the Task-ID's entry must stand: a
+// non-idempotent request that succeeded (a RETRY of it would repeat its
+// effect), or one still without an outcome (it may be running, and its
+// completion must still land). A later request under the same Task-ID,
+// refused or allowed, then leaves the index as it is. A re-sent script (a
+// lost reply) finds its own entry by the token and leaves it.
+// KEYS[1] the entry; ARGV: method, target, body, Content-Type,
+// Idempotency-Key, idempotent ('1'/'0'), status, token, start ms, ttl ms.
+// It returns 1 when the entry is the request's, 0 when the older stands.
+var recordScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'i', 's', 'tok')
+if ARGV[8] ~= '' and v[3] == ARGV[8] then return 1 end
+if v[1] == '0' then
+  local status = tonumber(v[2]) or 0
+  if status == 0 or ` + succeededLua("status") + ` then return 0 end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'm', ARGV[1], 't', ARGV[2], 'b', ARGV[3], 'ct', ARGV[4],
+  'k', ARGV[5], 'i', ARGV[6], 's', ARGV[7], 'tok', ARGV[8], 'n', 1, 'at', ARGV[9])
+redis.call('PEXPIRE', KEYS[1], ARGV[10])
+return 1`)
+
+// succeededLua is the Lua condition that status is a success a RETRY must
+// not repeat: 2xx up to 260. The AGTP-specific 261-263 are not successes:
+// they say the request is waiting or was refused (262 scope-required).
+func succeededLua(status string) string {
+	return "(" + status + " >= 200 and " + status + " <= 260)"
+}
+
 // Record indexes a request of agentID, replacing the Task-ID's previous
-// entry (RETRY re-runs a task's latest request). status is the final
-// status when it is already known (a policy refusal), else 0. token is
-// what Complete must present.
-func (s *Store) Record(ctx context.Context, agentID string, r *Run, status int, token string, now time.Time) error {
-	key := rediskeys.TaskRun(agentID, r.TaskID)
+// entry (RETRY re-runs a task's latest request), except one that must
+// stand (recordScript): then it reports false, and the request is not
+// indexed. status is the final status when it is already known (a policy
+// refusal), else 0. token is what Complete must present.
+func (s *Store) Record(ctx context.Context, agentID string, r *Run, status int, token string, now time.Time) (bool, error) {
 	idem := "0"
 	if r.Idempotent {
 		idem = "1"
 	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, key)
-		p.HSet(ctx, key,
-			"m", r.Method, "t", r.Target, "b", r.Body, "ct", r.ContentType,
-			"k", r.IdempotencyKey, "i", idem, "s", status, "tok", token,
-			"n", 1, "at", now.UnixMilli())
-		p.PExpire(ctx, key, s.ttl)
-		return nil
-	})
+	n, err := recordScript.Run(ctx, s.rdb, []string{rediskeys.TaskRun(agentID, r.TaskID)},
+		r.Method, r.Target, r.Body, r.ContentType, r.IdempotencyKey, idem, status, token,
+		now.UnixMilli(), max(s.ttl.Milliseconds(), 1)).Int()
 	if err != nil {
-		return fmt.Errorf("record task run: %w", err)
+		return false, fmt.Errorf("record task run: %w", err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // completeScript sets the status when the entry is still the one the
@@ -148,18 +171,17 @@ type Decision struct {
 // retryScript decides a RETRY and counts the attempt, atomically, so
 // that concurrent RETRYs cannot both pass max_attempts.
 //
-// A non-idempotent original that answered 2xx is never re-run: its side
-// effect happened. The AGTP-specific 261-263 are not successes here: they
-// say the request is waiting or was refused (262 scope-required). One whose outcome was never recorded (still running,
-// or the front door died) is re-run only under its Idempotency-Key,
-// which detects a partially processed original.
+// A non-idempotent original that succeeded (succeededLua) is never re-run:
+// its side effect happened. One whose outcome was never recorded (still
+// running, or the front door died) is re-run only under its
+// Idempotency-Key, which detects a partially processed original.
 var retryScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'm', 't', 'b', 'ct', 'k', 'i', 's', 'n', 'at')
 if not v[1] then return {'` + NotFound + `'} end
 local status = tonumber(v[7]) or 0
 local n = tonumber(v[8]) or 1
 if v[6] ~= '1' then
-  if status >= 200 and status <= 260 then return {'` + AlreadySucceeded + `', status, n} end
+  if ` + succeededLua("status") + ` then return {'` + AlreadySucceeded + `', status, n} end
   if status == 0 and v[5] == '' then return {'` + OutcomeUnknown + `', status, n} end
 end
 local max = tonumber(ARGV[1])

@@ -44,8 +44,8 @@ func TestRetryDecisions(t *testing.T) {
 			if err := tc.run.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Record(ctx, agent, &tc.run, tc.status, "tok-1", t0); err != nil {
-				t.Fatal(err)
+			if ok, err := s.Record(ctx, agent, &tc.run, tc.status, "tok-1", t0); !ok || err != nil {
+				t.Fatalf("Record = %v, %v", ok, err)
 			}
 			if tc.complete > 0 {
 				tok := "tok-1"
@@ -83,8 +83,8 @@ func TestRetryDecisions(t *testing.T) {
 
 	t.Run("unknown and other agent", func(t *testing.T) {
 		run := Run{TaskID: "mine", Method: "QUERY", Target: "/x", Idempotent: true}
-		if err := s.Record(ctx, agent, &run, 0, "tok", t0); err != nil {
-			t.Fatal(err)
+		if ok, err := s.Record(ctx, agent, &run, 0, "tok", t0); !ok || err != nil {
+			t.Fatalf("Record = %v, %v", ok, err)
 		}
 		for _, who := range []string{agent, "b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2"} {
 			task := "mine"
@@ -100,8 +100,8 @@ func TestRetryDecisions(t *testing.T) {
 
 	t.Run("attempts count across retries and expire with the entry", func(t *testing.T) {
 		run := Run{TaskID: "counted", Method: "QUERY", Target: "/x", Idempotent: true}
-		if err := s.Record(ctx, agent, &run, 0, "tok", t0); err != nil {
-			t.Fatal(err)
+		if ok, err := s.Record(ctx, agent, &run, 0, "tok", t0); !ok || err != nil {
+			t.Fatalf("Record = %v, %v", ok, err)
 		}
 		for want := 2; want <= 3; want++ {
 			d, err := s.Retry(ctx, agent, "counted", 3, 0, t0)
@@ -115,6 +115,77 @@ func TestRetryDecisions(t *testing.T) {
 		ttl := rdb.PTTL(ctx, rediskeys.TaskRun(agent, "counted")).Val()
 		if ttl <= 0 || ttl > time.Hour {
 			t.Fatalf("ttl = %v, want within 1h", ttl)
+		}
+	})
+}
+
+// A later request under a Task-ID replaces its entry, except one a RETRY
+// must not lose: a non-idempotent request that succeeded, or one whose
+// outcome is not in yet (its completion must still land). A refused
+// duplicate did nothing, and replacing such an entry with it would have
+// RETRY repeat the effect (standard methods §8.5).
+func TestRecordKeepsWhatARetryMustNotRepeat(t *testing.T) {
+	rdb := testkit.StartRedis(t).Client(t)
+	s := New(rdb, time.Hour)
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_700_000_000_000)
+	create := Run{Method: "CREATE", Target: "/orders", Body: []byte(`{"a":1}`)}
+	query := Run{Method: "QUERY", Target: "/orders", Idempotent: true}
+	for _, tc := range []struct {
+		name     string
+		first    Run
+		complete int // the first request's outcome; 0: not in yet
+		// then a refused request under the same Task-ID, and the first
+		// request's completion when it was not in yet (201)
+		replaced bool
+		want     string
+		status   int
+	}{
+		{"a success stands", create, 201, false, AlreadySucceeded, 201},
+		{"an outcome not in yet stands and lands", create, 0, false, AlreadySucceeded, 201},
+		{"a failure is replaced", create, 503, true, Allowed, 429},
+		{"an idempotent request is replaced", query, 200, true, Allowed, 429},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			task := "task-" + tc.name
+			first := tc.first
+			first.TaskID = task
+			if ok, err := s.Record(ctx, agent, &first, 0, "tok-1", t0); !ok || err != nil {
+				t.Fatalf("Record = %v, %v", ok, err)
+			}
+			if tc.complete > 0 {
+				if ok, err := s.Complete(ctx, agent, task, "tok-1", tc.complete); !ok || err != nil {
+					t.Fatalf("Complete = %v, %v", ok, err)
+				}
+			}
+			refused := create
+			refused.TaskID = task
+			ok, err := s.Record(ctx, agent, &refused, 429, "", t0.Add(time.Second))
+			if err != nil || ok != tc.replaced {
+				t.Fatalf("Record of the refused request = %v, %v; want %v", ok, err, tc.replaced)
+			}
+			if tc.complete == 0 {
+				if ok, err := s.Complete(ctx, agent, task, "tok-1", 201); !ok || err != nil {
+					t.Fatalf("the first request's completion = %v, %v; want it to land", ok, err)
+				}
+			}
+			d, err := s.Retry(ctx, agent, task, 0, 0, t0.Add(2*time.Second))
+			if err != nil || d.Verdict != tc.want || d.PreviousStatus != tc.status {
+				t.Fatalf("Retry = %+v, %v; want %s after status %d", d, err, tc.want, tc.status)
+			}
+		})
+	}
+
+	t.Run("a re-sent record finds its own entry", func(t *testing.T) {
+		run := create
+		run.TaskID = "resent"
+		for range 2 {
+			if ok, err := s.Record(ctx, agent, &run, 0, "tok-1", t0); !ok || err != nil {
+				t.Fatalf("Record = %v, %v; want the entry the request's own", ok, err)
+			}
+		}
+		if ok, err := s.Complete(ctx, agent, "resent", "tok-1", 201); !ok || err != nil {
+			t.Fatalf("Complete = %v, %v", ok, err)
 		}
 	})
 }
