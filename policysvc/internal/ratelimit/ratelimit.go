@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,10 +95,12 @@ type Claim struct {
 // bucket, then fingerprint, token, lease ms and the rerun flag for the
 // claim.
 //
-// Reply: {1, remaining, reset µs, tightest, claim outcome, [response]} when
-// allowed, where tightest is the (1-based) bucket with the fewest requests
-// left, remaining -1 and tightest 0 without buckets, and claim outcome 0
-// without a claim; or {0, refusing bucket, retry-after µs} when refused.
+// Reply: {1, remaining, reset µs, tightest, now µs, claim outcome,
+// [response]} when allowed, where tightest is the (1-based) bucket with the
+// fewest requests left, remaining -1 and tightest 0 without buckets, now the
+// Redis server's time of the spend (a refund of it names it) and claim
+// outcome 0 without a claim; or {0, refusing bucket, retry-after µs} when
+// refused.
 var gcra = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 ` + idempotency.ClaimLuaFunction + `
@@ -129,25 +132,59 @@ for i = 1, n do
 end
 if #KEYS > n then
   local c = agtp_idem_claim(KEYS[n + 1], ARGV[3*n + 2], ARGV[3*n + 3], tonumber(ARGV[3*n + 4]), ARGV[3*n + 5])
-  return {1, remaining, math.ceil(reset), tightest, c[1], c[2]}
+  return {1, remaining, math.ceil(reset), tightest, now, c[1], c[2]}
 end
-return {1, remaining, math.ceil(reset), tightest, 0}
+return {1, remaining, math.ceil(reset), tightest, now, 0}
 `)
 
-// refund gives back what a gate call spent. KEYS: the buckets, then the slot
-// to release. ARGV: the bucket count, the µs to take off each TAT, then the
-// claim token.
-var refund = redis.NewScript(idempotency.ReleaseLuaFunction + `
+// refund gives back what a gate call spent, once. KEYS: the buckets, then
+// (with buckets) the refund's marker, then the slot to release. ARGV: the
+// bucket count, the µs to take off each TAT, then (with buckets) the Redis
+// time of the spend in µs and the refund window in µs, then the claim token.
+//
+// A refund is not re-run safe by itself: when its reply is lost, the Redis
+// client sends it again, and subtracting twice would give back a request
+// that was never refunded (one more passes than the limit allows). So the
+// refund names itself (the marker, a fresh key per refund in the buckets'
+// hash slot): the first run sets the marker and subtracts, a re-sent run
+// finds the marker and does nothing. The marker lives refundWindow; a
+// refund that arrives later than refundWindow after its spend is dropped
+// (its marker may be gone), which over-counts one request at worst. The
+// claim release is re-run safe on its own (only the token's pending claim
+// is deleted).
+var refund = redis.NewScript(`
+if redis.replicate_commands then redis.replicate_commands() end
+` + idempotency.ReleaseLuaFunction + `
 local n = tonumber(ARGV[1])
-for i = 1, n do
-  local tat = tonumber(redis.call('GET', KEYS[i]))
-  if tat then
-    redis.call('SET', KEYS[i], string.format('%.0f', tat - tonumber(ARGV[i + 1])), 'KEEPTTL')
+local k = n
+local tok = n + 2
+if n > 0 then
+  k = n + 1
+  tok = n + 4
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local window = tonumber(ARGV[n + 3])
+  if now - tonumber(ARGV[n + 2]) <= window and
+     redis.call('SET', KEYS[k], '1', 'NX', 'PX', math.ceil(window / 1000)) then
+    for i = 1, n do
+      local tat = tonumber(redis.call('GET', KEYS[i]))
+      if tat then
+        redis.call('SET', KEYS[i], string.format('%.0f', tat - tonumber(ARGV[i + 1])), 'KEEPTTL')
+      end
+    end
   end
 end
-if #KEYS > n then return agtp_idem_release(KEYS[n + 1], ARGV[n + 2]) end
+if #KEYS > k then return agtp_idem_release(KEYS[k + 1], ARGV[tok]) end
 return 0
 `)
+
+// refundWindow is how long after its spend a refund is applied, and how
+// long its marker keeps a re-sent copy from applying it again. A refund
+// follows its spend by one round trip; the window covers the Redis
+// client's retries of it (go-redis: 3 retries, 3 s read timeouts, by
+// default) with room to spare, and bounds the markers a flood of refused
+// requests leaves behind.
+const refundWindow = 30 * time.Second
 
 // Load caches the scripts on the server (on every shard of a cluster), so
 // that the first decisions need no EVAL fallback.
@@ -177,6 +214,8 @@ type Result struct {
 	// its outcome.
 	Claimed bool
 	Claim   idempotency.Result
+	// at is the Redis server's time of an allowed spend, in µs.
+	at int64
 }
 
 // Call is one script call queued in a Batch.
@@ -228,20 +267,43 @@ func (b *Batch) Gate(buckets []Bucket, claim *Claim) *Call {
 }
 
 // Refund queues a call that gives back what an allowed gate call spent and
-// releases its claim, if it made one.
+// releases its claim, if it made one. The refund is applied once however
+// often the Redis client sends it (the refund script). A call that was not
+// executed, failed or was refused spent nothing: nothing is queued.
 func (b *Batch) Refund(spent *Call) {
-	keys := make([]string, 0, len(spent.buckets)+1)
-	args := make([]any, 0, 2+len(spent.buckets))
+	res, err := spent.Result()
+	if err != nil || !res.Allowed {
+		return
+	}
+	keys := make([]string, 0, len(spent.buckets)+2)
+	args := make([]any, 0, 4+len(spent.buckets))
 	args = append(args, len(spent.buckets))
 	for _, bk := range spent.buckets {
 		keys = append(keys, bk.Key)
 		args = append(args, strconv.FormatFloat(bk.Rate.interval()*float64(max(bk.Cost, 1)), 'f', 3, 64))
+	}
+	if len(spent.buckets) > 0 {
+		keys = append(keys, refundMarker(spent.buckets[0].Key, idempotency.NewToken()))
+		args = append(args, res.at, refundWindow.Microseconds())
 	}
 	if spent.claim != nil {
 		keys = append(keys, spent.claim.Slot)
 		args = append(args, spent.claim.Token)
 	}
 	b.add(&Call{script: refund, keys: keys, args: args})
+}
+
+// refundMarker is the key that marks a refund as applied: in the hash slot
+// of key (the gate's keys share one), named by the refund's id.
+func refundMarker(key, id string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + ":refund:" + id // key's hash tag stays the first
+		}
+	}
+	// No hash tag: the whole key is hashed, so tagging it with itself
+	// keeps the slot.
+	return "{" + key + "}:refund:" + id
 }
 
 // Len is the number of queued calls.
@@ -393,14 +455,15 @@ func (c *Call) Result() (Result, error) {
 		return Result{Refused: int(nums[1]) - 1, RetryAfter: time.Duration(nums[2]) * time.Microsecond}, nil
 	}
 	r := Result{Allowed: true, Remaining: nums[1], Reset: time.Duration(nums[2]) * time.Microsecond}
-	if len(arr) < 5 {
+	if len(arr) < 6 {
 		return Result{}, fmt.Errorf("ratelimit: unexpected reply %v", v)
 	}
 	tightest, _ := arr[3].(int64)
 	r.Tightest = int(tightest) - 1
-	if n, _ := arr[4].(int64); n != 0 {
+	r.at, _ = arr[4].(int64)
+	if n, _ := arr[5].(int64); n != 0 {
 		r.Claimed = true
-		if r.Claim, err = idempotency.ParseResult(arr[4:]); err != nil {
+		if r.Claim, err = idempotency.ParseResult(arr[5:]); err != nil {
 			return Result{}, err
 		}
 	}
