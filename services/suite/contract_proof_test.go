@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,5 +272,41 @@ func TestContractRouteSpendsATokenCallersLimitsOnce(t *testing.T) {
 		agtp.HeaderAuthorization, tokens.Bearer(t, map[string]any{"sub": "operator", "agtp_agent_id": tokened}))
 	if byCert == 0 || byToken != byCert {
 		t.Fatalf("before the limit refused one, a certificate-proven caller had %d of the contract's requests served and a token-proven caller %d; want the same, at least one", byCert, byToken)
+	}
+}
+
+// Tokens that prove nothing still spend the limits of the address they
+// come from on the contract route, and past them the answer is 429, as on
+// every route: one address cannot have policysvc check bad tokens without
+// limit.
+func TestContractRouteRefusesBadTokensPastTheAddressLimit(t *testing.T) {
+	tokens := testkit.NewTokenIssuer(t, "https://idp.suite.test", "agtp-suite-test")
+	policy, err := json.Marshal(map[string]any{
+		"oauth":       tokens.OAuthOptions(),
+		"rate_limits": map[string]any{"per_ip": map[string]any{"limit": 3, "period": int64(time.Hour)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyFile := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestSuite(t, Config{LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policyFile})})
+	victim, _, _ := negotiator(t, s, "negotiator")
+	attacker := agentClient(t, s)
+	ctx := context.Background()
+	wrong := tokens.Bearer(t, map[string]any{"sub": "someone", "agtp_agent_id": strings.Repeat("ab", 32)})
+	var statuses []int
+	for range 5 {
+		resp, err := attacker.Send(ctx, "SUMMARIZE", "agtp://"+s.AGTPAddr()+"/orders/ord-1001", nil,
+			fields(agtp.HeaderAgentID, victim, agtp.HeaderAuthorization, wrong, agtp.HeaderAllowRCNS, "true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		statuses = append(statuses, resp.Status)
+	}
+	if want := []int{401, 401, 401, 429, 429}; !slices.Equal(statuses, want) {
+		t.Fatalf("a token naming another agent, five times from one address under a limit of three an hour: %v, want %v", statuses, want)
 	}
 }

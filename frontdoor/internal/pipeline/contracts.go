@@ -197,7 +197,15 @@ func (p *Pipeline) settleTokenNow(x *exchange) *agtp.Response {
 	if err != nil {
 		return p.dependencyFailure(x, "policysvc", err)
 	}
-	return p.settleTokenProof(x, out)
+	if resp := p.settleTokenProof(x, out); resp != nil {
+		return resp
+	}
+	if d := out.GetDenial(); d.GetStatus() == agtp.StatusRateLimited {
+		// A token that proved nothing still spends the address's limits;
+		// past them the answer is the 429, as on every other route.
+		return denied(x, d)
+	}
+	return nil
 }
 
 // rcnsGate handles an unregistered (method, path) from a caller that sent
