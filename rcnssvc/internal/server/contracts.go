@@ -38,7 +38,8 @@ const (
 // revoked or released, 404 when bound to a session that is not the caller's,
 // 405 or 404 when presented on another method or path than its own
 // (pairMismatch); a confirm-first preview is accepted by its first
-// presentation on its own pair. With
+// presentation on its own pair, and a contract whose acceptance is not
+// audited yet is not run (settle: Unavailable acceptance-pending). With
 // inspect set it only reads. Without synthesis_id it finds the caller's
 // active contract for (method, path), so a PROPOSE result is callable at
 // once (AGTP-API §10.8); a pending preview never resolves that way.
@@ -92,8 +93,13 @@ func (s *Server) GetContract(ctx context.Context, req *rcnsv1.GetContractRequest
 	if resp := pairMismatch(ct, req.GetMethod(), req.GetPath(), now); resp != nil {
 		return resp, nil
 	}
-	if ct.state == statePending {
+	switch {
+	case ct.state == statePending:
 		if ct, err = s.accept(ctx, ct); err != nil {
+			return nil, err
+		}
+	case ct.unaudited():
+		if ct, err = s.settle(ctx, ct); err != nil {
 			return nil, err
 		}
 	}
@@ -126,8 +132,16 @@ func pairMismatch(ct *contract, method, path string, nowMs int64) *rcnsv1.GetCon
 	return nil
 }
 
-// accept turns a confirm-first preview into an active contract and audits
-// it; the state goes back when the event cannot be audited.
+// ReasonAcceptancePending is the Unavailable reason of a contract
+// presented while its acceptance is being audited.
+const ReasonAcceptancePending = "acceptance-pending"
+
+// accept turns a confirm-first preview into an active contract. The state
+// changes with the acceptance event marked pending, which keeps the
+// contract out of force (contract.unaudited: a second presentation, the
+// bare-pair resolution and the gate do not run it) until auditsvc has the
+// event; when the event cannot be audited the preview goes back to pending
+// (fail closed).
 func (s *Server) accept(ctx context.Context, ct *contract) (*contract, error) {
 	id := ct.rec.SynthesisID
 	changed, _, err := s.transition(ctx, id, []string{statePending}, stateActive, "", ct.rec.AgentID, eventAccepted)
@@ -137,13 +151,73 @@ func (s *Server) accept(ctx context.Context, ct *contract) (*contract, error) {
 	if changed {
 		if err := s.emit(ctx, &ct.rec, eventAccepted, "", ct.rec.AgentID); err != nil {
 			if _, _, rerr := s.transition(context.WithoutCancel(ctx), id, []string{stateActive}, statePending, "", "", ""); rerr != nil {
+				// It stays active and unaudited, so not in force; a later
+				// presentation audits it (settle).
 				s.log.ErrorContext(ctx, "accepted contract not reverted after an audit failure", "synthesis_id", id, "error", rerr)
 			}
 			return nil, err
 		}
-		if err := s.clearEvent(ctx, id, eventAccepted); err != nil {
-			s.log.WarnContext(ctx, "contract event flag not cleared", "synthesis_id", id, "error", err)
+		if err := s.clearEvent(context.WithoutCancel(ctx), id, eventAccepted); err != nil {
+			s.log.WarnContext(ctx, "contract event flag not cleared; the contract is in force once presented again", "synthesis_id", id, "error", err)
+			ct.state, ct.event = stateActive, ""
+			return ct, nil
 		}
+	}
+	cur, err := s.load(ctx, id)
+	if err != nil {
+		return nil, grpcerr.Internal(err)
+	}
+	if cur != nil && cur.unaudited() && !changed {
+		// Another presentation is accepting it.
+		return s.settle(ctx, cur)
+	}
+	if cur == nil || cur.effective(s.now().UnixMilli()) != stateActive {
+		return nil, grpcerr.Conflict("contract-changed", "the contract changed while it was being accepted; present it again")
+	}
+	return cur, nil
+}
+
+// retakeScript claims an unaudited contract for auditing its acceptance:
+// it renews "changed" when the contract is still active, unaudited and
+// unchanged since it was read (only one claimant's renewal succeeds).
+var retakeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'state') == 'active' and redis.call('HGET', KEYS[1], 'event') == ARGV[1]
+  and redis.call('HGET', KEYS[1], 'changed') == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'changed', ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// settle answers for a contract whose acceptance is recorded but not
+// audited (contract.unaudited). While the call that recorded it may still
+// be auditing it (it sends the event within PeerTimeout), the contract is
+// not in force and the answer is Unavailable acceptance-pending. After
+// that, the call ended without auditing the event or taking the contract
+// back (a crash, Redis refusing the revert): this call audits the
+// acceptance and the contract is in force.
+func (s *Server) settle(ctx context.Context, ct *contract) (*contract, error) {
+	if !ct.unaudited() {
+		return ct, nil
+	}
+	id := ct.rec.SynthesisID
+	now := s.now().UnixMilli()
+	pending := grpcerr.Unavailable(ReasonAcceptancePending, "the contract's acceptance is being audited; it is not in force yet, present it again shortly")
+	if now-ct.changedMs < (2 * s.opts.PeerTimeout).Milliseconds() {
+		return nil, pending
+	}
+	ok, err := retakeScript.Run(ctx, s.rdb, []string{rediskeys.Contract(id)}, eventAccepted, strconv.FormatInt(ct.changedMs, 10), now).Bool()
+	if err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("contract acceptance: %w", err))
+	}
+	if !ok {
+		return nil, pending
+	}
+	if err := s.emit(ctx, &ct.rec, eventAccepted, "", ct.rec.AgentID); err != nil {
+		return nil, err
+	}
+	if err := s.clearEvent(context.WithoutCancel(ctx), id, eventAccepted); err != nil {
+		return nil, grpcerr.Internal(fmt.Errorf("contract acceptance: %w", err))
 	}
 	cur, err := s.load(ctx, id)
 	if err != nil {
@@ -320,7 +394,9 @@ func (s *Server) ListContracts(ctx context.Context, req *rcnsv1.ListContractsReq
 // contract-revoked; rcns_revoke) and, with release, SUSPEND synthesis_id
 // (§7.2.12.1: the originator only; rcns_release). Ending an ended contract
 // changes nothing and emits nothing; an event a failed audit left pending
-// is sent on the retry.
+// is sent on the retry, and so is the removal of a promoted endpoint the
+// catalog did not take (Unavailable catalog-unavailable until it is gone;
+// the janitor retries it too).
 func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractRequest) (*rcnsv1.RevokeContractResponse, error) {
 	c, actor := req.GetCaller(), req.GetActor()
 	if direct(ctx) {
@@ -360,7 +436,7 @@ func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractR
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
-	if changed || ct.event == event {
+	if changed || ct.event == event || ct.unpromote {
 		if ct, err = s.load(ctx, id); err != nil || ct == nil {
 			return nil, grpcerr.Internal(errors.Join(err, errors.New("contract vanished")))
 		}
@@ -371,15 +447,28 @@ func (s *Server) RevokeContract(ctx context.Context, req *rcnsv1.RevokeContractR
 	if ct, err = s.load(ctx, id); err != nil || ct == nil {
 		return nil, grpcerr.Internal(errors.Join(err, errors.New("contract vanished")))
 	}
+	if ct.unpromote {
+		return nil, grpcerr.Unavailable(ReasonCatalogUnavailable, "the contract is "+ct.effective(s.now().UnixMilli())+
+			", but its promoted endpoint could not be removed from the catalog yet; the janitor retries the removal, and so does a repeated call")
+	}
 	return &rcnsv1.RevokeContractResponse{Contract: ct.proto(s.now().UnixMilli())}, nil
 }
 
-// finish completes an ended contract: its catalog endpoint goes, it
-// leaves the indexes (and Redis too when evicted), and its pending event
-// is audited. It is safe to repeat.
+// ReasonCatalogUnavailable is the Unavailable reason of an ended persistent
+// contract whose catalog endpoint is not removed yet.
+const ReasonCatalogUnavailable = "catalog-unavailable"
+
+// finish completes an ended contract: its catalog endpoint goes (or its
+// pending-unpromote mark stays for the retries, unpromote.go), it leaves
+// the indexes (and Redis too when evicted), and its pending event is
+// audited. It is safe to repeat.
 func (s *Server) finish(ctx context.Context, ct *contract, evict bool) error {
 	if ct.rec.Persistent {
-		s.deleteEndpoint(ctx, ct.rec.Method, ct.rec.Path)
+		if _, err := s.unpromote(ctx, entryOf(&ct.rec)); err != nil {
+			// Nothing recorded the removal: the contract stays in the
+			// indexes with its event, so the callers' retries finish it.
+			return grpcerr.Internal(err)
+		}
 	}
 	if ct.event != "" {
 		if err := s.emit(ctx, &ct.rec, ct.event, ct.reason, ct.actor); err != nil {

@@ -12,6 +12,13 @@ import (
 // expireBatch bounds one janitor pass.
 const expireBatch = 256
 
+// janitor is one pass of the contract janitor: expiry, then the removals
+// of promoted endpoints that are still pending.
+func (s *Server) janitor(ctx context.Context) {
+	s.expireContracts(ctx)
+	s.retryUnpromotes(ctx)
+}
+
 // expireContracts ends the contracts whose expiry passed: each replica
 // claims an ID by removing it from the index (only one removal succeeds),
 // records the end, audits rcns_release (reason expired) for an accepted
@@ -38,7 +45,11 @@ func (s *Server) expireContracts(ctx context.Context) {
 		}
 		switch ct.state {
 		case stateActive:
-			changed, _, err := s.transition(ctx, id, []string{stateActive}, stateExpired, "expired", "rcnssvc", eventRelease)
+			event := eventRelease
+			if ct.unaudited() {
+				event = "" // its acceptance was never audited: it was never in force
+			}
+			changed, _, err := s.transition(ctx, id, []string{stateActive}, stateExpired, "expired", "rcnssvc", event)
 			if err != nil {
 				s.requeue(ctx, ct, err)
 				continue
@@ -46,7 +57,7 @@ func (s *Server) expireContracts(ctx context.Context) {
 			if !changed {
 				continue // revoked or released meanwhile; that path finishes it
 			}
-			ct.state, ct.event, ct.reason, ct.actor = stateExpired, eventRelease, "expired", "rcnssvc"
+			ct.state, ct.event, ct.reason, ct.actor = stateExpired, event, "expired", "rcnssvc"
 		case statePending:
 			// A preview nobody accepted: no event (it was never a contract
 			// in force).

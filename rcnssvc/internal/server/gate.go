@@ -144,13 +144,31 @@ func (s *Server) existingGateContract(ctx context.Context, agentID, method, path
 		if ct == nil || ct.rec.AgentID != agentID {
 			continue
 		}
-		now := s.now().UnixMilli()
-		switch ct.effective(now) {
-		case statePending:
-			return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST, agtp.StatusRCNSContractAvailable, ct, now), nil
-		case stateActive:
-			return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, ct, now), nil
+		if resp, err := s.gateAgain(ctx, ct); resp != nil || err != nil {
+			return resp, err
 		}
+	}
+	return nil, nil
+}
+
+// gateAgain answers a gate request with a live gate contract of the agent
+// for the pair: the preview (461) while pending, the contract to run once
+// in force. One whose acceptance is not audited yet is not in force:
+// settle decides. It answers nil for a contract that ended.
+func (s *Server) gateAgain(ctx context.Context, ct *contract) (*rcnsv1.GateResponse, error) {
+	now := s.now().UnixMilli()
+	switch ct.effective(now) {
+	case statePending:
+		if !ct.unaudited() {
+			return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST, agtp.StatusRCNSContractAvailable, ct, now), nil
+		}
+		cur, err := s.settle(ctx, ct)
+		if err != nil {
+			return nil, err
+		}
+		return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, cur, s.now().UnixMilli()), nil
+	case stateActive:
+		return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, ct, now), nil
 	}
 	return nil, nil
 }
@@ -170,6 +188,8 @@ func (s *Server) synthesize(ctx context.Context, a *attempt, pat *recipe.Pattern
 	optimistic := s.opts.RCNS.Mode == ModeOptimistic
 	c.state, c.changedMs = statePending, now.UnixMilli()
 	if optimistic {
+		// Active, with its acceptance event pending: not in force until
+		// the event is audited (contract.unaudited).
 		c.state, c.event = stateActive, eventAccepted
 	}
 	for dedupe := true; ; dedupe = false {
@@ -188,11 +208,8 @@ func (s *Server) synthesize(ctx context.Context, a *attempt, pat *recipe.Pattern
 			return nil, grpcerr.Internal(err)
 		}
 		if old != nil {
-			switch old.effective(s.now().UnixMilli()) {
-			case statePending:
-				return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_CONFIRM_FIRST, agtp.StatusRCNSContractAvailable, old, s.now().UnixMilli()), nil
-			case stateActive:
-				return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, old, s.now().UnixMilli()), nil
+			if resp, err := s.gateAgain(ctx, old); resp != nil || err != nil {
+				return resp, err
 			}
 		}
 		// The duplicate ended in the meantime: make a new contract.
@@ -204,9 +221,10 @@ func (s *Server) synthesize(ctx context.Context, a *attempt, pat *recipe.Pattern
 		s.forget(context.WithoutCancel(ctx), &c.rec, true)
 		return nil, err
 	}
-	if err := s.clearEvent(ctx, c.rec.SynthesisID, eventAccepted); err != nil {
-		s.log.WarnContext(ctx, "contract event flag not cleared", "synthesis_id", c.rec.SynthesisID, "error", err)
+	if err := s.clearEvent(context.WithoutCancel(ctx), c.rec.SynthesisID, eventAccepted); err != nil {
+		s.log.WarnContext(ctx, "contract event flag not cleared; the contract is in force once presented again", "synthesis_id", c.rec.SynthesisID, "error", err)
 	}
+	c.event = ""
 	return gateAnswer(rcnsv1.GateOutcome_GATE_OUTCOME_OPTIMISTIC, agtp.StatusOK, c, now.UnixMilli()), nil
 }
 

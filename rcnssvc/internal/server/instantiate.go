@@ -9,6 +9,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
@@ -40,9 +44,32 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 	persistent := false
 	var refused map[string]any
 	var apiVersion string
+	// promoted is the promotion's claim and pending-unpromote entry, set
+	// once the pair is claimed.
+	var promoted *unpromoteEntry
 	if p.persistent {
 		if s.grantsPersistence(ev) {
-			ttl = s.opts.Propose.PersistentTTL
+			pttl := s.opts.Propose.PersistentTTL
+			if p.requestedDuration > 0 && p.requestedDuration < pttl {
+				pttl = p.requestedDuration
+			}
+			// Claim the pair first (step 7 read a snapshot, and PutEndpoint
+			// replaces what the key holds): one contract promotes it.
+			e := unpromoteEntry{SynthesisID: newID(prefixSynthesis), Method: ep.Def.Method, Path: ep.Def.Path}
+			ok, err := s.claimPromotion(ctx, e.Method, e.Path, e.SynthesisID, now.Add(pttl).UnixMilli()+s.opts.Contracts.TombstoneRetention.Milliseconds())
+			if err != nil {
+				return nil, grpcerr.Internal(err)
+			}
+			if !ok {
+				return rejected(negID, agtp.ReasonPolicyRefused, e.Method+" "+e.Path+" is promoted into the catalog by another persistent contract", nil), nil
+			}
+			// Until the contract is stored, the queue entry is what removes
+			// the endpoint and frees the claim should this replica stop.
+			if err := s.rdb.ZAdd(ctx, unpromoteQueue, redis.Z{Score: float64(now.Add(s.promotionGuard()).UnixMilli()), Member: e.member()}).Err(); err != nil {
+				s.releasePromotion(context.WithoutCancel(ctx), e.Method, e.Path, e.SynthesisID)
+				return nil, grpcerr.Internal(fmt.Errorf("pending unpromote: %w", err))
+			}
+			promoted = &e
 			pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
 			def, _ := jsondoc.Struct(ep.JSON) // json.Marshal of the definition: an object
 			r, perr := s.catalog.PutEndpoint(pctx, &catalogv1.PutEndpointRequest{Definition: def, Tier: catalogv1.EndpointTier_ENDPOINT_TIER_C})
@@ -50,15 +77,24 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 			if perr != nil {
 				_, reason, explanation, _ := grpcerr.Reason(perr)
 				refused = map[string]any{"reason": reason, "explanation": "the catalog refused the promotion: " + explanation}
-				ttl = s.opts.Propose.SessionTTL
+				if refusedOutright(perr) {
+					s.releasePromotion(context.WithoutCancel(ctx), e.Method, e.Path, e.SynthesisID)
+					s.unpromoted(context.WithoutCancel(ctx), e)
+				} else if _, err := s.unpromote(ctx, e); err != nil {
+					// The put may have happened: the entry recorded above
+					// removes it later.
+					s.log.ErrorContext(ctx, "promotion of unknown outcome not removed; the janitor retries", "synthesis_id", e.SynthesisID, "error", err)
+				}
+				promoted = nil
 			} else {
+				ttl = pttl
 				persistent, apiVersion = true, r.GetApiVersion()
 			}
 		} else {
 			refused = map[string]any{"reason": "persistence-not-authorized", "explanation": "persistent:true needs " + s.opts.Propose.PersistScope + " (core §7.5.5); the endpoint is session-scoped"}
 		}
 	}
-	if p.requestedDuration > 0 && p.requestedDuration < ttl {
+	if !persistent && p.requestedDuration > 0 && p.requestedDuration < ttl {
 		ttl = p.requestedDuration
 	}
 	session := ev.sessionID
@@ -67,10 +103,17 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 	}
 	c := s.newContract(pat, ev.caller.GetAgentId(), session, originPropose, ep.JSON, now, ttl)
 	c.rec.Persistent = persistent
+	if promoted != nil {
+		c.rec.SynthesisID = promoted.SynthesisID
+	}
+	// Active, with its acceptance event pending: not in force until the
+	// event is audited (contract.unaudited).
 	c.state, c.event, c.changedMs = stateActive, eventAccepted, now.UnixMilli()
 	unpromote := func() {
-		if persistent {
-			s.deleteEndpoint(context.WithoutCancel(ctx), c.rec.Method, c.rec.Path)
+		if promoted != nil {
+			if _, err := s.unpromote(ctx, *promoted); err != nil {
+				s.log.ErrorContext(ctx, "promotion of a contract taken back not removed; the janitor retries", "synthesis_id", promoted.SynthesisID, "error", err)
+			}
 		}
 	}
 	if _, err := s.create(ctx, c, false); err != nil {
@@ -80,15 +123,22 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 		}
 		return nil, grpcerr.Internal(err)
 	}
+	if promoted != nil {
+		// The contract is stored: its end removes the endpoint now.
+		if err := s.rdb.ZRem(ctx, unpromoteQueue, promoted.member()).Err(); err != nil {
+			s.log.WarnContext(ctx, "promotion guard not cleared; the janitor drops it", "synthesis_id", c.rec.SynthesisID, "error", err)
+		}
+	}
 	if err := s.emit(ctx, &c.rec, eventAccepted, "", ev.caller.GetAgentId()); err != nil {
 		// No unaudited contract: take it back.
 		s.forget(context.WithoutCancel(ctx), &c.rec, true)
 		unpromote()
 		return nil, err
 	}
-	if err := s.clearEvent(ctx, c.rec.SynthesisID, eventAccepted); err != nil {
-		s.log.WarnContext(ctx, "contract event flag not cleared", "synthesis_id", c.rec.SynthesisID, "error", err)
+	if err := s.clearEvent(context.WithoutCancel(ctx), c.rec.SynthesisID, eventAccepted); err != nil {
+		s.log.WarnContext(ctx, "contract event flag not cleared; the contract is in force once presented again", "synthesis_id", c.rec.SynthesisID, "error", err)
 	}
+	c.event = ""
 	s.keepRecipe(ctx, pat, c.rec.Recipe)
 
 	r := c.rec
@@ -176,12 +226,16 @@ func (s *Server) keepRecipe(ctx context.Context, pat *recipe.Pattern, recipeJSON
 	}
 }
 
-func (s *Server) deleteEndpoint(ctx context.Context, method, path string) {
-	pctx, cancel := context.WithTimeout(ctx, s.opts.PeerTimeout)
-	defer cancel()
-	if _, err := s.catalog.DeleteEndpoint(pctx, &catalogv1.DeleteEndpointRequest{Method: method, Path: path}); err != nil {
-		s.log.ErrorContext(ctx, "promoted endpoint not removed from the catalog", "method", method, "path", path, "error", err)
+// refusedOutright reports a PutEndpoint error that says the catalog did
+// not register the endpoint; any other error (a timeout, an outage) leaves
+// the outcome unknown.
+func refusedOutright(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists, codes.PermissionDenied,
+		codes.ResourceExhausted, codes.Unauthenticated, codes.OutOfRange, codes.Unimplemented:
+		return true
 	}
+	return false
 }
 
 func mustMarshal(v any) []byte {

@@ -117,14 +117,14 @@ type patternSet struct {
 	byRecipe []*recipe.Pattern
 }
 
-// Run follows the catalog snapshot, expires contracts and reloads the
-// patterns file until ctx is done. It waits for asynchronous evaluations
-// before returning.
+// Run follows the catalog snapshot, expires contracts, retries pending
+// removals of promoted endpoints and reloads the patterns file until ctx
+// is done. It waits for asynchronous evaluations before returning.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watchCatalog(ctx) })
 	if s.opts.Contracts.JanitorInterval > 0 {
-		wg.Go(func() { s.every(ctx, s.opts.Contracts.JanitorInterval, s.expireContracts) })
+		wg.Go(func() { s.every(ctx, s.opts.Contracts.JanitorInterval, s.janitor) })
 	}
 	if s.opts.PatternsFile != "" && s.opts.ReloadInterval > 0 {
 		wg.Go(func() { s.every(ctx, s.opts.ReloadInterval, s.reloadPatterns) })

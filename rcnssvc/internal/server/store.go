@@ -69,13 +69,29 @@ type contract struct {
 	actor     string
 	event     string
 	changedMs int64
+	// unpromote is the pending-unpromote mark: the catalog endpoint of
+	// this ended persistent contract is not removed yet (unpromote.go).
+	unpromote bool
+}
+
+// unaudited reports an active contract whose rcns_propose_accepted is
+// not audited yet: an acceptance, or a creation as an active contract
+// (optimistic gate, PROPOSE), is recorded before its event is sent. It
+// is not in force: nothing runs it and it reads as pending until the
+// event is audited and the mark cleared (docs/rcns.md, fail closed).
+func (c *contract) unaudited() bool {
+	return c.state == stateActive && c.event == eventAccepted
 }
 
 // effective is the state at nowMs: an active or pending contract whose
-// expiry passed is expired even before the janitor records it.
+// expiry passed is expired even before the janitor records it, and an
+// unaudited one is still pending.
 func (c *contract) effective(nowMs int64) string {
 	if (c.state == stateActive || c.state == statePending) && nowMs >= c.rec.ExpiresMs {
 		return stateExpired
+	}
+	if c.unaudited() {
+		return statePending
 	}
 	return c.state
 }
@@ -225,7 +241,7 @@ func (s *Server) load(ctx context.Context, id string) (*contract, error) {
 	if len(m) == 0 || m["rec"] == "" {
 		return nil, nil
 	}
-	c := &contract{state: m["state"], reason: m["reason"], actor: m["actor"], event: m["event"]}
+	c := &contract{state: m["state"], reason: m["reason"], actor: m["actor"], event: m["event"], unpromote: m[fieldUnpromote] != ""}
 	c.changedMs, _ = strconv.ParseInt(m["changed"], 10, 64)
 	if err := json.Unmarshal([]byte(m["rec"]), &c.rec); err != nil {
 		return nil, fmt.Errorf("contract %s: record: %w", id, err)
@@ -304,7 +320,7 @@ func (s *Server) loadMany(ctx context.Context, ids []string) ([]*contract, error
 		if len(m) == 0 || m["rec"] == "" {
 			continue
 		}
-		c := &contract{state: m["state"], reason: m["reason"], actor: m["actor"], event: m["event"]}
+		c := &contract{state: m["state"], reason: m["reason"], actor: m["actor"], event: m["event"], unpromote: m[fieldUnpromote] != ""}
 		c.changedMs, _ = strconv.ParseInt(m["changed"], 10, 64)
 		if json.Unmarshal([]byte(m["rec"]), &c.rec) != nil {
 			s.log.WarnContext(ctx, "unreadable contract skipped", "synthesis_id", ids[i])
