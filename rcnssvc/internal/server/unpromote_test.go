@@ -12,12 +12,10 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 )
 
-// TestRevokedPersistentEndpointLeavesCatalog: revoking a persistent
-// contract removes its Tier C endpoint with one DeleteEndpoint whose
-// failure is only logged. The revocation itself succeeds, the contract
-// leaves every index, and a retry is a no-op, so a catalogsvc hiccup at
-// that moment leaves the revoked composition registered in the catalog
-// for good: every agent can still call it.
+// TestRevokedPersistentEndpointLeavesCatalog: a revoked persistent
+// contract's Tier C endpoint leaves the catalog even when catalogsvc is
+// down at the revocation: the removal stays pending, RevokeContract says
+// so, and a repeated revocation or the janitor retries it.
 func TestRevokedPersistentEndpointLeavesCatalog(t *testing.T) {
 	e := newEnv(t, envConfig{opts: func(o *Options) { o.Contracts.JanitorInterval = 50 * time.Millisecond }})
 	params := orderSummary()

@@ -12,13 +12,11 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 )
 
-// TestAcceptUnauditedIsNotUsable: accepting a confirm-first preview moves
-// it to active before rcns_propose_accepted is audited; when the audit
-// fails, the state goes back to pending (docs/rcns.md: fail closed, the
-// contract "stays pending"). A second presentation while the first one
-// waits for auditsvc finds the contract active and gets it to run: the
-// agent runs a contract whose acceptance was never audited and is then
-// taken back.
+// TestAcceptUnauditedIsNotUsable: a confirm-first preview accepted by a
+// presentation is not in force until rcns_propose_accepted is audited
+// (docs/rcns.md: acceptance fails closed). A second presentation while
+// the first waits for auditsvc does not get the contract to run, and when
+// the audit fails the contract stays pending.
 func TestAcceptUnauditedIsNotUsable(t *testing.T) {
 	e := newEnv(t, envConfig{opts: rcnsOn(ModeConfirmFirst)})
 	c := e.gate(negotiator(agentX), "SUMMARIZE", "/order-digest").GetContract()

@@ -13,13 +13,10 @@ import (
 	rcnsv1 "github.com/agtpsuite/agtp/proto/agtp/rcns/v1"
 )
 
-// TestPersistentPromotionIsExclusive: step 7 ("pair not already served")
-// reads the catalog snapshot, and promotion is a PutEndpoint that replaces
-// whatever the key holds. Two persistent PROPOSEs of one pair in flight
-// together both pass step 7 and both promote: two agents then hold
-// persistent contracts over the one catalog endpoint (the second
-// definition overwrote the first), and revoking either deletes the
-// endpoint the other's live contract depends on.
+// TestPersistentPromotionIsExclusive: of two persistent PROPOSEs of one
+// pair in flight together, only one promotes it (the pair is claimed in
+// Redis before PutEndpoint); and revoking a contract removes only the
+// endpoint it promoted, never one another live contract depends on.
 func TestPersistentPromotionIsExclusive(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	var mu sync.Mutex
