@@ -136,12 +136,8 @@ func recordBytes(t *testing.T, rdb *redis.Client, id string) int64 {
 // and the suite's Redis.
 func startAGPSuite(t *testing.T, policyJSON string) (*agpRefusalClient, *redis.Client) {
 	t.Helper()
-	policy := filepath.Join(t.TempDir(), "policy.json")
-	if err := os.WriteFile(policy, []byte(policyJSON), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	rds := testkit.StartRedis(t)
-	s := startTestSuite(t, Config{RedisURL: rds.URL(), LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policy})})
+	s := startTestSuite(t, Config{RedisURL: rds.URL(), LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": writePolicyFile(t, policyJSON)})})
 	c := demoAGPClient(t, s)
 	return c, rds.Client(t)
 }

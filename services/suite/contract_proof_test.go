@@ -216,18 +216,7 @@ func TestInspectReadsOnlyTheCallersOwnContracts(t *testing.T) {
 // the contract's own decision spends them once.
 func TestContractRouteSpendsATokenCallersLimitsOnce(t *testing.T) {
 	tokens := testkit.NewTokenIssuer(t, "https://idp.suite.test", "agtp-suite-test")
-	policy, err := json.Marshal(map[string]any{
-		"oauth":       tokens.OAuthOptions(),
-		"rate_limits": map[string]any{"tiers": map[string]any{"default": map[string]any{"limit": 6, "period": int64(time.Minute)}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(t.TempDir(), "policy.json")
-	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startTestSuite(t, Config{LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policyFile})})
+	s := startPolicySuite(t, map[string]any{"oauth": tokens.OAuthOptions(), "rate_limits": map[string]any{"tiers": map[string]any{"default": map[string]any{"limit": 6, "period": int64(time.Minute)}}}})
 	ctx := context.Background()
 	target := "agtp://" + s.AGTPAddr() + "/orders/ord-1001"
 	testkit.WaitFor(t, 30*time.Second, "the front door's catalog", func() bool {
@@ -281,18 +270,7 @@ func TestContractRouteSpendsATokenCallersLimitsOnce(t *testing.T) {
 // limit.
 func TestContractRouteRefusesBadTokensPastTheAddressLimit(t *testing.T) {
 	tokens := testkit.NewTokenIssuer(t, "https://idp.suite.test", "agtp-suite-test")
-	policy, err := json.Marshal(map[string]any{
-		"oauth":       tokens.OAuthOptions(),
-		"rate_limits": map[string]any{"per_ip": map[string]any{"limit": 3, "period": int64(time.Hour)}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(t.TempDir(), "policy.json")
-	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startTestSuite(t, Config{LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": policyFile})})
+	s := startPolicySuite(t, map[string]any{"oauth": tokens.OAuthOptions(), "rate_limits": map[string]any{"per_ip": map[string]any{"limit": 3, "period": int64(time.Hour)}}})
 	victim, _, _ := negotiator(t, s, "negotiator")
 	attacker := agentClient(t, s)
 	ctx := context.Background()
@@ -309,4 +287,26 @@ func TestContractRouteRefusesBadTokensPastTheAddressLimit(t *testing.T) {
 	if want := []int{401, 401, 401, 429, 429}; !slices.Equal(statuses, want) {
 		t.Fatalf("a token naming another agent, five times from one address under a limit of three an hour: %v, want %v", statuses, want)
 	}
+}
+
+// startPolicySuite starts the suite with policysvc's options policy (as
+// its AGTP_POLICY_FILE).
+func startPolicySuite(t *testing.T, policy map[string]any) *Suite {
+	t.Helper()
+	doc, err := json.Marshal(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startTestSuite(t, Config{LookupEnv: mapEnv(map[string]string{"AGTP_POLICY_FILE": writePolicyFile(t, string(doc))})})
+}
+
+// writePolicyFile writes policysvc's options doc to a file and returns its
+// path.
+func writePolicyFile(t *testing.T, doc string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,11 +1,7 @@
 package ratelimit
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,51 +9,6 @@ import (
 
 	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// replyDropper is a TCP proxy in front of redis-server that, once armed,
-// passes the next command containing marker to Redis and cuts the
-// client's connection before the reply reaches it (as
-// policysvc/internal/server's lostreply_test.go does): the command runs,
-// and the client sees only a broken connection and sends it again.
-type replyDropper struct {
-	ln     net.Listener
-	target string
-	marker []byte
-	armed  atomic.Bool
-	drops  atomic.Int32
-}
-
-func (p *replyDropper) serve(client net.Conn) {
-	upstream, err := net.Dial("tcp", p.target)
-	if err != nil {
-		client.Close()
-		return
-	}
-	defer upstream.Close()
-	defer client.Close()
-	go func() { _, _ = io.Copy(client, upstream); client.Close() }()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			drop := bytes.Contains(chunk, p.marker) && p.armed.CompareAndSwap(true, false)
-			if drop {
-				p.drops.Add(1)
-				client.Close()
-			}
-			if _, werr := upstream.Write(chunk); werr != nil || drop {
-				if drop {
-					time.Sleep(200 * time.Millisecond)
-				}
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // When the reply to a refund is lost, the Redis client sends the refund
 // script again. The refund names itself, so the second run gives nothing
@@ -71,22 +22,8 @@ func TestRefundWhoseReplyIsLostGivesBackOnce(t *testing.T) {
 	if err := Load(ctx, direct); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	proxy := &replyDropper{ln: ln, target: r.Addr, marker: []byte(refund.Hash())}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go proxy.serve(c)
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	proxy := testkit.NewReplyDropper(t, r.Addr, []byte(refund.Hash()))
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr})
 	t.Cleanup(func() { rdb.Close() })
 
 	// Limit 3 per hour: three decisions spend, the third is refunded (a
@@ -103,11 +40,11 @@ func TestRefundWhoseReplyIsLostGivesBackOnce(t *testing.T) {
 			t.Fatal("spend refused")
 		}
 	}
-	proxy.armed.Store(true)
+	proxy.Arm()
 	var refunds Batch
 	refunds.Refund(last)
 	_ = refunds.Exec(ctx, rdb) // the reply is lost; the client re-sends
-	if proxy.drops.Load() != 1 {
+	if proxy.Drops() != 1 {
 		t.Fatal("no reply was dropped: the test did not exercise a lost reply")
 	}
 	// Two requests were spent and kept: exactly one more may pass.

@@ -54,6 +54,14 @@ type fakeCatalog struct {
 	delete []*catalogv1.DeleteEndpointRequest
 }
 
+// answerPuts makes put answer every PutEndpoint from now on (nil: the
+// default success).
+func (f *fakeCatalog) answerPuts(put func(*catalogv1.PutEndpointRequest) (*catalogv1.PutEndpointResponse, error)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.put = put
+}
+
 func (f *fakeCatalog) GetSnapshot(context.Context, *catalogv1.GetSnapshotRequest) (*catalogv1.GetSnapshotResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -147,31 +147,25 @@ func TestUnpromoteFollowsTheClaim(t *testing.T) {
 func TestPromotionOfUnknownOutcomeIsRemoved(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	x := persister(agentX, sessionA)
-	e.catalog.mu.Lock()
-	e.catalog.put = func(*catalogv1.PutEndpointRequest) (*catalogv1.PutEndpointResponse, error) {
+	e.catalog.answerPuts(func(*catalogv1.PutEndpointRequest) (*catalogv1.PutEndpointResponse, error) {
 		return nil, status.Error(codes.FailedPrecondition, "endpoint-conflict")
-	}
-	e.catalog.mu.Unlock()
+	})
 	if r, b := e.propose(x, persistentSummary(), ""); r.GetStatus() != 263 || b["persistent"] != false {
 		t.Fatalf("refused promotion: %d %v", r.GetStatus(), b)
 	}
 	if e.deletes() != 0 || e.claimHolder() != "" || e.pendingUnpromotes() != 0 {
 		t.Fatalf("after a refusal: %d DeleteEndpoint, claim %q, %d pending", e.deletes(), e.claimHolder(), e.pendingUnpromotes())
 	}
-	e.catalog.mu.Lock()
-	e.catalog.put = func(*catalogv1.PutEndpointRequest) (*catalogv1.PutEndpointResponse, error) {
+	e.catalog.answerPuts(func(*catalogv1.PutEndpointRequest) (*catalogv1.PutEndpointResponse, error) {
 		return nil, status.Error(codes.DeadlineExceeded, "slow")
-	}
-	e.catalog.mu.Unlock()
+	})
 	if r, b := e.propose(x, persistentSummary(), ""); r.GetStatus() != 263 || b["persistent"] != false {
 		t.Fatalf("promotion of unknown outcome: %d %v", r.GetStatus(), b)
 	}
 	if e.deletes() != 1 || e.claimHolder() != "" || e.pendingUnpromotes() != 0 {
 		t.Fatalf("after an unknown outcome: %d DeleteEndpoint, claim %q, %d pending", e.deletes(), e.claimHolder(), e.pendingUnpromotes())
 	}
-	e.catalog.mu.Lock()
-	e.catalog.put = nil
-	e.catalog.mu.Unlock()
+	e.catalog.answerPuts(nil)
 	e.promote(x)
 }
 
