@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +42,7 @@ type Proc struct {
 	HTTPSAddr string
 	Env       []string
 	cmd       *exec.Cmd
-	logs      *syncBuffer
+	logs      *testkit.SyncBuffer
 	exited    chan struct{}
 }
 
@@ -297,7 +296,7 @@ func addr(tb testing.TB) string {
 
 func (c *Cluster) start(tb testing.TB, p *Proc) {
 	tb.Helper()
-	p.logs = &syncBuffer{}
+	p.logs = &testkit.SyncBuffer{}
 	p.cmd = exec.Command(filepath.Join(c.bin, p.Name))
 	p.cmd.Env = p.Env
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -397,21 +396,4 @@ func (c *Cluster) WaitServing(tb testing.TB, name string, timeout time.Duration)
 		time.Sleep(50 * time.Millisecond)
 	}
 	tb.Fatalf("%s not SERVING after %v (last error: %v)\n%s", name, timeout, last, c.Procs[name].Logs())
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -141,30 +139,12 @@ func TestEnvironmentLayers(t *testing.T) {
 	}
 }
 
-// capture keeps what the suite printed.
-type capture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
 // TestSuiteHonoursTheEnvironment: a setting given through the suite's
 // environment reaches the running service (policysvc's AGP execute
 // policy, seen through the front door's AGP binding), the banner names
 // it, and the settings the suite sets itself are ignored and named too.
 func TestSuiteHonoursTheEnvironment(t *testing.T) {
-	out := &capture{}
+	out := &testkit.SyncBuffer{}
 	s := startTestSuite(t, Config{Out: out,
 		LookupEnv: mapEnv(map[string]string{
 			"AGTP_AGP_EXECUTE_POLICY": "confirm",

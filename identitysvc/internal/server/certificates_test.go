@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/big"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,30 +93,12 @@ func certRequest(t testing.TB, a issuerAgent) (*identityv1.IssueAgentCertificate
 	return &identityv1.IssueAgentCertificateRequest{AgentId: a.id, Csr: csr, IssuerSignature: agentcert.SignRequest(a.issuer, a.id, csr)}, pub
 }
 
-// logBuffer collects a server's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // certEnv is an identitysvc issuing certificates from ca, whose log
 // lines are kept.
-func certEnv(t testing.TB, opts Options) (identityv1.IdentityServiceClient, *logBuffer) {
+func certEnv(t testing.TB, opts Options) (identityv1.IdentityServiceClient, *testkit.SyncBuffer) {
 	t.Helper()
 	e := newEnv(t, Options{})
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	opts.SigningKey = suiteKey
 	srv, err := New(e.rdb, slog.New(slog.NewTextHandler(logs, nil)), e.auditClient, opts)
 	if err != nil {

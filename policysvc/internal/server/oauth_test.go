@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +22,6 @@ import (
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestExternalCredentials(t *testing.T) {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -73,7 +53,7 @@ func TestExternalCredentials(t *testing.T) {
 	wrongAud := good
 	wrongAud.Audience = jwt.Audience{"someone-else"}
 
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := serve(t, newRedis(t), server.Options{OAuth: oauth.Options{
 		JWKSFile: path, Issuer: "https://idp.example", Audiences: []string{"agtp-suite"},

@@ -420,7 +420,7 @@ func TestResolveEscalationIsSigned(t *testing.T) {
 // keeps alice, and the success is logged once.
 func TestResolvedEscalationIsNotAnsweredAgainByAnotherPerson(t *testing.T) {
 	rdb := testkit.StartRedis(t).Client(t)
-	var logged lockedBuffer
+	var logged testkit.SyncBuffer
 	srv, err := New(rdb, slog.New(slog.NewJSONHandler(&logged, nil)), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -468,25 +468,6 @@ func TestResolvedEscalationIsNotAnsweredAgainByAnotherPerson(t *testing.T) {
 	if n := strings.Count(logged.String(), `"msg":"escalation resolved by admin"`); n != 1 {
 		t.Fatalf("the resolution is logged %d times, want once:\n%s", n, logged.String())
 	}
-}
-
-// lockedBuffer is a log the server's goroutines write while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Only an escalation's recipient may CONFIRM it, in whichever form the
