@@ -171,3 +171,27 @@ func TestAGPGuards(t *testing.T) {
 		})
 	})
 }
+
+// TestAGPOverlongMethodIsRefusedOnTheChain: the method of an explicit AGP
+// request becomes the AGTP request's method, so it meets the wire's rule
+// (3 to 32 capital letters). A request naming a 70 KiB method is a plain
+// refusal (400), signed and chained to the caller like every AGP response
+// (docs/agp.md); it does not make auditsvc refuse a record too large to
+// chain, which turned the refusal into a 503 audit-unavailable with an
+// unchained record the size of the method in a response header.
+func TestAGPOverlongMethodIsRefusedOnTheChain(t *testing.T) {
+	_, c := startAGPGuardSuite(t)
+	for _, tc := range []struct{ name, method string }{
+		{"a 40-letter method", strings.Repeat("A", 40)},
+		{"a 70 KiB method", strings.Repeat("A", 70<<10)},
+	} {
+		for _, p := range []string{"/agp/query", "/agp/execute"} {
+			res := c.send("POST", p, `{"businessId":"orders","request":{"method":"`+tc.method+`","path":"/orders"}}`)
+			rec := res.header.Get("Attribution-Record")
+			if res.status != 400 || len(rec) > 16<<10 {
+				t.Errorf("%s, POST %s = %d %s (agtpReason %v), Attribution-Record %d bytes; want 400 with a chained record of a few KiB",
+					tc.name, p, res.status, res.code(), res.body["details"], len(rec))
+			}
+		}
+	}
+}

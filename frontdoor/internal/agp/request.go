@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/jcs"
 )
 
@@ -133,9 +134,11 @@ func (c *call) parseTarget(defaultMethod string) (*target, *apiError) {
 	}
 	t.Method = defaultMethod
 	if v, present := req["method"]; present {
+		// The method becomes the AGTP request's, and from there the
+		// Attribution-Record's: the wire's rule bounds it (AGTP-API §3.2).
 		s, ok := v.(string)
-		if !ok || s == "" {
-			details["request.method"] = "string"
+		if !ok || !agtp.ValidMethodToken(s) {
+			details["request.method"] = "an AGTP method: 3 to 32 capital letters, e.g. QUERY"
 		}
 		t.Method = s
 	}
