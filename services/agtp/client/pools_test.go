@@ -107,7 +107,10 @@ func TestQUICConnectionsThatEndedAreDropped(t *testing.T) {
 		t.Fatalf("%d QUIC entries while the connection is open, want 1", n)
 	}
 	testkit.WaitFor(t, 10*time.Second, "the ended connection's entry to go", func() bool { return client.QUICConns(c) == 0 })
-	if _, err := c.Do(testContext(t), request(t, agtp.MethodQuery, "/"), srv.quicAddr()); err != nil {
+	// EXECUTE waits for the handshake: a QUERY would go in 0-RTT on the
+	// resumed connection, where quic-go races with itself under -race
+	// (see TestQUIC0RTTOnlyForQueryAndDiscover).
+	if _, err := c.Do(testContext(t), request(t, agtp.MethodExecute, "/"), srv.quicAddr()); err != nil {
 		t.Fatalf("a request after the entry went: %v", err)
 	}
 }
