@@ -61,6 +61,12 @@ type breaker struct {
 	failures int
 	openedAt time.Time
 	probes   int
+	// gen changes with every state change. A call's verdict counts only
+	// in the generation that admitted it: in a half-open circuit that is
+	// the probe's, so a call admitted before the circuit opened, which
+	// may end at any time (timeout_seconds defaults to OpenFor), neither
+	// takes the probe's slot nor decides for it.
+	gen uint64
 }
 
 func newBreaker(opts BreakerOptions, now func() time.Time) *breaker {
@@ -68,31 +74,40 @@ func newBreaker(opts BreakerOptions, now func() time.Time) *breaker {
 }
 
 // allow admits a call, or says how long until the circuit admits a
-// probe. Every admitted call must be followed by done.
-func (b *breaker) allow() (bool, time.Duration) {
+// probe. Every admitted call must be followed by done with the
+// generation allow returned.
+func (b *breaker) allow() (gen uint64, ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case CircuitOpen:
 		waited := b.now().Sub(b.openedAt)
 		if waited < b.opts.OpenFor {
-			return false, b.opts.OpenFor - waited
+			return 0, false, b.opts.OpenFor - waited
 		}
 		b.state, b.probes = CircuitHalfOpen, 0
+		b.gen++
 		fallthrough
 	case CircuitHalfOpen:
 		if b.probes >= b.opts.HalfOpenProbes {
-			return false, 0
+			return 0, false, 0
 		}
 		b.probes++
 	}
-	return true, 0
+	return b.gen, true, 0
 }
 
-// done records an admitted call's verdict.
-func (b *breaker) done(v verdict) {
+// done records the verdict of a call allow admitted in generation gen.
+func (b *breaker) done(gen uint64, v verdict) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if gen != b.gen {
+		// The circuit changed state since the call was admitted: what
+		// the upstream did then says nothing about it now, and the call
+		// holds no probe slot (open and the move to half-open reset
+		// them). The probe decides (docs/bindings.md "Circuit breaker").
+		return
+	}
 	switch b.state {
 	case CircuitClosed:
 		switch v {
@@ -105,20 +120,21 @@ func (b *breaker) done(v verdict) {
 			b.failures = 0
 		}
 	case CircuitHalfOpen:
+		// Only probes are admitted in a half-open generation.
 		b.probes--
 		switch v {
 		case failed:
 			b.open()
 		case succeeded:
 			b.state, b.failures = CircuitClosed, 0
+			b.gen++
 		}
 	}
-	// A call admitted while closed that ends after the circuit opened
-	// changes nothing: the probe decides.
 }
 
 func (b *breaker) open() {
 	b.state, b.openedAt, b.failures, b.probes = CircuitOpen, b.now(), 0, 0
+	b.gen++
 }
 
 func (b *breaker) current() string {

@@ -525,7 +525,7 @@ func (e *Executor) run(ctx context.Context, b *binding, spanName string, do func
 		if i > 0 && !e.sleep(ctx, i) {
 			break
 		}
-		ok, wait := br.allow()
+		gen, ok, wait := br.allow()
 		if !ok {
 			if i > 0 {
 				break
@@ -551,10 +551,10 @@ func (e *Executor) run(ctx context.Context, b *binding, spanName string, do func
 		}
 		span.End()
 		if ctx.Err() == context.Canceled {
-			br.done(neutral)
+			br.done(gen, neutral)
 			return a, ctx.Err()
 		}
-		br.done(a.verdict())
+		br.done(gen, a.verdict())
 		last = a
 		if !a.retryable() {
 			break
