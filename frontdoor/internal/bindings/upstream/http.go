@@ -92,7 +92,14 @@ func (e *Executor) do(ctx context.Context, req *http.Request) attempt {
 	}
 	a.body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return connFailure(ctx, err)
+		// The upstream answered 2xx, so it acted: a body that breaks off
+		// or stalls is an answer that cannot be read, not an upstream
+		// that could not be reached. As a transient failure it would be
+		// retried, or release the Idempotency-Key for the caller's retry,
+		// and call the upstream again (docs/bindings.md "What is
+		// replayed").
+		a.fail, a.err = failMalformed, err
+		return a
 	}
 	if int64(len(a.body)) > limit {
 		a.fail, a.body = failTooLarge, nil

@@ -227,11 +227,12 @@ func (e *Executor) mcpPost(ctx context.Context, b *binding, sess *mcpSession, ms
 				a.fail = failTooLarge
 			}
 		}
+		// After a 2xx the server has acted: a body or event stream that
+		// breaks off or stalls is an answer that cannot be read, not a
+		// timeout a retry may cure (as in do, http.go).
 		switch {
 		case err == errTooLarge:
 			a.fail = failTooLarge
-		case err != nil && (ctx.Err() != nil || isTimeout(err)):
-			a.fail, a.err = failTimeout, err
 		case err != nil:
 			a.fail, a.err = failMalformed, err
 		}

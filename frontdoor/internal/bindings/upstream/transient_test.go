@@ -1,12 +1,15 @@
 package upstream_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -91,6 +94,86 @@ func TestFailureClasses(t *testing.T) {
 			t.Fatalf("open circuit = %v, want a transient 502 %s", err, upstream.ErrConnection)
 		}
 	})
+}
+
+// TestTruncated2xxIsNotTransient: an upstream that answered 2xx has acted,
+// so a body that breaks off or stalls after the status is
+// upstream_malformed_response, a 502 that is not transient (the
+// Idempotency-Key is held as unknown, docs/bindings.md "What is
+// replayed"). It is not sent again, even to an idempotent endpoint, and
+// the circuit breaker does not count it as a failure. The same holds for
+// the event stream of an MCP server bound as an external service.
+func TestTruncated2xxIsNotTransient(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var calls atomic.Int32
+	srv := startUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stalls := strings.HasSuffix(r.URL.Path, "/stalls")
+		if strings.HasPrefix(r.URL.Path, "/mcp/") {
+			var msg upstream.RPCMessage
+			_ = json.NewDecoder(r.Body).Decode(&msg)
+			switch msg.Method {
+			case "initialize":
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}}}}`, msg.ID)
+				return
+			case "notifications/initialized":
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"confirmation_code":"`)
+		}
+		calls.Add(1)
+		w.(http.Flusher).Flush()
+		if stalls {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		panic(http.ErrAbortHandler) // the body breaks off after the 200
+	}))
+	for _, path := range []string{"/book/breaks-off", "/book/stalls", "/mcp/breaks-off", "/mcp/stalls"} {
+		for _, idempotent := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, idempotent %v", path[1:], idempotent), func(t *testing.T) {
+				b := binding{url: srv.URL + path, idempotent: idempotent, timeout: 0.2}
+				send := func(e *upstream.Executor) error {
+					if strings.HasPrefix(path, "/mcp/") {
+						_, err := e.CallMCP(testCtx(t), b.def(), json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"book"}}`), "book-1")
+						return err
+					}
+					c := call(`{}`)
+					c.IdempotencyKey = "book-1"
+					_, err := e.Call(testCtx(t), b.def(), c)
+					return err
+				}
+				calls.Store(0)
+				err := send(newExecutor(t, func(o *upstream.Options) { o.Breaker.FailureThreshold = 100 }))
+				var he *handler.Error
+				if !errors.As(err, &he) {
+					t.Fatalf("err = %v, want a declared error", err)
+				}
+				if he.Name != upstream.ErrMalformed || he.Status != http.StatusBadGateway || bindings.IsTransient(err) || calls.Load() != 1 {
+					t.Errorf("got %s status %d transient %v after %d upstream calls; want %s status 502, not transient, 1 call",
+						he.Name, he.Status, bindings.IsTransient(err), calls.Load(), upstream.ErrMalformed)
+				}
+				// A breaker that opens on one failure stays closed.
+				tripwire := newExecutor(t, func(o *upstream.Options) { o.Breaker.FailureThreshold = 1 })
+				_ = send(tripwire)
+				if s := tripwire.CircuitState(srv.URL); s != upstream.CircuitClosed {
+					t.Errorf("circuit %s after an upstream that answered 200, want closed", s)
+				}
+			})
+		}
+	}
 }
 
 // TestIdempotencyKeyGoesUpstream: the request's Idempotency-Key reaches
