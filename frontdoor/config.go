@@ -169,7 +169,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PublicHost, "public-host", c.PublicHost, "host[:port] agents reach the AGTP listener at, published in /.well-known/agtp; empty derives it from -agtp-addr (env AGTP_PUBLIC_HOST)")
 	fs.StringVar(&c.OwnerID, "owner-id", c.OwnerID, "Owner-ID of this server (env AGTP_OWNER_ID)")
 	fs.StringVar(&c.InspectACL, "inspect-acl", c.InspectACL, "INSPECT read ACL: public, agent_only or operator_only (env AGTP_INSPECT_ACL)")
-	fs.StringVar(&c.OutputValidation, "output-validation", c.OutputValidation, "handler results checked against their output schema: off, sampled (1 in 100) or on (env AGTP_OUTPUT_VALIDATION)")
+	fs.StringVar(&c.OutputValidation, "output-validation", c.OutputValidation, "registered function results checked against their output schema: off, sampled (1 in 100) or on; upstream, composition and MCP results are always checked (env AGTP_OUTPUT_VALIDATION)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "close connections idle this long (env AGTP_IDLE_TIMEOUT)")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "time allowed to send a request's header section (env AGTP_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "time allowed for the pipeline of one request (env AGTP_REQUEST_TIMEOUT)")

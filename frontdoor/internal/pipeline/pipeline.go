@@ -61,8 +61,10 @@ type Options struct {
 	// OperatorFingerprints are the SHA-256 of the SubjectPublicKeyInfo of
 	// the client certificates allowed to read under INSPECT operator_only.
 	OperatorFingerprints []string
-	// OutputCheck picks the handler results validated against their
-	// output schema; nil validates every one.
+	// OutputCheck picks the registered function results validated
+	// against their output schema; nil validates every one. What an
+	// upstream, a composition or an MCP server returns is validated on
+	// every call, whatever it says.
 	OutputCheck *outputcheck.Sampler
 }
 
