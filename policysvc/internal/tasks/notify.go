@@ -70,6 +70,9 @@ type notification struct {
 	// is the group notification of a delivery.
 	Members []string `json:"members,omitempty"`
 	Parent  string   `json:"parent,omitempty"`
+	// Lease is the token of the worker attempting the notification
+	// (holdScript reads it as "lease"); "" while no attempt is under way.
+	Lease string `json:"lease,omitempty"`
 }
 
 func (n *notification) kind() string {
@@ -300,15 +303,40 @@ func (s *Server) GetNotification(ctx context.Context, in *taskv1.GetNotification
 	return &taskv1.GetNotificationResponse{Notification: out}, nil
 }
 
-// leaseScript moves up to ARGV[2] due notifications (score <= ARGV[1]) to
-// ARGV[3], the end of their lease, and returns them: one worker owns an
-// attempt, and a worker that dies leaves it due again when the lease ends.
+// leaseScript moves the first due notification (score <= ARGV[1]) to
+// ARGV[2], the end of its lease, and returns its id (nil when none is
+// due): one worker owns an attempt, and a worker that dies leaves it due
+// again when the lease ends. Each notification is leased just before its
+// own attempt, for as long as one attempt may take: a lease taken for a
+// batch ran out while the worker was still on the batch's first ones, and
+// another worker made the later ones' attempts again.
 var leaseScript = redis.NewScript(`
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[3], id) end
-return ids`)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 1)
+if #ids == 0 then return false end
+redis.call('ZADD', KEYS[1], ARGV[2], ids[1])
+return ids[1]`)
 
+// holdScript writes a notification's record (ARGV[2], keeping its TTL)
+// only while the lease token on it is ARGV[1] ("" for none), and answers
+// 1 when it wrote: a worker whose lease ran out and was taken over by
+// another writes nothing, neither its attempt nor its outcome.
+var holdScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local ok, n = pcall(cjson.decode, cur)
+if not ok or type(n) ~= 'table' then return 0 end
+local lease = n.lease
+if type(lease) ~= 'string' then lease = '' end
+if lease ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1`)
+
+// notifyBatch bounds the notifications one pass of the worker attempts.
 const notifyBatch = 32
+
+// interrupted is the last_error of an at_most_once notification whose one
+// attempt was made by a worker that did not settle it within its lease.
+const interrupted = "attempt interrupted: outcome unknown"
 
 // Run is the NOTIFY retry worker; it returns when ctx is done.
 func (s *Server) Run(ctx context.Context) error {
@@ -329,16 +357,21 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-// deliverDue makes one delivery attempt for each due notification.
+// deliverDue makes one delivery attempt for each due notification, up to
+// notifyBatch of them.
 func (s *Server) deliverDue(ctx context.Context) error {
-	now := s.opts.Now()
-	lease := now.Add(s.opts.NotifyTimeout + s.opts.NotifyPoll)
-	ids, err := leaseScript.Run(ctx, s.rdb, []string{rediskeys.NotificationsDue},
-		now.UnixMilli(), notifyBatch, lease.UnixMilli()).StringSlice()
-	if err != nil {
-		return fmt.Errorf("lease notifications: %w", err)
-	}
-	for _, id := range ids {
+	for range notifyBatch {
+		now := s.opts.Now()
+		// One attempt is bounded by NotifyTimeout (post, sendAGTP); the
+		// poll interval covers the store round trips around it.
+		lease := now.Add(s.opts.NotifyTimeout + s.opts.NotifyPoll)
+		id, err := leaseScript.Run(ctx, s.rdb, []string{rediskeys.NotificationsDue}, now.UnixMilli(), lease.UnixMilli()).Text()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lease notification: %w", err)
+		}
 		if err := s.attempt(ctx, id); err != nil {
 			return err
 		}
@@ -356,12 +389,29 @@ func (s *Server) attempt(ctx context.Context, id string) error {
 	if !ok || n.Status != NotifyQueued {
 		return s.rdb.ZRem(ctx, rediskeys.NotificationsDue, id).Err()
 	}
+	// held is the token on the record now: "" between attempts, or the
+	// token of a worker whose lease ran out before it settled.
+	held := n.Lease
 	now := s.opts.Now().UTC()
 	if !now.Before(n.Expiry) {
 		n.Status = NotifyExpired
-		return s.settle(ctx, &n, 0)
+		return s.settle(ctx, &n, held, 0)
 	}
+	if n.Guarantee == AtMostOnce && n.Attempts > 0 {
+		// Its one attempt was made (docs/mechanics.md, NOTIFY: at_most_once
+		// is one attempt) and not settled: another would be a second
+		// delivery.
+		n.Status, n.LastError = NotifyFailed, interrupted
+		return s.settle(ctx, &n, held, 0)
+	}
+	// The attempt is recorded under this worker's token before it is
+	// made, so that no other worker makes an at_most_once attempt again
+	// and only this one settles it.
 	n.Attempts++
+	n.Lease = newID("")
+	if won, err := s.hold(ctx, &n, held); err != nil || !won {
+		return err
+	}
 	switch {
 	case n.Parent == "" && !s.stillListed(&n):
 		// Queued before the lists were narrowed. (A group's members are
@@ -374,7 +424,7 @@ func (s *Server) attempt(ctx context.Context, id string) error {
 	}
 	if err == nil {
 		n.Status, n.Delivered, n.LastError = NotifyDelivered, now, ""
-		return s.settle(ctx, &n, 0)
+		return s.settle(ctx, &n, n.Lease, 0)
 	}
 	n.LastError = failureClass(err)
 	var perm *permanentError
@@ -384,26 +434,44 @@ func (s *Server) attempt(ctx context.Context, id string) error {
 		// retry changes the policy.
 		s.log.WarnContext(ctx, "notification refused at dial time", "notification_id", n.ID, "error", failureDetail(err))
 		n.Status = NotifyFailed
-		return s.settle(ctx, &n, 0)
+		return s.settle(ctx, &n, n.Lease, 0)
 	case n.Guarantee == AtMostOnce || n.Attempts >= s.opts.NotifyMaxAttempts || errors.As(err, &perm):
 		s.log.InfoContext(ctx, "notification attempt failed", "notification_id", n.ID, "attempt", n.Attempts, "error", failureDetail(err))
 		n.Status = NotifyFailed
-		return s.settle(ctx, &n, 0)
+		return s.settle(ctx, &n, n.Lease, 0)
 	}
 	s.log.InfoContext(ctx, "notification attempt failed", "notification_id", n.ID, "attempt", n.Attempts, "error", failureDetail(err))
 	backoff := s.opts.NotifyBackoff << min(n.Attempts-1, 20)
 	if backoff > s.opts.NotifyMaxBackoff || backoff <= 0 {
 		backoff = s.opts.NotifyMaxBackoff
 	}
-	return s.settle(ctx, &n, backoff)
+	return s.settle(ctx, &n, n.Lease, backoff)
 }
 
-// settle stores an attempt's outcome: retry after a delay, or drop the
-// notification from the due set for good.
-func (s *Server) settle(ctx context.Context, n *notification, retryIn time.Duration) error {
+// hold stores n while token is the lease on its record; won is false when
+// another worker holds it.
+func (s *Server) hold(ctx context.Context, n *notification, token string) (won bool, err error) {
+	wrote, err := holdScript.Run(ctx, s.rdb, []string{rediskeys.Notification(n.ID)}, token, mustJSON(n)).Int()
+	if err != nil {
+		return false, fmt.Errorf("hold notification: %w", err)
+	}
+	if wrote != 1 {
+		s.log.InfoContext(ctx, "notification held by another worker", "notification_id", n.ID)
+	}
+	return wrote == 1, nil
+}
+
+// settle stores an attempt's outcome, if the worker still holds the
+// notification (token): retry after a delay, or drop the notification
+// from the due set for good. A worker that lost it leaves the due set to
+// the one that holds it now.
+func (s *Server) settle(ctx context.Context, n *notification, token string, retryIn time.Duration) error {
+	n.Lease = ""
+	if won, err := s.hold(ctx, n, token); err != nil || !won {
+		return err
+	}
 	now := s.opts.Now()
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, rediskeys.Notification(n.ID), mustJSON(n), redis.KeepTTL)
 		if retryIn > 0 {
 			p.ZAdd(ctx, rediskeys.NotificationsDue, redis.Z{Score: float64(now.Add(retryIn).UnixMilli()), Member: n.ID})
 		} else {

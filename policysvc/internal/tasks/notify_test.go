@@ -3,17 +3,22 @@ package tasks
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -178,4 +183,134 @@ func TestLastErrorCarriesNoURLSecretOrAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("caller-named webhook", r.GetNotification().GetLastError(), "connection failed")
+}
+
+// TestEachNotificationIsLeasedForItsOwnAttempt: a worker leases a due
+// notification just before its attempt, for as long as one attempt may
+// take. Leased for a whole batch, the later notifications of the batch
+// were still waiting on the first worker when their lease ran out, and a
+// second replica POSTed them again, at_most_once ones included.
+func TestEachNotificationIsLeasedForItsOwnAttempt(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.Header.Get(HeaderNotificationID)]++
+		mu.Unlock()
+		time.Sleep(700 * time.Millisecond) // well within NotifyTimeout
+	}))
+	t.Cleanup(ts.Close)
+	rdb := testkit.StartRedis(t).Client(t)
+	opts := Options{HTTPClient: ts.Client(), Outbound: loopbackPeers, NotifyTimeout: time.Second, NotifyPoll: 10 * time.Millisecond}
+	a, err := New(rdb, slog.New(slog.DiscardHandler), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(rdb, slog.New(slog.DiscardHandler), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startWith(t, a)
+	var ids []string
+	for range 3 {
+		r, err := c.Notify(context.Background(), &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL + "/hook",
+			Content: testkit.JSONValue(`1`), Guarantee: taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.GetNotification().GetNotificationId())
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = a.deliverDue(context.Background()) })
+	// Past a batch lease of NotifyTimeout+NotifyPoll: replica A is on the
+	// second notification.
+	time.Sleep(1200 * time.Millisecond)
+	wg.Go(func() { _ = b.deliverDue(context.Background()) })
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if hits[id] != 1 {
+			t.Errorf("at_most_once notification %s POSTed %d times, want 1", id, hits[id])
+		}
+		g, err := c.GetNotification(context.Background(), &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := g.GetNotification(); n.GetAttempts() != 1 || enumname.Of(n.GetState()) == NotifyQueued {
+			t.Errorf("notification %s: %s after %d attempts, want settled after 1", id, enumname.Of(n.GetState()), n.GetAttempts())
+		}
+	}
+}
+
+// TestAWorkerThatLostItsLeaseWritesNothing: a worker whose lease ran out
+// while its attempt was under way is taken over by another. An
+// at_most_once notification is not sent again (failed, its outcome
+// unknown); an at_least_once one is, and the first worker's late outcome
+// (a 503 here) overwrites neither the second's nor the due set.
+func TestAWorkerThatLostItsLeaseWritesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		guarantee        taskv1.DeliveryGuarantee
+		hits, attempts   int
+		state, lastError string
+	}{
+		{taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_MOST_ONCE, 1, 1, NotifyFailed, interrupted},
+		{taskv1.DeliveryGuarantee_DELIVERY_GUARANTEE_AT_LEAST_ONCE, 2, 2, NotifyDelivered, ""},
+	} {
+		t.Run(enumname.Of(tc.guarantee), func(t *testing.T) {
+			arrived, release := make(chan struct{}), make(chan struct{})
+			var hits atomic.Int32
+			ts := httptest.NewTLSServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				if hits.Add(1) == 1 {
+					// The first worker's attempt: it outlasts its lease and fails.
+					close(arrived)
+					<-release
+					rw.WriteHeader(http.StatusServiceUnavailable)
+				}
+			}))
+			t.Cleanup(ts.Close)
+			rdb := testkit.StartRedis(t).Client(t)
+			opts := Options{HTTPClient: ts.Client(), Outbound: loopbackPeers}
+			a, err := New(rdb, slog.New(slog.DiscardHandler), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Replica B's clock is past A's lease.
+			opts.Now = func() time.Time { return time.Now().Add(time.Hour) }
+			b, err := New(rdb, slog.New(slog.DiscardHandler), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := startWith(t, a)
+			ctx := context.Background()
+			r, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: ts.URL + "/hook",
+				Content: testkit.JSONValue(`1`), Guarantee: tc.guarantee})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := r.GetNotification().GetNotificationId()
+			aDone := make(chan error, 1)
+			go func() { aDone <- a.deliverDue(ctx) }()
+			<-arrived
+			if err := b.deliverDue(ctx); err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			if err := <-aDone; err != nil {
+				t.Fatal(err)
+			}
+			g, err := c.GetNotification(ctx, &taskv1.GetNotificationRequest{CallerAgentId: owner, NotificationId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := g.GetNotification()
+			if int(hits.Load()) != tc.hits || enumname.Of(n.GetState()) != tc.state || int(n.GetAttempts()) != tc.attempts || n.GetLastError() != tc.lastError {
+				t.Fatalf("POSTed %d times, notification %s after %d attempts (%q); want %d, %s after %d (%q)",
+					hits.Load(), enumname.Of(n.GetState()), n.GetAttempts(), n.GetLastError(), tc.hits, tc.state, tc.attempts, tc.lastError)
+			}
+			if err := rdb.ZScore(ctx, rediskeys.NotificationsDue, id).Err(); !errors.Is(err, redis.Nil) {
+				t.Fatalf("settled notification still in the due set: %v", err)
+			}
+		})
+	}
 }
