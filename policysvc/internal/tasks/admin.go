@@ -187,6 +187,9 @@ func (s *Server) ResolveEscalation(ctx context.Context, in *taskv1.ResolveEscala
 			}
 			return grpcerr.Conflict("already-confirmed", "escalation "+e.ID+" was already resolved: "+e.Status+by)
 		}
+		if err := confirmable(&t, "escalation", &e); err != nil {
+			return err
+		}
 		// Signed inside the transaction's optimistic retry: a retry signs
 		// the same change again, which auditsvc answers with the event
 		// appended the first time (changelog's request ID).

@@ -325,8 +325,8 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 		if !ok {
 			return errNoTarget
 		}
+		var e escalation
 		if tg.kind == "escalation" {
-			var e escalation
 			ok, err := getJSON(ctx, tx, escKey, &e)
 			if err != nil {
 				return err
@@ -363,8 +363,8 @@ func (s *Server) BeginConfirm(ctx context.Context, in *taskv1.BeginConfirmReques
 			}
 			return grpcerr.Conflict("confirm-in-progress", "another CONFIRM of this target is in progress")
 		}
-		if tg.kind == "task" && ended(t.Status) {
-			return grpcerr.Conflict("task-ended", "task "+t.TaskID+" has ended ("+t.Status+")")
+		if err := confirmable(&t, tg.kind, &e); err != nil {
+			return err
 		}
 		claim := newID("")
 		c = confirmation{TargetID: tg.id, TargetKind: tg.kind, TaskID: tg.taskID, Status: status, Reason: in.GetReason(),
@@ -429,6 +429,18 @@ func (s *Server) CompleteConfirm(ctx context.Context, in *taskv1.CompleteConfirm
 				return err
 			}
 		}
+		if err := confirmable(&t, tg.kind, &e); err != nil {
+			// The task changed since the claim (an ESCALATE, another
+			// resolution): the claim is dropped, so that the refusal is
+			// final rather than a CONFIRM in progress until it times out.
+			if _, derr := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, confirmKey)
+				return nil
+			}); derr != nil {
+				return derr
+			}
+			return err
+		}
 		c.Claim, c.ClaimedAt, c.Attestation, c.At = "", time.Time{}, in.GetAttestationId(), at
 		s.apply(&t, &e, tg.kind, c.Status, c.Confirmer, in.GetAttestationId(), c.Reason, now)
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -451,6 +463,26 @@ func (s *Server) CompleteConfirm(ctx context.Context, in *taskv1.CompleteConfirm
 	}
 	s.log.InfoContext(ctx, "confirmed", "target_id", tg.id, "kind", tg.kind, "status", c.Status, "confirmer", c.Confirmer, "attestation_id", c.Attestation, "task_status", t.Status)
 	return &taskv1.CompleteConfirmResponse{Confirmation: c.proto(), Task: t.proto()}, nil
+}
+
+// confirmable refuses a resolution that may no longer apply to task t:
+// one that has ended, a task target that waits on an escalation (its
+// recipient resolves it, docs/mechanics.md CONFIRM), an escalation its
+// task no longer waits on. BeginConfirm checks it when it claims and
+// CompleteConfirm again when it applies, in their transactions: an
+// ESCALATE or another resolution may come between the two, and a CONFIRM
+// applied over it would end a task under a pending escalation or resume
+// an ended one.
+func confirmable(t *task, kind string, e *escalation) error {
+	switch {
+	case ended(t.Status):
+		return grpcerr.Conflict("task-ended", "task "+t.TaskID+" has ended ("+t.Status+")")
+	case kind == "task" && t.Pending != "":
+		return grpcerr.Conflict("task-escalated", "task "+t.TaskID+" waits on escalation "+t.Pending+"; its recipient resolves it")
+	case kind == "escalation" && t.Pending != e.ID:
+		return grpcerr.Conflict("already-confirmed", "task "+t.TaskID+" no longer waits on escalation "+e.ID)
+	}
+	return nil
 }
 
 // apply moves a task and its escalation by a resolution.

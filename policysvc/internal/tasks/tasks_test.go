@@ -541,3 +541,66 @@ func TestPendingEscalationsExpireFromTheListing(t *testing.T) {
 		t.Fatalf("after a listing the pending set holds %d expired escalations", n)
 	}
 }
+
+// TestOwnersConfirmDoesNotOverrideAnEscalation: the owner claims a
+// CONFIRM of its own task while it runs, and an ESCALATE of the task
+// pauses it before the claim completes. Completing it is refused, 409
+// task-escalated as its beginning would be now, and the claim is dropped;
+// the escalation's acceptance resumes the task, which never ended. A task
+// that ended under a pending escalation (stored so before CompleteConfirm
+// checked) is not resumed by its recipient nor by an admin: 409
+// task-ended.
+func TestOwnersConfirmDoesNotOverrideAnEscalation(t *testing.T) {
+	c, srv := start(t, Options{})
+	ctx := context.Background()
+	if _, err := c.RecordDelegation(ctx, &taskv1.RecordDelegationRequest{DelegatorAgentId: owner, DelegateeAgentId: reviewer, TaskId: "t-race"}); err != nil {
+		t.Fatal(err) // the task exists and runs
+	}
+	begin := &taskv1.BeginConfirmRequest{CallerAgentId: owner, TargetId: "t-race", Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}
+	b, err := c.BeginConfirm(ctx, begin)
+	if err != nil || b.GetClaimToken() == "" {
+		t.Fatalf("begin confirm of the task = %v, %v", b, err)
+	}
+	esc := escalate(t, c, "t-race").GetEscalation().GetEscalationId()
+	done, err := c.CompleteConfirm(ctx, &taskv1.CompleteConfirmRequest{CallerAgentId: owner, TargetId: "t-race", ClaimToken: b.GetClaimToken(), AttestationId: "att-owner"})
+	if co, reason, _, _ := grpcerr.Reason(err); co != codes.Aborted || reason != "task-escalated" {
+		t.Fatalf("CompleteConfirm of an escalated task = task %s, %v; want 409 task-escalated", enumname.Of(done.GetTask().GetState()), err)
+	}
+	if _, err := c.BeginConfirm(ctx, begin); !hasReason(err, "task-escalated") {
+		t.Fatalf("the owner's CONFIRM again = %v; want task-escalated, its claim dropped", err)
+	}
+	r, _ := confirm(t, c, reviewer, esc, Accepted, "", "att-reviewer")
+	var events []string
+	for _, e := range r.GetTask().GetHistory() {
+		events = append(events, e.GetEvent()+"->"+enumname.Of(e.GetState()))
+	}
+	if want := []string{"created->running", "delegated->delegated", "escalated->escalated", "resumed->running"}; strings.Join(events, " ") != strings.Join(want, " ") {
+		t.Fatalf("task history %v, want %v", events, want)
+	}
+
+	esc = escalate(t, c, "t-ended").GetEscalation().GetEscalationId()
+	key := rediskeys.Task(owner, "t-ended")
+	var stored task
+	if ok, err := getJSON(ctx, srv.rdb, key, &stored); !ok || err != nil {
+		t.Fatalf("stored task: %v, %v", ok, err)
+	}
+	srv.record(&stored, time.Now(), "confirmed", StatusConfirmed, owner, "att-owner", "")
+	if err := srv.rdb.Set(ctx, key, mustJSON(stored), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BeginConfirm(ctx, &taskv1.BeginConfirmRequest{CallerAgentId: reviewer, TargetId: esc, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}); !hasReason(err, "task-ended") {
+		t.Fatalf("CONFIRM of the escalation of an ended task = %v; want task-ended", err)
+	}
+	if _, err := c.ResolveEscalation(ctx, &taskv1.ResolveEscalationRequest{Principal: "alice", EscalationId: esc, Outcome: enumname.Value[taskv1.ConfirmationOutcome](Accepted)}); !hasReason(err, "task-ended") {
+		t.Fatalf("admin resolution of the escalation of an ended task = %v; want task-ended", err)
+	}
+	g, err := c.GetTask(ctx, &taskv1.GetTaskRequest{CallerAgentId: owner, TaskId: "t-ended"})
+	if err != nil || enumname.Of(g.GetTask().GetState()) != StatusConfirmed {
+		t.Fatalf("ended task = %v, %v; want it still confirmed", g, err)
+	}
+}
+
+func hasReason(err error, want string) bool {
+	_, reason, _, _ := grpcerr.Reason(err)
+	return err != nil && reason == want
+}
