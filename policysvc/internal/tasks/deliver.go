@@ -208,15 +208,18 @@ func (s *Server) validateGroups() error {
 // inboxScript appends a notification to an agent's inbox unless the
 // (sender, notification_id) was delivered before: receiver-side
 // de-duplication, so a delivery the sender repeats (its answer was lost)
-// reaches the agent once. KEYS: seen marker, inbox stream. ARGV: marker
-// TTL ms, stream cap, then the entry's field/value pairs. Returns 1 and
-// the entry id, or 0 and the earlier entry id.
+// reaches the agent once. The inbox is kept for the longest window of
+// the notifications in it: a delivery only ever lengthens its TTL, since
+// one with a short expiry, from any sender, would otherwise take the
+// earlier ones with it. KEYS: seen marker, inbox stream. ARGV: marker
+// and entry TTL ms, stream cap, then the entry's field/value pairs.
+// Returns 1 and the entry id, or 0 and the earlier entry id.
 var inboxScript = redis.NewScript(`
 local prev = redis.call('GET', KEYS[1])
 if prev then return {0, prev} end
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
 redis.call('SET', KEYS[1], id, 'PX', ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 return {1, id}`)
 
 // deliverInbox puts a notification in the inbox of an agent hosted here;

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/agtpsuite/agtp/proto/agtp/task/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/enumname"
+	"github.com/agtpsuite/agtp/services/rediskeys"
 	"github.com/agtpsuite/agtp/services/testkit"
 )
 
@@ -107,6 +109,45 @@ func TestNotifyToAnAgentHostedHereLandsInItsInbox(t *testing.T) {
 	p2, err := c.ListInbox(ctx, &taskv1.ListInboxRequest{AgentId: reviewer, PageToken: p1.GetNextPageToken()})
 	if err != nil || len(p2.GetEntries()) != 1 || string(testkit.ValueJSON(p2.GetEntries()[0].GetContent())) != `{"n":2}` {
 		t.Fatalf("second page = %v, %v", p2, err)
+	}
+}
+
+// TestAShortLivedNotificationDoesNotShortenTheInbox: a delivery to an
+// inbox only ever lengthens the inbox's TTL, to its own window (expiry
+// plus task_ttl). Set to each delivery's window, a NOTIFY with a short
+// expiry, from anyone, cut short the life of earlier notifications that
+// had not expired: with a task_ttl below their expiry (an operator's
+// choice) the inbox vanished with them.
+func TestAShortLivedNotificationDoesNotShortenTheInbox(t *testing.T) {
+	c, srv := start(t, Options{TaskTTL: 500 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, Content: testkit.JSONValue(`"important"`),
+		Expiry: timestamppb.New(time.Now().Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	// Another agent's NOTIFY with an expiry 100 ms ahead.
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: stranger, Recipient: reviewer, Content: testkit.JSONValue(`"noise"`),
+		Expiry: timestamppb.New(time.Now().Add(100 * time.Millisecond))}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := srv.rdb.PTTL(ctx, rediskeys.Inbox(reviewer)).Val(); ttl < 59*time.Minute {
+		t.Fatalf("inbox TTL %v after the short-lived notification, want the first one's hour", ttl)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the short one's window
+	var kept []string
+	for _, e := range inbox(t, c, reviewer) {
+		kept = append(kept, e.GetSenderAgentId()[:4]+":"+string(testkit.ValueJSON(e.GetContent())))
+	}
+	if len(kept) == 0 || kept[0] != owner[:4]+`:"important"` {
+		t.Fatalf("inbox = %v, want the notification that expires in an hour still there", kept)
+	}
+	// A longer-lived delivery still lengthens it.
+	if _, err := c.Notify(ctx, &taskv1.NotifyRequest{SenderAgentId: owner, Recipient: reviewer, Content: testkit.JSONValue(`"later"`),
+		Expiry: timestamppb.New(time.Now().Add(2 * time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := srv.rdb.PTTL(ctx, rediskeys.Inbox(reviewer)).Val(); ttl < 119*time.Minute {
+		t.Fatalf("inbox TTL %v after a two-hour notification, want about two hours", ttl)
 	}
 }
 
