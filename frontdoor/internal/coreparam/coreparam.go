@@ -17,6 +17,7 @@ package coreparam
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func (p Params) Number(name string) (float64, bool) {
 	switch v := p[name].(type) {
 	case json.Number:
 		f, err := v.Float64()
-		return f, err == nil
+		return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
 	case float64:
 		return v, true
 	}
@@ -221,7 +222,10 @@ func missing(method string, declares func(string) bool, got Params) []endpoint.V
 }
 
 func number(s string) any {
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
+	// ParseFloat also takes NaN and Inf, which are no JSON numbers: kept
+	// as strings, they are refused as non-numbers, and never reach the
+	// encoded parameters, which they would make unencodable.
+	if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
 		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
 	}
 	return s

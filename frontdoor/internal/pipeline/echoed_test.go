@@ -228,3 +228,34 @@ func TestRespondErrorLeavesOversizedFieldsOut(t *testing.T) {
 		t.Fatal("no Attribution-Record")
 	}
 }
+
+// An echoed field the wire layer accepts with a byte over 0x7f (obs-text
+// is allowed in field values, docs/wire.md) goes into the
+// Attribution-Record's claims, protobuf strings that must be UTF-8: it is
+// refused before anything runs, 400 with the field's reason, and the
+// refusal is signed and chained like any other (before, the handler ran
+// and the record could not be signed: 503 audit-unavailable, no record).
+func TestEchoedFieldsThatAreNotASCIIAreRefusedBeforeTheHandler(t *testing.T) {
+	for _, tc := range []struct{ field, reason string }{
+		{agtp.HeaderRequestID, agtp.ReasonInvalidHeader},
+		{agtp.HeaderTaskID, agtp.ReasonInvalidHeader},
+		{agtp.HeaderSessionID, "session-id-invalid"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			f, ran, _ := countingFixture(t)
+			raw := "AGTP/1.0 EXECUTE /notes\r\nAgent-ID: " + stageAgent + "\r\n" + tc.field + ": r-\xff-" + strings.Repeat("a", 24) + "\r\n" +
+				"Content-Type: application/vnd.agtp+json\r\nContent-Length: 12\r\n\r\n{\"text\":\"x\"}"
+			req, err := agtp.ReadRequest(bufio.NewReader(strings.NewReader(raw)), agtp.Limits{})
+			if err != nil {
+				t.Fatalf("the wire layer refuses the request: %v", err)
+			}
+			resp, body := f.do(t, req)
+			if ran.Load() != 0 || resp.Status != agtp.StatusBadRequest || body["reason"] != tc.reason {
+				t.Fatalf("handler ran %d times; answer %d %s, want 400 %s", ran.Load(), resp.Status, resp.Body, tc.reason)
+			}
+			if recs := f.appended(); len(recs) != 1 {
+				t.Fatalf("%d records stored for the refusal, want 1", len(recs))
+			}
+		})
+	}
+}

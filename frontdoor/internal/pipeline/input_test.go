@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
+	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
@@ -256,5 +257,31 @@ func TestQuoteForms(t *testing.T) {
 				t.Fatalf("quoted %v %v, want QUERY %s", result["method"], result["path"], tc.path)
 			}
 		})
+	}
+}
+
+// confidence_threshold is a number from 0 to 1 (core §7.2.1,
+// docs/frontdoor.md "Core per-method parameters"): NaN and Inf are not,
+// and are 422 core-parameter-invalid before the handler runs (NaN passed
+// the range check, and then the core parameters could not be encoded, so
+// the handler got none of them: the caller's intent silently dropped).
+func TestCoreParamThresholdThatIsNoNumberIsRefused(t *testing.T) {
+	var core json.RawMessage
+	ran := 0
+	f := newStageFixture(t, func(f *stageFixture, _ *pipeline.Options, _ *catalogstate.Store) {
+		f.handlers = map[string]handler.Func{"test.notes.get": func(_ context.Context, call *handler.Call) (*handler.Result, error) {
+			ran++
+			core = call.CoreParams
+			return &handler.Result{Output: json.RawMessage(`{"note_id":"n-1"}`)}, nil
+		}}
+	})
+	for _, v := range []string{"NaN", "nan", "Inf", "-Infinity"} {
+		resp, body := f.do(t, stageRequest("QUERY", "/notes/n-1?intent=find+it&confidence_threshold="+v, ""))
+		if resp.Status != agtp.StatusUnprocessable || body["reason"] != "core-parameter-invalid" {
+			t.Fatalf("confidence_threshold=%s: answer = %d %s (handler ran %d times, core parameters %s), want 422 core-parameter-invalid", v, resp.Status, resp.Body, ran, core)
+		}
+	}
+	if ran != 0 {
+		t.Fatalf("the handler ran %d times", ran)
 	}
 }

@@ -57,10 +57,24 @@ func echoBound(name string) int {
 // like the transport's own (RespondError), leaves that value out.
 func echoed(h agtp.Header, name string) (string, bool) {
 	v, ok := h.Lookup(name)
-	if !ok || len(v) > echoBound(name) {
+	if !ok || len(v) > echoBound(name) || !printableASCII(v) {
 		return "", false
 	}
 	return v, true
+}
+
+// printableASCII reports whether v holds printable ASCII only. The wire
+// takes other bytes in field values (obs-text, docs/wire.md), but an
+// echoed field goes into the Attribution-Record's claims, protobuf strings
+// that must be UTF-8: a byte over 0x7f there made the record unsignable
+// after the handler had run.
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // wire refuses a request with an echoed field over its bound, and one the
@@ -77,18 +91,27 @@ func (p *Pipeline) wire(x *exchange) *agtp.Response {
 }
 
 // checkEchoedFields refuses a request carrying an echoed field (every line
-// of it, should it be repeated) longer than its bound: 400 with the field's
-// reason, and a body naming the field and the bound.
+// of it, should it be repeated) longer than its bound or with a byte that
+// is not printable ASCII: 400 with the field's reason, and a body naming
+// the field (and the bound). It runs before any stage acts, so no handler
+// runs for a request whose record could not be signed.
 func checkEchoedFields(x *exchange) *agtp.Response {
 	for _, f := range x.req.Header {
 		for i := range echoedFields {
 			e := &echoedFields[i]
-			if e.reason == "" || len(f.Value) <= e.max || agtp.CanonicalName(f.Name) != e.name {
+			if e.reason == "" || len(f.Name) != len(e.name) || agtp.CanonicalName(f.Name) != e.name {
 				continue
 			}
-			return x.fail(agtp.StatusBadRequest, e.reason,
-				e.name+" is "+strconv.Itoa(len(f.Value))+" bytes long; this server takes at most "+strconv.Itoa(e.max)+" bytes",
-				map[string]any{"field": e.name, "max_bytes": e.max})
+			switch {
+			case len(f.Value) > e.max:
+				return x.fail(agtp.StatusBadRequest, e.reason,
+					e.name+" is "+strconv.Itoa(len(f.Value))+" bytes long; this server takes at most "+strconv.Itoa(e.max)+" bytes",
+					map[string]any{"field": e.name, "max_bytes": e.max})
+			case !printableASCII(f.Value):
+				return x.fail(agtp.StatusBadRequest, e.reason,
+					e.name+" must be printable ASCII: it is recorded in the Attribution-Record",
+					map[string]any{"field": e.name})
+			}
 		}
 	}
 	return nil
