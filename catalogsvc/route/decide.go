@@ -215,30 +215,39 @@ func (t *Table) DecideInto(d *Decision, method, target string) {
 		return
 	}
 
+	// From here on the path is found by its decoded key, so that /%72oom
+	// is /room to redirects, lookup and the 405 body alike. A path deeper
+	// than MaxSegments gets the impossible key "": segs holds only its
+	// first MaxSegments segments, which must not stand for it.
+	var key string
+	if !deep {
+		key = exactKey(path, segs[:n])
+	}
+
 	// Redirect (step 6): one hop, handled as if the target had been sent.
-	lookPath, lookSegs := path, segs[:n]
+	lookKey, lookSegs := key, segs[:n]
 	if t.redirects != nil {
-		if rd := t.redirectFor(eff, path); rd != nil {
+		if rd := t.redirectFor(eff, key); rd != nil {
 			d.Redirected = true
 			eff = rd.toMethod
 			mi = t.methods[eff]
 			d.Method, d.CatalogWarning = eff, mi.warning
 			if rd.toPath != "" {
-				lookPath, lookSegs, deep = rd.toPath, rd.toSegs, false
-				d.Path = lookPath
+				lookKey, lookSegs, deep = rd.toKey, rd.toSegs, false
+				d.Path = rd.toPath
 			}
 		}
 	}
 
 	var ep *Endpoint
 	if !deep {
-		ep = t.lookup(d, eff, lookPath, lookSegs)
+		ep = t.lookup(d, eff, lookKey, lookSegs)
 	}
 	// The verb-leak check only has work to do when the request did not
 	// reach an endpoint through its own path: a registered literal never
 	// equals a method (New refuses it) and parameter segments are exempt.
 	if ep == nil || d.Redirected {
-		if seg, leak := t.leak(path, segs[:n], deep); leak {
+		if seg, leak := t.leak(path, key, segs[:n], deep); leak {
 			d.reset()
 			d.Outcome, d.Reason, d.Segment = EndpointViolation, RuleMethodInPath, seg
 			return
@@ -249,14 +258,14 @@ func (t *Table) DecideInto(d *Decision, method, target string) {
 	if mi.denied {
 		d.reset()
 		d.Outcome, d.Reason = MethodNotAllowed, ReasonMethodDisallowed
-		d.AllowedMethods, d.Redirects = t.allowedFor(lookPath, lookSegs, deep), t.redirectsFor(lookPath)
+		d.AllowedMethods, d.Redirects = t.allowedFor(lookKey, lookSegs, deep), t.redirectsFor(lookKey)
 		return
 	}
 	if ep == nil {
 		d.reset()
-		if allowed := t.allowedFor(lookPath, lookSegs, deep); len(allowed) > 0 {
+		if allowed := t.allowedFor(lookKey, lookSegs, deep); len(allowed) > 0 {
 			d.Outcome, d.Reason = MethodNotAllowed, ReasonMethodNotAllowed
-			d.AllowedMethods, d.Redirects = allowed, t.redirectsFor(lookPath)
+			d.AllowedMethods, d.Redirects = allowed, t.redirectsFor(lookKey)
 			return
 		}
 		d.Outcome, d.Reason = NotFound, ReasonNotFound
@@ -314,8 +323,10 @@ func splitPath(path string, segs *[MaxSegments]string) (n int, deep bool, rule, 
 	}
 }
 
-func (t *Table) redirectFor(method, path string) *redirect {
-	if m := t.pathRedirect[path]; m != nil {
+// redirectFor finds the redirect of (method, key), key being the path's
+// exactKey: one scoped to the path wins over one on every path.
+func (t *Table) redirectFor(method, key string) *redirect {
+	if m := t.pathRedirect[key]; m != nil {
 		if rd := m[method]; rd != nil {
 			return rd
 		}
@@ -323,11 +334,11 @@ func (t *Table) redirectFor(method, path string) *redirect {
 	return t.anyRedirect[method]
 }
 
-// lookup finds the endpoint for (method, path): exact match first, then the
-// template with the fewest parameters (AGTP-API §5.4). It binds the
-// template parameters into d.
-func (t *Table) lookup(d *Decision, method, path string, segs []string) *Endpoint {
-	if lf := t.exact[exactKey(path, segs)]; lf != nil {
+// lookup finds the endpoint for (method, path), given as its exactKey and
+// decoded segments: exact match first, then the template with the fewest
+// parameters (AGTP-API §5.4). It binds the template parameters into d.
+func (t *Table) lookup(d *Decision, method, key string, segs []string) *Endpoint {
+	if lf := t.exact[key]; lf != nil {
 		if ep := lf.byMethod[method]; ep != nil {
 			return ep
 		}
@@ -419,10 +430,11 @@ func (s *search) visit(nd *node, segs []string, i, np int) {
 
 // leak runs the runtime verb-leak check on the request path (AGTP-API
 // §5.1): every decoded segment is compared with the method names, except
-// segments that bind to a {param} of the path's best match.
-func (t *Table) leak(path string, segs []string, deep bool) (string, bool) {
+// segments that bind to a {param} of the path's best match. key is the
+// path's exactKey.
+func (t *Table) leak(path, key string, segs []string, deep bool) (string, bool) {
 	var exempt *Template
-	if !deep && len(segs) > 0 && t.exact[exactKey(path, segs)] == nil && len(segs) <= t.maxDepth {
+	if !deep && len(segs) > 0 && t.exact[key] == nil && len(segs) <= t.maxDepth {
 		s := search{bestN: 0, anyN: MaxParams + 1}
 		s.visit(&t.root, segs, 0, 0)
 		if s.anyBest != nil {
@@ -468,11 +480,11 @@ func rawSegment(path string, i int) string {
 }
 
 // allowedFor is the 405 body's allowed_methods_for_path: the methods
-// registered on every endpoint the path matches, minus those the policy
-// refuses.
-func (t *Table) allowedFor(path string, segs []string, deep bool) []string {
+// registered on every endpoint the path (its exactKey and decoded
+// segments) matches, minus those the policy refuses.
+func (t *Table) allowedFor(key string, segs []string, deep bool) []string {
 	var leaves []*leaf
-	if lf := t.exact[exactKey(path, segs)]; lf != nil {
+	if lf := t.exact[key]; lf != nil {
 		leaves = append(leaves, lf)
 	}
 	if !deep && len(segs) > 0 && len(segs) <= t.maxDepth {
@@ -484,11 +496,12 @@ func (t *Table) allowedFor(path string, segs []string, deep bool) []string {
 }
 
 // redirectsFor is the 405 body's redirects_for_path: redirects whose
-// from_path is the path or that apply on every path.
-func (t *Table) redirectsFor(path string) map[string]string {
+// from_path is the path (compared by exactKey, as redirectFor does) or
+// that apply on every path.
+func (t *Table) redirectsFor(key string) map[string]string {
 	out := map[string]string{}
 	for _, rd := range t.redirects {
-		if rd.fromPath == "" || rd.fromPath == path {
+		if rd.fromPath == "" || rd.fromKey == key {
 			if _, set := out[rd.fromMethod]; !set || rd.fromPath != "" {
 				out[rd.fromMethod] = rd.toMethod
 			}

@@ -279,6 +279,53 @@ func TestDecideDigestAPI(t *testing.T) {
 	}
 }
 
+// TestRedirectMatchesPercentEncodedPath: a path-scoped redirect applies
+// to the path however it is spelled. The lookup percent-decodes segments
+// (/%72oom is /room), so a redirect matched on the raw path would let
+// BOOK /%72oom reach the BOOK /room endpoint the redirect takes requests
+// away from.
+func TestRedirectMatchesPercentEncodedPath(t *testing.T) {
+	for _, from := range []string{"/room", "/r%6Fom"} {
+		f := newFixture()
+		f.policy.Redirects = []*catalogv1.Redirect{{FromMethod: "BOOK", FromPath: from, ToMethod: "RESERVE", ToPath: "/room"}}
+		tb := f.table(t)
+		for _, target := range []string{"/room", "/%72oom", "/%72%6F%6Fm", "/%72oom?x=1"} {
+			d := tb.Decide("BOOK", target)
+			if d.Outcome != Matched || !d.Redirected || d.Method != "RESERVE" || d.Endpoint == nil || d.Endpoint.Method != "RESERVE" || d.Endpoint.Template.Raw != "/room" {
+				t.Errorf("from_path %s, BOOK %s: outcome %d, handled as %s (redirected %v), endpoint %v; want RESERVE /room",
+					from, target, d.Outcome, d.Method, d.Redirected, d.Endpoint)
+			}
+		}
+		// The 405 body lists the redirect for the encoded spelling too.
+		check(t, tb.Decide("QUERY", "/%72oom"), want{outcome: MethodNotAllowed, reason: ReasonMethodNotAllowed,
+			allowed: []string{"BOOK", "RESERVE"}, redirs: map[string]string{"BOOK": "RESERVE"}})
+		f.policy.Disallow = []string{"SEARCH"}
+		check(t, f.table(t).Decide("SEARCH", "/%72oom"), want{outcome: MethodNotAllowed, reason: ReasonMethodDisallowed,
+			allowed: []string{"BOOK", "RESERVE"}, redirs: map[string]string{"BOOK": "RESERVE"}})
+	}
+	// Two spellings of one from_path are one redirect, declared twice.
+	f := newFixture()
+	f.policy.Redirects = []*catalogv1.Redirect{
+		{FromMethod: "BOOK", FromPath: "/room", ToMethod: "RESERVE"},
+		{FromMethod: "BOOK", FromPath: "/r%6Fom", ToMethod: "QUERY"},
+	}
+	if _, err := New(&catalogv1.Snapshot{Methods: f.methods, Endpoints: f.endpoints, MethodPolicy: f.policy}); err == nil || !strings.Contains(err.Error(), "two redirects") {
+		t.Fatalf("err = %v, want two redirects from BOOK /room", err)
+	}
+}
+
+// TestTooDeepEncodedPathMatchesNothing: a request path deeper than
+// MaxSegments keeps only its first MaxSegments decoded segments, so those
+// must not stand for the path: with one of them percent-encoded, it is
+// still 404, not 405 for the endpoint those first segments spell.
+func TestTooDeepEncodedPathMatchesNothing(t *testing.T) {
+	f := newFixture()
+	f.endpoints = append(f.endpoints, ep("QUERY", strings.Repeat("/a", MaxSegments)))
+	tb := f.table(t)
+	check(t, tb.Decide("QUERY", strings.Repeat("/a", MaxSegments)), want{outcome: Matched})
+	check(t, tb.Decide("FETCH", "/%61"+strings.Repeat("/a", MaxSegments)), want{outcome: NotFound, reason: ReasonNotFound})
+}
+
 // TestFloorNeverGets459 is api assertion 6 (AGTP-API §3.1, §4.4).
 func TestFloorNeverGets459(t *testing.T) {
 	for _, pol := range []*catalogv1.MethodPolicy{

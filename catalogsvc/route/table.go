@@ -58,7 +58,12 @@ type methodInfo struct {
 
 type redirect struct {
 	fromMethod, fromPath, toMethod, toPath string
-	toSegs                                 []string
+	// fromKey and toKey are the paths' exact-match keys (literalKey), so
+	// a redirect matches a request path however its segments are
+	// percent-encoded, as the endpoint lookup does; fromKey is "" when
+	// the redirect applies on every path.
+	fromKey, toKey string
+	toSegs         []string
 }
 
 type leaf struct {
@@ -229,7 +234,11 @@ func (t *Table) addRedirect(r *catalogv1.Redirect) error {
 		if len(tp.Params) > 0 {
 			return fmt.Errorf("route: redirect path %q: redirect paths are literal", p)
 		}
+		if p == rd.fromPath {
+			rd.fromKey = literalKey(tp)
+		}
 		if p == rd.toPath {
+			rd.toKey = literalKey(tp)
 			for _, sg := range tp.Segments {
 				rd.toSegs = append(rd.toSegs, sg.Literal)
 			}
@@ -247,10 +256,10 @@ func (t *Table) addRedirect(r *catalogv1.Redirect) error {
 		if t.pathRedirect == nil {
 			t.pathRedirect = map[string]map[string]*redirect{}
 		}
-		m := t.pathRedirect[rd.fromPath]
+		m := t.pathRedirect[rd.fromKey]
 		if m == nil {
 			m = map[string]*redirect{}
-			t.pathRedirect[rd.fromPath] = m
+			t.pathRedirect[rd.fromKey] = m
 		}
 		if _, dup := m[rd.fromMethod]; dup {
 			return fmt.Errorf("route: two redirects from %s %s", rd.fromMethod, rd.fromPath)
