@@ -314,6 +314,27 @@ func TestRedirectMatchesPercentEncodedPath(t *testing.T) {
 	}
 }
 
+// TestRedirectToTheSamePathLooksUpThatPath: a redirect that changes only
+// the method (from_path equal to to_path) looks the path up with its own
+// segments, once each, and binds nothing a template would not bind for a
+// request sent there directly.
+func TestRedirectToTheSamePathLooksUpThatPath(t *testing.T) {
+	f := newFixture()
+	f.policy.Redirects = []*catalogv1.Redirect{{FromMethod: "BOOK", FromPath: "/lobby", ToMethod: "RESERVE", ToPath: "/lobby"}}
+	f.endpoints = append(f.endpoints, ep("RESERVE", "/{a}/{b}"))
+	tb := f.table(t)
+	check(t, tb.Decide("RESERVE", "/lobby"), want{outcome: NotFound})
+	check(t, tb.Decide("BOOK", "/lobby"), want{outcome: NotFound})
+
+	f.endpoints = append(f.endpoints, ep("RESERVE", "/{a}"))
+	tb = f.table(t)
+	d := tb.Decide("BOOK", "/lobby")
+	check(t, d, want{outcome: Matched, method: "RESERVE", path: "/{a}", params: map[string]string{"a": "lobby"}})
+	if len(d.Params()) != 1 {
+		t.Fatalf("params = %v, want only a=lobby", d.Params())
+	}
+}
+
 // TestTooDeepEncodedPathMatchesNothing: a request path deeper than
 // MaxSegments keeps only its first MaxSegments decoded segments, so those
 // must not stand for the path: with one of them percent-encoded, it is

@@ -223,7 +223,10 @@ func (t *Table) addRedirect(r *catalogv1.Redirect) error {
 	if mi := t.methods[rd.toMethod]; mi == nil || mi.legacy {
 		return fmt.Errorf("route: redirect to_method %q is not admitted", rd.toMethod)
 	}
-	for _, p := range []string{rd.fromPath, rd.toPath} {
+	// By position, not by value: from_path and to_path are often the
+	// same path (only the method changes), and to_path's segments must be
+	// collected once.
+	for i, p := range []string{rd.fromPath, rd.toPath} {
 		if p == "" {
 			continue
 		}
@@ -234,14 +237,13 @@ func (t *Table) addRedirect(r *catalogv1.Redirect) error {
 		if len(tp.Params) > 0 {
 			return fmt.Errorf("route: redirect path %q: redirect paths are literal", p)
 		}
-		if p == rd.fromPath {
+		if i == 0 {
 			rd.fromKey = literalKey(tp)
+			continue
 		}
-		if p == rd.toPath {
-			rd.toKey = literalKey(tp)
-			for _, sg := range tp.Segments {
-				rd.toSegs = append(rd.toSegs, sg.Literal)
-			}
+		rd.toKey = literalKey(tp)
+		for _, sg := range tp.Segments {
+			rd.toSegs = append(rd.toSegs, sg.Literal)
 		}
 	}
 	if rd.fromPath == "" {
