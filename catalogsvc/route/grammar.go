@@ -309,11 +309,16 @@ var ReservedDiscoverPaths = []string{"/methods", "/agents", "/genesis", "/tools"
 // ReservedDiscoverConflict returns the reserved name that a DISCOVER path
 // would shadow, or "". The rule is a prefix match on the first segment,
 // as the examples of AGTP-API §5.9 require (/toolset, /agents-extended,
-// /methods/v2), compared case-insensitively so /Methods cannot dodge it.
+// /methods/v2), compared case-insensitively so /Methods cannot dodge it,
+// and percent-decoded as ParseTemplate registers the literal, so
+// /%6Dethods cannot either.
 func ReservedDiscoverConflict(path string) string {
 	first := strings.TrimPrefix(path, "/")
 	if i := strings.IndexByte(first, '/'); i >= 0 {
 		first = first[:i]
+	}
+	if dec, ok := DecodeSegment(first); ok {
+		first = dec
 	}
 	first = strings.ToLower(first)
 	for _, r := range ReservedDiscoverPaths {

@@ -514,6 +514,9 @@ func TestReservedDiscoverConflict(t *testing.T) {
 		"/methods": "/methods", "/methods/v2": "/methods", "/agents-extended": "/agents",
 		"/toolset": "/tools", "/patterns-v2": "/patterns", "/contracts/history": "/contracts",
 		"/Genesis": "/genesis", "/catalog": "", "/": "", "/my-methods": "",
+		// The literal is registered percent-decoded, so an encoded
+		// spelling names the same path.
+		"/%6Dethods": "/methods", "/%61gents-extended/x": "/agents", "/%54OOLS": "/tools", "/%63atalog": "",
 	} {
 		if got := ReservedDiscoverConflict(p); got != want {
 			t.Errorf("%s: got %q, want %q", p, got, want)
