@@ -27,7 +27,6 @@ import (
 
 	"github.com/agtpsuite/agtp/auditsvc/attribution"
 	"github.com/agtpsuite/agtp/auditsvc/attribution/attributionpb"
-	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/carried"
@@ -310,22 +309,7 @@ func newBndFixtureWith(t testing.TB, extra string) *bndFixture {
 	mcpPort := startTLS(http.HandlerFunc(bndMCPServer))
 	env := map[string]string{"ROOMS_PREFIX": "rooms", "ROOMS_TOKEN": "rooms-token"}
 	defs := strings.NewReplacer("ROOMS_PORT", roomsPort, "MCP_PORT", mcpPort).Replace(bndEndpoints) + extra
-	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
-	for _, ep := range eps {
-		tier := catalogv1.EndpointTier_ENDPOINT_TIER_B
-		if strings.HasPrefix(ep.HandlerName(), "agtp.builtin.") {
-			tier = catalogv1.EndpointTier_ENDPOINT_TIER_A
-		}
-		snap.Endpoints = append(snap.Endpoints, ep.Proto(tier))
-	}
-	store := &catalogstate.Store{}
-	if err := store.Set(snap); err != nil {
-		t.Fatal(err)
-	}
+	store := compiledStore(t, defs)
 
 	identity := &bndIdentity{agents: map[string]*identityv1.AgentRecord{
 		agentFull:    {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner", Scopes: []string{"orders:read", "briefs:read", "rooms:read"}},

@@ -15,17 +15,14 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/carried"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
-	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/outputcheck"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
-	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/testkit"
@@ -137,18 +134,7 @@ func newOutputCheckFixture(t *testing.T) *bndFixture {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	defs := strings.ReplaceAll(outputCheckEndpoints, "UPSTREAM", srv.URL)
-	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
-	for _, ep := range eps {
-		snap.Endpoints = append(snap.Endpoints, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B))
-	}
-	store := &catalogstate.Store{}
-	if err := store.Set(snap); err != nil {
-		t.Fatal(err)
-	}
+	store := compiledStore(t, defs)
 	identity := &bndIdentity{agents: map[string]*identityv1.AgentRecord{
 		agentFull: {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner"},
 	}}

@@ -20,16 +20,13 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
 	"github.com/agtpsuite/agtp/frontdoor/handler"
 	"github.com/agtpsuite/agtp/frontdoor/internal/agentcache"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/composition"
 	"github.com/agtpsuite/agtp/frontdoor/internal/bindings/upstream"
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
-	"github.com/agtpsuite/agtp/frontdoor/internal/catalogstate"
 	"github.com/agtpsuite/agtp/frontdoor/internal/pipeline"
 	auditv1 "github.com/agtpsuite/agtp/proto/agtp/audit/v1"
-	catalogv1 "github.com/agtpsuite/agtp/proto/agtp/catalog/v1"
 	identityv1 "github.com/agtpsuite/agtp/proto/agtp/identity/v1"
 	policyv1 "github.com/agtpsuite/agtp/proto/agtp/policy/v1"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -216,19 +213,7 @@ func newSettleFixture(t *testing.T) *settleFixture {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(strings.ReplaceAll(settleEndpoints, "UPSTREAM_PORT", port)),
-		endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
-	for _, ep := range eps {
-		snap.Endpoints = append(snap.Endpoints, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B))
-	}
-	store := &catalogstate.Store{}
-	if err := store.Set(snap); err != nil {
-		t.Fatal(err)
-	}
+	store := compiledStore(t, strings.ReplaceAll(settleEndpoints, "UPSTREAM_PORT", port))
 	identity := &bndIdentity{agents: map[string]*identityv1.AgentRecord{
 		agentFull: {AgentId: agentFull, Status: identityv1.AgentStatus_AGENT_STATUS_ACTIVE, OwnerId: "owner"},
 	}}

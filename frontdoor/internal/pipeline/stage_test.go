@@ -121,18 +121,7 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 			Sequence: uint64(n), OutcomeStored: in.GetIdempotentOutcome() != nil}, nil
 	}}
 
-	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(stageEndpoints), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
-	for _, ep := range eps {
-		snap.Endpoints = append(snap.Endpoints, ep.Proto(catalogv1.EndpointTier_ENDPOINT_TIER_B))
-	}
-	store := &catalogstate.Store{}
-	if err := store.Set(snap); err != nil {
-		t.Fatal(err)
-	}
+	store := compiledStore(t, stageEndpoints)
 	opts := pipeline.Options{ServerID: "agtp.stage.test", RequestTimeout: 5 * time.Second, CallerProof: callerproof.Off}
 	if change != nil {
 		change(f, &opts, store)
@@ -174,8 +163,8 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 	if f.rcns != nil {
 		deps.RCNS = f.rcns.Serve(t)
 	}
-	f.p, err = pipeline.New(opts, deps)
-	if err != nil {
+	var err error
+	if f.p, err = pipeline.New(opts, deps); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -183,6 +172,30 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 
 // stageRequest is a request from stageAgent; headers are set after the
 // defaults, an empty value deleting one.
+// compiledStore is a catalog store holding the endpoint definitions defs
+// (a YAML endpoints list) as revision 1; those bound to agtp.builtin.* are
+// Tier A, the others Tier B.
+func compiledStore(t testing.TB, defs string) *catalogstate.Store {
+	t.Helper()
+	eps, err := endpoint.ParseAndCompile("endpoints.yaml", []byte(defs), endpoint.FormatYAML, endpoint.Context{InheritCapability: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &catalogv1.Snapshot{Revision: 1, CatalogVersion: "1.0.0", ApiVersion: "1.0.0"}
+	for _, ep := range eps {
+		tier := catalogv1.EndpointTier_ENDPOINT_TIER_B
+		if strings.HasPrefix(ep.HandlerName(), "agtp.builtin.") {
+			tier = catalogv1.EndpointTier_ENDPOINT_TIER_A
+		}
+		snap.Endpoints = append(snap.Endpoints, ep.Proto(tier))
+	}
+	store := &catalogstate.Store{}
+	if err := store.Set(snap); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
 func stageRequest(method, target, body string, headers ...string) *agtp.Request {
 	path, query, _ := strings.Cut(target, "?")
 	req := &agtp.Request{Method: method, Target: target, Path: path, RawQuery: query, Body: []byte(body)}
