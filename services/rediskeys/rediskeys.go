@@ -212,6 +212,21 @@ const CatalogVersion = Prefix + "catalog:version"
 // stale-contract sweep walk it.
 const ContractIndex = Prefix + "{contracts}:index"
 
+// RCNSPromotion is the claim of a catalog pair (method, path template) by
+// the persistent contract that promotes it: a string holding its synthesis
+// ID, expiring with the contract's record. The pair is hashed, so neither
+// a template's braces nor a proposer's text shapes the key, and each claim
+// is its own hash tag.
+func RCNSPromotion(method, path string) string {
+	sum := sha256.Sum256([]byte(method + " " + path))
+	return Prefix + "rcnspromotion:{" + hex.EncodeToString(sum[:16]) + "}"
+}
+
+// RCNSUnpromoteQueue is the sorted set of pending removals of promoted
+// endpoints (a JSON entry scored by when the janitor may try it, Unix ms).
+// It shares ContractIndex's hash tag.
+const RCNSUnpromoteQueue = Prefix + "{contracts}:unpromote"
+
 // RCNSAttemptRing lists recent attempt IDs, newest first, capped: the
 // bounded ring of core §7.2.4. The records are RCNSAttempt keys with a TTL.
 const RCNSAttemptRing = Prefix + "{rcnsattempts}:ring"

@@ -65,7 +65,7 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 			}
 			// Until the contract is stored, the queue entry is what removes
 			// the endpoint and frees the claim should this replica stop.
-			if err := s.rdb.ZAdd(ctx, unpromoteQueue, redis.Z{Score: float64(now.Add(s.promotionGuard()).UnixMilli()), Member: e.member()}).Err(); err != nil {
+			if err := s.rdb.ZAdd(ctx, rediskeys.RCNSUnpromoteQueue, redis.Z{Score: float64(now.Add(s.promotionGuard()).UnixMilli()), Member: e.member()}).Err(); err != nil {
 				s.releasePromotion(context.WithoutCancel(ctx), e.Method, e.Path, e.SynthesisID)
 				return nil, grpcerr.Internal(fmt.Errorf("pending unpromote: %w", err))
 			}
@@ -125,7 +125,7 @@ func (s *Server) instantiate(ctx context.Context, ev *evaluation, pat *recipe.Pa
 	}
 	if promoted != nil {
 		// The contract is stored: its end removes the endpoint now.
-		if err := s.rdb.ZRem(ctx, unpromoteQueue, promoted.member()).Err(); err != nil {
+		if err := s.rdb.ZRem(ctx, rediskeys.RCNSUnpromoteQueue, promoted.member()).Err(); err != nil {
 			s.log.WarnContext(ctx, "promotion guard not cleared; the janitor drops it", "synthesis_id", c.rec.SynthesisID, "error", err)
 		}
 	}

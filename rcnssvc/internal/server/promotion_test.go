@@ -47,11 +47,11 @@ func (e *env) promote(c *rcnsv1.Caller) string {
 }
 
 func (e *env) claimHolder() string {
-	return e.rdb.Get(context.Background(), promotionKey(summaryMethod, summaryPath)).Val()
+	return e.rdb.Get(context.Background(), rediskeys.RCNSPromotion(summaryMethod, summaryPath)).Val()
 }
 
 func (e *env) pendingUnpromotes() int64 {
-	return e.rdb.ZCard(context.Background(), unpromoteQueue).Val()
+	return e.rdb.ZCard(context.Background(), rediskeys.RCNSUnpromoteQueue).Val()
 }
 
 // A catalogsvc outage at revocation: the call says so (Unavailable), the
@@ -122,7 +122,7 @@ func TestUnpromoteFollowsTheClaim(t *testing.T) {
 	ctx := context.Background()
 
 	id := e.promote(x)
-	e.rdb.Del(ctx, promotionKey(summaryMethod, summaryPath))
+	e.rdb.Del(ctx, rediskeys.RCNSPromotion(summaryMethod, summaryPath))
 	if _, err := e.client.RevokeContract(ctx, &rcnsv1.RevokeContractRequest{Caller: x, SynthesisId: id}); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestUnpromoteFollowsTheClaim(t *testing.T) {
 
 	id = e.promote(x)
 	other := newID(prefixSynthesis)
-	e.rdb.Set(ctx, promotionKey(summaryMethod, summaryPath), other, time.Hour)
+	e.rdb.Set(ctx, rediskeys.RCNSPromotion(summaryMethod, summaryPath), other, time.Hour)
 	if _, err := e.client.RevokeContract(ctx, &rcnsv1.RevokeContractRequest{Caller: x, SynthesisId: id}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,35 +26,19 @@ import (
 // endpoint another live contract stands on.
 //
 // Removal is not left to one call: the pending-unpromote mark (the
-// contract's "unpromote" field, and an entry of unpromoteQueue, which also
-// covers promotions whose contract was never stored) is recorded before
-// DeleteEndpoint and kept until the endpoint is gone (DeleteEndpoint
-// succeeded or answered NotFound). A repeated RevokeContract and the
-// janitor try again until then.
+// contract's "unpromote" field, and an entry of
+// rediskeys.RCNSUnpromoteQueue, which also covers promotions whose
+// contract was never stored) is recorded before DeleteEndpoint and kept
+// until the endpoint is gone (DeleteEndpoint succeeded or answered
+// NotFound). A repeated RevokeContract and the janitor try again until
+// then.
 
 // fieldUnpromote is the contract hash field of the pending-unpromote mark.
 const fieldUnpromote = "unpromote"
 
-// promotionKey is the claim of a catalog pair (method, path template) by
-// the contract that promotes it: a string holding its synthesis ID, expiring
-// with the contract's record. The pair is hashed: a template's braces and
-// the proposer's text never shape the key, and each claim is its own hash
-// tag (every command on it touches it alone).
-//
-// It and unpromoteQueue are rcnssvc's own keys, named here rather than in
-// services/rediskeys; docs/rcns.md lists them with the others.
-func promotionKey(method, path string) string {
-	sum := sha256.Sum256([]byte(method + " " + path))
-	return rediskeys.Prefix + "rcnspromotion:{" + hex.EncodeToString(sum[:16]) + "}"
-}
-
-// unpromoteQueue is the sorted set of pending unpromotes: a JSON
-// unpromoteEntry scored by when the janitor may try it (Unix ms). It shares
-// ContractIndex's hash tag.
-const unpromoteQueue = rediskeys.Prefix + "{contracts}:unpromote"
-
-// unpromoteEntry is an unpromoteQueue member: all a removal needs, so it
-// does not depend on the contract's record still being there.
+// unpromoteEntry is a rediskeys.RCNSUnpromoteQueue member: all a removal
+// needs, so it does not depend on the contract's record still being
+// there.
 type unpromoteEntry struct {
 	SynthesisID string `json:"s"`
 	Method      string `json:"m"`
@@ -110,7 +92,7 @@ return 0
 // claimPromotion claims (method, path) for the contract id until untilMs.
 // It reports false when another contract holds the pair.
 func (s *Server) claimPromotion(ctx context.Context, method, path, id string, untilMs int64) (bool, error) {
-	err := s.rdb.SetArgs(ctx, promotionKey(method, path), id, redis.SetArgs{Mode: "NX", ExpireAt: time.UnixMilli(untilMs)}).Err()
+	err := s.rdb.SetArgs(ctx, rediskeys.RCNSPromotion(method, path), id, redis.SetArgs{Mode: "NX", ExpireAt: time.UnixMilli(untilMs)}).Err()
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
@@ -122,7 +104,7 @@ func (s *Server) claimPromotion(ctx context.Context, method, path, id string, un
 
 // releasePromotion drops the contract's claim of the pair, if it holds it.
 func (s *Server) releasePromotion(ctx context.Context, method, path, id string) {
-	if err := releaseClaimScript.Run(ctx, s.rdb, []string{promotionKey(method, path)}, id).Err(); err != nil {
+	if err := releaseClaimScript.Run(ctx, s.rdb, []string{rediskeys.RCNSPromotion(method, path)}, id).Err(); err != nil {
 		s.log.WarnContext(ctx, "promotion claim not released; it expires with the contract", "synthesis_id", id, "method", method, "path", path, "error", err)
 	}
 }
@@ -134,7 +116,7 @@ func (s *Server) releasePromotion(ctx context.Context, method, path, id string) 
 // contract claims is that contract's endpoint now, and is left alone. It
 // succeeds when the endpoint is gone.
 func (s *Server) removePromoted(ctx context.Context, e unpromoteEntry) error {
-	key := promotionKey(e.Method, e.Path)
+	key := rediskeys.RCNSPromotion(e.Method, e.Path)
 	for try := 0; ; try++ {
 		holder, err := s.rdb.Get(ctx, key).Result()
 		if errors.Is(err, redis.Nil) {
@@ -180,7 +162,7 @@ func (s *Server) unpromote(ctx context.Context, e unpromoteEntry) (pending bool,
 	ctx = context.WithoutCancel(ctx)
 	member := e.member()
 	due := s.now().Add(s.promotionGuard()).UnixMilli()
-	if err := s.rdb.ZAdd(ctx, unpromoteQueue, redis.Z{Score: float64(due), Member: member}).Err(); err != nil {
+	if err := s.rdb.ZAdd(ctx, rediskeys.RCNSUnpromoteQueue, redis.Z{Score: float64(due), Member: member}).Err(); err != nil {
 		return true, fmt.Errorf("pending unpromote: %w", err)
 	}
 	if err := markScript.Run(ctx, s.rdb, []string{rediskeys.Contract(e.SynthesisID)}, fieldUnpromote, "1").Err(); err != nil {
@@ -199,7 +181,7 @@ func (s *Server) unpromote(ctx context.Context, e unpromoteEntry) (pending bool,
 // dueNow makes a pending unpromote whose attempt failed due at the
 // janitor's next pass (unless it was cleared meanwhile).
 func (s *Server) dueNow(ctx context.Context, member string) {
-	if err := s.rdb.ZAddXX(ctx, unpromoteQueue, redis.Z{Score: float64(s.now().UnixMilli()), Member: member}).Err(); err != nil {
+	if err := s.rdb.ZAddXX(ctx, rediskeys.RCNSUnpromoteQueue, redis.Z{Score: float64(s.now().UnixMilli()), Member: member}).Err(); err != nil {
 		s.log.WarnContext(ctx, "pending unpromote not rescheduled; it is due after the guard", "error", err)
 	}
 }
@@ -210,7 +192,7 @@ func (s *Server) dueNow(ctx context.Context, member string) {
 func (s *Server) unpromoted(ctx context.Context, e unpromoteEntry) {
 	err := errors.Join(
 		s.rdb.HDel(ctx, rediskeys.Contract(e.SynthesisID), fieldUnpromote).Err(),
-		s.rdb.ZRem(ctx, unpromoteQueue, e.member()).Err(),
+		s.rdb.ZRem(ctx, rediskeys.RCNSUnpromoteQueue, e.member()).Err(),
 	)
 	if err != nil {
 		s.log.WarnContext(ctx, "pending-unpromote mark not cleared", "synthesis_id", e.SynthesisID, "error", err)
@@ -224,7 +206,7 @@ func (s *Server) unpromoted(ctx context.Context, e unpromoteEntry) {
 // endpoint, so the entry is dropped.
 func (s *Server) retryUnpromotes(ctx context.Context) {
 	now := s.now().UnixMilli()
-	members, err := s.rdb.ZRangeByScore(ctx, unpromoteQueue, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: expireBatch}).Result()
+	members, err := s.rdb.ZRangeByScore(ctx, rediskeys.RCNSUnpromoteQueue, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: expireBatch}).Result()
 	if err != nil {
 		s.log.WarnContext(ctx, "pending unpromote sweep failed", "error", err)
 		return
@@ -234,14 +216,14 @@ func (s *Server) retryUnpromotes(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		claimed, err := dueScript.Run(ctx, s.rdb, []string{unpromoteQueue}, m, now, next).Int()
+		claimed, err := dueScript.Run(ctx, s.rdb, []string{rediskeys.RCNSUnpromoteQueue}, m, now, next).Int()
 		if err != nil || claimed == 0 {
 			continue
 		}
 		var e unpromoteEntry
 		if json.Unmarshal([]byte(m), &e) != nil || !validID(prefixSynthesis, e.SynthesisID) || e.Method == "" || e.Path == "" {
 			s.log.WarnContext(ctx, "unreadable pending unpromote dropped", "entry", m)
-			_ = s.rdb.ZRem(ctx, unpromoteQueue, m).Err()
+			_ = s.rdb.ZRem(ctx, rediskeys.RCNSUnpromoteQueue, m).Err()
 			continue
 		}
 		ct, err := s.load(ctx, e.SynthesisID)
@@ -249,7 +231,7 @@ func (s *Server) retryUnpromotes(ctx context.Context) {
 			continue
 		}
 		if ct != nil && (ct.state == statePending || ct.state == stateActive) {
-			_ = s.rdb.ZRem(ctx, unpromoteQueue, m).Err()
+			_ = s.rdb.ZRem(ctx, rediskeys.RCNSUnpromoteQueue, m).Err()
 			continue
 		}
 		if err := s.removePromoted(ctx, e); err != nil {
