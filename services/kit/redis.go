@@ -3,6 +3,7 @@ package kit
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -26,6 +27,16 @@ const ClusterStateReloadInterval = time.Second
 // seed nodes given as addr= query parameters. Commands are traced when tp
 // is not nil; with mp, the connection pool and the time each command holds
 // a connection are measured (redisotel's db.client.connections.*).
+//
+// A write whose reply was lost may have run, and running it again is a
+// second write unless the write recognises itself, so the client does not
+// resend commands (MaxRetries -1, and a URL's max_retries is refused): the
+// command fails and its caller decides (docs/operations.md, "Redis"). A
+// dead pooled connection is still dropped before a command is lost on it
+// (quietCheckConn), which is what the resends were mostly for. A Cluster
+// client still resends a command or pipeline after a network error, in
+// the loop that follows MOVED and ASK (up to MaxRedirects times), so
+// auditsvc's appends recognise a resend of themselves as well.
 func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metric.MeterProvider) (redis.UniversalClient, error) {
 	var client redis.UniversalClient
 	switch {
@@ -40,6 +51,10 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 		// one-second reload (one CLUSTER SLOTS per second per client, only
 		// while there is traffic) bounds that to about a second.
 		opts.ClusterStateReloadInterval = ClusterStateReloadInterval
+		if opts.MaxRetries > 0 {
+			return nil, errRedisRetries
+		}
+		opts.MaxRetries = -1
 		opts.Dialer = redisDialer(opts.DialTimeout, opts.TLSConfig)
 		client = redis.NewClusterClient(opts)
 	default:
@@ -47,6 +62,10 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 		if err != nil {
 			return nil, fmt.Errorf("parse redis url: %w", err)
 		}
+		if opts.MaxRetries > 0 {
+			return nil, errRedisRetries
+		}
+		opts.MaxRetries = -1
 		opts.Dialer = redisDialer(opts.DialTimeout, opts.TLSConfig)
 		client = redis.NewClient(opts)
 	}
@@ -73,6 +92,9 @@ func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metri
 	}
 	return client, nil
 }
+
+// errRedisRetries refuses a Redis URL with max_retries (NewRedis).
+var errRedisRetries = errors.New("redis url: max_retries is refused: a resent write could run twice (docs/operations.md, \"Redis\")")
 
 // redisDialer is go-redis's own dialer (redis.NewDialer: the dial timeout,
 // its keep-alive settings, TLS when the URL asks for it) with the TCP

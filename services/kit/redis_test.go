@@ -99,6 +99,44 @@ func TestRedisPoolCheckOfPlainConnections(t *testing.T) {
 	}
 }
 
+// TestNewRedisDoesNotResendAfterALostReply: the client NewRedis makes
+// sends a write whose reply was lost once, and the caller sees the
+// failure; a URL that asks for resends is refused.
+func TestNewRedisDoesNotResendAfterALostReply(t *testing.T) {
+	r := testkit.StartRedis(t)
+	ctx := t.Context()
+	proxy := testkit.NewReplyDropper(t, r.Addr, []byte("lost-reply-counter"))
+	rdb, err := NewRedis(ctx, "redis://"+proxy.Addr, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	proxy.Arm()
+	if err := rdb.Incr(ctx, "lost-reply-counter").Err(); err == nil {
+		t.Fatal("INCR whose reply was lost succeeded")
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("%d replies dropped, want 1", proxy.Drops())
+	}
+	// The proxy passes the INCR on just after it cut the client off: wait,
+	// bounded, until it has run.
+	direct := r.Client(t)
+	n, err := direct.Get(ctx, "lost-reply-counter").Int()
+	for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		n, err = direct.Get(ctx, "lost-reply-counter").Int()
+	}
+	if n != 1 {
+		t.Fatalf("counter %d (%v) after one INCR whose reply was lost; want 1", n, err)
+	}
+	for _, url := range []string{"redis://" + r.Addr + "?max_retries=3", "redis+cluster://" + r.Addr + "?max_retries=1"} {
+		if c, err := NewRedis(ctx, url, nil, nil); err == nil {
+			c.Close()
+			t.Errorf("NewRedis(%q) accepted resends", url)
+		}
+	}
+}
+
 // TestQuietCheckCallsThroughOnlyWhenSomethingIsPending: the check's f runs
 // only when the socket has something to read, and then as go-redis wrote it.
 func TestQuietCheckCallsThroughOnlyWhenSomethingIsPending(t *testing.T) {

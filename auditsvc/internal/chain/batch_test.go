@@ -283,6 +283,78 @@ func TestResentBatchScriptIsRecognisedAsOwnAppends(t *testing.T) {
 	}
 }
 
+// A script call carries records of one chain from several callers, the
+// first with a request ID and the ones after it without (the front door's
+// appends carry one, other callers' need not). Its reply is lost and the
+// client sends the pipeline again, as a Redis Cluster client does after a
+// network error (and a client with go-redis's default MaxRetries): the
+// re-run answers the first record as a replay of itself and stops. The
+// store must find the records after it in the chain and answer them, not
+// sign them again and append them a second time.
+func TestResentMixedBatchAppendsNoRecordTwice(t *testing.T) {
+	ctx := context.Background()
+	srv := testkit.StartRedis(t)
+	direct := srv.Client(t)
+	if err := appendScript.Load(ctx, direct).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const chainID = "resent-mixed"
+	proxy := testkit.NewReplyDropper(t, srv.Addr, []byte("auditrid:attribution:mixed-1"))
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr}) // MaxRetries 0: go-redis's default, 3 resends
+	t.Cleanup(func() { rdb.Close() })
+	hold := newHoldHook()
+	rdb.AddHook(hold)
+	ks := testKeys(t)
+	s := newStore(t, rdb, ks, Options{})
+
+	hold.armed.Store(true)
+	lead := startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 0), Request{})
+	<-hold.entered
+	reqs := []Request{{ID: "mixed-1", Fingerprint: "fp-1"}, {}, {}}
+	var pend []Pending
+	for i, req := range reqs {
+		pend = append(pend, startNow(ctx, s, attribution.StreamAttribution, chainID, payload(chainID, 1+i), req))
+	}
+	proxy.Arm()
+	close(hold.gate)
+	first, err := lead.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := []Appended{first}
+	for i, p := range pend {
+		a, err := p.Wait()
+		if err != nil || a.Sequence != uint64(2+i) {
+			t.Fatalf("record %d: sequence %d, %v; want %d", 1+i, a.Sequence, err, 2+i)
+		}
+		if reqs[i].ID == "" && a.Replayed {
+			t.Errorf("record %d has no request ID but was answered as a replay", 1+i)
+		}
+		acked = append(acked, a)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("%d replies dropped, want 1", proxy.Drops())
+	}
+	head, n, err := s.Head(ctx, attribution.StreamAttribution, chainID)
+	if err != nil || n != 4 || head != acked[3].AuditID {
+		es, _ := s.Range(ctx, attribution.StreamAttribution, chainID, 1, 10)
+		var ids []string
+		for _, e := range es {
+			ids = append(ids, e.AuditID[:8])
+		}
+		t.Fatalf("4 records were acknowledged but the chain holds %d (head %s): %v %v", n, head, ids, err)
+	}
+	for _, a := range acked {
+		if e, err := s.Get(ctx, a.AuditID); err != nil || e.Sequence != a.Sequence {
+			t.Errorf("acknowledged record %d (%s): Get = %+v, %v", a.Sequence, a.AuditID, e, err)
+		}
+	}
+	r, err := s.Verify(ctx, attribution.StreamAttribution, chainID, verifyOpts(ks, chainID), 0)
+	if err != nil || !r.Valid || r.Checked != 4 {
+		t.Fatalf("verify: %v %+v", err, r)
+	}
+}
+
 // scriptSizesHook records the records each appendLua call carries.
 type scriptSizesHook struct {
 	mu    sync.Mutex

@@ -594,11 +594,6 @@ type job struct {
 	// garbage is the index entry of this record's attempt that lost the
 	// race, deleted with its next attempt.
 	garbage string
-	// maybeAppended are Audit-IDs of this record's earlier attempts that
-	// an earlier send of the script may have appended (see
-	// keepOrDropAttempts): their index entries stay until the record is
-	// answered, and then only the answered one's stays.
-	maybeAppended []string
 	// The current attempt.
 	jws, id string
 	seq     uint64
@@ -660,11 +655,6 @@ func (s *Store) answer(st *headState, j *job, a Appended, err error) {
 	}
 	if s.opts.ObserveAppend != nil {
 		s.opts.ObserveAppend(time.Since(j.start), err)
-	}
-	if err == nil {
-		for _, id := range j.maybeAppended {
-			s.forgetIndex(j.ctx, id, a.AuditID)
-		}
 	}
 	j.res, j.err = a, err
 }
@@ -876,28 +866,30 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 		for i, r := range replies {
 			s.settle(ctx, st, jobs[i], r, op.replErr)
 		}
+		last, settled := replies[len(replies)-1], jobs[len(replies)-1]
+		jobs = jobs[len(replies):]
+		if len(jobs) > 0 && last.kind == replyReplayed && last.auditID == settled.id {
+			// A replay that answers a record with the very attempt it sent
+			// (same head, same content, deterministic Ed25519) means an
+			// earlier send of this script, re-sent after a network error,
+			// appended that attempt, and maybe the attempts after it, which
+			// need not carry a request ID to replay: look, as after a
+			// conflict with our own records, before signing them again.
+			done, err := s.appliedEarlier(ctx, st, jobs, last.curHead)
+			if err != nil {
+				// Their attempts may be in the chain: their index entries stay.
+				st.valid = false
+				s.failAll(st, jobs, err)
+				return
+			}
+			for _, j := range jobs[:done] {
+				s.answerAppliedEarlier(ctx, st, j)
+			}
+			jobs = jobs[done:]
+		}
 		// Records after a replay or a reuse were signed against a record
 		// that was not appended: sign them again.
-		settled := jobs[len(replies)-1]
-		jobs = jobs[len(replies):]
-		keepOrDropAttempts(jobs, replies[len(replies)-1], settled)
-	}
-}
-
-// keepOrDropAttempts marks the current attempts of jobs, which follow the
-// record whose reply last ended a script call, for deletion with their next
-// attempt, except where they may be in the chain. A replay that answers a
-// record with the very attempt it sent (same head, same content,
-// deterministic Ed25519) means an earlier send of this script, re-sent by
-// the client library after a network error, appended that attempt; it may
-// have appended the attempts after it too, whose index entries must then
-// outlive the re-signing.
-func keepOrDropAttempts(jobs []*job, last scriptReply, settled *job) {
-	ownEarlierSend := last.kind == replyReplayed && last.auditID == settled.id
-	for _, j := range jobs {
-		if ownEarlierSend {
-			j.maybeAppended = append(j.maybeAppended, j.id)
-		} else {
+		for _, j := range jobs {
 			j.garbage = rediskeys.AuditIndex(j.id)
 		}
 	}
