@@ -352,6 +352,20 @@ func (r *Registry) claimName(ctx context.Context, name, id string) (bool, error)
 			return err
 		}
 		if holder == id {
+			// Without the agent's record, the name is this Genesis's claim
+			// whose SETNX reply was lost (this call's, re-sent, or an
+			// earlier call's that failed with it): take it as this call's,
+			// or the Genesis could never be registered. Another Register
+			// of the same Genesis may be running too; createScript lets
+			// one of them store the record, and releaseName leaves the
+			// name to it.
+			n, err := r.rdb.Exists(ctx, rediskeys.Agent(id)).Result()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
 			return grpcerr.Conflict(ReasonAgentIDCollision, "agent "+id+" is already registered", "agent_id", id)
 		}
 		if holder != "" {
@@ -400,7 +414,9 @@ func (r *Registry) claimName(ctx context.Context, name, id string) (bool, error)
 	return false, redisErr(ctx, "claim name", err)
 }
 
-// releaseName undoes a claim this call made. It runs on its own context
+// releaseName undoes a claim this call made, unless the agent's record,
+// stored by another Register of the same Genesis, carries the name (two
+// calls may both hold the claim: claimName). It runs on its own context
 // so that a cancelled request still cleans up.
 func (r *Registry) releaseName(name, id string, claimed bool) {
 	if !claimed {
@@ -408,6 +424,10 @@ func (r *Registry) releaseName(name, id string, claimed bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	held, err := r.rdb.HGet(ctx, rediskeys.Agent(id), fName).Result()
+	if err == nil && held == name {
+		return
+	}
 	if err := releaseIfScript.Run(ctx, r.rdb, []string{rediskeys.AgentName(name)}, id).Err(); err != nil {
 		r.log.Error("release agent name after failed registration", "name", name, "agent_id", id, "err", err)
 	}
