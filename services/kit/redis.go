@@ -36,7 +36,8 @@ const ClusterStateReloadInterval = time.Second
 // (quietCheckConn), which is what the resends were mostly for. A Cluster
 // client still resends a command or pipeline after a network error, in
 // the loop that follows MOVED and ASK (up to MaxRedirects times), so
-// auditsvc's appends recognise a resend of themselves as well.
+// auditsvc's appends and identitysvc's registrations recognise a resend
+// of themselves as well.
 func NewRedis(ctx context.Context, url string, tp trace.TracerProvider, mp metric.MeterProvider) (redis.UniversalClient, error) {
 	var client redis.UniversalClient
 	switch {

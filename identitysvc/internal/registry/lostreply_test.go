@@ -186,3 +186,39 @@ func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
+// A lost reply to the create script: the record is stored, but the call
+// does not know. A re-sent script finds the record the first run stored,
+// and an error leaves it in doubt; either way the call must recognise its
+// own record (its registration token) and register the agent, not answer
+// a collision, release the name and leave the agent stored but unindexed,
+// which no retry could then register.
+func TestRegisterAfterLostCreateReplyIsNotACollision(t *testing.T) {
+	for _, lr := range lostReplies {
+		t.Run(lr.name, func(t *testing.T) {
+			const name = "orders-bot"
+			e := newLossyEnv(t, []byte(createScript.Hash()), lr.resent)
+			ctx := context.Background()
+			// Loaded ahead, so the first send is the EVALSHA whose reply is lost.
+			if err := createScript.Load(ctx, e.direct).Err(); err != nil {
+				t.Fatal(err)
+			}
+			k := newGenesis(t, "Acme", 2)
+			e.arm()
+			a, err := e.reg.Register(ctx, RegisterRequest{GenesisJSON: k.g.Bytes(), Name: name})
+			if !e.lost() {
+				t.Fatal("no reply was lost")
+			}
+			if err != nil {
+				t.Fatalf("Register after a lost create-script reply: %v", err)
+			}
+			if a.Record.GetAgentId() != k.g.AgentID || a.Record.GetName() != name {
+				t.Fatalf("Register answered %v", a.Record)
+			}
+			e.wantRegistered(t, k.g.AgentID, name)
+			// Registered once: a second Register of the Genesis collides.
+			_, err = e.reg.Register(ctx, RegisterRequest{GenesisJSON: k.g.Bytes(), Name: name})
+			wantReason(t, err, codes.Aborted, ReasonAgentIDCollision)
+		})
+	}
+}

@@ -45,6 +45,10 @@ const (
 	fLastMethod   = "last_method"   // last lifecycle method that changed state
 	fLastMethodAt = "last_method_at"
 	fRole         = "role"
+	// fRegistration is a random token of the Register call that stored
+	// the record, so that a resend of its create script, or a read after
+	// an error, recognises that call's record (createScript).
+	fRegistration = "registration"
 )
 
 // recordFields is what ResolveAgent reads: everything but the Genesis.

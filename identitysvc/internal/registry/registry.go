@@ -7,6 +7,7 @@ package registry
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -169,11 +170,17 @@ func redisErr(ctx context.Context, what string, err error) error {
 }
 
 // createScript stores a new agent unless the ID exists, and announces it.
-// It returns "" when created, else the existing status.
+// ARGV: the events channel, the event, the Register call's token, then the
+// record's field/value pairs. It returns "" when created, or when the
+// record is the one this call's token stored (a resend of the script after
+// its reply was lost), else the existing status.
 var createScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if st then return st end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+local cur = redis.call('HMGET', KEYS[1], 'status', '` + fRegistration + `')
+if cur[1] then
+  if cur[2] == ARGV[3] then return '' end
+  return cur[1]
+end
+redis.call('HSET', KEYS[1], '` + fRegistration + `', ARGV[3], unpack(ARGV, 4))
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return ''
 `)
@@ -283,8 +290,15 @@ func (r *Registry) Register(ctx context.Context, req RegisterRequest) (*Agent, e
 	if err != nil {
 		return nil, grpcerr.Internal(err)
 	}
-	args := append([]any{rediskeys.AgentEvents, payload}, fields...)
+	// The token tells this call's record from another call's when the
+	// script's reply is lost: a resent script answers created, and after
+	// an error the record is read back (storedBy).
+	token := rand.Text()
+	args := append([]any{rediskeys.AgentEvents, payload, token}, fields...)
 	st, err := createScript.Run(ctx, r.rdb, []string{rediskeys.Agent(id)}, args...).Text()
+	if err != nil && r.storedBy(id, token) {
+		st, err = "", nil
+	}
 	if err != nil {
 		r.releaseName(name, id, claimed)
 		return nil, redisErr(ctx, "create agent", err)
@@ -317,6 +331,17 @@ func (r *Registry) Register(ctx context.Context, req RegisterRequest) (*Agent, e
 		return nil, err
 	}
 	return res.Agent, nil
+}
+
+// storedBy reports whether the agent's record is the one the Register
+// call with token stored: after an error, the script may have run and only
+// its reply been lost (docs/operations.md, "Redis"). It runs on its own
+// context, as the request's may be what ended.
+func (r *Registry) storedBy(id, token string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := r.rdb.HGet(ctx, rediskeys.Agent(id), fRegistration).Result()
+	return err == nil && v == token
 }
 
 func (r *Registry) existsError(id, status string) error {
