@@ -149,7 +149,7 @@ func FetchJWKS(ctx context.Context, hc *http.Client, rawURL string) (attribution
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agtp client: fetch JWKS from %s: HTTP %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("agtp client: fetch JWKS from %s: HTTP %d %s", rawURL, resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxJWKSBytes+1))
 	if err != nil {

@@ -233,7 +233,7 @@ func report(env Env, what string, res attribution.ChainResult, counted string) i
 		fmt.Fprintf(env.Stdout, "  expected: %s\n", b.Expected)
 	}
 	if b.Err != nil {
-		fmt.Fprintf(env.Stdout, "  detail:   %v\n", b.Err)
+		fmt.Fprintf(env.Stdout, "  detail:   %s\n", sanitize([]byte(b.Err.Error())))
 	}
 	fmt.Fprintf(env.Stdout, "  %d records verified before the break%s\n", res.Checked, unsigned)
 	return ExitVerify

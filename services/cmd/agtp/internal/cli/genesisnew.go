@@ -93,6 +93,11 @@ func runGenesisNew(args []string, env Env) int {
 	if o.key == "" {
 		return genesisUsageError(env, name, "--key names the issuer key file")
 	}
+	if o.out != "" && o.out != "-" && sameFile(o.out, o.key) {
+		// The key alone can sign this Genesis again; written over, it is
+		// gone for good.
+		return genesisUsageError(env, name, "--out names the issuer key --key; give another file")
+	}
 	t := genesis.Template{
 		Owner: o.owner, Archetype: genesis.Archetype(o.archetype), GovernanceZone: o.zone, Scope: scopes,
 		TrustTier: int(min(o.tier, 1<<16)), VerificationPath: genesis.VerificationPath(o.path),

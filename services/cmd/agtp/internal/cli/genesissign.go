@@ -37,6 +37,9 @@ func runGenesisSign(args []string, env Env) int {
 	if o.key == "" {
 		return genesisUsageError(env, name, "--key FILE is required: the issuer's key")
 	}
+	if o.out != "" && o.out != "-" && sameFile(o.out, o.key) {
+		return genesisUsageError(env, name, "--out names the issuer key --key; give another file")
+	}
 	in := pos[0]
 	data, err := readGenesisFile(in, env.Stdin)
 	if err != nil {

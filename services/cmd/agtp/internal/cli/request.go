@@ -208,7 +208,9 @@ func usageError(env Env, msg string) int {
 func fail(env Env, err error) int {
 	// The client library prefixes its errors for programs that log them;
 	// here "agtp: " already says where the message comes from.
-	fmt.Fprintf(env.Stderr, "agtp: %s\n", strings.ReplaceAll(err.Error(), "agtp client: ", ""))
+	// An error may carry what a server sent (an explanation, a status
+	// text): escaped, it cannot drive the terminal.
+	fmt.Fprintf(env.Stderr, "agtp: %s\n", sanitize([]byte(strings.ReplaceAll(err.Error(), "agtp client: ", ""))))
 	return ExitError
 }
 

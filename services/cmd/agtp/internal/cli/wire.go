@@ -86,7 +86,9 @@ func (p *wirePrinter) note(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.flushLocked()
-	fmt.Fprintf(p.w, "* "+format+"\n", args...)
+	// A note names what the server sent (its certificate's names):
+	// escaped, it cannot drive the terminal.
+	fmt.Fprintf(p.w, "* %s\n", sanitize(fmt.Appendf(nil, format, args...)))
 }
 
 func (p *wirePrinter) gotConn(ci client.ConnInfo) {
