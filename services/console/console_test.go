@@ -114,13 +114,20 @@ func (tc *testConsole) csrfOf(t *testing.T, b *http.Client) string {
 
 func get(t *testing.T, b *http.Client, u string) *http.Response {
 	t.Helper()
+	resp, _ := getBody(t, b, u)
+	return resp
+}
+
+// getBody is get, returning the body too.
+func getBody(t *testing.T, b *http.Client, u string) (*http.Response, string) {
+	t.Helper()
 	resp, err := b.Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp
+	return resp, string(body)
 }
 
 // post sends a form change with the given headers.

@@ -275,11 +275,13 @@ func (c *Console) agentsPage(w http.ResponseWriter, r *http.Request, se session)
 	}
 	ctx, cancel := c.rpc(r, se)
 	defer cancel()
-	// identitysvc filters by active only; the console reads on through
-	// its pages for the other filters, so that a page is full whenever
-	// enough agents match (filteredPage).
+	// The console filters, reading on through identitysvc's pages so that
+	// a page is full whenever enough agents match (filteredPage).
+	// identitysvc's active_only is the namespace's rule (active, and never
+	// Tier 3), not the status filter: it would hide active experimental
+	// agents.
 	fetch := func(token string) ([]*identityv1.AgentRecord, string, error) {
-		res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{ActiveOnly: f.Status == "active", PageSize: scanPageSize, PageToken: token})
+		res, err := c.agents.ListAgents(ctx, &identityv1.ListAgentsRequest{PageSize: scanPageSize, PageToken: token})
 		return res.GetAgents(), res.GetNextPageToken(), err
 	}
 	pg, err := filteredPage(fetch, f.matches, q.Get("page"), c.cfg.PageSize)
