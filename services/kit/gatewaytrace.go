@@ -26,6 +26,10 @@ import (
 func traceGateway(h http.Handler, service string, tel *Telemetry) http.Handler {
 	if tel.Recording {
 		return otelhttp.NewHandler(h, service+" gateway",
+			// Named, the server's address is not read from each
+			// request's Host, which a caller writes: every Host value
+			// would be a series of its own in the HTTP metrics.
+			otelhttp.WithServerName(service),
 			otelhttp.WithTracerProvider(tel.TracerProvider),
 			otelhttp.WithMeterProvider(tel.MeterProvider),
 			otelhttp.WithPropagators(Propagator),

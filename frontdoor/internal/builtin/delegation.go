@@ -3,10 +3,10 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -162,7 +162,7 @@ func (bi *Registry) refusedCall(ctx context.Context, call *Call, delegatee strin
 		if refusedWhenDelegated(c.Method, c.Path) {
 			bi.Log.WarnContext(ctx, "delegation refused: task names a refused built-in", "delegator", call.AgentID, "delegatee", delegatee, "method", c.Method)
 			return call.Fail(agtp.StatusForbidden, ReasonDelegatedCallRefused,
-				"call "+strconv.Itoa(i)+" ("+c.Method+" "+truncate(c.Path, maxPathInDetail)+") may not be run through a DELEGATE: it would act as the sub-agent in person (docs/mechanics.md, DELEGATE)",
+				"call "+strconv.Itoa(i)+" ("+c.Method+" "+textcut.Cut(c.Path, maxPathInDetail)+") may not be run through a DELEGATE: it would act as the sub-agent in person (docs/mechanics.md, DELEGATE)",
 				map[string]any{"method": c.Method, "call": i})
 		}
 	}
@@ -247,15 +247,3 @@ const (
 	maxPathInDetail = 128
 	maxHopDetail    = 1024
 )
-
-// truncate bounds s to at most n bytes, cut at a rune boundary so that
-// the result stays valid UTF-8 (a protobuf string must be).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

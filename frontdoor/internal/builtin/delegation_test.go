@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/agtpsuite/agtp/frontdoor/internal/callerproof"
 	"github.com/agtpsuite/agtp/services/agtp"
@@ -123,25 +122,6 @@ func TestParseDelegatedTask(t *testing.T) {
 		calls, bad := parseDelegatedTask([]byte(tc.task))
 		if len(calls) != tc.calls || (tc.calls == 0) != (bad != "") {
 			t.Errorf("parseDelegatedTask(%.60s) = %d calls, %q; want %d", tc.task, len(calls), bad, tc.calls)
-		}
-	}
-}
-
-func TestTruncateKeepsUTF8(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"abcdef", 3, "abc"},
-		{"aéb", 2, "a"}, // é is 2 bytes: not cut in half
-		{"ééé", 5, "éé"},
-		{strings.Repeat("😀", 300), maxHopDetail, strings.Repeat("😀", maxHopDetail/4)},
-	} {
-		got := truncate(tc.s, tc.n)
-		if got != tc.want || !utf8.ValidString(got) || len(got) > tc.n {
-			t.Errorf("truncate(%.20q, %d) = %.20q, want %.20q", tc.s, tc.n, got, tc.want)
 		}
 	}
 }

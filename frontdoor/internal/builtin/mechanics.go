@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"slices"
 	"strconv"
 	"strings"
@@ -469,7 +470,7 @@ func (bi *Registry) delegate(ctx context.Context, call *Call) *agtp.Response {
 	r, err := bi.Tasks.RecordDelegation(ctx, &taskv1.RecordDelegationRequest{
 		DelegatorAgentId: call.AgentID, DelegateeAgentId: delegatee, TaskId: taskID,
 		AuthorityScope: scopes, TaskHash: taskHash, AuditId: rec.GetAuditId(), Outcome: enumname.Value[taskv1.DelegationOutcome](status),
-		Detail: truncate(detail, maxHopDetail),
+		Detail: textcut.Cut(detail, maxHopDetail),
 	})
 	if err != nil {
 		// The task changed between the check and the record (an ESCALATE
@@ -518,7 +519,7 @@ func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee stri
 	for i, c := range calls {
 		req, err := agtp.NewRequest(c.Method, c.Path)
 		if err != nil {
-			return results, "call " + strconv.Itoa(i) + ": " + truncate(err.Error(), maxPathInDetail)
+			return results, "call " + strconv.Itoa(i) + ": " + textcut.Cut(err.Error(), maxPathInDetail)
 		}
 		req.Header.Set(agtp.HeaderAgentID, delegatee)
 		req.Header.Set(agtp.HeaderAuthorityScope, scope.String())
@@ -536,7 +537,7 @@ func (bi *Registry) runDelegated(ctx context.Context, call *Call, delegatee stri
 		}
 		results = append(results, out)
 		if resp.Status < 200 || resp.Status >= agtp.StatusNegotiationInProgress { // 261-263 are not outcomes
-			return results, truncate(c.Method, 64) + " " + truncate(c.Path, maxPathInDetail) + " answered " + strconv.Itoa(resp.Status)
+			return results, textcut.Cut(c.Method, 64) + " " + textcut.Cut(c.Path, maxPathInDetail) + " answered " + strconv.Itoa(resp.Status)
 		}
 	}
 	return results, ""

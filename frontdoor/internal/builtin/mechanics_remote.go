@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"net"
 	"net/url"
 	"strconv"
@@ -371,9 +372,9 @@ func (bi *Registry) runRemoteDelegated(ctx context.Context, call *Call, addr, de
 		if link == "" {
 			link = "unverified"
 		}
-		return results, remote, "", "at " + addr + ": " + truncate(link, 256)
+		return results, remote, "", "at " + addr + ": " + textcut.Cut(link, 256)
 	case resp.Status == agtp.StatusDelegationFailure:
-		return results, remote, "at " + addr + ": " + truncate(answer.Explanation, 256), ""
+		return results, remote, "at " + addr + ": " + textcut.Cut(answer.Explanation, 256), ""
 	}
-	return results, remote, "the sub-agent's host " + addr + " answered " + strconv.Itoa(resp.Status) + " " + truncate(answer.Reason, 64) + ": " + truncate(answer.Explanation, 256), ""
+	return results, remote, "the sub-agent's host " + addr + " answered " + strconv.Itoa(resp.Status) + " " + textcut.Cut(answer.Reason, 64) + ": " + textcut.Cut(answer.Explanation, 256), ""
 }

@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"slices"
 	"time"
 
@@ -76,10 +77,7 @@ func monitorEvents(ctx context.Context, call *Call, params map[string]any) ([]st
 }
 
 func truncateReason(s string) string {
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(textcut.Cut(s, 64))
 	return string(b)
 }
 

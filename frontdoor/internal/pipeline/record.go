@@ -179,7 +179,9 @@ func (p *Pipeline) describeSpan(x *exchange, resp *agtp.Response) {
 	if x.agentID != "" {
 		x.span.SetAttributes(attribute.String("agtp.agent_id", x.agentID))
 	}
-	if id := x.req.Header.Get(agtp.HeaderTaskID); id != "" {
+	// Through echoed: a Task-ID the wire stage refused (too long, not
+	// printable ASCII) goes on no span either.
+	if id, ok := echoed(x.req.Header, agtp.HeaderTaskID); ok && id != "" {
 		x.span.SetAttributes(attribute.String("agtp.task_id", id))
 	}
 	if x.matched && x.decision.Endpoint != nil {

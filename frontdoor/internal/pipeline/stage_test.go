@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agtpsuite/agtp/catalogsvc/endpoint"
@@ -85,6 +86,10 @@ type stageFixture struct {
 	// handlers, when a change sets them, replace the registered
 	// functions of the same name.
 	handlers map[string]handler.Func
+	// tracer and log, when a change sets them, replace the no-op tracer
+	// and the discarding logger.
+	tracer trace.Tracer
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	records []*auditv1.SignAndAppendRequest
@@ -128,6 +133,9 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 	}
 
 	log := slog.New(slog.DiscardHandler)
+	if f.log != nil {
+		log = f.log
+	}
 	identity := f.identity.Serve(t)
 	reg := handler.NewRegistry()
 	for name, h := range map[string]handler.Func{
@@ -159,6 +167,9 @@ func newStageFixture(t *testing.T, change func(f *stageFixture, opts *pipeline.O
 		Log:      log,
 		Tracer:   tracenoop.NewTracerProvider().Tracer(""),
 		Meter:    metricnoop.NewMeterProvider().Meter(""),
+	}
+	if f.tracer != nil {
+		deps.Tracer = f.tracer
 	}
 	if f.rcns != nil {
 		deps.RCNS = f.rcns.Serve(t)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,20 +107,13 @@ func MonitorEvents(events []string) ([]string, error) {
 		case e == MonitorAllEvents && len(events) > 1:
 			return nil, errors.New(`"*" stands alone in events`)
 		case e != MonitorAllEvents && !slices.Contains(monitorEvents, e):
-			return nil, fmt.Errorf("event %q is not a lifecycle event (activated, suspended, revoked, deprecated, reinstated, or \"*\")", truncate(e, 64))
+			return nil, fmt.Errorf("event %q is not a lifecycle event (activated, suspended, revoked, deprecated, reinstated, or \"*\")", textcut.Cut(e, 64))
 		case seen[e]:
 			return nil, fmt.Errorf("event %q is named twice", e)
 		}
 		seen[e] = true
 	}
 	return slices.Clone(events), nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 // MonitorCallback reads a callback: agtp://<agent-id> (an inbox here) or

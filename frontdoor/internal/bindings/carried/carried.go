@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"mime"
 	"strings"
 
@@ -157,10 +158,14 @@ func MCPMessage(input map[string]any, defaultID string) (msg upstream.RPCMessage
 		return msg, "", ErrNotRequest
 	}
 	if action != "" && action != msg.Method {
-		mismatch = fmt.Sprintf("action %q, carried method %q", action, msg.Method)
+		mismatch = fmt.Sprintf("action %q, carried method %q", textcut.Mark(action, maxLoggedValue), textcut.Mark(msg.Method, maxLoggedValue))
 	}
 	return msg, mismatch, nil
 }
+
+// maxLoggedValue bounds each value a disagreement quotes: they are
+// logged, and a body's member can be as large as the body.
+const maxLoggedValue = 256
 
 // Disagreements lists the identity and routing fields of a carried
 // request body that contradict the AGTP headers (core §8.3: the headers
@@ -177,7 +182,7 @@ func Disagreements(body map[string]any, header func(string) string) []string {
 				continue
 			}
 			if h := header(name); h != "" && h != v {
-				out = append(out, fmt.Sprintf("%s%s=%q but %s: %q", where, member, v, name, h))
+				out = append(out, fmt.Sprintf("%s%s=%q but %s: %q", where, member, textcut.Mark(v, maxLoggedValue), name, textcut.Mark(h, maxLoggedValue)))
 			}
 		}
 	}

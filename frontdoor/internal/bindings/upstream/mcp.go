@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/agtpsuite/agtp/services/textcut"
 	"io"
 	"mime"
 	"net/http"
@@ -156,7 +157,7 @@ func (e *Executor) mcpOpen(ctx context.Context, b *binding, sess *mcpSession) (*
 		} `json:"result"`
 	}
 	if err := json.Unmarshal(a.body, &resp); err != nil || resp.Result == nil {
-		return &attempt{fail: failMalformed, err: fmt.Errorf("MCP initialize: no result: %s", truncate(a.body))}, nil
+		return &attempt{fail: failMalformed, err: fmt.Errorf("MCP initialize: no result: %s", textcut.Mark(strings.ToValidUTF8(string(a.body), "?"), 200))}, nil
 	}
 	sess.mu.Lock()
 	sess.id = a.header.Get("Mcp-Session-Id")
@@ -286,12 +287,4 @@ func readEventReply(r io.Reader, id json.RawMessage, limit int64) ([]byte, error
 		}
 	}
 	return nil, fmt.Errorf("the event stream ended without the response")
-}
-
-func truncate(b []byte) string {
-	s := strings.ToValidUTF8(string(b), "?")
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
 }
