@@ -86,6 +86,37 @@ func TestChecksCatchMistakes(t *testing.T) {
 	}
 }
 
+// TestChecksRefuseWeakenedManifests breaks the dev overlay in ways that
+// leave every other check passing but undo what the manifests promise:
+// every container non-root, with no capabilities and the RuntimeDefault
+// seccomp profile (deploy/k8s/README.md "Notes").
+func TestChecksRefuseWeakenedManifests(t *testing.T) {
+	cases := []struct {
+		name   string
+		patch  string // a JSON6902 patch on the target
+		kind   string
+		target string
+		want   string
+	}{
+		{"a container overriding the pod's runAsNonRoot", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/runAsNonRoot","value":false},{"op":"add","path":"/spec/template/spec/containers/0/securityContext/runAsUser","value":0}]`, "Deployment", "policysvc", "container policysvc: securityContext.runAsNonRoot false: must run as non-root"},
+		{"a container running as uid 0", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/runAsUser","value":0}]`, "Deployment", "catalogsvc", "container catalogsvc: securityContext.runAsUser 0: must run as non-root"},
+		{"a pod running as uid 0", `[{"op":"add","path":"/spec/template/spec/securityContext/runAsUser","value":0}]`, "Deployment", "rcnssvc", "pod securityContext.runAsUser 0: must run as non-root"},
+		{"a container overriding the pod's seccomp profile", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/seccompProfile","value":{"type":"Unconfined"}}]`, "Deployment", "identitysvc", "container identitysvc: seccomp profile Unconfined"},
+		{"a capability added back after drop ALL", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/capabilities/add","value":["NET_RAW","NET_BIND_SERVICE"]}]`, "Deployment", "auditsvc", "container auditsvc: securityContext.capabilities.add [NET_RAW NET_BIND_SERVICE]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			all := brokenCopy(t, "dev", tc.kind, tc.target, tc.patch)
+			if all == "" {
+				all = "(no error: the checks pass it)"
+			}
+			if !strings.Contains(all, tc.want) {
+				t.Fatalf("want an error mentioning %q, got:\n%s", tc.want, all)
+			}
+		})
+	}
+}
+
 // TestIdentityChecksCatchMistakes breaks the client identities of the prod
 // overlay's cert-manager Certificates: each client certificate names
 // exactly its own identity as a SPIFFE ID in the suite's trust domain, and

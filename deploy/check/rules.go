@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -393,10 +394,25 @@ func checkSecret(owner, name string, has func(kind, name string) bool, issued ma
 	}
 }
 
+// checkPod holds every container to deploy/k8s/README.md ("Notes"): non-root,
+// a read-only root filesystem, no capabilities, the RuntimeDefault (or a
+// Localhost) seccomp profile. runAsNonRoot, runAsUser and seccompProfile
+// may be set on the pod and on the container, and the container's value
+// wins (PodSecurityContext in the Kubernetes API), so each container is
+// judged by its effective settings: a pod-level setting excuses only the
+// containers that do not override it.
 func checkPod(p pod, fail func(string, ...any)) {
 	ps := p.spec
-	podNonRoot := ps.SecurityContext != nil && ps.SecurityContext.RunAsNonRoot != nil && *ps.SecurityContext.RunAsNonRoot
-	podSeccomp := ps.SecurityContext != nil && ps.SecurityContext.SeccompProfile != nil && ps.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault
+	psc := ps.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	if psc.RunAsNonRoot != nil && !*psc.RunAsNonRoot {
+		fail("%s: pod securityContext.runAsNonRoot false: must run as non-root", p.owner)
+	}
+	if psc.RunAsUser != nil && *psc.RunAsUser == 0 {
+		fail("%s: pod securityContext.runAsUser 0: must run as non-root", p.owner)
+	}
 	for _, c := range allContainers(ps) {
 		where := fmt.Sprintf("%s: container %s", p.owner, c.Name)
 		img := c.Image
@@ -426,11 +442,24 @@ func checkPod(p pod, fail func(string, ...any)) {
 			if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 				fail("%s: must drop ALL capabilities", where)
 			}
-			if !podNonRoot && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
-				fail("%s: must run as non-root", where)
+			if sc.Capabilities != nil && len(sc.Capabilities.Add) > 0 {
+				fail("%s: securityContext.capabilities.add %v: must run with no capabilities", where, sc.Capabilities.Add)
 			}
-			if !podSeccomp && (sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault) {
-				fail("%s: needs the RuntimeDefault seccomp profile", where)
+			nonRoot := cmp.Or(sc.RunAsNonRoot, psc.RunAsNonRoot)
+			switch {
+			case sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot:
+				fail("%s: securityContext.runAsNonRoot false: must run as non-root", where)
+			case nonRoot == nil:
+				fail("%s: must run as non-root (runAsNonRoot: true on the pod or the container)", where)
+			}
+			if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+				fail("%s: securityContext.runAsUser 0: must run as non-root", where)
+			}
+			switch seccomp := cmp.Or(sc.SeccompProfile, psc.SeccompProfile); {
+			case seccomp == nil:
+				fail("%s: needs the RuntimeDefault seccomp profile (on the pod or the container)", where)
+			case seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost:
+				fail("%s: seccomp profile %s: needs RuntimeDefault (or Localhost)", where, seccomp.Type)
 			}
 		}
 		if p.longRun {
