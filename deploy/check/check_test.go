@@ -89,7 +89,9 @@ func TestChecksCatchMistakes(t *testing.T) {
 // TestChecksRefuseWeakenedManifests breaks the dev overlay in ways that
 // leave every other check passing but undo what the manifests promise:
 // every container non-root, with no capabilities and the RuntimeDefault
-// seccomp profile (deploy/k8s/README.md "Notes").
+// seccomp profile (deploy/k8s/README.md "Notes"); only the front door
+// reachable from outside, the internal ports admitted only from the
+// suite's pods (docs/operations.md).
 func TestChecksRefuseWeakenedManifests(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -103,6 +105,12 @@ func TestChecksRefuseWeakenedManifests(t *testing.T) {
 		{"a pod running as uid 0", `[{"op":"add","path":"/spec/template/spec/securityContext/runAsUser","value":0}]`, "Deployment", "rcnssvc", "pod securityContext.runAsUser 0: must run as non-root"},
 		{"a container overriding the pod's seccomp profile", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/seccompProfile","value":{"type":"Unconfined"}}]`, "Deployment", "identitysvc", "container identitysvc: seccomp profile Unconfined"},
 		{"a capability added back after drop ALL", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/capabilities/add","value":["NET_RAW","NET_BIND_SERVICE"]}]`, "Deployment", "auditsvc", "container auditsvc: securityContext.capabilities.add [NET_RAW NET_BIND_SERVICE]"},
+		{"the internal ports admitted from anywhere", `[{"op":"add","path":"/spec/ingress/-","value":{"from":[{"ipBlock":{"cidr":"0.0.0.0/0"}}]}}]`, "NetworkPolicy", "agtp-internal-ingress", "NetworkPolicy agtp-dev/agtp-internal-ingress: ingress[1] admits ipBlock 0.0.0.0/0 to"},
+		{"the internal ports admitted from every namespace", `[{"op":"add","path":"/spec/ingress/0/from/-","value":{"namespaceSelector":{}}}]`, "NetworkPolicy", "agtp-internal-ingress", "ingress[0] admits a namespaceSelector to"},
+		{"the gateways admitted from every source", `[{"op":"remove","path":"/spec/ingress/0/from"}]`, "NetworkPolicy", "agtp-gateway-ingress", "admits every source (no from) to Deployment agtp-dev/catalogsvc"},
+		{"the public policy widened to the internal pods", `[{"op":"replace","path":"/spec/podSelector","value":{"matchLabels":{"app.kubernetes.io/part-of":"agtp"}}}]`, "NetworkPolicy", "frontdoor-public", "to Deployment agtp-dev/catalogsvc"},
+		{"the public Service fronting an internal service", `[{"op":"replace","path":"/spec/selector","value":{"app.kubernetes.io/name":"policysvc"}},{"op":"replace","path":"/spec/ports","value":[{"name":"gateway","port":443,"targetPort":8102,"protocol":"TCP"}]}]`, "Service", "frontdoor", "selects Deployment agtp-dev/policysvc: only the front door may be reachable from outside"},
+		{"an internal service on a node port", `[{"op":"replace","path":"/spec/type","value":"NodePort"},{"op":"remove","path":"/spec/clusterIP"}]`, "Service", "auditsvc", "type NodePort, selector map[app.kubernetes.io/name:auditsvc] selects Deployment agtp-dev/auditsvc"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -139,19 +139,27 @@ func Rules(objs []*Object) []error {
 	}
 
 	// Services: selectors match pods, named target ports exist, only the
-	// front door is public: no other Service is a LoadBalancer or
-	// NodePort, or takes traffic for an external or load balancer IP.
+	// front door is public (docs/operations.md): a Service that is a
+	// LoadBalancer or NodePort, or takes traffic for an external or load
+	// balancer IP, selects the front door's pods and no others. It goes by
+	// the pods, not the Service's name: a Service named frontdoor pointed
+	// at another service's pods would publish that service.
 	for _, o := range byKind["Service"] {
 		svc := o.External.(*corev1.Service)
-		public := svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort
-		if public && svc.Name != "frontdoor" {
-			fail("%s: type %s: only the front door may be reachable from outside", o, svc.Spec.Type)
+		var reach []string
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || svc.Spec.Type == corev1.ServiceTypeNodePort {
+			reach = append(reach, "type "+string(svc.Spec.Type))
 		}
-		if len(svc.Spec.ExternalIPs) > 0 && svc.Name != "frontdoor" {
-			fail("%s: externalIPs %v: only the front door may be reachable from outside", o, svc.Spec.ExternalIPs)
+		if len(svc.Spec.ExternalIPs) > 0 {
+			reach = append(reach, fmt.Sprintf("externalIPs %v", svc.Spec.ExternalIPs))
 		}
-		if svc.Spec.LoadBalancerIP != "" && svc.Name != "frontdoor" {
-			fail("%s: loadBalancerIP %s: only the front door may be reachable from outside", o, svc.Spec.LoadBalancerIP)
+		if svc.Spec.LoadBalancerIP != "" {
+			reach = append(reach, "loadBalancerIP "+svc.Spec.LoadBalancerIP)
+		}
+		if len(reach) > 0 && len(svc.Spec.Selector) > 0 {
+			if others := notFrontDoor(selectPods(pods, labels.SelectorFromSet(svc.Spec.Selector))); len(others) > 0 {
+				fail("%s: %s, selector %v selects %s: only the front door may be reachable from outside", o, strings.Join(reach, ", "), svc.Spec.Selector, strings.Join(others, ", "))
+			}
 		}
 		if slices.Contains(Services, svc.Name) && svc.Name != "frontdoor" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
 			fail("%s: an internal service must be headless (clusterIP: None), so that the gRPC clients balance over every replica's address", o)
@@ -219,8 +227,11 @@ func Rules(objs []*Object) []error {
 		}
 	}
 
-	// NetworkPolicies: everything is denied by default, and every pod that
-	// a Service fronts is selected by a policy that admits something.
+	// NetworkPolicies: everything is denied by default, every pod that a
+	// Service fronts is selected by a policy that admits something, and
+	// only the front door's pods are admitted from beyond the namespace's
+	// own pods (docs/operations.md): an ingress rule with no from, or a
+	// peer with an ipBlock or a namespaceSelector, may select nothing else.
 	var defaultDeny bool
 	var admitting []labels.Selector
 	for _, o := range byKind["NetworkPolicy"] {
@@ -229,6 +240,13 @@ func Rules(objs []*Object) []error {
 		if err != nil {
 			fail("%s: %v", o, err)
 			continue
+		}
+		for i, rule := range np.Spec.Ingress {
+			if open := openPeers(rule); open != "" {
+				if others := notFrontDoor(selectPods(pods, sel)); len(others) > 0 {
+					fail("%s: ingress[%d] admits %s to %s: only the front door may be reachable from beyond the suite's pods", o, i, open, strings.Join(others, ", "))
+				}
+			}
 		}
 		if sel.Empty() && len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 &&
 			slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
@@ -482,7 +500,7 @@ func checkPod(p pod, fail func(string, ...any)) {
 // own addresses: hostNetwork or a hostPort would make it reachable from
 // outside the cluster, past its Service and the NetworkPolicies.
 func checkHostNetwork(p pod, fail func(string, ...any)) {
-	if p.kind == "Deployment" && p.name == "frontdoor" {
+	if isFrontDoor(p) {
 		return
 	}
 	if p.spec.HostNetwork {
@@ -553,6 +571,52 @@ func checkProcessors(p pod, fail func(string, ...any)) {
 		return
 	}
 	fail("%s: needs GOMAXPROCS from requests.cpu (Go sizes it from a CPU limit only)", p.owner)
+}
+
+// isFrontDoor reports whether p is the front door's pod, the only one
+// meant to be reachable from outside the cluster.
+func isFrontDoor(p pod) bool { return p.kind == "Deployment" && p.name == "frontdoor" }
+
+// notFrontDoor names the pods in ps that are not the front door's.
+func notFrontDoor(ps []pod) []string {
+	var out []string
+	for _, p := range ps {
+		if !isFrontDoor(p) {
+			out = append(out, p.owner)
+		}
+	}
+	return out
+}
+
+// selectPods is every workload's pod that sel matches, Jobs included.
+func selectPods(pods []pod, sel labels.Selector) []pod {
+	var out []pod
+	for _, p := range pods {
+		if sel.Matches(labels.Set(p.labels)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// openPeers describes what an ingress rule admits beyond the namespace's
+// own pods, or is empty when it admits only pods selected by podSelector.
+// A rule with no from admits every source; an ipBlock admits addresses
+// from anywhere; a namespaceSelector admits pods of other namespaces.
+func openPeers(rule networkingv1.NetworkPolicyIngressRule) string {
+	if len(rule.From) == 0 {
+		return "every source (no from)"
+	}
+	var open []string
+	for _, peer := range rule.From {
+		switch {
+		case peer.IPBlock != nil:
+			open = append(open, "ipBlock "+peer.IPBlock.CIDR)
+		case peer.NamespaceSelector != nil:
+			open = append(open, "a namespaceSelector")
+		}
+	}
+	return strings.Join(open, ", ")
 }
 
 func allContainers(ps *corev1.PodSpec) []corev1.Container {
