@@ -91,7 +91,8 @@ func TestChecksCatchMistakes(t *testing.T) {
 // every container non-root, with no capabilities and the RuntimeDefault
 // seccomp profile (deploy/k8s/README.md "Notes"); only the front door
 // reachable from outside, the internal ports admitted only from the
-// suite's pods (docs/operations.md).
+// suite's pods (docs/operations.md); Secrets referenced, never included
+// (base/kustomization.yaml).
 func TestChecksRefuseWeakenedManifests(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -111,6 +112,11 @@ func TestChecksRefuseWeakenedManifests(t *testing.T) {
 		{"the public policy widened to the internal pods", `[{"op":"replace","path":"/spec/podSelector","value":{"matchLabels":{"app.kubernetes.io/part-of":"agtp"}}}]`, "NetworkPolicy", "frontdoor-public", "to Deployment agtp-dev/catalogsvc"},
 		{"the public Service fronting an internal service", `[{"op":"replace","path":"/spec/selector","value":{"app.kubernetes.io/name":"policysvc"}},{"op":"replace","path":"/spec/ports","value":[{"name":"gateway","port":443,"targetPort":8102,"protocol":"TCP"}]}]`, "Service", "frontdoor", "selects Deployment agtp-dev/policysvc: only the front door may be reachable from outside"},
 		{"an internal service on a node port", `[{"op":"replace","path":"/spec/type","value":"NodePort"},{"op":"remove","path":"/spec/clusterIP"}]`, "Service", "auditsvc", "type NodePort, selector map[app.kubernetes.io/name:auditsvc] selects Deployment agtp-dev/auditsvc"},
+		{"the Redis password as a plain env value", `[{"op":"replace","path":"/spec/template/spec/containers/0/env/8","value":{"name":"REDIS_URL","value":"redis+cluster://:hunter2@redis-cluster-0.redis-cluster-headless:6379"}}]`, "Deployment", "policysvc", "container policysvc: env REDIS_URL is a credential: it must come from a Secret"},
+		{"a token from a ConfigMap", `[{"op":"add","path":"/spec/template/spec/containers/0/env/-","value":{"name":"UPSTREAM_TOKEN","valueFrom":{"configMapKeyRef":{"name":"agtp-common","key":"AGTP_TRUST_DOMAIN"}}}}]`, "Deployment", "frontdoor", "container frontdoor: env UPSTREAM_TOKEN is a credential"},
+		{"a URL with a password under another name", `[{"op":"add","path":"/spec/template/spec/containers/0/env/-","value":{"name":"BACKEND","value":"https://svc:s3cret@backend.example"}}]`, "Deployment", "catalogsvc", "container catalogsvc: env BACKEND is a URL with a password"},
+		{"a password in the shared ConfigMap", `[{"op":"add","path":"/data/REDIS_PASSWORD","value":"hunter2"}]`, "ConfigMap", "agtp-common", "ConfigMap agtp-dev/agtp-common: data key REDIS_PASSWORD is a credential"},
+		{"a URL with a password in the shared ConfigMap", `[{"op":"add","path":"/data/AGTP_UPSTREAM","value":"redis://default:hunter2@redis:6379"}]`, "ConfigMap", "agtp-common", "data key AGTP_UPSTREAM holds a URL with a password"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +127,30 @@ func TestChecksRefuseWeakenedManifests(t *testing.T) {
 			if !strings.Contains(all, tc.want) {
 				t.Fatalf("want an error mentioning %q, got:\n%s", tc.want, all)
 			}
+			if strings.Contains(all, "hunter2") || strings.Contains(all, "s3cret") {
+				t.Errorf("a message repeats the credential:\n%s", all)
+			}
 		})
+	}
+}
+
+// TestURLPasswordOnlyWhenWrittenOut: a URL carries a credential when its
+// userinfo has a password written out; a referenced one ($(VAR), ${VAR})
+// stays in its Secret.
+func TestURLPasswordOnlyWhenWrittenOut(t *testing.T) {
+	for s, want := range map[string]bool{
+		"redis+cluster://:hunter2@redis:6379":     true,
+		"https://svc:s3cret@backend.example/path": true,
+		"url: https://u:p@h\nother: x":            true,
+		"redis+cluster://redis:6379":              false,
+		"https://user@backend.example":            false,
+		"https://backend.example:8443/a@b":        false,
+		"redis://:$(REDIS_PASSWORD)@redis:6379":   false,
+		"https://u:${env:BACKEND_PASSWORD}@h":     false,
+	} {
+		if got := hasURLPassword(s); got != want {
+			t.Errorf("hasURLPassword(%q) = %v, want %v", s, got, want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -125,6 +126,7 @@ func Rules(objs []*Object) []error {
 				}
 			}
 			for _, e := range c.Env {
+				checkCredentialEnv(p.owner, c.Name, e, fail)
 				if e.ValueFrom == nil {
 					continue
 				}
@@ -134,6 +136,20 @@ func Rules(objs []*Object) []error {
 				if r := e.ValueFrom.SecretKeyRef; r != nil {
 					checkSecret(p.owner, r.Name, has, issued, fail)
 				}
+			}
+		}
+	}
+
+	// ConfigMaps are plain configuration, readable by whoever may read the
+	// namespace's configuration, and end up in the manifests themselves.
+	for _, o := range byKind["ConfigMap"] {
+		cm := o.External.(*corev1.ConfigMap)
+		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
+			switch {
+			case isCredentialName(k):
+				fail("%s: data key %s is a credential: it must be in a Secret, never a ConfigMap", o, k)
+			case hasURLPassword(cm.Data[k]):
+				fail("%s: data key %s holds a URL with a password: it must be in a Secret, never a ConfigMap", o, k)
 			}
 		}
 	}
@@ -419,6 +435,44 @@ func checkSecret(owner, name string, has func(kind, name string) bool, issued ma
 // wins (PodSecurityContext in the Kubernetes API), so each container is
 // judged by its effective settings: a pod-level setting excuses only the
 // containers that do not override it.
+// checkCredentialEnv keeps credentials out of the manifests: the Redis URL
+// (which carries the Redis password), any *_PASSWORD, *_TOKEN or *_SECRET,
+// and any value that is a URL with a password come from a Secret through
+// secretKeyRef (base/kustomization.yaml: Secrets are referenced, never
+// included; deploy/k8s/README.md "Secrets"). The messages never repeat the
+// value.
+func checkCredentialEnv(owner, container string, e corev1.EnvVar, fail func(string, ...any)) {
+	fromSecret := e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+	switch {
+	case isCredentialName(e.Name) && !fromSecret:
+		fail("%s: container %s: env %s is a credential: it must come from a Secret (valueFrom.secretKeyRef), never a literal value or a ConfigMap", owner, container, e.Name)
+	case hasURLPassword(e.Value):
+		fail("%s: container %s: env %s is a URL with a password: it must come from a Secret (valueFrom.secretKeyRef), never a literal value", owner, container, e.Name)
+	}
+}
+
+// isCredentialName reports whether an environment variable (or a
+// ConfigMap key, which envFrom turns into one) named name holds a
+// credential.
+func isCredentialName(name string) bool {
+	n := strings.ToUpper(name)
+	return n == "REDIS_URL" || strings.HasSuffix(n, "_PASSWORD") || strings.HasSuffix(n, "_TOKEN") || strings.HasSuffix(n, "_SECRET")
+}
+
+var (
+	// urlPassword is scheme://user:password@ with a non-empty password.
+	urlPassword = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*:[^/?#@\s]+@`)
+	// varRef is a $(VAR) (Kubernetes) or ${VAR} (collector, endpoint
+	// headers) reference, which keeps the credential itself elsewhere.
+	varRef = regexp.MustCompile(`\$\([^)]*\)|\$\{[^}]*\}`)
+)
+
+// hasURLPassword reports whether s holds a URL whose userinfo carries a
+// password written out rather than referenced.
+func hasURLPassword(s string) bool {
+	return urlPassword.MatchString(varRef.ReplaceAllString(s, ""))
+}
+
 func checkPod(p pod, fail func(string, ...any)) {
 	ps := p.spec
 	psc := ps.SecurityContext

@@ -8,7 +8,8 @@
 // top (rules.go): probes, resources and a non-root, read-only container for
 // every workload; a Service, HorizontalPodAutoscaler, PodDisruptionBudget
 // for every service; references that resolve; only the front door public;
-// every suite client certificate naming its own identity.
+// credentials only from Secrets; every suite client certificate naming its
+// own identity.
 //
 // It is a separate module so that the Kubernetes dependencies stay out of
 // the suite's go.mod. Nothing is downloaded at run time: no JSON schemas,
