@@ -107,7 +107,8 @@ func TestChecksRefuseWeakenedManifests(t *testing.T) {
 		{"a container overriding the pod's seccomp profile", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/seccompProfile","value":{"type":"Unconfined"}}]`, "Deployment", "identitysvc", "container identitysvc: seccomp profile Unconfined"},
 		{"a capability added back after drop ALL", `[{"op":"add","path":"/spec/template/spec/containers/0/securityContext/capabilities/add","value":["NET_RAW","NET_BIND_SERVICE"]}]`, "Deployment", "auditsvc", "container auditsvc: securityContext.capabilities.add [NET_RAW NET_BIND_SERVICE]"},
 		{"the internal ports admitted from anywhere", `[{"op":"add","path":"/spec/ingress/-","value":{"from":[{"ipBlock":{"cidr":"0.0.0.0/0"}}]}}]`, "NetworkPolicy", "agtp-internal-ingress", "NetworkPolicy agtp-dev/agtp-internal-ingress: ingress[1] admits ipBlock 0.0.0.0/0 to"},
-		{"the internal ports admitted from every namespace", `[{"op":"add","path":"/spec/ingress/0/from/-","value":{"namespaceSelector":{}}}]`, "NetworkPolicy", "agtp-internal-ingress", "ingress[0] admits a namespaceSelector to"},
+		{"the internal ports admitted from every namespace", `[{"op":"add","path":"/spec/ingress/0/from/-","value":{"namespaceSelector":{}}}]`, "NetworkPolicy", "agtp-internal-ingress", "ingress[0] admits a namespaceSelector that does not name both a namespace and its pods to"},
+		{"the internal ports admitted from a namespace's every pod", `[{"op":"add","path":"/spec/ingress/0/from/-","value":{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"billing"}}}}]`, "NetworkPolicy", "agtp-internal-ingress", "ingress[0] admits a namespaceSelector that does not name both"},
 		{"the gateways admitted from every source", `[{"op":"remove","path":"/spec/ingress/0/from"}]`, "NetworkPolicy", "agtp-gateway-ingress", "admits every source (no from) to Deployment agtp-dev/catalogsvc"},
 		{"the public policy widened to the internal pods", `[{"op":"replace","path":"/spec/podSelector","value":{"matchLabels":{"app.kubernetes.io/part-of":"agtp"}}}]`, "NetworkPolicy", "frontdoor-public", "to Deployment agtp-dev/catalogsvc"},
 		{"the public Service fronting an internal service", `[{"op":"replace","path":"/spec/selector","value":{"app.kubernetes.io/name":"policysvc"}},{"op":"replace","path":"/spec/ports","value":[{"name":"gateway","port":443,"targetPort":8102,"protocol":"TCP"}]}]`, "Service", "frontdoor", "selects Deployment agtp-dev/policysvc: only the front door may be reachable from outside"},
@@ -131,6 +132,16 @@ func TestChecksRefuseWeakenedManifests(t *testing.T) {
 				t.Errorf("a message repeats the credential:\n%s", all)
 			}
 		})
+	}
+}
+
+// An overlay may admit one internal system from another namespace to the
+// gateways, naming both the namespace and its pods
+// (deploy/k8s/base/networkpolicies.yaml says how).
+func TestOneSystemFromAnotherNamespaceMayReachTheGateways(t *testing.T) {
+	patch := `[{"op":"add","path":"/spec/ingress/0/from/-","value":{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"billing"}},"podSelector":{"matchLabels":{"app.kubernetes.io/name":"billing-agent"}}}}]`
+	if all := brokenCopy(t, "dev", "NetworkPolicy", "agtp-gateway-ingress", patch); all != "" {
+		t.Fatalf("the checks refuse one named system from another namespace:\n%s", all)
 	}
 }
 

@@ -656,7 +656,10 @@ func selectPods(pods []pod, sel labels.Selector) []pod {
 // openPeers describes what an ingress rule admits beyond the namespace's
 // own pods, or is empty when it admits only pods selected by podSelector.
 // A rule with no from admits every source; an ipBlock admits addresses
-// from anywhere; a namespaceSelector admits pods of other namespaces.
+// from anywhere; a namespaceSelector admits pods of other namespaces,
+// unless it names one system: both the namespace and its pods by label
+// (the way an overlay admits an internal system from another namespace,
+// deploy/k8s/base/networkpolicies.yaml).
 func openPeers(rule networkingv1.NetworkPolicyIngressRule) string {
 	if len(rule.From) == 0 {
 		return "every source (no from)"
@@ -666,11 +669,17 @@ func openPeers(rule networkingv1.NetworkPolicyIngressRule) string {
 		switch {
 		case peer.IPBlock != nil:
 			open = append(open, "ipBlock "+peer.IPBlock.CIDR)
-		case peer.NamespaceSelector != nil:
-			open = append(open, "a namespaceSelector")
+		case peer.NamespaceSelector != nil && !(names(peer.NamespaceSelector) && names(peer.PodSelector)):
+			open = append(open, "a namespaceSelector that does not name both a namespace and its pods")
 		}
 	}
 	return strings.Join(open, ", ")
+}
+
+// names reports whether a label selector selects by something: nil and
+// the empty selector select everything.
+func names(s *metav1.LabelSelector) bool {
+	return s != nil && len(s.MatchLabels)+len(s.MatchExpressions) > 0
 }
 
 func allContainers(ps *corev1.PodSpec) []corev1.Container {
