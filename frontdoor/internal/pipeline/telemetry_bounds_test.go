@@ -34,7 +34,7 @@ func TestTaskIDOverBoundNotOnSpan(t *testing.T) {
 	wantAnswer(t, resp, body, agtp.StatusBadRequest, "invalid-header")
 	for _, s := range rec.Ended() {
 		for _, a := range s.Attributes() {
-			if n := len(a.Value.Emit()); n > maxSpanValue {
+			if n := len(a.Value.String()); n > maxSpanValue {
 				t.Fatalf("span %q attribute %s is %d bytes (the refused Task-ID)", s.Name(), a.Key, n)
 			}
 		}
