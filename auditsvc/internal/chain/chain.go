@@ -821,16 +821,13 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 				// error makes our own records look like a conflict.
 				// Re-signing would attest the responses twice, so look
 				// first.
-				done, err := s.appliedEarlier(ctx, st, jobs, r.a)
+				rest, done, err := s.answerOwnEarlierAppends(ctx, st, jobs, r.a)
 				if err != nil {
 					st.valid = false
 					s.failAll(st, jobs, err)
 					return
 				}
-				for _, j := range jobs[:done] {
-					s.answerAppliedEarlier(ctx, st, j)
-				}
-				jobs = jobs[done:]
+				jobs = rest
 				if done > 0 {
 					st.head, st.length, st.valid = r.a, n, s.opts.ReplicaAcks == 0
 					for _, j := range jobs {
@@ -875,17 +872,14 @@ func (s *Store) appendJobs(st *headState, jobs []*job) {
 			// appended that attempt, and maybe the attempts after it, which
 			// need not carry a request ID to replay: look, as after a
 			// conflict with our own records, before signing them again.
-			done, err := s.appliedEarlier(ctx, st, jobs, last.curHead)
+			rest, _, err := s.answerOwnEarlierAppends(ctx, st, jobs, last.curHead)
 			if err != nil {
 				// Their attempts may be in the chain: their index entries stay.
 				st.valid = false
 				s.failAll(st, jobs, err)
 				return
 			}
-			for _, j := range jobs[:done] {
-				s.answerAppliedEarlier(ctx, st, j)
-			}
-			jobs = jobs[done:]
+			jobs = rest
 		}
 		// Records after a replay or a reuse were signed against a record
 		// that was not appended: sign them again.
@@ -948,6 +942,20 @@ func (s *Store) settle(ctx context.Context, st *headState, j *job, r scriptReply
 
 // answerAppliedEarlier answers j, whose record an earlier send of the same
 // script appended.
+// answerOwnEarlierAppends answers the jobs an earlier send of this
+// store's own script already appended after head (appliedEarlier), and
+// returns the jobs left to sign and how many it answered.
+func (s *Store) answerOwnEarlierAppends(ctx context.Context, st *headState, jobs []*job, head string) ([]*job, int, error) {
+	done, err := s.appliedEarlier(ctx, st, jobs, head)
+	if err != nil {
+		return jobs, 0, err
+	}
+	for _, j := range jobs[:done] {
+		s.answerAppliedEarlier(ctx, st, j)
+	}
+	return jobs[done:], done, nil
+}
+
 func (s *Store) answerAppliedEarlier(ctx context.Context, st *headState, j *job) {
 	if s.opts.ReplicaAcks > 0 {
 		// An earlier send of this script appended it, maybe on another

@@ -49,8 +49,15 @@ func startServer(t *testing.T, h transport.HandlerFunc) *server {
 func startServerAt(t *testing.T, addr string, h transport.HandlerFunc) *server {
 	t.Helper()
 	pki := testkit.PKI(t)
+	return startServerWith(t, addr, pki.Cert("agtp-server"), pki.Key("agtp-server"), pki.CA(), h)
+}
+
+// startServerWith serves h on addr with the certificate in certFile and
+// keyFile; ca is the file a client trusts it by.
+func startServerWith(t *testing.T, addr, certFile, keyFile, ca string, h transport.HandlerFunc) *server {
+	t.Helper()
 	s, err := transport.New(transport.Options{
-		Addr: addr, CertFile: pki.Cert("agtp-server"), KeyFile: pki.Key("agtp-server"),
+		Addr: addr, CertFile: certFile, KeyFile: keyFile,
 		Logger: slog.New(slog.DiscardHandler),
 	}, h)
 	if err != nil {
@@ -67,7 +74,7 @@ func startServerAt(t *testing.T, addr string, h transport.HandlerFunc) *server {
 		s.Shutdown(ctx)
 		<-done
 	})
-	return &server{Server: s, ca: pki.CA()}
+	return &server{Server: s, ca: ca}
 }
 
 type result struct {

@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"io"
 	"log"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -137,22 +136,7 @@ func selfSigned(t *testing.T, cn string) (certFile, keyFile string) {
 // with the server certificate's names included.
 func TestVerboseEscapesTheServerCertificateNames(t *testing.T) {
 	certFile, keyFile := selfSigned(t, "evil"+escape)
-	s, err := transport.New(transport.Options{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile,
-		Logger: slog.New(slog.DiscardHandler)}, transport.HandlerFunc(echo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { s.Serve(context.Background()); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-		<-done
-	})
+	s := startServerWith(t, "127.0.0.1:0", certFile, keyFile, certFile, echo)
 	r := run(t, "", false, "-k", "-v", "QUERY", "agtp://"+s.TCPAddr().String()+"/")
 	if r.code != ExitOK {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
