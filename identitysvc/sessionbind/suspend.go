@@ -40,12 +40,14 @@ type Suspension struct {
 	ResumeBy time.Time
 }
 
-// suspendScript suspends a session bound to ARGV[1]; the binding then
-// lives until resume_by (plus its idle TTL), so an expired suspension is
-// still reported as expired rather than forgotten.
+// suspendScript suspends a session bound to ARGV[1] and, when ARGV[8] is
+// "1", to the client key ARGV[9]; the binding then lives until resume_by
+// (plus its idle TTL), so an expired suspension is still reported as
+// expired rather than forgotten.
 var suspendScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'agent_id', 'suspension_id')
+local cur = redis.call('HMGET', KEYS[1], 'agent_id', 'suspension_id', 'client_key')
 if not cur[1] or cur[1] ~= ARGV[1] then return 0 end
+if ARGV[8] == '1' and (cur[3] or '') ~= ARGV[9] then return 0 end
 if cur[2] then return 2 end
 redis.call('HSET', KEYS[1], 'suspension_id', ARGV[2], 'nonce', ARGV[3], 'resume_by', ARGV[4], 'checkpoint', ARGV[5], 'reason', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
@@ -69,8 +71,10 @@ func nonceHash(nonce string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Suspend suspends a session bound to agentID.
-func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string, resumeBy time.Time, checkpoint []byte) (*Suspension, error) {
+// Suspend suspends a session bound to agentID and, when clientKey is not
+// nil, to that client key fingerprint (core §10.4.5: another key of the
+// agent could otherwise suspend the session and take its nonce).
+func (b *Binder) Suspend(ctx context.Context, sessionID, agentID string, clientKey *string, reason string, resumeBy time.Time, checkpoint []byte) (*Suspension, error) {
 	if !Valid(sessionID) {
 		return nil, grpcerr.InvalidArgument(ReasonInvalid, "the Session-ID is not valid")
 	}
@@ -101,17 +105,32 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID, reason string,
 	}
 	s.ID = "susp-" + hex.EncodeToString(raw[:])
 	res, err := suspendScript.Run(ctx, b.rdb, []string{rediskeys.SessionBinding(sessionID)},
-		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepSuspended(resumeBy, now, b.ttl).Milliseconds()).Int()
+		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepSuspended(resumeBy, now, b.ttl).Milliseconds(),
+		keyChecked(clientKey), derefOr(clientKey)).Int()
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("suspend session: %w", err))
 	}
 	switch res {
 	case 0:
-		return nil, grpcerr.NotFound(ReasonNotFound, "no session with that Session-ID is bound to the calling agent")
+		return nil, grpcerr.NotFound(ReasonNotFound, "no session with that Session-ID is bound to the calling agent and its client key")
 	case 2:
 		return nil, grpcerr.Conflict(ReasonSuspended, "the session is already suspended")
 	}
 	return s, nil
+}
+
+func keyChecked(clientKey *string) string {
+	if clientKey == nil {
+		return "0"
+	}
+	return "1"
+}
+
+func derefOr(clientKey *string) string {
+	if clientKey == nil {
+		return ""
+	}
+	return *clientKey
 }
 
 // keepSuspended is how long a suspended binding is kept: until

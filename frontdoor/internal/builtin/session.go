@@ -35,7 +35,8 @@ func (bi *Registry) suspend(ctx context.Context, call *Call) *agtp.Response {
 	if sid == "" {
 		return call.Fail(agtp.StatusBadRequest, "session-id-required", "SUSPEND needs session_id (or synthesis_id)", nil)
 	}
-	in := &identityv1.SuspendSessionRequest{SessionId: sid, AgentId: call.AgentID, Reason: str(params, "reason")}
+	fp := call.clientKeyFingerprint()
+	in := &identityv1.SuspendSessionRequest{SessionId: sid, AgentId: call.AgentID, Reason: str(params, "reason"), ClientKeyFingerprint: &fp}
 	if rb := str(params, "resume_by"); rb != "" {
 		t, err := time.Parse(time.RFC3339, rb)
 		if err != nil {

@@ -293,12 +293,19 @@ func (p *Pipeline) explicitScopeMissing(x *exchange, ep *catalogv1.Endpoint) *ag
 }
 
 // checkSession binds or checks the request's Session-ID. Anonymous
-// requests and requests from 0-RTT data (whose client identity is not yet
-// proven) do not bind sessions.
+// requests do not bind sessions. A request from 0-RTT data, whose client
+// identity is not yet proven, can neither bind nor be checked against a
+// binding, so it is answered 425 and sent again after the handshake
+// (served unchecked, it reached a suspended session, or one bound to
+// another key).
 func (p *Pipeline) checkSession(x *exchange) *agtp.Response {
 	sid, ok := x.req.Header.Lookup(agtp.HeaderSessionID)
-	if !ok || x.agentID == "" || x.conn.EarlyData {
+	if !ok || x.agentID == "" {
 		return nil
+	}
+	if x.conn.EarlyData {
+		return x.fail(agtp.StatusTooEarly, agtp.ReasonTooEarly,
+			"a request in a session is not accepted in 0-RTT data; retry after the handshake", nil)
 	}
 	// RESUME is how a suspended session is reached again; it checks the
 	// binding itself, with the nonce.

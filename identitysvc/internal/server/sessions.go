@@ -26,7 +26,9 @@ func (s *Server) SuspendSession(ctx context.Context, req *identityv1.SuspendSess
 	}
 	//lint:ignore SA1019 the first release's front door sends the checkpoint only as bytes
 	checkpoint := jsondoc.PreferString(req.GetCheckpoint(), req.GetCheckpointJson())
-	susp, err := s.binder.Suspend(ctx, req.GetSessionId(), req.GetAgentId(), req.GetReason(), resumeBy, checkpoint)
+	// A caller that names no client key (the first release's front door)
+	// is checked by agent only, as it was.
+	susp, err := s.binder.Suspend(ctx, req.GetSessionId(), req.GetAgentId(), req.ClientKeyFingerprint, req.GetReason(), resumeBy, checkpoint)
 	if err != nil {
 		return nil, err
 	}

@@ -1415,9 +1415,14 @@ type SuspendSessionRequest struct {
 	// A JSON value, kept for the suspension's duration and returned on
 	// resume as it was sent (any JSON value, so a string rather than a
 	// google.protobuf.Struct); taken over checkpoint_json.
-	Checkpoint    string `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Checkpoint string `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// When present, the session must also be bound to this TLS client key
+	// (its fingerprint; empty for a caller without a client certificate),
+	// as every request in it must be (core §10.4.5): otherwise another key
+	// of the same agent could suspend the session and take its nonce.
+	ClientKeyFingerprint *string `protobuf:"bytes,7,opt,name=client_key_fingerprint,json=clientKeyFingerprint,proto3,oneof" json:"client_key_fingerprint,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SuspendSessionRequest) Reset() {
@@ -1489,6 +1494,13 @@ func (x *SuspendSessionRequest) GetCheckpointJson() []byte {
 func (x *SuspendSessionRequest) GetCheckpoint() string {
 	if x != nil {
 		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *SuspendSessionRequest) GetClientKeyFingerprint() string {
+	if x != nil && x.ClientKeyFingerprint != nil {
+		return *x.ClientKeyFingerprint
 	}
 	return ""
 }
@@ -1983,7 +1995,7 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x1cGetNamespaceDocumentResponse\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12'\n" +
 	"\rdocument_json\x18\x02 \x01(\fB\x02\x18\x01R\fdocumentJson\x12\x1a\n" +
-	"\bdocument\x18\x03 \x01(\tR\bdocument\"\xef\x01\n" +
+	"\bdocument\x18\x03 \x01(\tR\bdocument\"\xc5\x02\n" +
 	"\x15SuspendSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -1993,7 +2005,9 @@ const file_agtp_identity_v1_identity_proto_rawDesc = "" +
 	"\x0fcheckpoint_json\x18\x05 \x01(\fB\x02\x18\x01R\x0echeckpointJson\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x06 \x01(\tR\n" +
-	"checkpoint\"\xa4\x02\n" +
+	"checkpoint\x129\n" +
+	"\x16client_key_fingerprint\x18\a \x01(\tH\x00R\x14clientKeyFingerprint\x88\x01\x01B\x19\n" +
+	"\x17_client_key_fingerprint\"\xa4\x02\n" +
 	"\x16SuspendSessionResponse\x12#\n" +
 	"\rsuspension_id\x18\x01 \x01(\tR\fsuspensionId\x12\x1d\n" +
 	"\n" +
@@ -2154,6 +2168,7 @@ func file_agtp_identity_v1_identity_proto_init() {
 	if File_agtp_identity_v1_identity_proto != nil {
 		return
 	}
+	file_agtp_identity_v1_identity_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
