@@ -36,7 +36,9 @@ func DefaultConfig() Config {
 	c.RedisRequired = true
 	c.Tasks.DefaultRecipient = "admin"
 	c.Tasks.NotifyMaxBackoff = time.Minute
-	c.AGP.ExecutePolicy = "open"
+	// An AGP execute needs a confirmation token (AGP §8.1); make run
+	// loosens it to open for the walkthrough, and says so.
+	c.AGP.ExecutePolicy = "confirm"
 	c.AGP.MaxExecuteAmountCents = 100
 	return c
 }

@@ -50,7 +50,7 @@ func TestStartupWarnsOfLooserSettings(t *testing.T) {
 			c.Options.RateLimits.Tiers = map[string]ratelimit.Rate{"default": rate}
 		}, nil},
 		{"a per-principal limit in the policy file", func(c *Config) { safe(c); c.Options = Config{}.Options; c.OptionsFile = policyFile }, nil},
-		{"defaults", func(*Config) {}, []string{"no rate limit", "open execute"}},
+		{"defaults", func(*Config) {}, []string{"no rate limit"}},
 		{"no rate limit", func(c *Config) { safe(c); c.Options.RateLimits.PerIP = ratelimit.Rate{} }, []string{"no rate limit"}},
 		{"the policy file replaces the options", func(c *Config) {
 			safe(c)

@@ -115,8 +115,9 @@ const (
 //
 //  1. each service's DefaultConfig, with the suite's defaults for a
 //     development suite on loopback: the demo merchant's policy options
-//     (AGTP_POLICY_FILE replaces them) and loopback-only outbound
-//     destinations (AGTP_OUTBOUND_* replace them);
+//     (AGTP_POLICY_FILE replaces them), loopback-only outbound
+//     destinations (AGTP_OUTBOUND_* replace them) and the open AGP
+//     execute policy (AGTP_AGP_EXECUTE_POLICY replaces it);
 //  2. the environment, read by each service's ApplyEnv, the code the
 //     service's own binary reads it with;
 //  3. the settings the suite owns, which the environment cannot change
@@ -139,6 +140,10 @@ func configure(cfg Config, l devpki.Layout, lookup func(string) (string, bool), 
 		m.common.Telemetry.Prometheus = true
 	}
 	v.policy.Tasks.Outbound = dest
+	// The walkthrough's AGP executes send no confirmation token; policysvc
+	// warns at start-up that the policy is open (AGTP_AGP_EXECUTE_POLICY
+	// replaces it).
+	v.policy.AGP.ExecutePolicy = "open"
 	v.front.Outbound = outbound.Options{Webhooks: slices.Clone(dest.Webhooks), Peers: slices.Clone(dest.Peers)}
 	if err := demoCommerce(&v.policy, demoMerchantPath(l.Dir)); err != nil {
 		return services{}, err
