@@ -104,9 +104,13 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID string, clientK
 		return nil, grpcerr.Internal(err)
 	}
 	s.ID = "susp-" + hex.EncodeToString(raw[:])
+	checkKey, key := "0", ""
+	if clientKey != nil {
+		checkKey, key = "1", *clientKey
+	}
 	res, err := suspendScript.Run(ctx, b.rdb, []string{rediskeys.SessionBinding(sessionID)},
 		agentID, s.ID, nonceHash(s.Nonce), resumeBy.UnixMilli(), string(checkpoint), reason, keepSuspended(resumeBy, now, b.ttl).Milliseconds(),
-		keyChecked(clientKey), derefOr(clientKey)).Int()
+		checkKey, key).Int()
 	if err != nil {
 		return nil, grpcerr.Internal(fmt.Errorf("suspend session: %w", err))
 	}
@@ -117,20 +121,6 @@ func (b *Binder) Suspend(ctx context.Context, sessionID, agentID string, clientK
 		return nil, grpcerr.Conflict(ReasonSuspended, "the session is already suspended")
 	}
 	return s, nil
-}
-
-func keyChecked(clientKey *string) string {
-	if clientKey == nil {
-		return "0"
-	}
-	return "1"
-}
-
-func derefOr(clientKey *string) string {
-	if clientKey == nil {
-		return ""
-	}
-	return *clientKey
 }
 
 // keepSuspended is how long a suspended binding is kept: until

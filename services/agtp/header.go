@@ -194,3 +194,16 @@ func validToken(s string) bool {
 func validValue(s string) bool {
 	return valueEnd(s, 0) == len(s)
 }
+
+// PrintableASCII reports whether s holds printable ASCII only (space
+// through tilde). The wire takes other bytes in field values (obs-text),
+// but a value that goes on into a signed record, a protobuf string or a
+// key must be plain text.
+func PrintableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -121,3 +121,13 @@ func TestRequestQueryAndClone(t *testing.T) {
 		t.Error("Clone shares storage with the original")
 	}
 }
+
+func TestPrintableASCII(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, "req-1 ~": true, "a\x7f": false, "tab\t": false, "r-\xff": false, "é": false,
+	} {
+		if got := PrintableASCII(s); got != want {
+			t.Errorf("PrintableASCII(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

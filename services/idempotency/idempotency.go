@@ -46,6 +46,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agtpsuite/agtp/services/agtp"
 	"github.com/agtpsuite/agtp/services/rediskeys"
 )
 
@@ -113,15 +114,7 @@ const MaxKeyLen = 255
 // ValidKey reports whether key is 1-255 printable ASCII characters
 // (space through tilde; the header parser has trimmed the ends).
 func ValidKey(key string) bool {
-	if len(key) == 0 || len(key) > MaxKeyLen {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] < 0x20 || key[i] > 0x7e {
-			return false
-		}
-	}
-	return true
+	return len(key) > 0 && len(key) <= MaxKeyLen && agtp.PrintableASCII(key)
 }
 
 // ValidFingerprint reports whether fp is a SHA-256 in 64 lowercase hex.

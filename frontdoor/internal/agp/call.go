@@ -132,7 +132,7 @@ func (c *call) request(method, target string, body []byte) *agtp.Request {
 	}
 	req.Header.Set(agtp.HeaderRequestID, c.rid)
 	for _, name := range [...]string{"traceparent", "tracestate"} {
-		if v := c.r.Header.Get(name); v != "" && len(v) <= 512 && printableASCII(v) {
+		if v := c.r.Header.Get(name); v != "" && len(v) <= 512 && agtp.PrintableASCII(v) {
 			req.Header.Set(name, v)
 		}
 	}
@@ -141,15 +141,6 @@ func (c *call) request(method, target string, body []byte) *agtp.Request {
 		req.Header.Set(agtp.HeaderContentType, agtp.MediaTypeJSON)
 	}
 	return req
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // conn describes the HTTPS connection to the pipeline.

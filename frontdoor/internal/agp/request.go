@@ -240,7 +240,7 @@ func idempotencyKey(r *http.Request) (string, *apiError) {
 	if k == "" {
 		return "", nil
 	}
-	if len(k) > maxIdempotencyKey || !printableASCII(k) {
+	if len(k) > maxIdempotencyKey || !agtp.PrintableASCII(k) {
 		return "", validation(fmt.Sprintf("Idempotency-Key must be 1–%d printable ASCII characters.", maxIdempotencyKey), map[string]any{"Idempotency-Key": "invalid"})
 	}
 	return k, nil

@@ -400,10 +400,8 @@ func intentAssertionJTI(v string) string {
 	if !ok || jti == "" || len(jti) > maxJTILen {
 		return ""
 	}
-	for i := 0; i < len(jti); i++ {
-		if jti[i] < 0x20 || jti[i] > 0x7e {
-			return ""
-		}
+	if !agtp.PrintableASCII(jti) {
+		return ""
 	}
 	return jti
 }

@@ -1,10 +1,9 @@
 package pipeline_test
 
 import (
-	"bytes"
+	"github.com/agtpsuite/agtp/services/testkit"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -41,30 +40,12 @@ func TestTaskIDOverBoundNotOnSpan(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A caller-chosen value in a request body must not reach a WARN log line
 // unbounded: the carried-payload disagreement warning copies the body's
 // task_id whole, so one request of a few hundred KiB writes a log line of
 // that size, per request.
 func TestCarriedDisagreementLogBounded(t *testing.T) {
-	var out syncBuffer
+	var out testkit.SyncBuffer
 	f := newStageFixture(t, func(f *stageFixture, _ *pipeline.Options, _ *catalogstate.Store) {
 		f.log = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})

@@ -57,24 +57,10 @@ func echoBound(name string) int {
 // like the transport's own (RespondError), leaves that value out.
 func echoed(h agtp.Header, name string) (string, bool) {
 	v, ok := h.Lookup(name)
-	if !ok || len(v) > echoBound(name) || !printableASCII(v) {
+	if !ok || len(v) > echoBound(name) || !agtp.PrintableASCII(v) {
 		return "", false
 	}
 	return v, true
-}
-
-// printableASCII reports whether v holds printable ASCII only. The wire
-// takes other bytes in field values (obs-text, docs/wire.md), but an
-// echoed field goes into the Attribution-Record's claims, protobuf strings
-// that must be UTF-8: a byte over 0x7f there made the record unsignable
-// after the handler had run.
-func printableASCII(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // wire refuses a request with an echoed field over its bound, and one the
@@ -107,7 +93,7 @@ func checkEchoedFields(x *exchange) *agtp.Response {
 				return x.fail(agtp.StatusBadRequest, e.reason,
 					e.name+" is "+strconv.Itoa(len(f.Value))+" bytes long; this server takes at most "+strconv.Itoa(e.max)+" bytes",
 					map[string]any{"field": e.name, "max_bytes": e.max})
-			case !printableASCII(f.Value):
+			case !agtp.PrintableASCII(f.Value):
 				return x.fail(agtp.StatusBadRequest, e.reason,
 					e.name+" must be printable ASCII: it is recorded in the Attribution-Record",
 					map[string]any{"field": e.name})
